@@ -1,0 +1,189 @@
+"""Clock alignment, first cut: per host and clock domain, an offset to UTC.
+
+Every source is on one clock domain of its host (``ingest.model``). This module
+builds, per (host, domain), ``utc_ns = ts_raw_ns + offset_ns`` with an
+uncertainty and the method that found it, stores it in ``clock_map`` and fills
+``ts_utc_ns`` of every row whose source could be placed.
+
+Methods, best first (for the ``boot`` domain):
+
+1. ``uptime+date``: a ``/proc/uptime`` reading next to a ``date`` reading. The
+   offset is ``wall - boottime`` of each pair; with several pairs the median is
+   used and the uncertainty is the larger of the best pair's own uncertainty and
+   the spread of the pairs.
+2. ``btime``: ``/proc/stat`` btime (boot instant in wall time, whole seconds):
+   offset = btime, uncertainty 1 s.
+3. none: the domain stays unplaced; its rows keep ``ts_utc_ns`` null and the
+   report says so.
+
+``wall`` sources are taken as UTC already (the host clock is assumed
+NTP-synchronised; local-time strings were converted with the bundle's time
+zone when they were parsed), uncertainty unknown (reported as null).
+
+Worked example (the one ``tests/analysis/test_clocks.py`` checks): a host-info
+file holds ``1234.56 2000.00`` (uptime) and ``1764417073.250000000`` (``date
++%s.%N``). Uptime is truncated to 10 ms, so the boot reading is taken as
+1234.565 s +- 5 ms. The offset is 1764417073.250 - 1234.565 = 1764415838.685 s.
+A dmesg line ``[ 1200.000000] ...`` is then placed at 1764417038.685 s UTC
+(2025-11-29T11:50:38.685Z), +- 10 ms (5 ms truncation plus up to 5 ms between
+the two reads).
+
+The full method (dmesg -T pairs, perf reference time, shared pid deaths,
+cross-rank collectives, drift, skew findings) extends this module.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from ingest.model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
+
+SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two files
+
+
+@dataclass(frozen=True)
+class Anchor:
+    host: str
+    name: str
+    local_ns: int
+    wall_ns: int
+    uncertainty_ns: int
+    source: str
+    line: int | None = None
+    text: str | None = None
+
+    @property
+    def offset_ns(self) -> int:
+        return self.wall_ns - self.local_ns
+
+
+@dataclass(frozen=True)
+class ClockEntry:
+    host: str
+    domain: str
+    offset_ns: int | None
+    uncertainty_ns: int | None
+    method: str
+    evidence: tuple = field(default=())
+
+    def row(self, incident_id: str) -> dict:
+        return {"incident_id": incident_id, "host": self.host, "domain": self.domain,
+                "offset_ns": self.offset_ns, "drift_ppm": None,
+                "uncertainty_ns": self.uncertainty_ns, "method": self.method,
+                "evidence": json.dumps(list(self.evidence))}
+
+
+def collect_anchors(store, incident_id: str) -> list[Anchor]:
+    rows = store.query(
+        """SELECT COALESCE(a.host, s.host, '') AS host, a.name, a.local_ns, a.wall_ns,
+                  a.uncertainty_ns, s.path, a.line, a.text
+           FROM anchors a JOIN sources s USING (incident_id, source_id)
+           WHERE a.incident_id = ? AND a.domain = 'boot'""", [incident_id])
+    anchors = [Anchor(r["host"], r["name"], r["local_ns"], r["wall_ns"], r["uncertainty_ns"],
+                      r["path"], r["line"], r["text"]) for r in rows]
+    anchors += _paired_readings(store, incident_id, {a.source for a in anchors if a.name == "uptime_date"})
+    return anchors
+
+
+def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> list[Anchor]:
+    """uptime.start + date.start in two files of one folder -> an anchor."""
+    rows = store.query(
+        """SELECT s.source_id, s.path, COALESCE(f.host, s.host, '') AS host, f.key, f.value, f.line
+           FROM facts f JOIN sources s USING (incident_id, source_id)
+           WHERE f.incident_id = ? AND f.key LIKE 'reading.%'""", [incident_id])
+    per: dict[int, dict] = {}
+    for r in rows:
+        d = per.setdefault(r["source_id"], {"path": r["path"], "host": r["host"], "boot": [], "wall": [],
+                                            "res": [], "tag": ""})
+        if r["key"] == "reading.boottime_ns":
+            d["boot"].append((int(r["value"]), r["line"]))
+        elif r["key"] == "reading.wall_ns":
+            d["wall"].append((int(r["value"]), r["line"]))
+        elif r["key"] == "reading.wall_res_ns":
+            d["res"].append(int(r["value"]))
+        elif r["key"] == "reading.tag":
+            d["tag"] = r["value"] or ""
+    out = []
+    groups: dict[tuple, dict] = {}
+    for d in per.values():
+        if d["path"] in sources_with_pairs:
+            continue
+        key = (d["host"], str(PurePosixPath(d["path"]).parent), d["tag"])
+        g = groups.setdefault(key, {"boot": [], "wall": []})
+        if d["boot"] and not d["wall"]:
+            g["boot"].append(d)
+        elif d["wall"] and not d["boot"]:
+            g["wall"].append(d)
+    for (host, folder, tag), g in groups.items():
+        if len(g["boot"]) == 1 and len(g["wall"]) == 1:
+            b, w = g["boot"][0], g["wall"][0]
+            res = max(w["res"]) if w["res"] else 1_000_000_000
+            half = res // 2 if res > 1 else 0
+            out.append(Anchor(host, "uptime_date(files)", b["boot"][0][0], w["wall"][0][0] + half,
+                              5_000_000 + half + SEPARATE_FILES_GAP_NS,
+                              f"{b['path']} + {w['path']}", b["boot"][0][1]))
+    return out
+
+
+def solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
+    pairs = [a for a in anchors if a.name.startswith("uptime_date")]
+    if pairs:
+        offs = [a.offset_ns for a in pairs]
+        med = int(statistics.median(offs))
+        best = min(a.uncertainty_ns for a in pairs)
+        spread = max(abs(o - med) for o in offs)
+        unc = max(best, spread)
+        return ClockEntry(host, CLOCK_BOOT, med, unc, "uptime+date",
+                          tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns,
+                                 "uncertainty_ns": a.uncertainty_ns} for a in pairs))
+    bt = [a for a in anchors if a.name == "btime"]
+    if bt:
+        offs = [a.offset_ns for a in bt]
+        med = int(statistics.median(offs))
+        spread = max(abs(o - med) for o in offs)
+        return ClockEntry(host, CLOCK_BOOT, med, max(1_000_000_000, spread), "btime",
+                          tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns} for a in bt))
+    return ClockEntry(host, CLOCK_BOOT, None, None,
+                      "none: no uptime+date pair or btime for this host; boot-clock times cannot be placed")
+
+
+def align(store, incident_id: str) -> list[ClockEntry]:
+    """Compute clock_map for the incident and fill ts_utc_ns. Returns the entries."""
+    doms = store.query(
+        """SELECT DISTINCT COALESCE(host, '') AS host, clock_domain AS domain FROM sources
+           WHERE incident_id = ? AND clock_domain IS NOT NULL""", [incident_id])
+    anchors = collect_anchors(store, incident_id)
+    by_host: dict[str, list[Anchor]] = {}
+    for a in anchors:
+        by_host.setdefault(a.host, []).append(a)
+    # A single-host bundle whose anchors carry no host still anchors that host.
+    hosts = {d["host"] for d in doms}
+    if "" in by_host and len(hosts - {""}) == 1:
+        only = next(iter(hosts - {""}))
+        by_host.setdefault(only, []).extend(by_host[""])
+    entries = []
+    for d in sorted(doms, key=lambda d: (d["host"], d["domain"])):
+        host, dom = d["host"], d["domain"]
+        if dom == CLOCK_BOOT:
+            entries.append(solve_boot(host, by_host.get(host, [])))
+        elif dom == CLOCK_WALL:
+            entries.append(ClockEntry(host, dom, 0, None,
+                                      "host wall clock taken as UTC (NTP assumed; local times converted "
+                                      "with the bundle's time zone)"))
+        elif dom == CLOCK_NONE:
+            continue
+        else:
+            entries.append(ClockEntry(host, dom, None, None, f"none: no anchor for the {dom} clock yet"))
+    cur = store.cursor()
+    cur.execute("DELETE FROM clock_map WHERE incident_id = ?", [incident_id])
+    store.insert_rows("clock_map", [e.row(incident_id) for e in entries])
+    for table in ("events", "samples", "metrics"):
+        cur.execute(
+            f"""UPDATE {table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
+                FROM sources s, clock_map c
+                WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
+                  AND c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')
+                  AND c.domain = s.clock_domain AND c.offset_ns IS NOT NULL""", [incident_id])
+    return entries

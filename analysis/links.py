@@ -1,0 +1,84 @@
+"""Typed, immutable causal links: the findings of the analysis and the steps of a chain."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ingest.timeparse import fmt_utc
+
+
+class LinkKind(str, Enum):
+    CPU_THROTTLE = "cpu_throttle"
+    CPU_PRESSURE = "cpu_pressure"
+    MEMORY_PRESSURE = "memory_pressure"
+    MEMORY_GROWTH = "memory_growth"
+    OOM_KILL = "oom_kill"
+    PROCESS_EXIT = "process_exit"
+    SIGNAL_KILL = "signal_kill"
+    SEGFAULT = "segfault"
+    GPU_XID = "gpu_xid"
+    HUNG_TASK = "hung_task"
+    RT_THROTTLING = "rt_throttling"
+    SOFT_LOCKUP = "soft_lockup"
+    PCIE_ERROR = "pcie_error"
+    NCCL_WARN = "nccl_warn"
+    NCCL_INIT_FAILURE = "nccl_init_failure"
+    COLLECTIVE_TIMEOUT = "collective_timeout"
+    COLLECTIVE_MISMATCH = "collective_mismatch"
+    RANK_STALLED = "rank_stalled"
+    STEP_SLOWDOWN = "step_slowdown"
+    STRAGGLER = "straggler"
+    DATALOADER_STALL = "dataloader_stall"
+    PYTHON_EXCEPTION = "python_exception"
+    JOB_FAILURE = "job_failure"
+    CLOCK_SKEW = "clock_skew"
+
+
+class Provenance(str, Enum):
+    READ = "read"          # stated by the data (a kernel line saying it killed pid N)
+    INFERRED = "inferred"  # concluded by aftertrace (a rate crossing a threshold)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str            # path in the bundle
+    line: int | None
+    text: str
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "line": self.line, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Link:
+    kind: LinkKind
+    ts_ns: int | None                  # UTC epoch ns (None: could not be placed in time)
+    summary: str
+    source: str
+    host: str | None = None
+    rank: int | None = None
+    pid: int | None = None
+    evidence: tuple[Evidence, ...] = field(default=())
+    provenance: Provenance = Provenance.READ
+    confidence: float = 1.0
+    uncertainty_ns: int | None = None
+
+    def to_json(self, failure_ts_ns: int | None = None) -> dict:
+        lead = None
+        if failure_ts_ns is not None and self.ts_ns is not None:
+            lead = round((failure_ts_ns - self.ts_ns) / 1e9, 6)
+        return {
+            "ts": None if self.ts_ns is None else self.ts_ns / 1e9,
+            "time": fmt_utc(self.ts_ns),
+            "host": self.host,
+            "rank": self.rank,
+            "pid": self.pid,
+            "kind": self.kind.value,
+            "source": self.source,
+            "summary": self.summary,
+            "lead_s": lead,
+            "evidence": [e.to_json() for e in self.evidence],
+            "provenance": self.provenance.value,
+            "confidence": self.confidence,
+            "uncertainty_s": None if self.uncertainty_ns is None else self.uncertainty_ns / 1e9,
+        }

@@ -1,0 +1,74 @@
+"""The ``aftertrace.report/1`` document (DESIGN.md "Report JSON")."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from .links import Link
+
+SCHEMA = "aftertrace.report/1"
+ANALYSIS_VERSION = "0.1"
+
+NOT_YET = ("failure identification and causal chains are not implemented in this version of "
+           "aftertrace; anomalies list what the parsers read")
+
+
+def _iso(dt) -> str | None:
+    if dt is None:
+        return None
+    if isinstance(dt, datetime):
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return str(dt)
+
+
+def sources_json(store, incident_id: str) -> list[dict]:
+    rows = store.query(
+        """SELECT s.source_id, s.path, s.kind, s.format, s.host, s.rank, s.pid, s.status, s.records,
+                  s.issues, s.error, s.clock_domain, s.bytes, s.host_from, s.rank_from,
+                  c.offset_ns, c.uncertainty_ns, c.method
+           FROM sources s LEFT JOIN clock_map c
+             ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '') AND c.domain = s.clock_domain
+           WHERE s.incident_id = ? ORDER BY s.path""", [incident_id])
+    out = []
+    for r in rows:
+        clock = None
+        if r["clock_domain"] and r["clock_domain"] != "none":
+            clock = {"domain": r["clock_domain"],
+                     "offset_s": None if r["offset_ns"] is None else r["offset_ns"] / 1e9,
+                     "uncertainty_s": None if r["uncertainty_ns"] is None else r["uncertainty_ns"] / 1e9,
+                     "method": r["method"]}
+        elif r["kind"] == "host_info":
+            clock = {"domain": "none", "offset_s": None, "uncertainty_s": None,
+                     "method": "clock anchors and host facts (used to place the other sources)"}
+        elif r["clock_domain"] == "none":
+            clock = {"domain": "none", "offset_s": None, "uncertainty_s": None,
+                     "method": "the file carries no times"}
+        out.append({"path": r["path"], "kind": r["kind"], "format": r["format"], "host": r["host"],
+                    "rank": r["rank"], "pid": r["pid"], "status": r["status"], "records": r["records"],
+                    "issues": r["issues"], "error": r["error"], "bytes": r["bytes"],
+                    "host_from": r["host_from"], "rank_from": r["rank_from"], "clock": clock})
+    return out
+
+
+def build(store, incident_id: str, anomalies: list[Link], failure: Link | None = None,
+          chains: list[dict] | None = None, notes: list[str] | None = None,
+          time_zone: dict | None = None) -> dict:
+    inc = store.query("SELECT * FROM incidents WHERE incident_id = ?", [incident_id])[0]
+    f_ts = failure.ts_ns if failure else None
+    chains = chains or []
+    notes = list(notes or [])
+    if failure is None and not chains:
+        notes.append(NOT_YET)
+    return {
+        "schema": SCHEMA,
+        "incident": {"id": incident_id, "title": inc["title"], "bundle_sha256": inc["bundle_sha256"],
+                     "created_at": _iso(inc["created_at"]), "bundle_name": inc["bundle_name"]},
+        "generator": {"name": "aftertrace", "analysis_version": ANALYSIS_VERSION},
+        "time_zone": time_zone or {"zone": inc["time_zone"], "from": inc["time_zone_source"]},
+        "sources": sources_json(store, incident_id),
+        "failure": failure.to_json(f_ts) if failure else None,
+        "anomalies": [a.to_json(f_ts) for a in anomalies],
+        "chains": chains,
+        "notes": notes,
+    }

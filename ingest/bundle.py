@@ -1,0 +1,510 @@
+"""Bundle intake: keep the raw bundle, then extract it safely into the incident folder.
+
+Accepted inputs: a directory, a ``.tar`` (plain, gzip, xz or bzip2 compressed),
+a ``.zip``, or a single file (gzip-compressed or not; a ``.gz`` single file is
+kept compressed and read through transparent gunzip). The kind is found from
+the bytes, not the name.
+
+Order of work (nothing a user gave is ever lost):
+
+1. :func:`store_raw` copies the input into the content-addressed store
+   ``<bundles>/<sha256>.<ext>`` while hashing it (a directory is packed into an
+   uncompressed tar; its hash is over the canonical listing of relative paths
+   and file hashes, so the same tree always gets the same id).
+2. :func:`extract` unpacks that raw copy into ``<incident>/files``. Every
+   member is checked: paths are normalised and must stay inside the folder
+   (``../``, absolute paths, drive letters, NUL are refused), links are never
+   created (one pointing inside is recorded as an alias of its target, one
+   pointing outside is refused), device files and FIFOs are refused, files are
+   created with ``O_EXCL|O_NOFOLLOW``, and limits on member count, bytes per
+   member and total decompressed bytes stop decompression bombs. Each refused
+   member is reported with its reason; the others are unaffected.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class IntakeLimits:
+    max_members: int = 100_000                  # files in one bundle
+    max_member_bytes: int = 8 * 1024**3         # one decompressed file
+    max_total_bytes: int = 32 * 1024**3         # whole decompressed bundle
+    max_upload_bytes: int = 4 * 1024**3         # raw upload size (server)
+
+
+class IntakeError(Exception):
+    """The input cannot be read at all (missing, unreadable, empty)."""
+
+
+@dataclass
+class Member:
+    path: str                       # normalised path inside the bundle ('' parts removed)
+    size: int = 0                   # bytes written (decompressed)
+    status: str = "ok"              # ok | refused | alias | skipped
+    message: str = ""
+    file: Path | None = None        # extracted file
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class RawBundle:
+    sha256: str
+    name: str                       # what the user gave (file or folder name)
+    kind: str                       # dir | tar | zip | file
+    raw_path: Path                  # content-addressed copy
+    bytes: int                      # size of the input as given
+    compression: str | None = None  # gzip | xz | bzip2 for tars and single files
+
+
+@dataclass
+class Extracted:
+    root: Path
+    members: list[Member] = field(default_factory=list)
+    stopped: str | None = None      # why extraction stopped early, if it did
+
+    @property
+    def files(self) -> list[Member]:
+        return [m for m in self.members if m.ok]
+
+
+# ---------------------------------------------------------------------------
+# kind sniffing
+
+def _magic(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(512)
+
+
+def _is_tar_header(block: bytes) -> bool:
+    return len(block) >= 263 and block[257:262] == b"ustar"
+
+
+def sniff_kind(path: Path) -> tuple[str, str | None]:
+    """('tar'|'zip'|'file', compression) from the file's bytes."""
+    head = _magic(path)
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        return "zip", None
+    if _is_tar_header(head):
+        return "tar", None
+    opener = None
+    comp = None
+    if head[:2] == b"\x1f\x8b":
+        opener, comp = gzip.open, "gzip"
+    elif head[:6] == b"\xfd7zXZ\x00":
+        opener, comp = lzma.open, "xz"
+    elif head[:3] == b"BZh":
+        opener, comp = bz2.open, "bzip2"
+    if opener is not None:
+        try:
+            with opener(path, "rb") as f:
+                inner = f.read(512)
+        except (OSError, EOFError, lzma.LZMAError):
+            inner = b""
+        if _is_tar_header(inner):
+            return "tar", comp
+        return "file", comp
+    return "file", None
+
+
+# ---------------------------------------------------------------------------
+# raw store
+
+def _hash_copy(src, dst, limit: int | None = None) -> tuple[str, int]:
+    h = hashlib.sha256()
+    n = 0
+    while True:
+        chunk = src.read(CHUNK)
+        if not chunk:
+            break
+        n += len(chunk)
+        if limit is not None and n > limit:
+            raise IntakeError(f"the bundle is larger than the upload limit of {limit} bytes")
+        h.update(chunk)
+        dst.write(chunk)
+    return h.hexdigest(), n
+
+
+def _ext(kind: str, comp: str | None, name: str) -> str:
+    if kind == "tar":
+        return {None: ".tar", "gzip": ".tar.gz", "xz": ".tar.xz", "bzip2": ".tar.bz2"}[comp]
+    if kind == "zip":
+        return ".zip"
+    return ".gz" if comp == "gzip" else ".bin"
+
+
+def _finish_raw(tmp: Path, bundles: Path, sha: str, kind: str, comp, name: str, size: int) -> RawBundle:
+    dest = bundles / f"{sha}{_ext(kind, comp, name)}"
+    if dest.exists():
+        tmp.unlink()
+    else:
+        os.replace(tmp, dest)
+    return RawBundle(sha, name, kind, dest, size, comp)
+
+
+def store_stream(stream, name: str, bundles: Path, limit: int | None = None) -> RawBundle:
+    """Store an uploaded stream (file-like) under its SHA-256."""
+    bundles.mkdir(parents=True, exist_ok=True)
+    fd, tmpname = tempfile.mkstemp(prefix=".upload-", dir=bundles)
+    tmp = Path(tmpname)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            sha, size = _hash_copy(stream, out, limit)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if size == 0:
+        tmp.unlink()
+        raise IntakeError(f"{name}: the upload is empty")
+    kind, comp = sniff_kind(tmp)
+    return _finish_raw(tmp, bundles, sha, kind, comp, name, size)
+
+
+def store_raw(path: str | os.PathLike, bundles: Path) -> RawBundle:
+    """Copy a user's file or directory into the content-addressed store."""
+    src = Path(path)
+    if not src.exists():
+        raise IntakeError(f"{src}: no such file or directory")
+    if src.is_dir():
+        return _store_dir(src, bundles)
+    if not src.is_file():
+        raise IntakeError(f"{src}: not a regular file or directory")
+    if not os.access(src, os.R_OK):
+        raise IntakeError(f"{src}: permission denied")
+    try:
+        with open(src, "rb") as f:
+            return store_stream(f, src.name, bundles)
+    except PermissionError as e:
+        raise IntakeError(f"{src}: {e.strerror}") from None
+
+
+class _HashingReader(io.RawIOBase):
+    def __init__(self, f):
+        self.f = f
+        self.h = hashlib.sha256()
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self.f.readinto(b)
+        if n:
+            self.h.update(memoryview(b)[:n])
+        return n
+
+
+def _store_dir(src: Path, bundles: Path) -> RawBundle:
+    """Pack a directory into a tar (links and special files are recorded, not followed)."""
+    bundles.mkdir(parents=True, exist_ok=True)
+    fd, tmpname = tempfile.mkstemp(prefix=".dir-", suffix=".tar", dir=bundles)
+    os.close(fd)
+    tmp = Path(tmpname)
+    listing = hashlib.sha256()
+    total = 0
+    count = 0
+    try:
+        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
+            for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+                dirnames.sort()
+                for fn in sorted(filenames) + sorted(d for d in dirnames if (Path(dirpath) / d).is_symlink()):
+                    full = Path(dirpath) / fn
+                    rel = full.relative_to(src).as_posix()
+                    st = full.lstat()
+                    if stat.S_ISLNK(st.st_mode):
+                        ti = tarfile.TarInfo(rel)
+                        ti.type = tarfile.SYMTYPE
+                        ti.linkname = os.readlink(full)
+                        tf.addfile(ti)
+                        listing.update(f"L\0{rel}\0{ti.linkname}\n".encode("utf-8", "surrogateescape"))
+                    elif stat.S_ISREG(st.st_mode):
+                        ti = tarfile.TarInfo(rel)
+                        ti.size = st.st_size
+                        ti.mtime = int(st.st_mtime)
+                        ti.mode = 0o644
+                        try:
+                            with open(full, "rb") as f:
+                                hr = _HashingReader(f)
+                                tf.addfile(ti, io.BufferedReader(hr, CHUNK))
+                        except PermissionError:
+                            continue  # unreadable: it will be missing from the listing
+                        listing.update(f"F\0{rel}\0{st.st_size}\0{hr.h.hexdigest()}\n"
+                                       .encode("utf-8", "surrogateescape"))
+                        total += st.st_size
+                        count += 1
+                    else:
+                        ti = tarfile.TarInfo(rel)
+                        ti.type = tarfile.FIFOTYPE  # marks a special file; refused at extraction
+                        tf.addfile(ti)
+                        listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if count == 0:
+        tmp.unlink()
+        raise IntakeError(f"{src}: the directory holds no readable files")
+    return _finish_raw(tmp, bundles, listing.hexdigest(), "tar", None, src.name, total)
+
+
+# ---------------------------------------------------------------------------
+# safe extraction
+
+def safe_relpath(name: str, backslash_is_sep: bool = False) -> str | None:
+    """Normalise a member name; None if it is not allowed to exist in the bundle."""
+    if not name or "\x00" in name:
+        return None
+    if backslash_is_sep:
+        name = name.replace("\\", "/")
+    if name.startswith("/") or (len(name) >= 2 and name[1] == ":" and name[0].isalpha()):
+        return None
+    parts = []
+    for p in name.split("/"):
+        if p in ("", "."):
+            continue
+        if p == "..":
+            return None
+        parts.append(p)
+    if not parts:
+        return None
+    return "/".join(parts)
+
+
+def _why_unsafe(name: str) -> str:
+    if "\x00" in name:
+        return "refused: the name contains a NUL byte"
+    if name.startswith("/") or (len(name) >= 2 and name[1] == ":"):
+        return "refused: absolute path (would be written outside the incident folder)"
+    if ".." in name.replace("\\", "/").split("/"):
+        return "refused: '..' in the path (would be written outside the incident folder)"
+    return "refused: empty or invalid member name"
+
+
+class _Budget:
+    def __init__(self, limits: IntakeLimits):
+        self.limits = limits
+        self.total = 0
+        self.count = 0
+
+
+class _LimitHit(Exception):
+    def __init__(self, message: str, whole: bool):
+        super().__init__(message)
+        self.whole = whole   # True: the bundle-wide limit, stop everything
+
+
+def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[Path, int]:
+    dest = root.joinpath(*rel.split("/"))
+    parent = dest.parent
+    # create parents one by one, refusing anything that is not a plain directory
+    cur = root
+    for part in rel.split("/")[:-1]:
+        cur = cur / part
+        try:
+            st = cur.lstat()
+        except FileNotFoundError:
+            cur.mkdir()
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileExistsError(f"a file of the same name as folder {part!r} already exists")
+    if not str(parent.resolve()).startswith(str(root.resolve())):
+        raise PermissionError("path resolves outside the incident folder")
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    n = 0
+    lim = budget.limits
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                chunk = src.read(CHUNK)
+                if not chunk:
+                    break
+                n += len(chunk)
+                budget.total += len(chunk)
+                if n > lim.max_member_bytes:
+                    raise _LimitHit(f"refused: larger than the per-file limit of {lim.max_member_bytes} bytes "
+                                    "after decompression", whole=False)
+                if budget.total > lim.max_total_bytes:
+                    raise _LimitHit(f"refused: the bundle's decompressed size limit of {lim.max_total_bytes} "
+                                    "bytes was reached (decompression bomb?)", whole=True)
+                out.write(chunk)
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    return dest, n
+
+
+def _link_member(rel: str, target: str, hard: bool) -> Member:
+    if hard:
+        t = safe_relpath(target)
+    else:
+        base = PurePosixPath(rel).parent.as_posix()
+        t = None if target.startswith("/") else safe_relpath(
+            os.path.normpath(f"{base}/{target}") if base != "." else os.path.normpath(target))
+    if t is None:
+        return Member(rel, 0, "refused", f"refused: link to {target!r} points outside the bundle")
+    return Member(rel, 0, "alias", f"link to {t} inside the bundle (not created; the target is read instead)")
+
+
+def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits()) -> Extracted:
+    """Unpack ``raw`` into ``dest`` (which is emptied first)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    out = Extracted(dest)
+    budget = _Budget(limits)
+    if raw.kind == "tar":
+        _extract_tar(raw, dest, budget, out)
+    elif raw.kind == "zip":
+        _extract_zip(raw, dest, budget, out)
+    else:
+        name = safe_relpath(PurePosixPath(raw.name).name) or "bundle"
+        if raw.compression == "gzip" and not name.endswith(".gz"):
+            name += ".gz"
+        target = dest / name
+        shutil.copyfile(raw.raw_path, target)
+        out.members.append(Member(name, target.stat().st_size, "ok", "", target))
+    return out
+
+
+def _skip_noise(rel: str) -> bool:
+    parts = rel.split("/")
+    return parts[0] == "__MACOSX" or parts[-1] in (".DS_Store", "Thumbs.db")
+
+
+def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) -> None:
+    seen: set[str] = set()
+    compressed = raw.compression is not None
+    try:
+        tf = tarfile.open(raw.raw_path, "r:*")
+    except (tarfile.TarError, OSError, EOFError) as e:
+        out.stopped = f"the archive cannot be opened: {e}"
+        return
+    with tf:
+        while True:
+            try:
+                ti = tf.next()
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+                out.stopped = f"the archive is damaged after {len(out.members)} members: {e}"
+                break
+            if ti is None:
+                break
+            if ti.isdir():
+                continue
+            budget.count += 1
+            if budget.count > budget.limits.max_members:
+                out.stopped = (f"the bundle has more than {budget.limits.max_members} members; "
+                               "the rest was not extracted")
+                break
+            rel = safe_relpath(ti.name)
+            if rel is None:
+                out.members.append(Member(ti.name, 0, "refused", _why_unsafe(ti.name)))
+                continue
+            if _skip_noise(rel):
+                out.members.append(Member(rel, 0, "skipped", "skipped: archiver metadata"))
+                continue
+            if ti.issym() or ti.islnk():
+                out.members.append(_link_member(rel, ti.linkname, ti.islnk()))
+                continue
+            if not ti.isreg():
+                what = ("device file" if (ti.ischr() or ti.isblk()) else
+                        "FIFO" if ti.isfifo() else "special file")
+                out.members.append(Member(rel, 0, "refused", f"refused: {what}"))
+                continue
+            if rel in seen:
+                out.members.append(Member(rel, 0, "refused", "refused: duplicate member; the first copy is kept"))
+                continue
+            src = tf.extractfile(ti)
+            try:
+                path, n = _write_member(dest, rel, src, budget)
+            except _LimitHit as e:
+                out.members.append(Member(rel, 0, "refused", str(e)))
+                if e.whole or compressed:
+                    out.stopped = str(e).replace("refused: ", "extraction stopped: ")
+                    break
+                continue
+            except (FileExistsError, PermissionError, OSError) as e:
+                out.members.append(Member(rel, 0, "refused", f"refused: {e}"))
+                continue
+            seen.add(rel)
+            out.members.append(Member(rel, n, "ok", "", path))
+
+
+def _extract_zip(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) -> None:
+    seen: set[str] = set()
+    try:
+        zf = zipfile.ZipFile(raw.raw_path)
+    except (zipfile.BadZipFile, OSError) as e:
+        out.stopped = f"the archive cannot be opened: {e}"
+        return
+    with zf:
+        infos = zf.infolist()
+        for zi in infos:
+            if zi.is_dir():
+                continue
+            budget.count += 1
+            if budget.count > budget.limits.max_members:
+                out.stopped = (f"the bundle has more than {budget.limits.max_members} members; "
+                               "the rest was not extracted")
+                break
+            rel = safe_relpath(zi.filename, backslash_is_sep=True)
+            if rel is None:
+                out.members.append(Member(zi.filename, 0, "refused", _why_unsafe(zi.filename)))
+                continue
+            if _skip_noise(rel):
+                out.members.append(Member(rel, 0, "skipped", "skipped: archiver metadata"))
+                continue
+            mode = zi.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                try:
+                    target = zf.read(zi)[:4096].decode("utf-8", "replace")
+                except Exception:
+                    target = "?"
+                out.members.append(_link_member(rel, target, False))
+                continue
+            if mode and not stat.S_ISREG(mode) and stat.S_IFMT(mode) != 0:
+                out.members.append(Member(rel, 0, "refused", "refused: special file"))
+                continue
+            if zi.flag_bits & 0x1:
+                out.members.append(Member(rel, 0, "refused", "refused: encrypted member"))
+                continue
+            if rel in seen:
+                out.members.append(Member(rel, 0, "refused", "refused: duplicate member; the first copy is kept"))
+                continue
+            try:
+                src = zf.open(zi)
+            except (NotImplementedError, zipfile.BadZipFile, RuntimeError) as e:
+                out.members.append(Member(rel, 0, "refused", f"refused: cannot be read ({e})"))
+                continue
+            try:
+                with src:
+                    path, n = _write_member(dest, rel, src, budget)
+            except _LimitHit as e:
+                out.members.append(Member(rel, 0, "refused", str(e)))
+                if e.whole:
+                    out.stopped = str(e).replace("refused: ", "extraction stopped: ")
+                    break
+                continue
+            except (zipfile.BadZipFile, EOFError, zlib.error) as e:
+                out.members.append(Member(rel, 0, "refused", f"refused: damaged member ({e})"))
+                continue
+            except (FileExistsError, PermissionError, OSError) as e:
+                out.members.append(Member(rel, 0, "refused", f"refused: {e}"))
+                continue
+            seen.add(rel)
+            out.members.append(Member(rel, n, "ok", "", path))

@@ -1,0 +1,329 @@
+"""The event model: every table aftertrace stores, each column with its unit.
+
+This module is the single definition of the schema. The DuckDB DDL
+(``server.store``), the Arrow schemas that parsers write their row batches with
+(``ingest.sink``) and the documentation all come from the ``TABLES`` below; a
+column is never declared anywhere else.
+
+Conventions
+-----------
+* Times are integer **nanoseconds**. ``ts_raw_ns`` is the source's *own* clock
+  (the clock domain of its ``sources`` row: ``boot`` = ns since boot on the
+  kernel clock, ``wall`` = ns since the Unix epoch as read on the host, possibly
+  in local time converted with the bundle's time zone, ``process`` = ns since a
+  process-local epoch). Only ``analysis`` converts raw times to UTC; the
+  result lands in ``ts_utc_ns`` (ns since the Unix epoch, UTC).
+* Durations are nanoseconds, sizes bytes, counts plain integers.
+* ``attrs`` columns hold a JSON object (text) of whatever else a parser read,
+  keyed by the names in that parser's field table.
+* Rows produced by parsers never carry ``incident_id``/``source_id``: the
+  pipeline adds them when it loads a source's batches (columns marked
+  ``added_by_loader``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+# Clock domains (DESIGN.md "Clocks").
+CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
+CLOCK_WALL = "wall"        # host wall clock (CLOCK_REALTIME), ns since epoch
+CLOCK_PROCESS = "process"  # process-relative steady clock
+CLOCK_NONE = "none"        # the source carries no usable time at all
+CLOCK_DOMAINS = (CLOCK_BOOT, CLOCK_WALL, CLOCK_PROCESS, CLOCK_NONE)
+
+# Source kinds (DESIGN.md "Report JSON").
+SOURCE_KINDS = (
+    "perf_script", "torch_trace", "nccl_log", "app_log", "dmesg", "cgroup",
+    "host_info", "unrecognized",
+)
+# Source statuses.
+STATUS_PARSED = "parsed"
+STATUS_PARTIAL = "partial"
+STATUS_UNRECOGNIZED = "unrecognized"
+STATUS_FAILED = "failed"
+SOURCE_STATUSES = (STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED, STATUS_FAILED)
+
+# Event severities, most to least severe.
+SEVERITIES = ("emerg", "alert", "crit", "error", "warning", "notice", "info", "debug")
+
+_ARROW = {
+    "VARCHAR": pa.string(),
+    "BIGINT": pa.int64(),
+    "INTEGER": pa.int32(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str                 # DuckDB type name
+    unit: str                 # unit of the value ("ns", "bytes", "count", "-" for none)
+    doc: str
+    nullable: bool = True
+    added_by_loader: bool = False   # filled by the pipeline, not by parsers
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return _ARROW[self.type]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    indexes: tuple[tuple[str, ...], ...] = field(default=())
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no column {name!r}")
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def parser_columns(self) -> tuple[Column, ...]:
+        """The columns a parser writes (everything the loader does not add)."""
+        return tuple(c for c in self.columns if not c.added_by_loader)
+
+    def arrow_schema(self, parser_side: bool = True) -> pa.Schema:
+        cols = self.parser_columns if parser_side else self.columns
+        return pa.schema([pa.field(c.name, c.arrow_type) for c in cols])
+
+    def ddl(self) -> str:
+        parts = []
+        for c in self.columns:
+            parts.append(f"{c.name} {c.type}{'' if c.nullable else ' NOT NULL'}")
+        if self.primary_key:
+            parts.append(f"PRIMARY KEY ({', '.join(self.primary_key)})")
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  " + ",\n  ".join(parts) + "\n)"
+
+
+def _c(name, type_, unit, doc, nullable=True, loader=False) -> Column:
+    return Column(name, type_, unit, doc, nullable, loader)
+
+
+_INC = _c("incident_id", "VARCHAR", "-", "incident this row belongs to", False, True)
+_SRC = _c("source_id", "INTEGER", "-", "source (file) within the incident", False, True)
+
+INCIDENTS = Table(
+    "incidents",
+    "One row per analysed bundle.",
+    (
+        _c("incident_id", "VARCHAR", "-", "short id derived from the bundle's SHA-256", False),
+        _c("title", "VARCHAR", "-", "user-given title or the bundle's name"),
+        _c("bundle_sha256", "VARCHAR", "-", "SHA-256 of the raw bundle (directories: of their canonical listing)", False),
+        _c("bundle_name", "VARCHAR", "-", "file or folder name the user gave"),
+        _c("bundle_bytes", "BIGINT", "bytes", "size of the raw bundle as given"),
+        _c("raw_path", "VARCHAR", "-", "where the raw bundle is kept (content-addressed)"),
+        _c("folder", "VARCHAR", "-", "the incident's own folder (extracted files, work files)"),
+        _c("created_at", "TIMESTAMPTZ", "UTC", "when the bundle was first received"),
+        _c("analyzed_at", "TIMESTAMPTZ", "UTC", "when the last analysis finished"),
+        _c("status", "VARCHAR", "-", "queued | running | done | failed", False),
+        _c("error", "VARCHAR", "-", "one-line reason when status is failed"),
+        _c("time_zone", "VARCHAR", "-", "zone used for local-time strings of this bundle"),
+        _c("time_zone_source", "VARCHAR", "-", "where that zone came from (manifest, date output, default)"),
+        _c("duration_s", "DOUBLE", "s", "wall time the last analysis took"),
+        _c("report", "VARCHAR", "-", "the aftertrace.report/1 JSON of the last analysis"),
+    ),
+    primary_key=("incident_id",),
+)
+
+SOURCES = Table(
+    "sources",
+    "One row per file of the bundle (also refused or unrecognized ones).",
+    (
+        _INC, _SRC,
+        _c("path", "VARCHAR", "-", "path inside the bundle, '/'-separated", False),
+        _c("kind", "VARCHAR", "-", "source kind (SOURCE_KINDS)", False),
+        _c("format", "VARCHAR", "-", "name of the parser that claimed the file (format variant)"),
+        _c("host", "VARCHAR", "-", "host the file belongs to (from path or contents)"),
+        _c("rank", "INTEGER", "-", "global training rank the file belongs to"),
+        _c("pid", "BIGINT", "-", "process the file belongs to"),
+        _c("clock_domain", "VARCHAR", "-", "clock of ts_raw_ns in this source's rows (CLOCK_DOMAINS)"),
+        _c("bytes", "BIGINT", "bytes", "size on disk (compressed size for .gz)"),
+        _c("bytes_read", "BIGINT", "bytes", "bytes read after decompression"),
+        _c("compressed", "BOOLEAN", "-", "whether the file is gzip-compressed"),
+        _c("records", "BIGINT", "count", "rows the parser produced (events, samples, metrics, anchors)"),
+        _c("issues", "BIGINT", "count", "parse issues recorded for the file"),
+        _c("status", "VARCHAR", "-", "parsed | partial | unrecognized | failed", False),
+        _c("error", "VARCHAR", "-", "why the file failed, or what made it partial"),
+        _c("host_from", "VARCHAR", "-", "how host was attributed (path, contents, folder, manifest)"),
+        _c("rank_from", "VARCHAR", "-", "how rank was attributed"),
+        _c("parse_s", "DOUBLE", "s", "wall time spent parsing the file"),
+        _c("attrs", "VARCHAR", "-", "JSON: facts the parser read about the file (versions, headers)"),
+    ),
+    primary_key=("incident_id", "source_id"),
+)
+
+EVENTS = Table(
+    "events",
+    "Spans and instants from every source, on the source's own clock.",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host (null: the source's host)"),
+        _c("rank", "INTEGER", "-", "global rank (null: the source's rank or unknown)"),
+        _c("pid", "BIGINT", "-", "process id the event is about or was printed by"),
+        _c("tid", "BIGINT", "-", "thread id"),
+        _c("ts_raw_ns", "BIGINT", "ns", "start time on the source's clock (null: the line had no time)"),
+        _c("ts_utc_ns", "BIGINT", "ns", "start time in UTC after alignment (filled by analysis)", True, True),
+        _c("ts_interpolated", "BOOLEAN", "-", "time was interpolated from neighbouring lines"),
+        _c("dur_ns", "BIGINT", "ns", "duration; null for instants"),
+        _c("category", "VARCHAR", "-", "event family: kernel, oom, log, cpu_op, kernel_launch, ..."),
+        _c("name", "VARCHAR", "-", "short event name", False),
+        _c("kind", "VARCHAR", "-", "typed finding kind when the event is one (oom_kill, gpu_xid, ...)"),
+        _c("severity", "VARCHAR", "-", "SEVERITIES, when the source states one"),
+        _c("line", "BIGINT", "line", "1-based line number of the event's first line in the file"),
+        _c("text", "VARCHAR", "-", "the raw line(s) the event was read from (evidence)"),
+        _c("attrs", "VARCHAR", "-", "JSON: further fields (victim pid, comm, rss, args, ...)"),
+    ),
+)
+
+SAMPLES = Table(
+    "samples",
+    "Profiler samples (perf), each pointing at a leaf in the stacks tree.",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host (null: the source's host)"),
+        _c("pid", "BIGINT", "-", "process id"),
+        _c("tid", "BIGINT", "-", "thread id"),
+        _c("cpu", "INTEGER", "-", "CPU the sample was taken on"),
+        _c("comm", "VARCHAR", "-", "command name"),
+        _c("ts_raw_ns", "BIGINT", "ns", "sample time on the source's clock"),
+        _c("ts_utc_ns", "BIGINT", "ns", "sample time in UTC after alignment", True, True),
+        _c("event", "VARCHAR", "-", "sampled event (cpu-clock, cycles, ...)"),
+        _c("period", "BIGINT", "count", "sample period (event units); 1 when not recorded"),
+        _c("stack_id", "BIGINT", "-", "leaf node in stacks (null: no call chain)"),
+    ),
+)
+
+STACKS = Table(
+    "stacks",
+    "De-duplicated call-stack prefix tree per source: a node is (parent, frame).",
+    (
+        _INC, _SRC,
+        _c("stack_id", "BIGINT", "-", "node id, unique within the source", False),
+        _c("parent_id", "BIGINT", "-", "parent node (null: a root frame)"),
+        _c("frame", "VARCHAR", "-", "function name as printed", False),
+        _c("dso", "VARCHAR", "-", "module the frame belongs to"),
+        _c("depth", "INTEGER", "frames", "0 for a root frame"),
+    ),
+)
+
+METRICS = Table(
+    "metrics",
+    "Time series: cgroup counters and their rates, pressure, GPU metrics.",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host (null: the source's host)"),
+        _c("entity", "VARCHAR", "-", "what is measured: cgroup path, device, 'host'"),
+        _c("metric", "VARCHAR", "-", "metric name, e.g. cpu.stat:nr_throttled", False),
+        _c("ts_raw_ns", "BIGINT", "ns", "sample time on the source's clock"),
+        _c("ts_utc_ns", "BIGINT", "ns", "sample time in UTC after alignment", True, True),
+        _c("value", "DOUBLE", "see unit", "the value"),
+        _c("unit", "VARCHAR", "-", "unit of value (ns, us, bytes, count, percent, ...)"),
+    ),
+)
+
+PARSE_ISSUES = Table(
+    "parse_issues",
+    "Lines or regions a parser could not use; parsing went on.",
+    (
+        _INC, _SRC,
+        _c("line", "BIGINT", "line", "1-based line number (null when not line-based)"),
+        _c("byte_offset", "BIGINT", "bytes", "offset in the decompressed stream, when known"),
+        _c("kind", "VARCHAR", "-", "bad_line | truncated | undecodable | limit | ...", False),
+        _c("message", "VARCHAR", "-", "what was wrong", False),
+        _c("text", "VARCHAR", "-", "an excerpt of the offending input (at most 200 chars)"),
+    ),
+)
+
+ANCHORS = Table(
+    "anchors",
+    "Clock anchors: one instant read on two clocks (e.g. /proc/uptime next to date).",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host (null: the source's host)"),
+        _c("name", "VARCHAR", "-", "anchor type: uptime_date, btime, perf_reference, ...", False),
+        _c("domain", "VARCHAR", "-", "the local clock domain that was read (boot, process)", False),
+        _c("local_ns", "BIGINT", "ns", "reading of the local clock", False),
+        _c("wall_ns", "BIGINT", "ns", "reading of the wall clock at the same instant (epoch)", False),
+        _c("wall_is_utc", "BOOLEAN", "-", "false when wall_ns was local time read without a zone"),
+        _c("uncertainty_ns", "BIGINT", "ns", "how far apart the two readings may be", False),
+        _c("boot_id", "VARCHAR", "-", "boot the local reading belongs to, when known"),
+        _c("line", "BIGINT", "line", "line the anchor was read from"),
+        _c("text", "VARCHAR", "-", "evidence text"),
+    ),
+)
+
+FACTS = Table(
+    "facts",
+    "Key/value facts read from the bundle: hostname, boot_id, kernel, time zone, ...",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host the fact is about (null: the source's host)"),
+        _c("key", "VARCHAR", "-", "fact name", False),
+        _c("value", "VARCHAR", "-", "fact value as text"),
+        _c("line", "BIGINT", "line", "line it was read from"),
+    ),
+)
+
+CLOCK_MAP = Table(
+    "clock_map",
+    "Per host and clock domain: how raw times become UTC (written by analysis).",
+    (
+        _c("incident_id", "VARCHAR", "-", "incident", False),
+        _c("host", "VARCHAR", "-", "host ('' for sources with no host)", False),
+        _c("domain", "VARCHAR", "-", "clock domain", False),
+        _c("offset_ns", "BIGINT", "ns", "utc_ns = ts_raw_ns + offset_ns (+ drift term)"),
+        _c("drift_ppm", "DOUBLE", "ppm", "rate error of the local clock, when two windows allowed it"),
+        _c("uncertainty_ns", "BIGINT", "ns", "bound on the error of the mapping"),
+        _c("method", "VARCHAR", "-", "how it was found (uptime+date, btime, assumed UTC, none)"),
+        _c("evidence", "VARCHAR", "-", "JSON list of the anchors used"),
+    ),
+    primary_key=("incident_id", "host", "domain"),
+)
+
+META = Table(
+    "aftertrace_meta",
+    "Store metadata: the schema version.",
+    (
+        _c("key", "VARCHAR", "-", "setting", False),
+        _c("value", "VARCHAR", "-", "value"),
+    ),
+    primary_key=("key",),
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t for t in (
+        META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
+        ANCHORS, FACTS, CLOCK_MAP,
+    )
+}
+
+# Tables a parser writes rows into.
+PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts")
+# Tables holding per-incident rows that are replaced when an incident is analysed again.
+INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map",)
+
+
+def describe() -> str:
+    """The schema as Markdown (used by docs and `aftertrace schema`)."""
+    out = []
+    for t in TABLES.values():
+        out.append(f"### {t.name}\n\n{t.doc}\n\n| column | type | unit | meaning |\n|---|---|---|---|")
+        for c in t.columns:
+            out.append(f"| {c.name} | {c.type} | {c.unit} | {c.doc} |")
+        out.append("")
+    return "\n".join(out)

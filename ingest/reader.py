@@ -1,0 +1,249 @@
+"""Opening bundle files: transparent gunzip, decompression limits, the sniffing head.
+
+Every parser reads through :func:`open_binary`, so gzip (including the
+multi-member gzip that ``nvidia-bug-report.sh`` writes) is invisible to it and
+the per-file decompression limit protects every parser alike.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+GZIP_MAGIC = b"\x1f\x8b"
+HEAD_BYTES = 64 * 1024
+
+
+class DecompressedLimit(Exception):
+    """Raised when a file decompresses to more bytes than allowed."""
+
+
+class _Limited(io.RawIOBase):
+    """Counts bytes read from a stream; raises DecompressedLimit past ``limit``."""
+
+    def __init__(self, raw, limit: int | None):
+        self._raw = raw
+        self.limit = limit
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self._raw.readinto(b)
+        if n:
+            self.count += n
+            if self.limit is not None and self.count > self.limit:
+                raise DecompressedLimit(
+                    f"decompressed data exceeds the per-file limit of {self.limit} bytes")
+        return n
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+class _GunzipRaw(io.RawIOBase):
+    """Streaming gunzip that hands out every byte it could decompress.
+
+    Unlike :class:`gzip.GzipFile` it returns the data decompressed before a
+    truncation or damage and only then raises (``EOFError`` for a stream that
+    ends early, ``gzip.BadGzipFile`` for damage), so parsers keep every complete
+    line before the cut. Concatenated members (multi-member gzip) are read in turn.
+    """
+
+    def __init__(self, f, chunk: int = 256 * 1024):
+        self._f = f
+        self._chunk = chunk
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._pending = b""      # compressed input not yet fed
+        self._out = b""          # decompressed, not yet returned
+        self._error: Exception | None = None
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, want: int) -> None:
+        while not self._out and not self._done and self._error is None:
+            if self._d.eof:
+                rest = self._d.unused_data + self._pending
+                self._pending = b""
+                if not rest:
+                    rest = self._f.read(self._chunk)
+                rest = rest.lstrip(b"\x00")
+                if not rest:
+                    more = self._f.read(self._chunk)
+                    if not more:
+                        self._done = True
+                        return
+                    rest = more.lstrip(b"\x00")
+                    if not rest:
+                        continue
+                if not rest.startswith(GZIP_MAGIC[:1]) or (len(rest) > 1 and rest[:2] != GZIP_MAGIC):
+                    self._error = gzip.BadGzipFile("data after the end of the gzip stream is not gzip")
+                    return
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._pending = rest
+            if not self._pending and not self._d.unconsumed_tail:
+                self._pending = self._f.read(self._chunk)
+                if not self._pending:
+                    self._error = EOFError("the gzip stream ends early (file truncated)")
+                    return
+            src = self._d.unconsumed_tail or self._pending
+            if not self._d.unconsumed_tail:
+                self._pending = b""
+            try:
+                self._out = self._d.decompress(src, max(want, 65536))
+            except zlib.error as e:
+                self._error = gzip.BadGzipFile(f"damaged gzip data: {e}")
+                return
+
+    def readinto(self, b) -> int:
+        self._fill(len(b))
+        if not self._out:
+            if self._error is not None:
+                err, self._error = self._error, None
+                self._done = True
+                raise err
+            return 0
+        n = min(len(b), len(self._out))
+        b[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            super().close()
+
+
+def is_gzip(path: str | os.PathLike) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def open_binary(path: str | os.PathLike, limit: int | None = None):
+    """A buffered binary stream of the file's (decompressed) content."""
+    f = open(path, "rb")
+    if f.read(2) == GZIP_MAGIC:
+        f.seek(0)
+        raw = _GunzipRaw(f)
+    else:
+        f.seek(0)
+        raw = f
+    lim = _Limited(raw, limit)
+    return io.BufferedReader(lim, buffer_size=1 << 20)
+
+
+def bytes_read(stream) -> int:
+    """Decompressed bytes consumed so far by a stream from :func:`open_binary`."""
+    return stream.raw.count
+
+
+_TEXTY = bytes(range(32, 127)) + b"\t\n\r\x0b\x0c\x1b"
+
+
+@dataclass
+class Head:
+    """The first KiBs of a file after gunzip: what ``detect`` functions look at.
+
+    ``path`` is the file's path inside the bundle. Detection is a dry run of a
+    parser's grammar on ``lines``; a path may only *add* to a content match.
+    """
+
+    path: str
+    data: bytes
+    complete: bool                 # the whole file fits in the head
+    text: str = ""
+    lines: list[str] = field(default_factory=list)
+    binary: bool = False
+
+    @classmethod
+    def read(cls, path: str | os.PathLike, rel: str, size: int = HEAD_BYTES) -> "Head":
+        chunks, n, damaged = [], 0, False
+        with open_binary(path, limit=None) as f:
+            # small reads so that a truncated or damaged gzip still yields its first bytes
+            while n <= size:
+                try:
+                    c = f.read(min(8192, size + 1 - n))
+                except (EOFError, OSError, zlib.error):
+                    damaged = True
+                    break
+                if not c:
+                    break
+                chunks.append(c)
+                n += len(c)
+        data = b"".join(chunks)
+        complete = len(data) <= size and not damaged
+        data = data[:size]
+        return cls.from_bytes(rel, data, complete)
+
+    @classmethod
+    def from_bytes(cls, rel: str, data: bytes, complete: bool = True) -> "Head":
+        h = cls(path=rel, data=data, complete=complete)
+        sample = data[:8192]
+        if b"\x00" in sample:
+            h.binary = True
+        elif sample:
+            # Lots of non-text bytes that are not valid UTF-8 either: binary.
+            try:
+                sample.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if e.start < len(sample) - 4:  # not just a character cut at the end
+                    bad = sum(1 for b in sample if b not in _TEXTY and b < 128)
+                    high = sum(1 for b in sample if b >= 128)
+                    h.binary = (bad + high) > len(sample) * 0.10
+        text = data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        if not complete and len(lines) > 1:
+            lines = lines[:-1]      # the last line is cut by the head size
+        h.text = text
+        h.lines = [ln.rstrip("\r") for ln in lines]
+        if h.lines and h.lines[-1] == "":
+            h.lines.pop()
+        return h
+
+    @property
+    def name(self) -> str:
+        """Base file name without compression suffix, lower-cased."""
+        n = PurePosixPath(self.path).name.lower()
+        return n[:-3] if n.endswith(".gz") else n
+
+    def nonblank(self, limit: int | None = None) -> list[str]:
+        out = [ln for ln in self.lines if ln.strip()]
+        return out if limit is None else out[:limit]
+
+    def share(self, pattern: re.Pattern, limit: int = 200) -> float:
+        """Fraction of the first ``limit`` non-blank lines that match ``pattern``."""
+        lines = self.nonblank(limit)
+        if not lines:
+            return 0.0
+        return sum(1 for ln in lines if pattern.match(ln)) / len(lines)
+
+
+def iter_lines(stream, on_undecodable=None):
+    """Yield (lineno, text) for every line of a binary stream (1-based, no newline).
+
+    Undecodable bytes are replaced; ``on_undecodable(lineno, raw)`` is called once
+    per such line so the caller can count it as a parse issue.
+    """
+    for i, raw in enumerate(stream, 1):
+        try:
+            s = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            s = raw.decode("utf-8", errors="replace")
+            if on_undecodable is not None:
+                on_undecodable(i, raw)
+        yield i, s.rstrip("\n").rstrip("\r")
+
+
+def file_size(path: str | os.PathLike) -> int:
+    return Path(path).stat().st_size

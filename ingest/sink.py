@@ -1,0 +1,128 @@
+"""Where parsers put their rows: buffered, typed, spilled to Parquet parts.
+
+A parser never talks to DuckDB (it may run in another process). It appends
+rows to a :class:`RowSink`; every ``batch_rows`` rows of a table the buffer is
+converted to an Arrow batch with the schema from :mod:`ingest.model` and written
+to ``<out_dir>/<table>.<n>.parquet``. The pipeline bulk-loads those parts into the
+store afterwards. Memory is therefore bounded by one batch per table, not by
+the size of the input file.
+
+Bulk producers (vectorised parsers) hand whole frames to :meth:`RowSink.add_frame`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .model import PARSER_TABLES, TABLES
+
+MAX_TEXT = 4000        # longest evidence text kept per row (chars)
+MAX_ISSUE_TEXT = 200   # longest excerpt kept per parse issue
+
+
+def _clip(s: str | None, n: int) -> str | None:
+    if s is None or len(s) <= n:
+        return s
+    return s[: n - 1] + "…"
+
+
+class RowSink:
+    def __init__(self, out_dir: str | os.PathLike, batch_rows: int = 65536,
+                 max_issues: int = 10000):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.batch_rows = batch_rows
+        self.max_issues = max_issues
+        self._buf: dict[str, dict[str, list]] = {}
+        self._parts: dict[str, int] = {t: 0 for t in PARSER_TABLES}
+        self.counts: dict[str, int] = {t: 0 for t in PARSER_TABLES}
+        self.issues_total = 0          # issues seen, including ones beyond max_issues
+        self.files: list[Path] = []
+
+    # -- row appends -----------------------------------------------------------
+    def add(self, table: str, **row: Any) -> None:
+        buf = self._buf.get(table)
+        if buf is None:
+            cols = TABLES[table].parser_columns
+            buf = self._buf[table] = {c.name: [] for c in cols}
+        n = len(next(iter(buf.values())))
+        for name, values in buf.items():
+            v = row.pop(name, None)
+            if name == "attrs" and v is not None and not isinstance(v, str):
+                v = json.dumps(v, default=str, ensure_ascii=False)
+            elif name == "text" and v is not None:
+                v = _clip(v, MAX_TEXT)
+            values.append(v)
+        if row:
+            raise KeyError(f"{table} has no column(s) {sorted(row)}")
+        self.counts[table] += 1
+        if n + 1 >= self.batch_rows:
+            self.flush(table)
+
+    def event(self, **row: Any) -> None:
+        self.add("events", **row)
+
+    def issue(self, kind: str, message: str, line: int | None = None,
+              text: str | None = None, byte_offset: int | None = None) -> None:
+        """Record a line or region that could not be used. Parsing goes on."""
+        self.issues_total += 1
+        if self.counts["parse_issues"] >= self.max_issues:
+            return  # counted, but not stored one by one
+        self.add("parse_issues", kind=kind, message=message, line=line,
+                 text=_clip(text, MAX_ISSUE_TEXT), byte_offset=byte_offset)
+
+    def fact(self, key: str, value: Any, line: int | None = None, host: str | None = None) -> None:
+        self.add("facts", key=key, value=None if value is None else str(value), line=line, host=host)
+
+    # -- bulk -------------------------------------------------------------------
+    def add_frame(self, table: str, frame) -> None:
+        """Append a Polars DataFrame or Arrow table whose columns are a subset of the table's."""
+        if hasattr(frame, "to_arrow"):
+            frame = frame.to_arrow()
+        if frame.num_rows == 0:
+            return
+        schema = TABLES[table].arrow_schema()
+        cols = []
+        for f in schema:
+            if f.name in frame.column_names:
+                cols.append(frame.column(f.name).cast(f.type))
+            else:
+                cols.append(pa.nulls(frame.num_rows, f.type))
+        extra = set(frame.column_names) - set(schema.names)
+        if extra:
+            raise KeyError(f"{table} has no column(s) {sorted(extra)}")
+        self._write(table, pa.table(cols, schema=schema))
+        self.counts[table] += frame.num_rows
+
+    # -- output -----------------------------------------------------------------
+    def flush(self, table: str | None = None) -> None:
+        tables = [table] if table else list(self._buf)
+        for t in tables:
+            buf = self._buf.get(t)
+            if not buf or not next(iter(buf.values())):
+                continue
+            schema = TABLES[t].arrow_schema()
+            arrays = [pa.array(buf[f.name], type=f.type) for f in schema]
+            self._write(t, pa.table(arrays, schema=schema))
+            for v in buf.values():
+                v.clear()
+
+    def _write(self, table: str, tbl: pa.Table) -> None:
+        n = self._parts[table]
+        self._parts[table] = n + 1
+        path = self.out_dir / f"{table}.{n:05d}.parquet"
+        pq.write_table(tbl, path, compression="zstd")
+        self.files.append(path)
+
+    def close(self) -> dict[str, int]:
+        self.flush()
+        return dict(self.counts)
+
+    @property
+    def records(self) -> int:
+        return sum(v for k, v in self.counts.items() if k not in ("parse_issues", "facts"))

@@ -1,0 +1,1 @@
+"""aftertrace server: service layer, store, CLI and the FastAPI app."""

@@ -1,0 +1,169 @@
+"""The FastAPI app: thin routes over :class:`server.service.Service`.
+
+Build it with :func:`create_app(settings)`; nothing is global. Every API error
+uses one envelope::
+
+    {"error": {"status": 404, "code": "not_found", "message": "no incident 'x'"}}
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ingest import __version__
+from ingest.bundle import IntakeError
+from web import pages
+
+from .service import NotFound, Service
+from .settings import Settings
+
+log = logging.getLogger("aftertrace")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def envelope(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "code": code, "message": message}}, status_code=status)
+
+
+_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
+          413: "too_large", 422: "invalid_request", 500: "internal_error"}
+
+
+def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
+    svc = service or Service(settings)
+    pool = ThreadPoolExecutor(max_workers=settings.analysis_threads, thread_name_prefix="analysis")
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="aftertrace", version=__version__, lifespan=lifespan,
+                  description="Post-mortem trace correlation for distributed ML training incidents.")
+    app.state.service = svc
+    app.state.settings = settings
+    app.state.pool = pool
+
+    app.mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static")
+
+    # -- errors ------------------------------------------------------------------------
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return envelope(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        if not request.url.path.startswith("/api/"):
+            return HTMLResponse(pages.error_page(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+        return envelope(exc.status_code, _CODES.get(exc.status_code, "error"), str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        parts = []
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
+        return envelope(422, "invalid_request", "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return envelope(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+    def _run(iid: str) -> None:
+        try:
+            svc.analyze(iid)
+        except Exception:
+            log.exception("analysis of %s failed", iid)
+
+    def _submit(bundle: UploadFile, title: str | None, content_length: int | None) -> dict:
+        limit = settings.limits.max_upload_bytes
+        if content_length is not None and content_length > limit + 1024 * 1024:
+            raise ApiError(413, "too_large", f"the upload is larger than the limit of {limit} bytes")
+        try:
+            sub = svc.submit_upload(bundle.file, bundle.filename or "upload", title or None)
+        except IntakeError as e:
+            status = 413 if "limit" in str(e) else 400
+            raise ApiError(status, _CODES[status], str(e)) from None
+        pool.submit(_run, sub.incident_id)
+        return {"id": sub.incident_id, "status": "queued", "url": f"/incidents/{sub.incident_id}",
+                "existing": sub.existed}
+
+    # -- API -------------------------------------------------------------------------------
+    @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle")
+    async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
+        cl = request.headers.get("content-length")
+        return _submit(bundle, title, int(cl) if cl and cl.isdigit() else None)
+
+    @app.get("/api/incidents", summary="List incidents")
+    def api_list():
+        return {"incidents": svc.list_incidents()}
+
+    @app.get("/api/incidents/{incident_id}", summary="Incident status")
+    def api_get(incident_id: str):
+        try:
+            return svc.get_incident(incident_id)
+        except NotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+
+    @app.get("/api/incidents/{incident_id}/report", summary="The aftertrace.report/1 JSON")
+    def api_report(incident_id: str):
+        try:
+            return svc.get_report(incident_id)
+        except NotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+
+    @app.get("/api/incidents/{incident_id}/issues", summary="Lines that could not be parsed")
+    def api_issues(incident_id: str, limit: int = 200):
+        try:
+            svc.get_incident(incident_id)
+        except NotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        return {"issues": svc.parse_issues(incident_id, max(1, min(limit, 5000)))}
+
+    # -- HTML ------------------------------------------------------------------------------
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def index():
+        return pages.index_page(svc.list_incidents())
+
+    @app.post("/upload", include_in_schema=False)
+    async def html_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
+        cl = request.headers.get("content-length")
+        try:
+            out = _submit(bundle, title, int(cl) if cl and cl.isdigit() else None)
+        except ApiError as e:
+            return HTMLResponse(pages.error_page(e.status, e.message), status_code=e.status)
+        return RedirectResponse(out["url"], status_code=303)
+
+    @app.get("/incidents/{incident_id}", response_class=HTMLResponse, include_in_schema=False)
+    def incident_page(incident_id: str):
+        try:
+            inc = svc.get_incident(incident_id)
+        except NotFound as e:
+            return HTMLResponse(pages.error_page(404, str(e)), status_code=404)
+        rep = None
+        if inc["status"] == "done":
+            try:
+                rep = svc.get_report(incident_id)
+            except NotFound:
+                rep = None
+        return pages.incident_page(inc, rep)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz():
+        return {"ok": True, "version": __version__}
+
+    return app

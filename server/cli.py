@@ -1,0 +1,284 @@
+"""The ``aftertrace`` command line (DESIGN.md "Command line")."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import PurePosixPath
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ingest import __version__
+from ingest.bundle import IntakeError
+
+from .settings import Settings
+from .store import StoreBusy, StoreError
+
+STAGES = {"extract": "Extracting", "detect": "Detecting formats", "parse": "Parsing",
+          "store": "Storing", "analyze": "Analysing"}
+
+
+class _DelayedProgress:
+    """A progress bar that appears only when the work takes more than ``delay`` seconds."""
+
+    def __init__(self, console: Console, delay: float = 1.0):
+        self.console = console
+        self.delay = delay
+        self.t0 = time.monotonic()
+        self.bar: Progress | None = None
+        self.tasks: dict[str, int] = {}
+        self.state: dict[str, tuple[int, int]] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        self.state[stage] = (done, total)
+        if self.bar is None:
+            if time.monotonic() - self.t0 < self.delay or not self.console.is_terminal:
+                return
+            self.bar = Progress(TextColumn("{task.description:<18}"), BarColumn(),
+                                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                console=self.console, transient=True)
+            self.bar.start()
+            for s, (d, t) in self.state.items():
+                self.tasks[s] = self.bar.add_task(STAGES.get(s, s), total=max(t, 1), completed=d)
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(STAGES.get(stage, stage), total=max(total, 1))
+        self.bar.update(self.tasks[stage], completed=done, total=max(total, 1))
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _clock_text(c: dict | None) -> str:
+    if not c:
+        return "-"
+    if c["domain"] == "none":
+        return "no times"
+    if c["offset_s"] is None:
+        return f"{c['domain']}: unplaced"
+    unc = c["uncertainty_s"]
+    u = "±?" if unc is None else (f"±{unc * 1000:.0f} ms" if unc < 1 else f"±{unc:.1f} s")
+    return f"{c['domain']} {u}"
+
+
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
+    """Collapse long runs of alike files (snapshot folders) into one row."""
+    if len(sources) <= limit:
+        return [dict(s, count=1) for s in sources]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in sources:
+        folder = str(PurePosixPath(s["path"]).parent)
+        key = (_DIGITS.sub("*", folder), s["kind"], s["host"], s["rank"], s["status"])
+        groups[key].append(s)
+    out = []
+    for key, items in groups.items():
+        if len(items) < 3:
+            out += [dict(s, count=1) for s in items]
+            continue
+        first = items[0]
+        out.append(dict(first, path=f"{key[0]}/ ({len(items)} files)", count=len(items),
+                        records=sum(i["records"] or 0 for i in items),
+                        issues=sum(i["issues"] or 0 for i in items),
+                        error=Counter(i["error"] for i in items).most_common(1)[0][0]))
+    return sorted(out, key=lambda s: s["path"])
+
+
+def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> None:
+    inc = rep["incident"]
+    console.print(f"[bold]aftertrace[/bold] incident [bold]{escape(inc['id'])}[/bold] "
+                  f"“{escape(str(inc['title']))}”"
+                  + (f" — analysed in {elapsed:.1f} s" if elapsed is not None else ""))
+    tz = rep.get("time_zone") or {}
+    console.print(f"Local times read as [bold]{escape(str(tz.get('zone')))}[/bold] "
+                  f"({escape(str(tz.get('from')))})")
+    srcs = rep["sources"]
+    st = Counter(s["status"] for s in srcs)
+    console.print()
+    t = Table(title=f"Sources: {len(srcs)} files — " + ", ".join(f"{n} {k}" for k, n in st.most_common()),
+              title_justify="left", show_lines=False)
+    for col, just in (("path", "left"), ("kind", "left"), ("host", "left"), ("rank", "right"),
+                      ("status", "left"), ("records", "right"), ("issues", "right"), ("clock", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    colors = {"parsed": "green", "partial": "yellow", "unrecognized": "dim", "failed": "red"}
+    for s in _group_sources(srcs):
+        t.add_row(escape(s["path"]), s["kind"], escape(s["host"] or "-"),
+                  "-" if s["rank"] is None else str(s["rank"]),
+                  f"[{colors.get(s['status'], 'white')}]{s['status']}[/]",
+                  str(s["records"] or 0), str(s["issues"] or 0), _clock_text(s["clock"]))
+    console.print(t)
+
+    console.print()
+    if rep["failure"]:
+        f = rep["failure"]
+        console.print(f"[bold red]Failure[/bold red] {f['time']}  {escape(f['summary'])}")
+    anomalies = rep["anomalies"]
+    console.print(f"[bold]Findings[/bold] ({len(anomalies)}):" if anomalies else "[bold]Findings[/bold]: none")
+    for a in anomalies:
+        where = " ".join(x for x in (a["host"] and f"host {a['host']}",
+                                      a["rank"] is not None and f"rank {a['rank']}",
+                                      a["pid"] and f"pid {a['pid']}") if x)
+        lead = f" ({a['lead_s']:.1f} s before the failure)" if a.get("lead_s") is not None else ""
+        console.print(f"  {a['time'] or 'time unknown'}  [bold]{a['kind']}[/bold]  {escape(where)}{lead}")
+        console.print(f"      {escape(a['summary'])}")
+        for e in a["evidence"][:2]:
+            console.print(f"      [dim]{escape(e['source'])}:{e['line']}: {escape(e['text'][:160])}[/dim]")
+    if rep["chains"]:
+        console.print("[bold]Causal chains[/bold]:")
+        for c in rep["chains"]:
+            console.print(f"  score {c['score']:.2f}: {escape(c['summary'])}")
+    else:
+        console.print("[bold]Causal chains[/bold]: none yet")
+    for n in rep.get("notes", []):
+        console.print(f"[dim]note: {escape(n)}[/dim]")
+
+    bad = [s for s in srcs if s["status"] != "parsed"]
+    if bad:
+        console.print()
+        console.print(f"[bold]Not fully parsed[/bold] ({len(bad)} files):")
+        shown = _group_sources(bad, limit=15)
+        for s in shown[:30]:
+            console.print(f"  [{colors.get(s['status'], 'white')}]{s['status']:<12}[/] {escape(s['path'])}: "
+                          f"{escape(str(s['error'] or ''))}")
+        if len(shown) > 30:
+            console.print(f"  … and {len(shown) - 30} more")
+
+
+def cmd_analyze(args, console: Console, err: Console) -> int:
+    from .service import Service
+    settings = Settings.from_env(db=args.db, home=args.home)
+    try:
+        svc = Service(settings)
+    except StoreBusy as e:
+        err.print(f"aftertrace: {e}")
+        return 3
+    except StoreError as e:
+        err.print(f"aftertrace: {e}")
+        return 3
+    t0 = time.monotonic()
+    try:
+        sub = svc.submit_path(args.path, title=args.title)
+    except IntakeError as e:
+        err.print(f"aftertrace: cannot read {escape(str(args.path))}: {escape(str(e))}")
+        return 2
+    except OSError as e:
+        err.print(f"aftertrace: cannot read {escape(str(args.path))}: {escape(e.strerror or str(e))}")
+        return 2
+    prog = _DelayedProgress(err)
+    try:
+        rep = svc.analyze(sub.incident_id, progress=prog)
+    except Exception as e:
+        prog.stop()
+        err.print(f"aftertrace: analysis of {escape(str(args.path))} failed: {escape(type(e).__name__)}: "
+                  f"{escape(str(e))} (details in {settings.incident_dir(sub.incident_id)}/error.txt)")
+        return 1
+    finally:
+        prog.stop()
+    print_summary(console, rep, time.monotonic() - t0)
+    if args.json:
+        text = json.dumps(rep, indent=2)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+            console.print(f"\nReport JSON written to {escape(args.json)}")
+    console.print(f"\nStored in {escape(str(settings.db_path))}. To browse it: "
+                  f"[bold]aftertrace serve[/bold] then open "
+                  f"http://{settings.host}:{settings.port}/incidents/{sub.incident_id}")
+    return 0
+
+
+def cmd_serve(args, console: Console, err: Console) -> int:
+    import uvicorn
+    from .app import create_app
+    settings = Settings.from_env(db=args.db, home=args.home, host=args.host, port=args.port)
+    try:
+        app = create_app(settings)
+    except StoreError as e:
+        err.print(f"aftertrace: {e}")
+        return 3
+    console.print(f"aftertrace UI and API on http://{args.host}:{args.port}/ (API docs at /docs)")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def cmd_incidents(args, console: Console, err: Console) -> int:
+    from .service import Service
+    settings = Settings.from_env(db=args.db, home=args.home)
+    try:
+        svc = Service(settings)
+    except StoreError as e:
+        err.print(f"aftertrace: {e}")
+        return 3
+    t = Table(title="Incidents", title_justify="left")
+    for c in ("id", "title", "status", "sources", "created"):
+        t.add_column(c)
+    for r in svc.list_incidents():
+        t.add_row(r["id"], escape(str(r["title"])), r["status"], str(r["sources"]), str(r["created_at"]))
+    console.print(t)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aftertrace",
+                                description="Post-mortem trace correlation for distributed ML training incidents.")
+    p.add_argument("--version", action="version", version=f"aftertrace {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def common(sp):
+        sp.add_argument("--db", help="DuckDB store file (default: $AFTERTRACE_HOME/aftertrace.duckdb)")
+        sp.add_argument("--home", help=argparse.SUPPRESS)
+
+    a = sub.add_parser("analyze", help="ingest and analyse a crash bundle (folder, archive or file)")
+    a.add_argument("path", help="directory, .tar/.tar.gz/.tgz/.tar.xz/.zip archive, or a single file")
+    a.add_argument("--json", metavar="FILE", help="write the aftertrace.report/1 JSON here ('-' for stdout)")
+    a.add_argument("--title", help="incident title (default: the bundle's name)")
+    common(a)
+    a.set_defaults(func=cmd_analyze)
+
+    s = sub.add_parser("serve", help="run the web UI and HTTP API")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000)
+    common(s)
+    s.set_defaults(func=cmd_serve)
+
+    ls = sub.add_parser("incidents", help="list stored incidents")
+    common(ls)
+    ls.set_defaults(func=cmd_incidents)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)   # piped output: do not wrap at 80
+    err = Console(stderr=True, highlight=False)
+    return args.func(args, console, err)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""The service layer: what the CLI, the HTTP routes and the tests call.
+
+No FastAPI here. One :class:`Service` is built from explicit :class:`Settings`
+and a :class:`Store`; it receives bundles, runs the pipeline
+
+    raw store -> safe extraction -> detect -> parse (host info first, then the
+    rest in parallel processes) -> host/rank attribution -> bulk load ->
+    clock alignment -> findings -> report
+
+and answers queries about incidents.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.parquet as pq
+
+from analysis import clocks, findings, report as report_mod
+from ingest import attribution
+from ingest.bundle import (Extracted, IntakeError, RawBundle, extract, sniff_kind, store_raw,
+                           store_stream)
+from ingest.model import PARSER_TABLES, STATUS_FAILED, STATUS_PARSED
+from ingest.parse import ParseJob, SourceResult, parse_file
+from ingest.reader import Head
+from ingest.registry import default_registry
+from ingest.timeparse import tzinfo_for
+
+from .settings import Settings
+from .store import Store
+
+MANIFEST = "aftertrace-manifest.json"
+Progress = Callable[[str, int, int], None]
+
+
+class NotFound(Exception):
+    pass
+
+
+@dataclass
+class Submitted:
+    incident_id: str
+    status: str
+    existed: bool
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _noop(stage: str, done: int, total: int) -> None:
+    pass
+
+
+class Service:
+    def __init__(self, settings: Settings, store: Store | None = None):
+        self.settings = settings
+        self.store = store or Store(settings.db_path)
+        self.registry = default_registry()
+
+    # -- intake ------------------------------------------------------------------
+    def submit_path(self, path: str | os.PathLike, title: str | None = None) -> Submitted:
+        raw = store_raw(path, self.settings.bundles_dir)
+        return self._register(raw, title)
+
+    def submit_upload(self, stream, filename: str, title: str | None = None) -> Submitted:
+        name = Path(filename or "upload").name or "upload"
+        raw = store_stream(stream, name, self.settings.bundles_dir, self.settings.limits.max_upload_bytes)
+        return self._register(raw, title)
+
+    def _register(self, raw: RawBundle, title: str | None) -> Submitted:
+        iid = raw.sha256[:12]
+        cur = self.store.cursor()
+        existing = self.store.query("SELECT incident_id FROM incidents WHERE incident_id = ?", [iid])
+        if existing:
+            cur.execute("UPDATE incidents SET status = 'queued', error = NULL, raw_path = ?, "
+                        "title = COALESCE(?, title) WHERE incident_id = ?", [str(raw.raw_path), title, iid])
+        else:
+            self.store.insert_rows("incidents", [{
+                "incident_id": iid, "title": title or raw.name, "bundle_sha256": raw.sha256,
+                "bundle_name": raw.name, "bundle_bytes": raw.bytes, "raw_path": str(raw.raw_path),
+                "folder": str(self.settings.incident_dir(iid)), "created_at": _now(),
+                "status": "queued"}])
+        return Submitted(iid, "queued", bool(existing))
+
+    # -- queries ---------------------------------------------------------------------
+    def list_incidents(self) -> list[dict]:
+        rows = self.store.query(
+            """SELECT i.incident_id AS id, i.title, i.status, i.error, i.bundle_name, i.bundle_bytes,
+                      i.created_at, i.analyzed_at, i.duration_s,
+                      (SELECT count(*) FROM sources s WHERE s.incident_id = i.incident_id) AS sources
+               FROM incidents i ORDER BY i.created_at DESC""")
+        for r in rows:
+            for k in ("created_at", "analyzed_at"):
+                r[k] = report_mod._iso(r[k])
+        return rows
+
+    def get_incident(self, incident_id: str) -> dict:
+        rows = self.store.query(
+            """SELECT incident_id AS id, title, status, error, bundle_name, bundle_bytes, bundle_sha256,
+                      created_at, analyzed_at, duration_s, time_zone, time_zone_source
+               FROM incidents WHERE incident_id = ?""", [incident_id])
+        if not rows:
+            raise NotFound(f"no incident {incident_id!r}")
+        r = rows[0]
+        for k in ("created_at", "analyzed_at"):
+            r[k] = report_mod._iso(r[k])
+        counts = self.store.query(
+            "SELECT status, count(*) AS n FROM sources WHERE incident_id = ? GROUP BY status", [incident_id])
+        r["sources"] = {c["status"]: c["n"] for c in counts}
+        return r
+
+    def get_report(self, incident_id: str) -> dict:
+        rows = self.store.query("SELECT status, report, error FROM incidents WHERE incident_id = ?",
+                                [incident_id])
+        if not rows:
+            raise NotFound(f"no incident {incident_id!r}")
+        if not rows[0]["report"]:
+            raise NotFound(f"incident {incident_id} has no report yet (status: {rows[0]['status']})")
+        return json.loads(rows[0]["report"])
+
+    def parse_issues(self, incident_id: str, limit: int = 200) -> list[dict]:
+        return self.store.query(
+            """SELECT s.path, p.line, p.kind, p.message, p.text FROM parse_issues p
+               JOIN sources s USING (incident_id, source_id) WHERE p.incident_id = ?
+               ORDER BY s.path, p.line LIMIT ?""", [incident_id, limit])
+
+    # -- the pipeline ----------------------------------------------------------------
+    def analyze(self, incident_id: str, progress: Progress | None = None) -> dict:
+        progress = progress or _noop
+        t0 = time.perf_counter()
+        cur = self.store.cursor()
+        row = self.store.query("SELECT * FROM incidents WHERE incident_id = ?", [incident_id])
+        if not row:
+            raise NotFound(f"no incident {incident_id!r}")
+        inc = row[0]
+        cur.execute("UPDATE incidents SET status = 'running', error = NULL WHERE incident_id = ?", [incident_id])
+        try:
+            rep = self._run(inc, progress)
+        except Exception as e:
+            msg = f"{type(e).__name__}: {e}"
+            cur.execute("UPDATE incidents SET status = 'failed', error = ? WHERE incident_id = ?",
+                        [msg, incident_id])
+            tb = traceback.format_exc()
+            folder = self.settings.incident_dir(incident_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "error.txt").write_text(tb)
+            raise
+        dur = time.perf_counter() - t0
+        cur.execute("UPDATE incidents SET status = 'done', analyzed_at = ?, duration_s = ?, report = ? "
+                    "WHERE incident_id = ?", [_now(), dur, json.dumps(rep), incident_id])
+        return rep
+
+    def _run(self, inc: dict, progress: Progress) -> dict:
+        iid = inc["incident_id"]
+        folder = self.settings.incident_dir(iid)
+        files_dir, work_dir = folder / "files", folder / "work"
+        raw_path = Path(inc["raw_path"])
+        kind, comp = sniff_kind(raw_path)
+        raw = RawBundle(inc["bundle_sha256"], inc["bundle_name"], kind, raw_path, inc["bundle_bytes"], comp)
+        progress("extract", 0, 1)
+        ex = extract(raw, files_dir, self.settings.limits)
+        progress("extract", 1, 1)
+        if work_dir.exists():
+            shutil.rmtree(work_dir)
+        work_dir.mkdir(parents=True)
+
+        notes: list[str] = []
+        if ex.stopped:
+            notes.append(f"extraction: {ex.stopped}")
+        members = sorted(ex.members, key=lambda m: m.path)
+        manifest, mnotes = self._manifest(ex)
+        notes += mnotes
+
+        # Detect every extracted file (first KiBs after gunzip).
+        results: dict[str, SourceResult] = {}
+        jobs: list[ParseJob] = []
+        host_jobs: list[ParseJob] = []
+        ok = [m for m in members if m.ok and m.path != MANIFEST]
+        for i, m in enumerate(ok):
+            progress("detect", i, len(ok))
+            try:
+                det = self.registry.detect(Head.read(m.file, m.path))
+            except Exception as e:  # unreadable / damaged compression
+                results[m.path] = SourceResult(m.path, status=STATUS_FAILED,
+                                               error=f"{m.path}: cannot be read: {e}", bytes=m.size)
+                continue
+            if not det.recognized:
+                results[m.path] = SourceResult(m.path, error=det.reason, bytes=m.file.stat().st_size)
+                continue
+            job = ParseJob(str(m.file), m.path, str(work_dir / f"{len(jobs) + len(host_jobs):06d}"),
+                           self.settings.limits.max_member_bytes, None, det.parser.name)
+            (host_jobs if det.parser.kind == "host_info" else jobs).append(job)
+        progress("detect", len(ok), len(ok))
+
+        # Host info first: it tells the bundle's time zone for local-time strings.
+        for job in host_jobs:
+            results[job.rel] = parse_file(job, self.registry)
+        tz, tz_from = self._time_zone(manifest, [results[j.rel] for j in host_jobs])
+        tz_ok = tzinfo_for(tz) is not None
+        if not tz_ok:
+            notes.append(f"time zone {tz!r} ({tz_from}) is not known; local times were read as UTC")
+        for job in jobs:
+            job.time_zone = tz if tz_ok else "UTC"
+        self._parse_all(jobs, results, progress)
+
+        # Sources: every member, parsed or not.
+        sources = []
+        for m in members:
+            if m.path == MANIFEST and m.ok:
+                r = SourceResult(m.path, kind="host_info", format="manifest", status=STATUS_PARSED,
+                                 clock_domain="none", bytes=m.size)
+            elif not m.ok:
+                r = SourceResult(m.path, status=STATUS_FAILED if m.status == "refused" else "unrecognized",
+                                 error=m.message, bytes=m.size)
+            else:
+                r = results[m.path]
+            sources.append(r)
+        att = [attribution.Attributable(r.rel, r.kind, content_host=r.host, content_rank=r.rank)
+               for r in sources]
+        manifest_hosts = {h: v.get("paths", []) for h, v in (manifest.get("hosts") or {}).items()
+                          if isinstance(v, dict)} if manifest else {}
+        notes += attribution.resolve(att, manifest_hosts)
+
+        progress("store", 0, 1)
+        self._load(iid, sources, att, tz, tz_from)
+        progress("store", 1, 1)
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+        progress("analyze", 0, 1)
+        clocks.align(self.store, iid)
+        anomalies = findings.anomalies(self.store, iid)
+        rep = report_mod.build(self.store, iid, anomalies, notes=notes,
+                               time_zone={"zone": tz, "from": tz_from})
+        (folder / "report.json").write_text(json.dumps(rep, indent=2))
+        progress("analyze", 1, 1)
+        return rep
+
+    def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress) -> None:
+        total = sum(Path(j.path).stat().st_size for j in jobs)
+        n = len(jobs)
+        progress("parse", 0, n)
+        workers = min(self.settings.parse_workers, n)
+        if workers <= 1 or total < self.settings.inline_bytes:
+            for i, job in enumerate(jobs):
+                results[job.rel] = parse_file(job, self.registry)
+                progress("parse", i + 1, n)
+            return
+        jobs = sorted(jobs, key=lambda j: -Path(j.path).stat().st_size)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futs = {pool.submit(parse_file, job): job for job in jobs}
+            for i, fut in enumerate(as_completed(futs)):
+                job = futs[fut]
+                try:
+                    results[job.rel] = fut.result()
+                except Exception as e:  # the worker itself died
+                    results[job.rel] = SourceResult(job.rel, status=STATUS_FAILED,
+                                                    error=f"{job.rel}: parser process failed: {e!r}")
+                progress("parse", i + 1, n)
+
+    def _load(self, iid: str, sources: list[SourceResult], att, tz: str, tz_from: str) -> None:
+        cur = self.store.cursor()
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            self.store.delete_incident_rows(iid)
+            rows = []
+            for sid, (r, a) in enumerate(zip(sources, att), 1):
+                rows.append({
+                    "incident_id": iid, "source_id": sid, "path": r.rel, "kind": r.kind, "format": r.format,
+                    "host": a.host, "rank": a.rank, "pid": r.pid, "clock_domain": r.clock_domain,
+                    "bytes": r.bytes, "bytes_read": r.bytes_read, "compressed": r.compressed,
+                    "records": r.records, "issues": r.issues, "status": r.status, "error": r.error,
+                    "host_from": a.host_from, "rank_from": a.rank_from, "parse_s": r.parse_s,
+                    "attrs": json.dumps(r.attrs) if r.attrs else None})
+            self.store.insert_rows("sources", rows)
+            for sid, r in enumerate(sources, 1):
+                for table in PARSER_TABLES:
+                    files = r.parts.get(table)
+                    if files:
+                        self.store.load_parts(table, files, iid, sid)
+            cur.execute("UPDATE incidents SET time_zone = ?, time_zone_source = ? WHERE incident_id = ?",
+                        [tz, tz_from, iid])
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _manifest(ex: Extracted) -> tuple[dict | None, list[str]]:
+        for m in ex.members:
+            if m.path == MANIFEST and m.ok:
+                try:
+                    data = json.loads(m.file.read_text(encoding="utf-8"))
+                except (ValueError, UnicodeDecodeError) as e:
+                    return None, [f"{MANIFEST}: not valid JSON ({e}); ignored"]
+                if not isinstance(data, dict):
+                    return None, [f"{MANIFEST}: not a JSON object; ignored"]
+                return data, []
+        return None, []
+
+    @staticmethod
+    def _time_zone(manifest: dict | None, host_results: list[SourceResult]) -> tuple[str, str]:
+        if manifest and isinstance(manifest.get("time_zone"), str):
+            return manifest["time_zone"], "manifest"
+        zones, offsets = [], []
+        for r in host_results:
+            for f in r.parts.get("facts", []):
+                for row in pq.read_table(f, columns=["key", "value"]).to_pylist():
+                    if row["key"] == "time_zone":
+                        zones.append((row["value"], r.rel))
+                    elif row["key"] == "utc_offset":
+                        offsets.append((row["value"], r.rel))
+        for z, rel in zones:
+            if "/" in z or tzinfo_for(z) is not None and z.upper() in ("UTC", "GMT", "UCT"):
+                return z, f"date/timedatectl output ({rel})"
+        for o, rel in offsets:
+            return o, f"UTC offset in date output ({rel})"
+        for z, rel in zones:
+            if tzinfo_for(z) is not None:
+                return z, f"date output ({rel})"
+        return "UTC", "default (no time zone in the bundle)"

@@ -1,0 +1,74 @@
+"""The worked example of analysis/clocks.py's docstring, end to end through the pipeline."""
+import pytest
+
+from analysis.clocks import Anchor, solve_boot
+from ingest.timeparse import fmt_utc
+from server.service import Service
+from server.settings import Settings
+
+
+@pytest.fixture
+def svc(tmp_path):
+    return Service(Settings.from_env(home=tmp_path / "home"))
+
+
+def _analyze(svc, root):
+    sub = svc.submit_path(root)
+    return sub.incident_id, svc.analyze(sub.incident_id)
+
+
+def test_docstring_worked_example(svc, tmp_path):
+    b = tmp_path / "bundle" / "node-1"
+    (b / "host").mkdir(parents=True)
+    (b / "host" / "anchors.txt").write_text("1234.56 2000.00\n1764417073.250000000\n")
+    (b / "dmesg.txt").write_text("[ 1200.000000] hello from the kernel\n")
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    cm = svc.store.query("SELECT host, domain, offset_ns, uncertainty_ns, method FROM clock_map WHERE incident_id = ?",
+                         [iid])
+    assert cm == [{"host": "node-1", "domain": "boot", "offset_ns": 1_764_415_838_685_000_000,
+                   "uncertainty_ns": 10_000_000, "method": "uptime+date"}]
+    ev = svc.store.query("SELECT ts_raw_ns, ts_utc_ns FROM events WHERE incident_id = ?", [iid])
+    assert ev == [{"ts_raw_ns": 1_200_000_000_000, "ts_utc_ns": 1_764_417_038_685_000_000}]
+    assert fmt_utc(ev[0]["ts_utc_ns"]) == "2025-11-29T11:50:38.685000Z"
+    src = {s["path"]: s for s in rep["sources"]}
+    assert src["node-1/dmesg.txt"]["clock"] == {"domain": "boot", "offset_s": 1764415838.685,
+                                                "uncertainty_s": 0.01, "method": "uptime+date"}
+
+
+def test_uptime_and_date_in_two_files_of_one_folder(svc, tmp_path):
+    b = tmp_path / "bundle" / "node-2"
+    (b / "host").mkdir(parents=True)
+    (b / "host" / "uptime.start").write_text("100.00 150.00\n")
+    (b / "host" / "date.start").write_text("1764417073.000000000\n")
+    (b / "dmesg.txt").write_text("[  100.005000] x\n")
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    (cm,) = svc.store.query("SELECT offset_ns, uncertainty_ns, method FROM clock_map WHERE incident_id = ? "
+                            "AND domain = 'boot'", [iid])
+    assert cm["offset_ns"] == 1_764_417_073_000_000_000 - 100_005_000_000
+    assert cm["uncertainty_ns"] == 55_000_000
+    (ev,) = svc.store.query("SELECT ts_utc_ns FROM events WHERE incident_id = ?", [iid])
+    assert ev["ts_utc_ns"] == 1_764_417_073_000_000_000
+
+
+def test_btime_only_is_coarse():
+    e = solve_boot("h", [Anchor("h", "btime", 0, 1_700_000_000 * 10**9, 10**9, "stat")])
+    assert (e.offset_ns, e.uncertainty_ns, e.method) == (1_700_000_000 * 10**9, 10**9, "btime")
+
+
+def test_median_of_pairs_and_spread_as_uncertainty():
+    pairs = [Anchor("h", "uptime_date", 0, off, 10_000_000, "a") for off in (1_000_000_000, 1_020_000_000,
+                                                                               5_000_000_000)]
+    e = solve_boot("h", pairs)
+    assert e.offset_ns == 1_020_000_000
+    assert e.uncertainty_ns == 3_980_000_000   # a disagreeing anchor widens the stated uncertainty
+
+
+def test_no_anchor_leaves_boot_sources_unplaced(svc, tmp_path):
+    b = tmp_path / "bundle"
+    b.mkdir()
+    (b / "dmesg.txt").write_text("[    5.000000] x\n")
+    iid, rep = _analyze(svc, b)
+    (ev,) = svc.store.query("SELECT ts_utc_ns FROM events WHERE incident_id = ?", [iid])
+    assert ev["ts_utc_ns"] is None
+    assert rep["sources"][0]["clock"]["offset_s"] is None
+    assert rep["sources"][0]["clock"]["method"].startswith("none")

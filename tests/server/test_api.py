@@ -1,0 +1,125 @@
+"""The HTTP API end to end: upload, background analysis, status, report, errors, escaping."""
+import io
+import tarfile
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+
+OOM_LINE = ("[ 7063.247407] Memory cgroup out of memory: Killed process 12345 (python) total-vm:9216kB, "
+            "anon-rss:2048kB, file-rss:512kB, shmem-rss:0kB, UID:0 pgtables:64kB oom_score_adj:0")
+
+
+def _tgz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in files.items():
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def client(settings):
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def _wait(client, iid, timeout=20):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        r = client.get(f"/api/incidents/{iid}")
+        assert r.status_code == 200
+        if r.json()["status"] in ("done", "failed"):
+            return r.json()
+        time.sleep(0.05)
+    raise AssertionError("analysis did not finish")
+
+
+def test_upload_analyse_report(client):
+    data = _tgz({
+        "node-1/host/anchors.txt": b"7000.00 9000.00\n1764417073.000000000\n",
+        "node-1/dmesg.txt": f"[ 7000.000000] start\n{OOM_LINE}\n".encode(),
+        "node-1/evil/../../escape.txt": b"x",
+    })
+    r = client.post("/api/incidents", files={"bundle": ("incident.tgz", data)}, data={"title": "OOM test"})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert set(body) >= {"id", "status", "url"} and body["status"] == "queued"
+    assert body["url"] == f"/incidents/{body['id']}"
+    st = _wait(client, body["id"])
+    assert st["status"] == "done", st
+    assert st["title"] == "OOM test"
+    rep = client.get(f"/api/incidents/{body['id']}/report").json()
+    assert rep["schema"] == "aftertrace.report/1"
+    assert rep["incident"]["id"] == body["id"]
+    paths = {s["path"]: s for s in rep["sources"]}
+    assert paths["node-1/dmesg.txt"]["status"] == "parsed"
+    assert paths["node-1/dmesg.txt"]["host"] == "node-1"
+    refused = [s for s in rep["sources"] if s["status"] == "failed"]
+    assert len(refused) == 1 and "'..'" in refused[0]["error"]
+    (oom,) = rep["anomalies"]
+    assert oom["kind"] == "oom_kill" and oom["pid"] == 12345 and oom["host"] == "node-1"
+    # 7063.247407 s boot -> 1764417073 - (7000.005) + 7063.247407
+    assert oom["ts"] == pytest.approx(1764417073.0 - 7000.005 + 7063.247407, abs=1e-6)
+    assert oom["evidence"][0] == {"source": "node-1/dmesg.txt", "line": 2, "text": OOM_LINE}
+    listed = client.get("/api/incidents").json()["incidents"]
+    assert [i["id"] for i in listed] == [body["id"]]
+
+
+def test_same_bundle_twice_does_not_duplicate_rows(client, settings):
+    data = _tgz({"dmesg.txt": f"{OOM_LINE}\n".encode()})
+    a = client.post("/api/incidents", files={"bundle": ("a.tgz", data)}).json()
+    _wait(client, a["id"])
+    b = client.post("/api/incidents", files={"bundle": ("again.tgz", data)}).json()
+    assert b["id"] == a["id"] and b["existing"] is True
+    _wait(client, b["id"])
+    store = client.app.state.service.store
+    assert store.query("SELECT count(*) AS n FROM events")[0]["n"] == 1
+    assert store.query("SELECT count(*) AS n FROM sources")[0]["n"] == 1
+    assert store.query("SELECT count(*) AS n FROM incidents")[0]["n"] == 1
+    assert len(list(settings.bundles_dir.iterdir())) == 1
+
+
+def test_error_envelope(client):
+    r = client.get("/api/incidents/doesnotexist")
+    assert r.status_code == 404
+    assert r.json() == {"error": {"status": 404, "code": "not_found", "message": "no incident 'doesnotexist'"}}
+    r = client.post("/api/incidents")
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+    r = client.get("/api/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = client.post("/api/incidents", files={"bundle": ("empty.txt", b"")})
+    assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
+
+
+def test_upload_limit(settings):
+    from ingest.bundle import IntakeLimits
+    s = settings.with_(limits=IntakeLimits(max_upload_bytes=1000))
+    with TestClient(create_app(s)) as c:
+        r = c.post("/api/incidents", files={"bundle": ("big.txt", b"x" * 5000)})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    assert [p for p in s.bundles_dir.iterdir()] == []
+
+
+def test_strings_from_bundles_are_escaped(client):
+    evil = "<script>alert(1)</script>"
+    data = _tgz({f"{evil}.txt": f"[    1.000000] {evil}\n".encode()})
+    r = client.post("/api/incidents", files={"bundle": ("x.tgz", data)}, data={"title": evil})
+    iid = r.json()["id"]
+    _wait(client, iid)
+    for page in ("/", f"/incidents/{iid}"):
+        html = client.get(page).text
+        assert evil not in html
+        assert "&lt;script&gt;" in html
+
+
+def test_html_pages_and_openapi(client):
+    assert "Upload a crash bundle" in client.get("/").text
+    r = client.get("/incidents/nope")
+    assert r.status_code == 404 and "no incident" in r.text
+    spec = client.get("/openapi.json").json()
+    assert "/api/incidents" in spec["paths"] and "/api/incidents/{incident_id}/report" in spec["paths"]

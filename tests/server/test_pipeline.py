@@ -1,0 +1,98 @@
+"""The pipeline: parallel parsing, failure isolation, statuses, idempotent re-analysis."""
+import gzip
+
+from ingest.formats import PARSERS
+from ingest.registry import Parser, Registry
+from server.service import Service
+
+RAW = "[ {:>4}.000000] line {}\n"
+
+
+def _bundle(root, n_files=6, lines=200):
+    for i in range(n_files):
+        d = root / f"node-{i % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"dmesg{i}.txt").write_text("".join(RAW.format(k, k) for k in range(1, lines + 1)))
+    return root
+
+
+def test_parallel_and_inline_give_the_same_rows(tmp_path, settings):
+    b = _bundle(tmp_path / "b")
+    par = Service(settings.with_(workers=2, inline_bytes=0))
+    sub = par.submit_path(b)
+    rep_par = par.analyze(sub.incident_id)
+    n_par = par.store.query("SELECT count(*) AS n FROM events")[0]["n"]
+    par.store.close()
+    seq = Service(settings.with_(home=tmp_path / "h2", db_path=tmp_path / "h2" / "db.duckdb", workers=1))
+    sub2 = seq.submit_path(b)
+    rep_seq = seq.analyze(sub2.incident_id)
+    assert n_par == 6 * 200
+    assert seq.store.query("SELECT count(*) AS n FROM events")[0]["n"] == n_par
+    assert [(s["path"], s["status"], s["records"], s["host"]) for s in rep_par["sources"]] == \
+           [(s["path"], s["status"], s["records"], s["host"]) for s in rep_seq["sources"]]
+
+
+class Crashing(Parser):
+    name = "crashing"
+    kind = "app_log"
+    priority = 99
+    clock_domain = "wall"
+
+    @classmethod
+    def detect(cls, head):
+        return head.text.startswith("CRASH")
+
+    def parse(self, ctx):
+        for lineno, line in ctx.lines():
+            if lineno == 3:
+                raise ValueError("boom")
+            ctx.sink.event(name="x", line=lineno)
+
+
+def test_one_failing_file_never_stops_the_others(tmp_path, settings):
+    b = _bundle(tmp_path / "b", n_files=2, lines=5)
+    (b / "bad.log").write_text("CRASH 1\nCRASH 2\nCRASH 3\nCRASH 4\n")
+    svc = Service(settings)
+    svc.registry = Registry(PARSERS + (Crashing,))
+    sub = svc.submit_path(b)
+    rep = svc.analyze(sub.incident_id)
+    src = {s["path"]: s for s in rep["sources"]}
+    assert src["bad.log"]["status"] == "failed"
+    assert src["bad.log"]["records"] == 0
+    assert "bad.log: parser crashing failed at line 3: ValueError: boom" in src["bad.log"]["error"]
+    assert src["node-0/dmesg0.txt"]["status"] == "parsed" and src["node-0/dmesg0.txt"]["records"] == 5
+    assert svc.store.query("SELECT count(*) AS n FROM events WHERE source_id = "
+                           "(SELECT source_id FROM sources WHERE path = 'bad.log')")[0]["n"] == 0
+
+
+def test_partial_files_name_their_bad_lines(tmp_path, settings):
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "dmesg.txt").write_text("[    1.000000] a\n[    2.000000] b\n\x01\x02 not a record\n[    3.000000] c\n")
+    with gzip.open(b / "cut.txt.gz", "wb") as f:
+        f.write("".join(RAW.format(k, k) for k in range(1, 2001)).encode())
+    data = (b / "cut.txt.gz").read_bytes()
+    (b / "cut.txt.gz").write_bytes(data[: len(data) // 2])
+    svc = Service(settings)
+    rep = svc.analyze(svc.submit_path(b).incident_id)
+    src = {s["path"]: s for s in rep["sources"]}
+    assert src["dmesg.txt"]["status"] == "partial" and src["dmesg.txt"]["records"] == 3
+    assert src["dmesg.txt"]["error"] == "1 line(s) could not be used (first at line 3: not a dmesg_raw record)"
+    assert src["cut.txt.gz"]["status"] == "partial"
+    assert "truncated" in src["cut.txt.gz"]["error"]
+    assert 0 < src["cut.txt.gz"]["records"] < 2000
+    (issue,) = svc.parse_issues(rep["incident"]["id"])
+    assert (issue["path"], issue["line"], issue["kind"]) == ("dmesg.txt", 3, "bad_line")
+
+
+def test_reanalysis_replaces_rows(tmp_path, settings):
+    b = _bundle(tmp_path / "b", n_files=1, lines=10)
+    svc = Service(settings)
+    sub = svc.submit_path(b)
+    svc.analyze(sub.incident_id)
+    svc.analyze(sub.incident_id)
+    again = svc.submit_path(b)
+    assert again.incident_id == sub.incident_id and again.existed
+    svc.analyze(again.incident_id)
+    assert svc.store.query("SELECT count(*) AS n FROM events")[0]["n"] == 10
+    assert svc.store.query("SELECT count(*) AS n FROM sources")[0]["n"] == 1

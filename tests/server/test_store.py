@@ -1,0 +1,118 @@
+"""The DuckDB store: schema from the model, migrations, bulk loads, per-thread cursors."""
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.model import SCHEMA_VERSION, TABLES
+from server import store as store_mod
+from server.store import Store, StoreBusy, StoreError
+
+
+def test_creates_every_table_with_documented_columns(tmp_path):
+    s = Store(tmp_path / "a.duckdb")
+    for name, t in TABLES.items():
+        cols = [r["column_name"] for r in s.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+            [name])]
+        assert cols == t.names, name
+        for c in t.columns:
+            assert c.unit and c.doc, f"{name}.{c.name} lacks a unit or doc"
+    assert s.schema_version() == SCHEMA_VERSION
+
+
+def test_round_trip_of_parquet_parts(tmp_path):
+    s = Store(tmp_path / "a.duckdb")
+    schema = TABLES["events"].arrow_schema()
+    rows = {f.name: [None, None] for f in schema}
+    rows.update(ts_raw_ns=[1_000, 2_000], name=["a", "b"], line=[3, 4], attrs=['{"x": 1}', None])
+    path = tmp_path / "events.00000.parquet"
+    pq.write_table(pa.table(rows, schema=schema), path)
+    s.load_parts("events", [str(path)], "inc1", 7)
+    got = s.query("SELECT incident_id, source_id, ts_raw_ns, ts_utc_ns, name, line, attrs FROM events ORDER BY line")
+    assert got == [
+        {"incident_id": "inc1", "source_id": 7, "ts_raw_ns": 1000, "ts_utc_ns": None, "name": "a", "line": 3,
+         "attrs": '{"x": 1}'},
+        {"incident_id": "inc1", "source_id": 7, "ts_raw_ns": 2000, "ts_utc_ns": None, "name": "b", "line": 4,
+         "attrs": None},
+    ]
+    s.delete_incident_rows("inc1")
+    assert s.query("SELECT count(*) AS n FROM events") == [{"n": 0}]
+
+
+def test_reopen_keeps_data_and_version(tmp_path):
+    p = tmp_path / "a.duckdb"
+    s = Store(p)
+    s.insert_rows("facts", [{"incident_id": "i", "source_id": 1, "key": "hostname", "value": "vm"}])
+    s.close()
+    s2 = Store(p)
+    assert s2.query("SELECT key, value FROM facts") == [{"key": "hostname", "value": "vm"}]
+    assert s2.schema_version() == SCHEMA_VERSION
+
+
+def test_migration_runs_once_to_the_new_version(tmp_path, monkeypatch):
+    p = tmp_path / "a.duckdb"
+    Store(p).close()
+    calls = []
+
+    def to_next(cur):
+        calls.append(1)
+        cur.execute("ALTER TABLE facts ADD COLUMN note VARCHAR")
+
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setitem(store_mod.MIGRATIONS, SCHEMA_VERSION, to_next)
+    s = Store(p)
+    assert calls == [1]
+    assert s.schema_version() == SCHEMA_VERSION + 1
+    assert "note" in [r["column_name"] for r in s.query(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'facts'")]
+    s.close()
+    Store(p).close()
+    assert calls == [1]
+
+
+def test_store_from_a_newer_aftertrace_is_refused(tmp_path):
+    p = tmp_path / "a.duckdb"
+    s = Store(p)
+    s.cursor().execute("UPDATE aftertrace_meta SET value = '999' WHERE key = 'schema_version'")
+    s.close()
+    with pytest.raises(StoreError, match="newer"):
+        Store(p)
+
+
+def test_cursor_per_thread(tmp_path):
+    s = Store(tmp_path / "a.duckdb")
+    seen = {}
+
+    def work(i):
+        seen[i] = s.cursor()          # keep the object so ids cannot be reused
+        s.cursor().execute("SELECT 1").fetchall()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len({id(c) for c in seen.values()}) == 4
+    assert s.cursor() is s.cursor()
+
+
+def test_busy_store_gives_a_clear_error(tmp_path):
+    p = tmp_path / "a.duckdb"
+    code = textwrap.dedent(f"""
+        import duckdb, sys, time
+        con = duckdb.connect({str(p)!r})
+        print("ready", flush=True)
+        time.sleep(30)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreBusy, match="in use by another aftertrace process"):
+            Store(p)
+    finally:
+        proc.kill()
+        proc.wait()

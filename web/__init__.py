@@ -1,0 +1,1 @@
+"""Web UI: templates, static assets, chart builders."""

@@ -1,0 +1,53 @@
+"""HTML pages rendered from the service's JSON (Jinja2, autoescaped).
+
+Every page here has a JSON twin in the API: ``/`` <-> ``/api/incidents``,
+``/incidents/{id}`` <-> ``/api/incidents/{id}`` + ``/api/incidents/{id}/report``.
+Strings from bundles are only ever inserted through autoescaping.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from ingest import __version__
+
+HERE = Path(__file__).parent
+STATIC_DIR = HERE / "static"
+TEMPLATES_DIR = HERE / "templates"
+
+_env = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)),
+                   autoescape=select_autoescape(["html", "xml"], default=True))
+
+
+def _clock(c):
+    if not c:
+        return "-"
+    if c["domain"] == "none":
+        return "no times"
+    if c.get("offset_s") is None:
+        return f"{c['domain']}: unplaced"
+    u = c.get("uncertainty_s")
+    us = "±?" if u is None else (f"±{u * 1000:.0f} ms" if u < 1 else f"±{u:.1f} s")
+    return f"{c['domain']} {us}"
+
+
+_env.filters["clock"] = _clock
+
+
+def _render(name: str, **ctx) -> str:
+    return _env.get_template(name).render(version=__version__, **ctx)
+
+
+def index_page(incidents: list[dict]) -> str:
+    return _render("index.html", incidents=incidents)
+
+
+def incident_page(incident: dict, report: dict | None) -> str:
+    counts = Counter(s["status"] for s in report["sources"]) if report else Counter()
+    return _render("incident.html", inc=incident, rep=report, counts=counts)
+
+
+def error_page(status: int, message: str) -> str:
+    return _render("error.html", status=status, message=message)
