@@ -27,7 +27,7 @@ HOSTISH = re.compile(
     r"^(?:[a-z][a-z0-9]*[-_])*(?:node|host|worker|nid|compute|gpu|server|trainer)[-_]?\d+[a-z0-9-]*$",
     re.IGNORECASE)
 SOSREPORT = re.compile(r"^sosreport-([A-Za-z0-9][A-Za-z0-9.]*?)(?:-[^/]*)?$")
-RANK = re.compile(r"(?:^|[^a-z])rank[-_=]?(\d{1,6})(?!\d)", re.IGNORECASE)
+RANK = re.compile(r"(?<!local)(?:^|[^a-z])rank[-_=]?(\d{1,6})(?!\d)", re.IGNORECASE)
 
 
 def host_from_path(rel: str) -> str | None:

@@ -438,6 +438,10 @@ def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) ->
                     out.stopped = str(e).replace("refused: ", "extraction stopped: ")
                     break
                 continue
+            except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
+                out.members.append(Member(rel, 0, "refused", f"refused: the member is truncated or damaged ({e})"))
+                out.stopped = f"the archive is damaged or truncated after {len(out.members) - 1} members: {e}"
+                break
             except (FileExistsError, PermissionError, OSError) as e:
                 out.members.append(Member(rel, 0, "refused", f"refused: {e}"))
                 continue

@@ -173,7 +173,7 @@ class Head:
             # small reads so that a truncated or damaged gzip still yields its first bytes
             while n <= size:
                 try:
-                    c = f.read(min(8192, size + 1 - n))
+                    c = f.read1(min(8192, size + 1 - n))
                 except (EOFError, OSError, zlib.error):
                     damaged = True
                     break

@@ -109,15 +109,18 @@ class Registry:
             return Detection(None, "empty file")
         if head.binary:
             return Detection(None, "binary data (not a text format aftertrace reads)")
-        tried = []
+        tried, errors = [], []
         for p in self.parsers:
             tried.append(p.name)
             try:
                 if p.detect(head):
                     return Detection(p, tried=tuple(tried))
-            except Exception as e:  # a detector bug must not take the file down
-                return Detection(None, f"detector {p.name} failed: {e!r}", tuple(tried))
-        return Detection(None, "no parser recognised the contents", tuple(tried))
+            except Exception as e:  # a detector bug must not hide the file from the others
+                errors.append(f"detector {p.name} failed: {e!r}")
+        reason = "no parser recognised the contents"
+        if errors:
+            reason += " (" + "; ".join(errors) + ")"
+        return Detection(None, reason, tuple(tried))
 
     def by_name(self, name: str) -> type[Parser]:
         for p in self.parsers:

@@ -38,7 +38,8 @@ KILLED = re.compile(
     r"Killed process (\d+) \((.*?)\)"
     r"(?: total-vm:(\d+)kB, anon-rss:(\d+)kB, file-rss:(\d+)kB(?:, shmem-rss:(\d+)kB)?)?"
     r"(?:,? UID:(\d+))?(?: pgtables:(\d+)kB)?(?: oom_score_adj:(-?\d+))?")
-INVOKED = re.compile(r"^(.*?) invoked oom-killer: (?:gfp_mask=(\S+), )?(?:order=(-?\d+), )?oom_score_adj=(-?\d+)")
+INVOKED = re.compile(r"^(.*?) invoked oom-killer: (?:gfp_mask=(\S+),\s+)?(?:nodemask=\S+,\s+)?"
+                     r"(?:order=(-?\d+),\s+)?oom_score_adj=(-?\d+)")
 SUMMARY = re.compile(r"^oom-kill:(.*)$")
 SUBSYS = re.compile(r"^([A-Za-z][\w.\-/ ]{0,38}?)(?: \([^)]{1,40}\))?(?:\[\d+\])?: ")
 

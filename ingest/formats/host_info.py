@@ -52,7 +52,7 @@ HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 HOSTNAME_FILES = {"hostname", "hostname.txt", "hostname.out", "hostname_-f", "hostname-f", "fqdn"}
 _EPOCH_MIN, _EPOCH_MAX = 946_684_800, 4_102_444_800   # 2000-01-01 .. 2100-01-01
 
-_NAME_TAG = re.compile(r"^(uptime|date|proc_uptime|btime|stat|anchors?|clock)(?:[._-](.+?))?(?:\.txt|\.out|\.log)?$")
+_NAME_TAG = re.compile(r"^(uptime|date|proc_uptime|btime|stat|anchors?|clock)(?:[._-](.+?))??(?:\.txt|\.out|\.log)?$")
 
 
 def _classify(line: str, hostname_ok: bool, epoch_ok: bool) -> str | None:
