@@ -41,6 +41,11 @@ from pathlib import PurePosixPath
 from ingest.model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
 
 SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two files
+# /proc/uptime is CLOCK_BOOTTIME; printk and perf use a clock that stops while the host is
+# suspended (a paused or snapshotted VM too). The method says so wherever it is shown.
+UPTIME_METHOD = "uptime+date"
+UPTIME_CAVEAT = ("/proc/uptime counts time suspended; dmesg and perf times do not, so this placement "
+                 "is off by the host's total suspended time (0 on servers that never suspend)")
 
 
 @dataclass(frozen=True)
@@ -117,13 +122,16 @@ def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> l
         elif d["wall"] and not d["boot"]:
             g["wall"].append(d)
     for (host, folder, tag), g in groups.items():
-        if len(g["boot"]) == 1 and len(g["wall"]) == 1:
-            b, w = g["boot"][0], g["wall"][0]
-            res = max(w["res"]) if w["res"] else 1_000_000_000
-            half = res // 2 if res > 1 else 0
-            out.append(Anchor(host, "uptime_date(files)", b["boot"][0][0], w["wall"][0][0] + half,
-                              5_000_000 + half + SEPARATE_FILES_GAP_NS,
-                              f"{b['path']} + {w['path']}", b["boot"][0][1]))
+        if len(g["boot"]) != 1 or not g["wall"]:
+            continue
+        b = g["boot"][0]
+        # several date formats read at the same moment: use the finest one
+        w = min(g["wall"], key=lambda d: max(d["res"]) if d["res"] else 1_000_000_000)
+        res = max(w["res"]) if w["res"] else 1_000_000_000
+        half = res // 2 if res > 1 else 0
+        out.append(Anchor(host, "uptime_date(files)", b["boot"][0][0], w["wall"][0][0] + half,
+                          5_000_000 + half + SEPARATE_FILES_GAP_NS,
+                          f"{b['path']} + {w['path']}", b["boot"][0][1]))
     return out
 
 
@@ -135,7 +143,7 @@ def solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
         best = min(a.uncertainty_ns for a in pairs)
         spread = max(abs(o - med) for o in offs)
         unc = max(best, spread)
-        return ClockEntry(host, CLOCK_BOOT, med, unc, "uptime+date",
+        return ClockEntry(host, CLOCK_BOOT, med, unc, UPTIME_METHOD,
                           tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns,
                                  "uncertainty_ns": a.uncertainty_ns} for a in pairs))
     bt = [a for a in anchors if a.name == "btime"]

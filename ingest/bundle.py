@@ -36,6 +36,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Callable, Iterator
 
 CHUNK = 1 << 20
 
@@ -387,128 +388,128 @@ def _skip_noise(rel: str) -> bool:
     return parts[0] == "__MACOSX" or parts[-1] in (".DS_Store", "Thumbs.db")
 
 
-def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) -> None:
+@dataclass
+class _Entry:
+    """One archive member as the format adapter sees it, before any check."""
+    name: str                               # raw member name
+    type: str                               # file | symlink | hardlink | refuse
+    link: str = ""                          # link target
+    why: str = ""                           # reason, for type 'refuse'
+    open: Callable[[], object] | None = None
+
+
+_DAMAGE = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
+
+
+def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracted, *,
+           backslash_is_sep: bool, stop_when_damaged: bool, stop_on_member_limit: bool) -> None:
+    """The checks every member goes through, whatever the archive format."""
     seen: set[str] = set()
-    compressed = raw.compression is not None
+    for e in entries:
+        budget.count += 1
+        if budget.count > budget.limits.max_members:
+            out.stopped = (f"the bundle has more than {budget.limits.max_members} members; "
+                           "the rest was not extracted")
+            return
+        rel = safe_relpath(e.name, backslash_is_sep)
+        if rel is None:
+            out.members.append(Member(e.name, 0, "refused", _why_unsafe(e.name)))
+            continue
+        if _skip_noise(rel):
+            out.members.append(Member(rel, 0, "skipped", "skipped: archiver metadata"))
+            continue
+        if e.type in ("symlink", "hardlink"):
+            out.members.append(_link_member(rel, e.link, e.type == "hardlink"))
+            continue
+        if e.type == "refuse":
+            out.members.append(Member(rel, 0, "refused", f"refused: {e.why}"))
+            continue
+        if rel in seen:
+            out.members.append(Member(rel, 0, "refused", "refused: duplicate member; the first copy is kept"))
+            continue
+        try:
+            with e.open() as src:
+                path, n = _write_member(dest, rel, src, budget)
+        except _LimitHit as err:
+            out.members.append(Member(rel, 0, "refused", str(err)))
+            if err.whole or stop_on_member_limit:
+                out.stopped = str(err).replace("refused: ", "extraction stopped: ")
+                return
+            continue
+        except _DAMAGE as err:
+            out.members.append(Member(rel, 0, "refused", f"refused: the member is truncated or damaged ({err})"))
+            if stop_when_damaged:
+                out.stopped = f"the archive is damaged or truncated after {len(out.members) - 1} members: {err}"
+                return
+            continue
+        except (NotImplementedError, RuntimeError) as err:   # zip: unsupported compression, password
+            out.members.append(Member(rel, 0, "refused", f"refused: cannot be read ({err})"))
+            continue
+        except OSError as err:
+            out.members.append(Member(rel, 0, "refused", f"refused: {err}"))
+            continue
+        seen.add(rel)
+        out.members.append(Member(rel, n, "ok", "", path))
+
+
+def _tar_entries(tf: tarfile.TarFile, out: Extracted) -> Iterator[_Entry]:
+    while True:
+        try:
+            ti = tf.next()
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            out.stopped = f"the archive is damaged after {len(out.members)} members: {e}"
+            return
+        if ti is None:
+            return
+        if ti.isdir():
+            continue
+        if ti.issym() or ti.islnk():
+            yield _Entry(ti.name, "hardlink" if ti.islnk() else "symlink", link=ti.linkname)
+        elif not ti.isreg():
+            what = "device file" if (ti.ischr() or ti.isblk()) else "FIFO" if ti.isfifo() else "special file"
+            yield _Entry(ti.name, "refuse", why=what)
+        else:
+            yield _Entry(ti.name, "file", open=lambda ti=ti: tf.extractfile(ti))
+
+
+def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) -> None:
     try:
         tf = tarfile.open(raw.raw_path, "r:*")
     except (tarfile.TarError, OSError, EOFError) as e:
         out.stopped = f"the archive cannot be opened: {e}"
         return
     with tf:
-        while True:
+        # In a compressed tar, skipping past a refused member means decompressing it:
+        # a member over the limit stops the whole extraction.
+        _admit(_tar_entries(tf, out), dest, budget, out, backslash_is_sep=False, stop_when_damaged=True,
+               stop_on_member_limit=raw.compression is not None)
+
+
+def _zip_entries(zf: zipfile.ZipFile) -> Iterator[_Entry]:
+    for zi in zf.infolist():
+        if zi.is_dir():
+            continue
+        mode = zi.external_attr >> 16
+        if stat.S_ISLNK(mode):
             try:
-                ti = tf.next()
-            except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-                out.stopped = f"the archive is damaged after {len(out.members)} members: {e}"
-                break
-            if ti is None:
-                break
-            if ti.isdir():
-                continue
-            budget.count += 1
-            if budget.count > budget.limits.max_members:
-                out.stopped = (f"the bundle has more than {budget.limits.max_members} members; "
-                               "the rest was not extracted")
-                break
-            rel = safe_relpath(ti.name)
-            if rel is None:
-                out.members.append(Member(ti.name, 0, "refused", _why_unsafe(ti.name)))
-                continue
-            if _skip_noise(rel):
-                out.members.append(Member(rel, 0, "skipped", "skipped: archiver metadata"))
-                continue
-            if ti.issym() or ti.islnk():
-                out.members.append(_link_member(rel, ti.linkname, ti.islnk()))
-                continue
-            if not ti.isreg():
-                what = ("device file" if (ti.ischr() or ti.isblk()) else
-                        "FIFO" if ti.isfifo() else "special file")
-                out.members.append(Member(rel, 0, "refused", f"refused: {what}"))
-                continue
-            if rel in seen:
-                out.members.append(Member(rel, 0, "refused", "refused: duplicate member; the first copy is kept"))
-                continue
-            src = tf.extractfile(ti)
-            try:
-                path, n = _write_member(dest, rel, src, budget)
-            except _LimitHit as e:
-                out.members.append(Member(rel, 0, "refused", str(e)))
-                if e.whole or compressed:
-                    out.stopped = str(e).replace("refused: ", "extraction stopped: ")
-                    break
-                continue
-            except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
-                out.members.append(Member(rel, 0, "refused", f"refused: the member is truncated or damaged ({e})"))
-                out.stopped = f"the archive is damaged or truncated after {len(out.members) - 1} members: {e}"
-                break
-            except (FileExistsError, PermissionError, OSError) as e:
-                out.members.append(Member(rel, 0, "refused", f"refused: {e}"))
-                continue
-            seen.add(rel)
-            out.members.append(Member(rel, n, "ok", "", path))
+                target = zf.read(zi)[:4096].decode("utf-8", "replace")
+            except Exception:
+                target = "?"
+            yield _Entry(zi.filename, "symlink", link=target)
+        elif mode and not stat.S_ISREG(mode) and stat.S_IFMT(mode) != 0:
+            yield _Entry(zi.filename, "refuse", why="special file")
+        elif zi.flag_bits & 0x1:
+            yield _Entry(zi.filename, "refuse", why="encrypted member")
+        else:
+            yield _Entry(zi.filename, "file", open=lambda zi=zi: zf.open(zi))
 
 
 def _extract_zip(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) -> None:
-    seen: set[str] = set()
     try:
         zf = zipfile.ZipFile(raw.raw_path)
     except (zipfile.BadZipFile, OSError) as e:
         out.stopped = f"the archive cannot be opened: {e}"
         return
     with zf:
-        infos = zf.infolist()
-        for zi in infos:
-            if zi.is_dir():
-                continue
-            budget.count += 1
-            if budget.count > budget.limits.max_members:
-                out.stopped = (f"the bundle has more than {budget.limits.max_members} members; "
-                               "the rest was not extracted")
-                break
-            rel = safe_relpath(zi.filename, backslash_is_sep=True)
-            if rel is None:
-                out.members.append(Member(zi.filename, 0, "refused", _why_unsafe(zi.filename)))
-                continue
-            if _skip_noise(rel):
-                out.members.append(Member(rel, 0, "skipped", "skipped: archiver metadata"))
-                continue
-            mode = zi.external_attr >> 16
-            if stat.S_ISLNK(mode):
-                try:
-                    target = zf.read(zi)[:4096].decode("utf-8", "replace")
-                except Exception:
-                    target = "?"
-                out.members.append(_link_member(rel, target, False))
-                continue
-            if mode and not stat.S_ISREG(mode) and stat.S_IFMT(mode) != 0:
-                out.members.append(Member(rel, 0, "refused", "refused: special file"))
-                continue
-            if zi.flag_bits & 0x1:
-                out.members.append(Member(rel, 0, "refused", "refused: encrypted member"))
-                continue
-            if rel in seen:
-                out.members.append(Member(rel, 0, "refused", "refused: duplicate member; the first copy is kept"))
-                continue
-            try:
-                src = zf.open(zi)
-            except (NotImplementedError, zipfile.BadZipFile, RuntimeError) as e:
-                out.members.append(Member(rel, 0, "refused", f"refused: cannot be read ({e})"))
-                continue
-            try:
-                with src:
-                    path, n = _write_member(dest, rel, src, budget)
-            except _LimitHit as e:
-                out.members.append(Member(rel, 0, "refused", str(e)))
-                if e.whole:
-                    out.stopped = str(e).replace("refused: ", "extraction stopped: ")
-                    break
-                continue
-            except (zipfile.BadZipFile, EOFError, zlib.error) as e:
-                out.members.append(Member(rel, 0, "refused", f"refused: damaged member ({e})"))
-                continue
-            except (FileExistsError, PermissionError, OSError) as e:
-                out.members.append(Member(rel, 0, "refused", f"refused: {e}"))
-                continue
-            seen.add(rel)
-            out.members.append(Member(rel, n, "ok", "", path))
+        _admit(_zip_entries(zf), dest, budget, out, backslash_is_sep=True, stop_when_damaged=False,
+               stop_on_member_limit=False)

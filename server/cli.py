@@ -18,7 +18,7 @@ from ingest import __version__
 from ingest.bundle import IntakeError
 
 from .settings import Settings
-from .store import StoreBusy, StoreError
+from .store import StoreError
 
 STAGES = {"extract": "Extracting", "detect": "Detecting formats", "parse": "Parsing",
           "store": "Storing", "analyze": "Analysing"}
@@ -77,7 +77,7 @@ def _clock_text(c: dict | None) -> str:
     return f"{c['domain']} {u}"
 
 
-_DIGITS = re.compile(r"\d+(?:\.\d+)?")
+_NUMERIC = re.compile(r"^\d+(?:\.\d+)?$")
 
 
 def _group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
@@ -87,7 +87,8 @@ def _group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for s in sources:
         folder = str(PurePosixPath(s["path"]).parent)
-        key = (_DIGITS.sub("*", folder), s["kind"], s["host"], s["rank"], s["status"])
+        pattern = "/".join("*" if _NUMERIC.match(c) else c for c in folder.split("/"))
+        key = (pattern, s["kind"], s["host"], s["rank"], s["status"])
         groups[key].append(s)
     out = []
     for key, items in groups.items():
@@ -162,16 +163,20 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
             console.print(f"  … and {len(shown) - 30} more")
 
 
-def cmd_analyze(args, console: Console, err: Console) -> int:
+def _service(args, err: Console):
+    """(settings, service) or (settings, None) after printing why the store cannot be opened."""
     from .service import Service
     settings = Settings.from_env(db=args.db, home=args.home)
     try:
-        svc = Service(settings)
-    except StoreBusy as e:
-        err.print(f"aftertrace: {e}")
-        return 3
-    except StoreError as e:
-        err.print(f"aftertrace: {e}")
+        return settings, Service(settings)
+    except StoreError as e:   # includes StoreBusy
+        err.print(f"aftertrace: {escape(str(e))}")
+        return settings, None
+
+
+def cmd_analyze(args, console: Console, err: Console) -> int:
+    settings, svc = _service(args, err)
+    if svc is None:
         return 3
     t0 = time.monotonic()
     try:
@@ -222,12 +227,8 @@ def cmd_serve(args, console: Console, err: Console) -> int:
 
 
 def cmd_incidents(args, console: Console, err: Console) -> int:
-    from .service import Service
-    settings = Settings.from_env(db=args.db, home=args.home)
-    try:
-        svc = Service(settings)
-    except StoreError as e:
-        err.print(f"aftertrace: {e}")
+    settings, svc = _service(args, err)
+    if svc is None:
         return 3
     t = Table(title="Incidents", title_justify="left")
     for c in ("id", "title", "status", "sources", "created"):

@@ -237,7 +237,9 @@ class Service:
         shutil.rmtree(work_dir, ignore_errors=True)
 
         progress("analyze", 0, 1)
-        clocks.align(self.store, iid)
+        entries = clocks.align(self.store, iid)
+        if any(e.method == clocks.UPTIME_METHOD for e in entries):
+            notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
         anomalies = findings.anomalies(self.store, iid)
         rep = report_mod.build(self.store, iid, anomalies, notes=notes,
                                time_zone={"zone": tz, "from": tz_from})

@@ -52,7 +52,7 @@ HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 HOSTNAME_FILES = {"hostname", "hostname.txt", "hostname.out", "hostname_-f", "hostname-f", "fqdn"}
 _EPOCH_MIN, _EPOCH_MAX = 946_684_800, 4_102_444_800   # 2000-01-01 .. 2100-01-01
 
-_NAME_TAG = re.compile(r"^(uptime|date|proc_uptime|btime|stat|anchors?|clock)(?:[._-](.+?))??(?:\.txt|\.out|\.log)?$")
+_NAME_TAG = re.compile(r"^(proc_uptime|uptime|date|btime|proc_stat|stat|anchors?|clock)(?:[._-](.+?))??(?:\.txt|\.out|\.log)?$")
 
 
 def _classify(line: str, hostname_ok: bool, epoch_ok: bool) -> str | None:
@@ -82,10 +82,22 @@ def _classify(line: str, hostname_ok: bool, epoch_ok: bool) -> str | None:
     return None
 
 
+# Name parts that say how a reading was printed, not when it was taken.
+_FORMAT_WORDS = {"epoch", "iso", "iso8601", "iso-8601", "rfc", "rfc3339", "rfc2822", "r", "ns", "s", "n",
+                 "utc", "ctime", "default", "seconds", "nanoseconds"}
+
+
 def _tag(head_name: str) -> str:
-    """Pairing tag from a file name: uptime.start -> 'start', date -> ''."""
+    """Pairing tag from a file name: what distinguishes the moment the reading was taken.
+
+    ``uptime.start`` -> 'start', ``date`` -> '', ``date_epoch`` -> '' (a format, not a moment),
+    ``date_iso.end`` -> 'end'.
+    """
     m = _NAME_TAG.match(head_name)
-    return (m.group(2) or "") if m else head_name
+    if not m:
+        return head_name
+    parts = [p for p in re.split(r"[._-]", m.group(2) or "") if p and p.lower() not in _FORMAT_WORDS]
+    return ".".join(parts)
 
 
 class HostInfoParser(Parser):

@@ -1,0 +1,52 @@
+"""The command line as a user runs it: a real subprocess with a fresh AFTERTRACE_HOME."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ingest import __version__
+
+
+def run(*args, home, cwd=None):
+    env = dict(os.environ, AFTERTRACE_HOME=str(home), COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+def test_version(tmp_path):
+    r = run("--version", home=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == f"aftertrace {__version__}"
+
+
+def test_unreadable_path_is_one_line_and_nonzero(tmp_path):
+    r = run("analyze", str(tmp_path / "missing.tgz"), home=tmp_path / "h")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "missing.tgz" in lines[0] and "no such file or directory" in lines[0]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run("analyze", str(empty), home=tmp_path / "h")
+    assert r.returncode == 2 and "holds no readable files" in r.stderr
+
+
+def test_analyze_single_gz_file_and_json(tmp_path):
+    import gzip
+    f = tmp_path / "dmesg.txt.gz"
+    f.write_bytes(gzip.compress(b"[    1.000000] a\n[    2.000000] Memory cgroup out of memory: Killed process "
+                                b"4242 (python3) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, shmem-rss:0kB\n"))
+    out = tmp_path / "r.json"
+    r = run("analyze", str(f), "--json", str(out), "--title", "single file", home=tmp_path / "h")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(out.read_text())
+    assert rep["schema"] == "aftertrace.report/1" and rep["incident"]["title"] == "single file"
+    (src,) = rep["sources"]
+    assert (src["path"], src["kind"], src["status"], src["records"]) == ("dmesg.txt.gz", "dmesg", "parsed", 2)
+    assert rep["anomalies"][0]["pid"] == 4242
+    assert "dmesg.txt.gz" in r.stdout and "oom_kill" in r.stdout
+    # what is not there yet is said, not hidden
+    assert "Causal chains: none yet" in r.stdout
+    r2 = run("incidents", home=tmp_path / "h")
+    assert rep["incident"]["id"] in r2.stdout
