@@ -12,8 +12,9 @@ Evidence, strongest first:
 4. the folder: files under a top-level folder inherit the host that the
    host-info files inside that folder name (``vm/host/hostname`` says ``vm`` ->
    ``vm/dmesg.txt`` is from ``vm``); a bundle whose host-info files sit at the
-   root is a single-host bundle. A top-level folder whose name equals a host
-   named anywhere in the contents is that host's folder.
+   root is a single-host bundle, and so is one in which every host named
+   anywhere is the one host its host-info files name. A top-level folder whose
+   name equals a host named anywhere in the contents is that host's folder.
 
 What stays unknown is left null and shown as such; it is never guessed.
 """
@@ -118,6 +119,15 @@ def resolve(sources: list[Attributable], manifest_hosts: dict[str, list[str]] | 
                 continue
         if top and top in named_hosts:
             s.host, s.host_from = top, "folder"
+    # A bundle in which host-info files name exactly one host, and nothing names
+    # another, is that host's bundle.
+    info_hosts = {s.host for s in sources if s.kind == "host_info" and s.host}
+    all_hosts = {s.host for s in sources if s.host}
+    if not manifest_hosts and len(info_hosts) == 1 and all_hosts == info_hosts:
+        only = next(iter(info_hosts))
+        for s in sources:
+            if not s.host:
+                s.host, s.host_from = only, "bundle"
     for top, hosts in by_top.items():
         if len(hosts) > 1:
             where = f"folder {top}/" if top else "the bundle root"

@@ -74,6 +74,11 @@ class RawBundle:
     raw_path: Path                  # content-addressed copy
     bytes: int                      # size of the input as given
     compression: str | None = None  # gzip | xz | bzip2 for tars and single files
+    from_dir: bool = False          # the user gave a folder (kept as a tar)
+
+    @property
+    def origin(self) -> str:
+        return "dir" if self.from_dir else self.kind
 
 
 @dataclass
@@ -261,7 +266,9 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
     if count == 0:
         tmp.unlink()
         raise IntakeError(f"{src}: the directory holds no readable files")
-    return _finish_raw(tmp, bundles, listing.hexdigest(), "tar", None, src.name, total)
+    raw = _finish_raw(tmp, bundles, listing.hexdigest(), "tar", None, src.name, total)
+    raw.from_dir = True
+    return raw
 
 
 # ---------------------------------------------------------------------------

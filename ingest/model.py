@@ -125,6 +125,7 @@ INCIDENTS = Table(
         _c("title", "VARCHAR", "-", "user-given title or the bundle's name"),
         _c("bundle_sha256", "VARCHAR", "-", "SHA-256 of the raw bundle (directories: of their canonical listing)", False),
         _c("bundle_name", "VARCHAR", "-", "file or folder name the user gave"),
+        _c("bundle_kind", "VARCHAR", "-", "what the user gave: dir | tar | zip | file"),
         _c("bundle_bytes", "BIGINT", "bytes", "size of the raw bundle as given"),
         _c("raw_path", "VARCHAR", "-", "where the raw bundle is kept (content-addressed)"),
         _c("folder", "VARCHAR", "-", "the incident's own folder (extracted files, work files)"),

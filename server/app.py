@@ -149,7 +149,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         return RedirectResponse(out["url"], status_code=303)
 
     @app.get("/incidents/{incident_id}", response_class=HTMLResponse, include_in_schema=False)
-    def incident_page(incident_id: str):
+    def incident_page(incident_id: str, all: bool = False):
         try:
             inc = svc.get_incident(incident_id)
         except NotFound as e:
@@ -160,7 +160,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                 rep = svc.get_report(incident_id)
             except NotFound:
                 rep = None
-        return pages.incident_page(inc, rep)
+        return pages.incident_page(inc, rep, all_files=all)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

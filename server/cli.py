@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
-from collections import Counter, defaultdict
-from pathlib import PurePosixPath
+from collections import Counter
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +14,7 @@ from rich.table import Table
 
 from ingest import __version__
 from ingest.bundle import IntakeError
+from web.present import group_sources
 
 from .settings import Settings
 from .store import StoreError
@@ -77,32 +76,6 @@ def _clock_text(c: dict | None) -> str:
     return f"{c['domain']} {u}"
 
 
-_NUMERIC = re.compile(r"^\d+(?:\.\d+)?$")
-
-
-def _group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
-    """Collapse long runs of alike files (snapshot folders) into one row."""
-    if len(sources) <= limit:
-        return [dict(s, count=1) for s in sources]
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for s in sources:
-        folder = str(PurePosixPath(s["path"]).parent)
-        pattern = "/".join("*" if _NUMERIC.match(c) else c for c in folder.split("/"))
-        key = (pattern, s["kind"], s["host"], s["rank"], s["status"])
-        groups[key].append(s)
-    out = []
-    for key, items in groups.items():
-        if len(items) < 3:
-            out += [dict(s, count=1) for s in items]
-            continue
-        first = items[0]
-        out.append(dict(first, path=f"{key[0]}/ ({len(items)} files)", count=len(items),
-                        records=sum(i["records"] or 0 for i in items),
-                        issues=sum(i["issues"] or 0 for i in items),
-                        error=Counter(i["error"] for i in items).most_common(1)[0][0]))
-    return sorted(out, key=lambda s: s["path"])
-
-
 def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> None:
     inc = rep["incident"]
     console.print(f"[bold]aftertrace[/bold] incident [bold]{escape(inc['id'])}[/bold] "
@@ -120,7 +93,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
                       ("status", "left"), ("records", "right"), ("issues", "right"), ("clock", "left")):
         t.add_column(col, justify=just, overflow="fold")
     colors = {"parsed": "green", "partial": "yellow", "unrecognized": "dim", "failed": "red"}
-    for s in _group_sources(srcs):
+    for s in group_sources(srcs):
         t.add_row(escape(s["path"]), s["kind"], escape(s["host"] or "-"),
                   "-" if s["rank"] is None else str(s["rank"]),
                   f"[{colors.get(s['status'], 'white')}]{s['status']}[/]",
@@ -155,7 +128,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
     if bad:
         console.print()
         console.print(f"[bold]Not fully parsed[/bold] ({len(bad)} files):")
-        shown = _group_sources(bad, limit=15)
+        shown = group_sources(bad, limit=15)
         for s in shown[:30]:
             console.print(f"  [{colors.get(s['status'], 'white')}]{s['status']:<12}[/] {escape(s['path'])}: "
                           f"{escape(str(s['error'] or ''))}")

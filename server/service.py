@@ -61,6 +61,26 @@ def _noop(stage: str, done: int, total: int) -> None:
     pass
 
 
+def _strip_common_root(members) -> str | None:
+    """``tar czf b.tgz bundle/`` puts every member under ``bundle/``: show paths without it.
+
+    The same folder given as a directory or as an archive then gets the same paths. The
+    root is kept when it may be a host's folder: when it is named like a node, or when
+    stripping it would leave files with no folder at all (``vm/dmesg.txt``).
+    """
+    firsts = {m.path.split("/", 1)[0] for m in members}
+    if len(firsts) != 1:
+        return None
+    root = next(iter(firsts))
+    if attribution.HOSTISH.match(root) or attribution.host_from_path(root + "/x"):
+        return None
+    if any(m.path.count("/") < 2 for m in members):
+        return None
+    for m in members:
+        m.path = m.path[len(root) + 1:]
+    return root
+
+
 class Service:
     def __init__(self, settings: Settings, store: Store | None = None):
         self.settings = settings
@@ -87,7 +107,8 @@ class Service:
         else:
             self.store.insert_rows("incidents", [{
                 "incident_id": iid, "title": title or raw.name, "bundle_sha256": raw.sha256,
-                "bundle_name": raw.name, "bundle_bytes": raw.bytes, "raw_path": str(raw.raw_path),
+                "bundle_name": raw.name, "bundle_kind": raw.origin, "bundle_bytes": raw.bytes,
+                "raw_path": str(raw.raw_path),
                 "folder": str(self.settings.incident_dir(iid)), "created_at": _now(),
                 "status": "queued"}])
         return Submitted(iid, "queued", bool(existing))
@@ -165,7 +186,7 @@ class Service:
         folder = self.settings.incident_dir(iid)
         files_dir, work_dir = folder / "files", folder / "work"
         raw_path = Path(inc["raw_path"])
-        kind, comp = sniff_kind(raw_path)
+        kind, comp = sniff_kind(raw_path)    # a folder is kept as a tar
         raw = RawBundle(inc["bundle_sha256"], inc["bundle_name"], kind, raw_path, inc["bundle_bytes"], comp)
         progress("extract", 0, 1)
         ex = extract(raw, files_dir, self.settings.limits)
@@ -177,6 +198,10 @@ class Service:
         notes: list[str] = []
         if ex.stopped:
             notes.append(f"extraction: {ex.stopped}")
+        if inc["bundle_kind"] in ("tar", "zip"):   # not for folders given as they are
+            stripped = _strip_common_root(ex.members)
+            if stripped:
+                notes.append(f"all files were in one folder {stripped}/; paths are shown without it")
         members = sorted(ex.members, key=lambda m: m.path)
         manifest, mnotes = self._manifest(ex)
         notes += mnotes

@@ -13,6 +13,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ingest import __version__
 
+from .present import group_sources
+
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
 TEMPLATES_DIR = HERE / "templates"
@@ -44,9 +46,14 @@ def index_page(incidents: list[dict]) -> str:
     return _render("index.html", incidents=incidents)
 
 
-def incident_page(incident: dict, report: dict | None) -> str:
+def incident_page(incident: dict, report: dict | None, all_files: bool = False) -> str:
     counts = Counter(s["status"] for s in report["sources"]) if report else Counter()
-    return _render("incident.html", inc=incident, rep=report, counts=counts)
+    rows = []
+    if report:
+        rows = ([dict(s, count=1) for s in report["sources"]] if all_files
+                else group_sources(report["sources"], limit=60))
+    return _render("incident.html", inc=incident, rep=report, counts=counts, rows=rows,
+                   grouped=len(rows) < len(report["sources"]) if report else False)
 
 
 def error_page(status: int, message: str) -> str:

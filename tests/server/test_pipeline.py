@@ -96,3 +96,29 @@ def test_reanalysis_replaces_rows(tmp_path, settings):
     svc.analyze(again.incident_id)
     assert svc.store.query("SELECT count(*) AS n FROM events")[0]["n"] == 10
     assert svc.store.query("SELECT count(*) AS n FROM sources")[0]["n"] == 1
+
+
+def test_archive_of_a_folder_gets_the_folders_paths(tmp_path, settings):
+    import tarfile
+    b = tmp_path / "mybundle"
+    (b / "vm" / "host").mkdir(parents=True)
+    (b / "vm" / "host" / "hostname").write_text("vm\n")
+    (b / "vm" / "dmesg.txt").write_text("[    1.000000] x\n")
+    (b / "vm" / "logs").mkdir()
+    (b / "vm" / "logs" / "x.log").write_text("hello\n")
+    tgz = tmp_path / "upload.tgz"
+    with tarfile.open(tgz, "w:gz") as tf:
+        tf.add(b, arcname="mybundle")
+    single = tmp_path / "node-7.tgz"
+    with tarfile.open(single, "w:gz") as tf:
+        tf.add(b / "vm", arcname="node-7")
+    svc = Service(settings)
+    from_dir = svc.analyze(svc.submit_path(b).incident_id)
+    from_tgz = svc.analyze(svc.submit_path(tgz).incident_id)
+    paths = lambda rep: sorted((s["path"], s["host"]) for s in rep["sources"])
+    assert paths(from_dir) == paths(from_tgz) == [("vm/dmesg.txt", "vm"), ("vm/host/hostname", "vm"),
+                                                  ("vm/logs/x.log", "vm")]
+    assert "all files were in one folder mybundle/; paths are shown without it" in from_tgz["notes"]
+    # a host's own folder is never stripped
+    node = svc.analyze(svc.submit_path(single).incident_id)
+    assert sorted(s["path"] for s in node["sources"])[0] == "node-7/dmesg.txt"

@@ -1,0 +1,31 @@
+"""Presentation helpers shared by the terminal summary and the HTML pages."""
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from pathlib import PurePosixPath
+
+_NUMERIC = re.compile(r"^\d+(?:\.\d+)?$")
+
+
+def group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
+    """Collapse long runs of alike files (snapshot folders) into one row."""
+    if len(sources) <= limit:
+        return [dict(s, count=1) for s in sources]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in sources:
+        folder = str(PurePosixPath(s["path"]).parent)
+        pattern = "/".join("*" if _NUMERIC.match(c) else c for c in folder.split("/"))
+        key = (pattern, s["kind"], s["host"], s["rank"], s["status"])
+        groups[key].append(s)
+    out = []
+    for key, items in groups.items():
+        if len(items) < 3:
+            out += [dict(s, count=1) for s in items]
+            continue
+        first = items[0]
+        out.append(dict(first, path=f"{key[0]}/ ({len(items)} files)", count=len(items),
+                        records=sum(i["records"] or 0 for i in items),
+                        issues=sum(i["issues"] or 0 for i in items),
+                        error=Counter(i["error"] for i in items).most_common(1)[0][0]))
+    return sorted(out, key=lambda s: s["path"])
