@@ -48,6 +48,28 @@ class ParseContext:
         self._stream = open_binary(self.path, self.max_bytes)
         return self._stream
 
+    def line_frames(self, chunk_bytes: int | None = None):
+        """Polars frames of (lineno, line, bad_utf8) over the decompressed file (see ingest.lines).
+
+        Lines that were not valid UTF-8 are counted as issues here; the frames still carry them
+        (with U+FFFD) so the parser decides whether it can use them.
+        """
+        from .lines import CHUNK_BYTES, line_frames
+        stream = self.open()
+        try:
+            for df in line_frames(stream, chunk_bytes or CHUNK_BYTES):
+                self.lineno = int(df["lineno"][-1]) if len(df) else self.lineno
+                bad = df.filter(df["bad_utf8"])
+                room = max(0, self.sink.max_issues - self.sink.counts["parse_issues"])
+                for row in bad.head(room).iter_rows(named=True):
+                    self.sink.issue("undecodable", "line is not valid UTF-8; bad bytes replaced",
+                                    line=row["lineno"], text=row["line"][:200])
+                self.sink.issues_total += max(0, len(bad) - room)   # counted, not stored
+                yield df
+        finally:
+            self.bytes_read = stream.raw.count
+            stream.close()
+
     def lines(self) -> Iterator[tuple[int, str]]:
         """(lineno, text) for every line; undecodable lines are counted as issues."""
         stream = self.open()

@@ -1,9 +1,22 @@
-"""One module per input format. ``PARSERS`` is the registry's list."""
-from .dmesg import DmesgCtimeParser, DmesgRawParser
-from .host_info import HostInfoParser
+"""One module per input format.
 
-PARSERS = (
-    DmesgRawParser,
-    DmesgCtimeParser,
-    HostInfoParser,
-)
+Every module in this package that defines a ``PARSERS`` tuple contributes
+those parser classes to the registry: adding a format is adding a module.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+
+def _discover() -> tuple:
+    found = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        found.extend(getattr(mod, "PARSERS", ()))
+    return tuple(found)
+
+
+PARSERS = _discover()

@@ -167,3 +167,6 @@ class DmesgCtimeParser(_DmesgBase):
             "and have 1 s resolution")
         ctx.attrs["time_zone"] = ctx.time_zone or "UTC"
         super().parse(ctx)
+
+
+PARSERS = (DmesgRawParser, DmesgCtimeParser)

@@ -229,3 +229,6 @@ class HostInfoParser(Parser):
         ctx.clock_domain = CLOCK_NONE
         if zone:
             ctx.attrs["time_zone"] = zone
+
+
+PARSERS = (HostInfoParser,)
