@@ -64,6 +64,34 @@ def oom_kills(store, incident_id: str) -> list[Link]:
     return links
 
 
+def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",)) -> list[Link]:
+    """Every event a parser typed (``events.kind`` set) becomes a finding read from the data.
+
+    The summary is the event's ``attrs.summary`` when the parser wrote one, else its name and
+    text. Kinds outside :class:`LinkKind` are kept out (and would be a parser bug).
+    """
+    rows = store.query(
+        """SELECT e.ts_utc_ns, COALESCE(e.host, s.host) AS host, COALESCE(e.rank, s.rank) AS rank,
+                  e.pid, e.line, e.text, e.name, e.kind, e.attrs, s.path, c.uncertainty_ns
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
+                AND c.domain = s.clock_domain
+           WHERE e.incident_id = ? AND e.kind IS NOT NULL AND e.kind NOT IN (SELECT unnest(?))
+           ORDER BY e.ts_utc_ns NULLS LAST, s.path, e.line""", [incident_id, list(skip)])
+    known = {k.value for k in LinkKind}
+    out = []
+    for r in rows:
+        if r["kind"] not in known:
+            continue
+        attrs = json.loads(r["attrs"]) if r["attrs"] else {}
+        summary = attrs.get("summary") or f"{r['name']}: {(r['text'] or '')[:200]}"
+        out.append(Link(kind=LinkKind(r["kind"]), ts_ns=r["ts_utc_ns"], summary=summary, source=r["path"],
+                        host=r["host"], rank=r["rank"], pid=r["pid"],
+                        evidence=(Evidence(r["path"], r["line"], r["text"] or ""),),
+                        provenance=Provenance.READ, confidence=1.0, uncertainty_ns=r["uncertainty_ns"]))
+    return out
+
+
 def anomalies(store, incident_id: str) -> list[Link]:
-    links = oom_kills(store, incident_id)
+    links = oom_kills(store, incident_id) + typed_events(store, incident_id)
     return sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0))
