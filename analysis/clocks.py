@@ -7,6 +7,10 @@ uncertainty and the method that found it, stores it in ``clock_map`` and fills
 
 Methods, best first (for the ``boot`` domain):
 
+0. ``perf reference time``: ``perf record -k CLOCK_MONOTONIC`` writes the
+   monotonic clock and the time of day read together (``# reference time``).
+   Exact for perf's own samples; dmesg's printk clock differs from MONOTONIC by
+   well under a millisecond, so the stated uncertainty is 1 ms.
 1. ``uptime+date``: a ``/proc/uptime`` reading next to a ``date`` reading. The
    offset is ``wall - boottime`` of each pair; with several pairs the median is
    used and the uncertainty is the larger of the best pair's own uncertainty and
@@ -44,6 +48,7 @@ SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two 
 # /proc/uptime is CLOCK_BOOTTIME; printk and perf use a clock that stops while the host is
 # suspended (a paused or snapshotted VM too). The method says so wherever it is shown.
 UPTIME_METHOD = "uptime+date"
+PERF_REFERENCE_METHOD = "perf reference time (-k CLOCK_MONOTONIC)"
 UPTIME_CAVEAT = ("/proc/uptime counts time suspended; dmesg and perf times do not, so this placement "
                  "is off by the host's total suspended time (0 on servers that never suspend)")
 
@@ -135,7 +140,18 @@ def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> l
     return out
 
 
+PRINTK_VS_MONOTONIC_NS = 1_000_000   # printk's local_clock vs CLOCK_MONOTONIC, typically well under 1 ms
+
+
 def solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
+    # perf recorded with -k CLOCK_MONOTONIC states the clock's offset to the time of day itself
+    ref = [a for a in anchors if a.name == "perf_reference"]
+    if ref:
+        offs = [a.offset_ns for a in ref]
+        med = int(statistics.median(offs))
+        spread = max(abs(o - med) for o in offs)
+        return ClockEntry(host, CLOCK_BOOT, med, max(PRINTK_VS_MONOTONIC_NS, spread), PERF_REFERENCE_METHOD,
+                          tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns} for a in ref))
     pairs = [a for a in anchors if a.name.startswith("uptime_date")]
     if pairs:
         offs = [a.offset_ns for a in pairs]

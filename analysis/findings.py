@@ -93,5 +93,7 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
 
 
 def anomalies(store, incident_id: str) -> list[Link]:
+    from .detectors import run as metric_detectors
     links = oom_kills(store, incident_id) + typed_events(store, incident_id)
+    links = metric_detectors(store, incident_id, links)
     return sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0))

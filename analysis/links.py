@@ -32,6 +32,13 @@ class LinkKind(str, Enum):
     PYTHON_EXCEPTION = "python_exception"
     JOB_FAILURE = "job_failure"
     CLOCK_SKEW = "clock_skew"
+    HARD_LOCKUP = "hard_lockup"
+    RCU_STALL = "rcu_stall"
+    KERNEL_PANIC = "kernel_panic"
+    KERNEL_OOPS = "kernel_oops"
+    HARDWARE_ERROR = "hardware_error"
+    THERMAL_THROTTLE = "thermal_throttle"
+    LINK_DOWN = "link_down"
 
 
 class Provenance(str, Enum):

@@ -22,49 +22,92 @@ _SEPARATORS = (b"\x01", b"\x02", b"\x03", b"\x04", b"\x05", b"\x06", b"\x07", b"
 REPLACEMENT = "\ufffd"
 
 
-def _split(chunk: bytes) -> pl.Series:
-    sep = next((c for c in _SEPARATORS if c not in chunk), None)
+def _split(buf: bytes, complete: bool, blank_as_null: bool) -> tuple[pl.Series, int]:
+    """Lines of ``buf`` as a String series, and how many bytes of ``buf`` they used.
+
+    When ``complete`` is false the text after the last newline is not a whole line: it is
+    left out (the caller keeps those bytes for the next chunk). Avoids copying ``buf``.
+    """
+    cut = len(buf) if complete else buf.rfind(b"\n") + 1
+    if cut == 0:
+        return pl.Series("line", [], dtype=pl.String), 0
+    sep = next((c for c in _SEPARATORS if c not in buf), None)
     if sep is None:   # every candidate byte occurs: fall back to Python's split
-        lines = chunk.split(b"\n")
+        lines = buf[:cut].split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
-        return pl.Series("line", [ln.rstrip(b"\r").decode("utf-8", "replace") for ln in lines], dtype=pl.String)
-    df = pl.read_csv(io.BytesIO(chunk), has_header=False, separator=sep.decode(), quote_char=None,
-                     new_columns=["line"], schema={"line": pl.String}, encoding="utf8-lossy",
-                     infer_schema=False)
-    return df.get_column("line").fill_null("")
+        s = pl.Series("line", [ln.rstrip(b"\r").decode("utf-8", "replace") for ln in lines], dtype=pl.String)
+        return s, cut
+    valid = buf.isascii()          # fast path: plain ASCII is valid UTF-8
+    if not valid:
+        try:
+            buf.decode("utf-8")
+            valid = True
+        except UnicodeDecodeError:
+            pass
+    df = pl.read_csv(io.BytesIO(buf), has_header=False, separator=sep.decode(), quote_char=None,
+                     new_columns=["line"], schema={"line": pl.String},
+                     encoding="utf8" if valid else "utf8-lossy", infer_schema=False)
+    s = df.get_column("line")
+    if cut < len(buf):
+        s = s.slice(0, len(s) - 1)      # the partial last line
+    return (s if blank_as_null else s.fill_null("")), cut
 
 
-def line_frames(stream, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
+def line_frames(stream, chunk_bytes: int = CHUNK_BYTES, blank_as_null: bool = False) -> Iterator[pl.DataFrame]:
     """Yield frames with columns ``lineno`` (Int64, 1-based), ``line`` (String), ``bad_utf8`` (Bool).
 
     ``bad_utf8`` marks lines whose bytes were not valid UTF-8 (replaced with U+FFFD).
+    ``blank_as_null`` leaves empty lines as nulls (saves a copy for parsers that handle it).
     """
     rest = b""
     first = 1
-    while True:
-        data = stream.read(chunk_bytes)
+    err: BaseException | None = None
+    while err is None:
+        data, err = _read_chunk(stream, chunk_bytes)
         if not data:
             break
         buf = rest + data if rest else data
-        cut = buf.rfind(b"\n")
-        if cut < 0:
+        s, used = _split(buf, False, blank_as_null)
+        if used == 0:
             rest = buf
             continue
-        chunk, rest = buf[: cut + 1], buf[cut + 1:]
-        yield _frame(chunk, first)
-        first += chunk.count(b"\n")
+        rest = buf[used:]
+        yield _frame(s, first, buf)
+        first += len(s)
     if rest:
-        yield _frame(rest + b"\n", first)
+        s, _ = _split(rest, True, blank_as_null)
+        yield _frame(s, first, rest)
+    if err is not None:   # a truncated/damaged stream or the size limit, after every line before it
+        raise err
 
 
-def _frame(chunk: bytes, first: int) -> pl.DataFrame:
-    s = _split(chunk)
-    try:
-        chunk.decode("utf-8")
+def _read_chunk(stream, size: int) -> tuple[bytes, BaseException | None]:
+    """Up to ``size`` bytes by ``read1`` calls, so that a read that fails keeps what came before."""
+    parts, n = [], 0
+    read1 = getattr(stream, "read1", None)
+    if read1 is None:
+        try:
+            return stream.read(size), None
+        except Exception as e:   # noqa: BLE001 - re-raised by the caller after the good lines
+            return b"", e
+    while n < size:
+        try:
+            b = read1(min(size - n, 1 << 20))
+        except Exception as e:   # noqa: BLE001
+            return b"".join(parts), e
+        if not b:
+            break
+        parts.append(b)
+        n += len(b)
+    return b"".join(parts), None
+
+
+def _frame(s: pl.Series, first: int, raw: bytes) -> pl.DataFrame:
+    if raw.isascii():
         bad = pl.repeat(False, len(s), eager=True, dtype=pl.Boolean)
-    except UnicodeDecodeError:
-        bad = s.str.contains(REPLACEMENT, literal=True)
+    else:
+        bad = s.str.contains(REPLACEMENT, literal=True).fill_null(False)
     return pl.DataFrame({
         "lineno": pl.int_range(first, first + len(s), eager=True, dtype=pl.Int64),
         "line": s,

@@ -306,15 +306,81 @@ META = Table(
     primary_key=("key",),
 )
 
+# -- Kineto (torch.profiler) derived tables, written by ingest.formats.kineto ------------------
+COLLECTIVES = Table(
+    "collectives",
+    "Collective operations read from profiler traces: NCCL kernels, gloo work, c10d calls (one row per span).",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host (null: the source's host)"),
+        _c("rank", "INTEGER", "-", "global rank (null: the source's rank)"),
+        _c("pid", "BIGINT", "-", "process that issued it (null for GPU kernels: see device)"),
+        _c("tid", "BIGINT", "-", "thread it ran on (CPU side)"),
+        _c("role", "VARCHAR", "-", "exec (the communication itself: NCCL kernel, gloo worker span) | call (c10d op on the caller)", False),
+        _c("backend", "VARCHAR", "-", "nccl | gloo | c10d (calls) | null when not stated"),
+        _c("collective", "VARCHAR", "-", "canonical collective: allreduce, allgather, reducescatter, broadcast, alltoall, sendrecv, barrier, ... or unknown", False),
+        _c("op", "VARCHAR", "-", "the event's own name (kernel name, c10d op, annotation)", False),
+        _c("pg", "VARCHAR", "-", "process group name/id as the trace states it (null: not stated)"),
+        _c("pg_desc", "VARCHAR", "-", "process group description (default_pg, ...)"),
+        _c("seq", "BIGINT", "count", "collective sequence number from the trace (args Seq), when present"),
+        _c("ordinal", "BIGINT", "count", "0-based order of this row among the file's rows of the same role and pg"),
+        _c("ts_raw_ns", "BIGINT", "ns", "start on the source's clock", False),
+        _c("dur_ns", "BIGINT", "ns", "duration"),
+        _c("in_nelems", "BIGINT", "count", "input elements (In msg nelems, or the product of Input Dims)"),
+        _c("out_nelems", "BIGINT", "count", "output elements (Out msg nelems)"),
+        _c("dtype", "VARCHAR", "-", "element type as written"),
+        _c("bytes", "BIGINT", "bytes", "input size: in_nelems x element size (null when the type is unknown)"),
+        _c("group_size", "INTEGER", "count", "ranks in the group (Group size)"),
+        _c("device", "INTEGER", "-", "GPU index (kernels)"),
+        _c("stream", "BIGINT", "-", "GPU stream (kernels)"),
+        _c("external_id", "BIGINT", "-", "Kineto External id (links CPU op, runtime call and kernel)"),
+        _c("correlation", "BIGINT", "-", "CUPTI/roctracer correlation id (kernels)"),
+    ),
+)
+
+STEPS = Table(
+    "steps",
+    "Training step spans read from profiler traces (ProfilerStep#N markers).",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host (null: the source's host)"),
+        _c("rank", "INTEGER", "-", "global rank (null: the source's rank)"),
+        _c("pid", "BIGINT", "-", "process (null for GPU-side markers)"),
+        _c("tid", "BIGINT", "-", "thread (CPU side)"),
+        _c("side", "VARCHAR", "-", "cpu (user_annotation/cpu_op) | gpu (gpu_user_annotation)", False),
+        _c("step", "BIGINT", "count", "step number N", False),
+        _c("name", "VARCHAR", "-", "marker as written", False),
+        _c("ts_raw_ns", "BIGINT", "ns", "start on the source's clock", False),
+        _c("dur_ns", "BIGINT", "ns", "duration"),
+    ),
+)
+
+FLOWS = Table(
+    "flows",
+    "Flow arrows of profiler traces (ac2g: CPU launch -> GPU kernel, fwdbwd: forward op -> backward op).",
+    (
+        _INC, _SRC,
+        _c("category", "VARCHAR", "-", "flow category (ac2g, fwdbwd, ...)"),
+        _c("flow_id", "BIGINT", "-", "flow id as written (ac2g: the correlation id)"),
+        _c("src_pid", "BIGINT", "-", "start: pid as written (OS pid, or GPU index for GPU-side ends)"),
+        _c("src_tid", "BIGINT", "-", "start: tid as written (OS tid, or stream)"),
+        _c("src_ts_raw_ns", "BIGINT", "ns", "start time on the source's clock (null: no start in the file)"),
+        _c("dst_pid", "BIGINT", "-", "end: pid as written"),
+        _c("dst_tid", "BIGINT", "-", "end: tid as written"),
+        _c("dst_ts_raw_ns", "BIGINT", "ns", "end time on the source's clock (null: no end in the file)"),
+    ),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
-        ANCHORS, FACTS, CLOCK_MAP,
+        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS,
     )
 }
 
 # Tables a parser writes rows into.
-PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts")
+PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts",
+                 "collectives", "steps", "flows")
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
 INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map",)
 

@@ -9,9 +9,32 @@ file no parser claims gets the named result ``unrecognized``.
 
 Adding a format = adding one module to ``ingest/formats`` and listing its
 parsers in ``ingest.formats.PARSERS``.
+
+Group parsers (one source made of many files)
+---------------------------------------------
+Some inputs are not one file but a *set* of files that only mean something
+together: a series of cgroup snapshots (``vm/cgroup/<time>/cpu/<group>/cpu.stat``
+... 1,456 tiny files) or a point-in-time copy of ``/sys/fs/cgroup``. A
+:class:`GroupParser` sees the list of every extracted file *before* per-file
+detection and :meth:`GroupParser.claim` returns :class:`Group` s: the source's
+path (a folder, ending in ``/``) and its member files. The pipeline then
+
+* takes the claimed files out of per-file detection (they get no ``sources``
+  row of their own),
+* writes the group's *manifest* (``{"rel", "root", "members": [[rel, file], ...],
+  "extra"}``, see :func:`write_group_manifest`) into the work folder, and
+* runs the group parser through the ordinary ``parse_file`` with the manifest as
+  the job's file: ``ctx.path`` is the manifest, :func:`read_group` gives it back.
+
+So a group is parsed, spilled and loaded exactly like one file (one ``sources``
+row, one set of Parquet parts, same error handling, same process pool), and
+everything else keeps the per-file path unchanged. A group parser's
+``detect`` is never asked about single files; it lists the members it read in
+``ctx.attrs`` and names member files and lines in its parse issues.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator
@@ -48,7 +71,7 @@ class ParseContext:
         self._stream = open_binary(self.path, self.max_bytes)
         return self._stream
 
-    def line_frames(self, chunk_bytes: int | None = None):
+    def line_frames(self, chunk_bytes: int | None = None, blank_as_null: bool = False):
         """Polars frames of (lineno, line, bad_utf8) over the decompressed file (see ingest.lines).
 
         Lines that were not valid UTF-8 are counted as issues here; the frames still carry them
@@ -57,7 +80,7 @@ class ParseContext:
         from .lines import CHUNK_BYTES, line_frames
         stream = self.open()
         try:
-            for df in line_frames(stream, chunk_bytes or CHUNK_BYTES):
+            for df in line_frames(stream, chunk_bytes or CHUNK_BYTES, blank_as_null):
                 self.lineno = int(df["lineno"][-1]) if len(df) else self.lineno
                 bad = df.filter(df["bad_utf8"])
                 room = max(0, self.sink.max_issues - self.sink.counts["parse_issues"])
@@ -107,6 +130,40 @@ class Parser:
             raise ValueError(f"{cls.__name__}: unknown clock domain {cls.clock_domain!r}")
 
 
+@dataclass
+class Group:
+    """A set of files claimed by a :class:`GroupParser`, parsed as one source."""
+    rel: str                                  # the source's path in the bundle: a folder ending in '/'
+    members: list[tuple[str, str]]            # (path in the bundle, extracted file on disk), in order
+    root: str | None = None                   # the folder on disk that holds the members, when one does
+    extra: dict[str, Any] = field(default_factory=dict)   # what claim() learnt (layout, time files, ...)
+
+
+class GroupParser(Parser):
+    """A parser that reads a set of files as ONE source (see the module docstring)."""
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        return False          # never claims a single file by its head
+
+    @classmethod
+    def claim(cls, files: list[tuple[str, str]]) -> list[Group]:  # pragma: no cover - abstract
+        """From (path in bundle, file on disk) of every file not claimed yet, the groups this parser reads."""
+        raise NotImplementedError
+
+
+def write_group_manifest(group: Group, path: str | os.PathLike) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"rel": group.rel, "root": group.root, "members": group.members, "extra": group.extra}, f)
+    return str(path)
+
+
+def read_group(ctx: "ParseContext") -> dict[str, Any]:
+    """The manifest a group parser's ``ctx.path`` points at: ``rel``, ``root``, ``members``, ``extra``."""
+    with open(ctx.path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 @dataclass(frozen=True)
 class Detection:
     parser: type[Parser] | None
@@ -123,8 +180,20 @@ class Registry:
         names = [p.name for p in parsers]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate parser names in {names}")
-        self.parsers: tuple[type[Parser], ...] = tuple(
-            sorted(parsers, key=lambda p: (-p.priority, p.name)))
+        ordered = sorted(parsers, key=lambda p: (-p.priority, p.name))
+        # per-file parsers (asked by detect) and group parsers (asked by claim_groups)
+        self.parsers: tuple[type[Parser], ...] = tuple(p for p in ordered if not issubclass(p, GroupParser))
+        self.groups: tuple[type[GroupParser], ...] = tuple(p for p in ordered if issubclass(p, GroupParser))
+
+    def claim_groups(self, files: list[tuple[str, str]]) -> list[tuple[type[GroupParser], Group]]:
+        """Let each group parser, in priority order, claim sets of the files nobody claimed yet."""
+        out: list[tuple[type[GroupParser], Group]] = []
+        taken: set[str] = set()
+        for p in self.groups:
+            for g in p.claim([f for f in files if f[0] not in taken]):
+                out.append((p, g))
+                taken.update(rel for rel, _ in g.members)
+        return out
 
     def detect(self, head: Head) -> Detection:
         if not head.data:
@@ -145,7 +214,7 @@ class Registry:
         return Detection(None, reason, tuple(tried))
 
     def by_name(self, name: str) -> type[Parser]:
-        for p in self.parsers:
+        for p in self.parsers + self.groups:
             if p.name == name:
                 return p
         raise KeyError(name)

@@ -134,6 +134,19 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             raise ApiError(404, "not_found", str(e)) from None
         return {"issues": svc.parse_issues(incident_id, max(1, min(limit, 5000)))}
 
+    @app.get("/api/incidents/{incident_id}/flamegraph", summary="Stack tree of the perf samples in a window")
+    def api_flamegraph(incident_id: str, start: str | None = None, end: str | None = None,
+                       host: str | None = None, pid: int | None = None, comm: str | None = None,
+                       event: str | None = None, weight: str = "samples",
+                       baseline_start: str | None = None, baseline_end: str | None = None):
+        try:
+            return svc.flamegraph(incident_id, start, end, host, pid, comm, event, weight,
+                                  baseline_start, baseline_end)
+        except LookupError as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        except ValueError as e:
+            raise ApiError(400, "bad_request", str(e)) from None
+
     # -- HTML ------------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index():
@@ -161,6 +174,22 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             except NotFound:
                 rep = None
         return pages.incident_page(inc, rep, all_files=all)
+
+    @app.get("/incidents/{incident_id}/flamegraph", response_class=HTMLResponse, include_in_schema=False)
+    def flamegraph_page(incident_id: str, start: str | None = None, end: str | None = None,
+                        host: str | None = None, pid: int | None = None, comm: str | None = None,
+                        baseline_start: str | None = None, baseline_end: str | None = None):
+        from web.flamegraph import standalone_html
+        try:
+            fg = svc.flamegraph(incident_id, start, end, host, pid, comm, None, "samples",
+                                baseline_start, baseline_end)
+        except (LookupError, ValueError) as e:
+            return HTMLResponse(pages.error_page(404 if isinstance(e, LookupError) else 400, str(e)),
+                                status_code=404 if isinstance(e, LookupError) else 400)
+        diff = fg["baseline"] is not None
+        return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}",
+                               f"{fg['tree']['value']} samples; times {fg['time_range']['start']} .. "
+                               f"{fg['time_range']['end']} UTC", diff)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

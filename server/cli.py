@@ -114,7 +114,8 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
         console.print(f"  {a['time'] or 'time unknown'}  [bold]{a['kind']}[/bold]  {escape(where)}{lead}")
         console.print(f"      {escape(a['summary'])}")
         for e in a["evidence"][:2]:
-            console.print(f"      [dim]{escape(e['source'])}:{e['line']}: {escape(e['text'][:160])}[/dim]")
+            first = (e["text"] or "").split("\n", 1)[0]
+            console.print(f"      [dim]{escape(e['source'])}:{e['line']}: {escape(first[:160])}[/dim]")
     if rep["chains"]:
         console.print("[bold]Causal chains[/bold]:")
         for c in rep["chains"]:
@@ -155,7 +156,7 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
     try:
         sub = svc.submit_path(args.path, title=args.title)
     except IntakeError as e:
-        err.print(f"aftertrace: cannot read {escape(str(args.path))}: {escape(str(e))}")
+        err.print(f"aftertrace: cannot read {escape(str(e))}")
         return 2
     except OSError as e:
         err.print(f"aftertrace: cannot read {escape(str(args.path))}: {escape(e.strerror or str(e))}")
@@ -212,6 +213,43 @@ def cmd_incidents(args, console: Console, err: Console) -> int:
     return 0
 
 
+def cmd_flamegraph(args, console: Console, err: Console) -> int:
+    from web.flamegraph import standalone_html
+    from .queries import NotFoundError
+    settings, svc = _service(args, err)
+    if svc is None:
+        return 3
+    try:
+        fg = svc.flamegraph(args.incident, start=args.start, end=args.end, host=args.host, pid=args.pid,
+                            comm=args.comm, event=args.event, weight=args.weight,
+                            baseline_start=args.baseline_start, baseline_end=args.baseline_end)
+    except NotFoundError as e:
+        err.print(f"aftertrace: {escape(str(e))}")
+        return 2
+    except ValueError as e:
+        err.print(f"aftertrace: bad argument: {escape(str(e))}")
+        return 2
+    out = args.output
+    diff = fg["baseline"] is not None
+    if out.endswith(".html"):
+        f = fg["filter"]
+        bits = [f"{k}={v}" for k, v in f.items() if v not in (None, "samples")]
+        sub = (f"{fg['tree']['value']} samples" + (f", baseline {fg['tree'].get('base', 0)}" if diff else "")
+               + (" — " + ", ".join(bits) if bits else ""))
+        text = standalone_html(fg["tree"], f"aftertrace flame graph — incident {fg['incident']}", sub, diff)
+    elif out.endswith(".json"):
+        text = json.dumps(fg, indent=1)
+    else:
+        text = "\n".join(fg["folded"]) + "\n"
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    console.print(f"{fg['tree']['value']} samples in the window"
+                  + (f" ({fg['tree'].get('base', 0)} in the baseline)" if diff else "")
+                  + f" of {fg['samples_total']} ({fg['samples_unplaced']} could not be placed in time); "
+                  f"written to {escape(out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aftertrace",
                                 description="Post-mortem trace correlation for distributed ML training incidents.")
@@ -235,6 +273,22 @@ def build_parser() -> argparse.ArgumentParser:
     common(s)
     s.set_defaults(func=cmd_serve)
 
+    fgp = sub.add_parser("flamegraph", help="flame graph of the perf samples in a window (.folded, .html, .json)")
+    fgp.add_argument("incident", help="incident id (or a unique prefix)")
+    fgp.add_argument("-o", "--output", required=True,
+                     help="FILE.folded (collapsed stacks), FILE.html (self-contained flame graph) or FILE.json")
+    fgp.add_argument("--start", help="window start: ISO-8601 UTC (2026-11-29T13:28:50Z) or epoch seconds")
+    fgp.add_argument("--end", help="window end (exclusive)")
+    fgp.add_argument("--host")
+    fgp.add_argument("--pid", type=int, help="process id (matches thread ids where perf printed only those)")
+    fgp.add_argument("--comm", help="command name")
+    fgp.add_argument("--event", help="sampled event, e.g. cpu-clock")
+    fgp.add_argument("--weight", default="samples", choices=("samples", "period"))
+    fgp.add_argument("--baseline-start", help="differential flame graph: baseline window start")
+    fgp.add_argument("--baseline-end", help="differential flame graph: baseline window end")
+    common(fgp)
+    fgp.set_defaults(func=cmd_flamegraph)
+
     ls = sub.add_parser("incidents", help="list stored incidents")
     common(ls)
     ls.set_defaults(func=cmd_incidents)
@@ -250,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=160)   # piped output: do not wrap at 80
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)   # one-line errors stay one line
     return args.func(args, console, err)
 
 

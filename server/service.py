@@ -3,11 +3,17 @@
 No FastAPI here. One :class:`Service` is built from explicit :class:`Settings`
 and a :class:`Store`; it receives bundles, runs the pipeline
 
-    raw store -> safe extraction -> detect -> parse (host info first, then the
-    rest in parallel processes) -> host/rank attribution -> bulk load ->
-    clock alignment -> findings -> report
+    raw store -> safe extraction -> group claims -> detect -> parse (host info
+    first, then the rest in parallel processes) -> host/rank attribution ->
+    bulk load -> clock alignment -> findings -> report
 
 and answers queries about incidents.
+
+Group claims (``ingest.registry.GroupParser``): before per-file detection, group
+parsers claim sets of files that form one source (a cgroup snapshot series under
+``vm/cgroup/<time>/...``). Each set becomes one ``sources`` row whose path is the
+folder, parsed by ``parse_file`` from a manifest that lists its members; its
+members get no rows of their own. Every other file takes the per-file path.
 """
 from __future__ import annotations
 
@@ -32,9 +38,10 @@ from ingest.bundle import (Extracted, IntakeError, RawBundle, extract, sniff_kin
 from ingest.model import PARSER_TABLES, STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, parse_file
 from ingest.reader import Head
-from ingest.registry import default_registry
+from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
+from .queries import Queries
 from .settings import Settings
 from .store import Store
 
@@ -81,7 +88,7 @@ def _strip_common_root(members) -> str | None:
     return root
 
 
-class Service:
+class Service(Queries):
     def __init__(self, settings: Settings, store: Store | None = None):
         self.settings = settings
         self.store = store or Store(settings.db_path)
@@ -211,6 +218,14 @@ class Service:
         jobs: list[ParseJob] = []
         host_jobs: list[ParseJob] = []
         ok = [m for m in members if m.ok and m.path != MANIFEST]
+        # Group parsers first: each set of files they claim is parsed as one source.
+        groups = self.registry.claim_groups([(m.path, str(m.file)) for m in ok])
+        in_group = {rel: g.rel for _, g in groups for rel, _ in g.members}
+        ok = [m for m in ok if m.path not in in_group]
+        for n, (parser, g) in enumerate(groups):
+            man = write_group_manifest(g, work_dir / f"group{n:05d}.json")
+            jobs.append(ParseJob(man, g.rel, str(work_dir / f"group{n:05d}"),
+                                 self.settings.limits.max_member_bytes, None, parser.name))
         for i, m in enumerate(ok):
             progress("detect", i, len(ok))
             try:
@@ -238,9 +253,14 @@ class Service:
             job.time_zone = tz if tz_ok else "UTC"
         self._parse_all(jobs, results, progress)
 
-        # Sources: every member, parsed or not.
-        sources = []
+        # Sources: every member, parsed or not (a group's members: its one row).
+        sizes = {m.path: m.size for m in members}
+        for _, g in groups:
+            results[g.rel].bytes = sum(sizes[rel] for rel, _ in g.members)
+        sources = [results[g.rel] for _, g in groups]
         for m in members:
+            if m.path in in_group:
+                continue
             if m.path == MANIFEST and m.ok:
                 r = SourceResult(m.path, kind="host_info", format="manifest", status=STATUS_PARSED,
                                  clock_domain="none", bytes=m.size)

@@ -137,4 +137,5 @@ class Store:
         return [dict(zip(names, row)) for row in res.fetchall()]
 
     def query_pl(self, sql: str, params: Any = None):
-        return self.cursor().execute(sql, params or []).pl()
+        import polars as pl
+        return pl.from_arrow(self.cursor().sql(sql, params=params or None).to_arrow_table())

@@ -31,6 +31,8 @@ def rows(res: SourceResult, table: str) -> list[dict]:
     out = []
     for f in res.parts.get(table, []):
         out += pq.read_table(f).to_pylist()
+    if table == "events":   # typed events are written after the plain ones: file order is `line`
+        out.sort(key=lambda e: e["line"])
     return out
 
 
@@ -85,14 +87,20 @@ def test_oom_kill_victim(tmp_path):
         "victim_pid": 63214, "victim_comm": "uwsgi", "scope": "memcg",
         "total_vm_kb": 3149468, "anon_rss_kb": 164992, "file_rss_kb": 52176, "shmem_rss_kb": 92,
         "uid": 0, "pgtables_kb": 1372, "oom_score_adj": 986,
+        "scope_name": "memory-cgroup OOM killer", "signature": "oom.kill",
+        "signatures_version": "kernel-signatures/1",
+        "summary": "The memory-cgroup OOM killer killed pid 63214 (uwsgi), anon-rss 161.1 MiB",
     }
     # the reaper line names the same process but is not a second kill
     reaper = ev[1]
-    assert (reaper["name"], reaper["kind"], reaper["pid"]) == ("oom_reaper", None, None)
+    assert (reaper["name"], reaper["kind"], reaper["pid"]) == ("oom_reaper", None, 63214)
     inv = ev[2]
     assert (inv["line"], inv["ts_raw_ns"], inv["name"]) == (3, 7093_543707_000, "oom_invoked")
-    assert json.loads(inv["attrs"]) == {"comm": "uwsgi", "gfp_mask": "0xcc0(GFP_KERNEL)",
-                                        "order": 0, "oom_score_adj": 986}
+    a = json.loads(inv["attrs"])
+    assert {k: a[k] for k in ("comm", "gfp_mask", "order", "oom_score_adj")} == {
+        "comm": "uwsgi", "gfp_mask": "0xcc0(GFP_KERNEL)", "order": 0, "oom_score_adj": 986}
+    # the excerpt ends inside the report's call trace: it is kept with the report's head
+    assert a["frames"][:3] == ["dump_stack+0x6d/0x8b", "dump_header+0x4f/0x1eb", "oom_kill_process.cold+0xb/0x10"]
 
 
 def test_oom_invoked_with_nodemask(tmp_path):
@@ -106,8 +114,8 @@ def test_oom_invoked_with_nodemask(tmp_path):
 def test_pstore_priorities_become_severities(tmp_path):
     res = parse(DATA / "dmesg" / "gpud__pstore-erst_null-deref.txt", tmp_path)
     ev = rows(res, "events")
-    assert [(e["severity"], e["name"]) for e in ev[:3]] == [
-        ("info", "sysrq"), ("alert", "BUG"), ("alert", "IP")]
+    assert [(e["severity"], e["name"], e["kind"]) for e in ev[:3]] == [
+        ("info", "sysrq", None), ("alert", "kernel_bug", "kernel_oops"), ("alert", "IP", None)]
     assert ev[4]["severity"] == "warning"
     # the last line has no trailing newline and is still a record
     assert ev[-1]["line"] == 39 and ev[-1]["text"].endswith("---[ end trace 8794939ba0598b91 ]---")

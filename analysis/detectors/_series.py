@@ -1,0 +1,148 @@
+"""Shared pieces of the metric detectors: series from the aligned store, robust baselines,
+episodes, robust slopes, evidence lines.
+
+Baseline: every detector compares a derived series with the incident's *own* quiet level,
+measured with robust statistics: the median and the MAD (median absolute deviation, x 1.4826
+to estimate a standard deviation), which a minority of unusual points does not move. The
+quiet period is whichever of two candidates has the lower median: the first quarter of the
+recording (at least 4 points: collectors start before the trouble — but a job's start-up may
+be busy), or the whole recording (right when the anomaly covers less than half of it). In the
+sample bundle the throttling covers 62 % of the recording (whole-series median 0.81 s/s, first
+quarter 0), while memory grows fastest during start-up (the whole series is the quiet one).
+A point is *high* when it exceeds ``max(abs_min, median + max(k * sigma, min_rise))``; the
+numbers of each detector are documented in its module.
+
+Episodes: high points joined when separated by at most ``gap`` low points; an episode needs
+``min_points`` high points unless it runs to the end of the series (a recording that stops
+during the anomaly). The onset is the first high point: the change happened within the
+interval that ends there, i.e. within one snapshot interval before the onset time.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+
+from analysis.links import Evidence
+
+
+@dataclass
+class Series:
+    source: str
+    source_id: int
+    host: str | None
+    entity: str
+    metric: str
+    unit: str
+    ts_raw: list[int]
+    ts_utc: list[int | None]
+    values: list[float]
+    attrs: dict
+    uncertainty_ns: int | None
+
+
+def load(store, incident_id: str, metrics: list[str]) -> list[Series]:
+    rows = store.query(
+        """SELECT m.source_id, s.path, COALESCE(m.host, s.host) AS host, m.entity, m.metric, m.unit,
+                  m.ts_raw_ns, m.ts_utc_ns, m.value, s.attrs, c.uncertainty_ns
+           FROM metrics m JOIN sources s USING (incident_id, source_id)
+           LEFT JOIN clock_map c ON c.incident_id = m.incident_id AND c.host = COALESCE(s.host, '')
+                AND c.domain = s.clock_domain
+           WHERE m.incident_id = ? AND s.kind = 'cgroup' AND m.metric IN (SELECT unnest(?))
+                 AND m.ts_raw_ns IS NOT NULL AND m.value IS NOT NULL
+           ORDER BY m.source_id, m.entity, m.metric, m.ts_raw_ns""", [incident_id, metrics])
+    out: dict[tuple, Series] = {}
+    attrs_cache: dict[int, dict] = {}
+    for r in rows:
+        key = (r["source_id"], r["host"], r["entity"], r["metric"])
+        s = out.get(key)
+        if s is None:
+            if r["source_id"] not in attrs_cache:
+                attrs_cache[r["source_id"]] = json.loads(r["attrs"]) if r["attrs"] else {}
+            s = out[key] = Series(r["path"], r["source_id"], r["host"], r["entity"], r["metric"], r["unit"],
+                                  [], [], [], attrs_cache[r["source_id"]], r["uncertainty_ns"])
+        s.ts_raw.append(r["ts_raw_ns"])
+        s.ts_utc.append(r["ts_utc_ns"])
+        s.values.append(r["value"])
+    return list(out.values())
+
+
+def by_entity(series: list[Series]) -> dict[tuple, dict[str, Series]]:
+    out: dict[tuple, dict[str, Series]] = {}
+    for s in series:
+        out.setdefault((s.source_id, s.host, s.entity), {})[s.metric] = s
+    return out
+
+
+def baseline(values: list[float]) -> tuple[float, float]:
+    """(median, robust sigma = 1.4826 * MAD) of the series."""
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    return med, 1.4826 * mad
+
+
+def quiet_baseline(values: list[float]) -> tuple[float, float]:
+    """(median, sigma) of the quieter of: the first quarter of the series, the whole series."""
+    head = values[:max(4, len(values) // 4)]
+    return min(baseline(head), baseline(values))
+
+
+def threshold(values: list[float], k: float, abs_min: float, min_rise: float = 0.0) -> tuple[float, float, float]:
+    med, sigma = quiet_baseline(values)
+    return max(abs_min, med + max(k * sigma, min_rise)), med, sigma
+
+
+def episodes(values: list[float], thr: float, gap: int = 2, min_points: int = 2) -> list[tuple[int, int]]:
+    """(first, last) indices of runs of values above thr (joined over <= gap low points)."""
+    highs = [i for i, v in enumerate(values) if v > thr]
+    runs: list[list[int]] = []
+    for i in highs:
+        if runs and i - runs[-1][-1] <= gap + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    out = []
+    for r in runs:
+        if len(r) >= min_points or r[-1] == len(values) - 1:
+            out.append((r[0], r[-1]))
+    return out
+
+
+def theil_sen(xs: list[float], ys: list[float]) -> float:
+    """Median of the pairwise slopes: a line fit that a few odd points do not move."""
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))
+              if xs[j] != xs[i]]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+def evidence(s: Series, wanted: list[tuple[int, str, str]], zone: str | None) -> tuple[Evidence, ...]:
+    """The raw snapshot lines behind (ts_raw_ns, entity, metric) values, re-read from the members."""
+    from ingest.formats.cgroup import evidence as locate
+    try:
+        found = locate(s.source, s.attrs, wanted, zone)
+    except (OSError, ValueError) as e:
+        return (Evidence(s.source, None, f"(snapshot files could not be re-read: {e})"),)
+    return tuple(Evidence(path, line, text) for path, line, text in found)
+
+
+def time_zone(store, incident_id: str) -> str | None:
+    r = store.query("SELECT time_zone FROM incidents WHERE incident_id = ?", [incident_id])
+    return r[0]["time_zone"] if r else None
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def hms(ts_ns: int | None) -> str:
+    from ingest.timeparse import fmt_utc
+    t = fmt_utc(ts_ns)
+    return t[11:23] if t else "?"
+
+
+def entity_name(entity: str) -> str:
+    return "the host" if entity == "host" else (f"cgroup {entity}" if entity.startswith("/") else entity)

@@ -1,0 +1,103 @@
+"""memory_growth: a cgroup's memory heading for its limit, with the projected time to hit it.
+
+Series: ``memory.growth_bytes_per_s`` (d usage / dt between snapshots; usage is v1
+``memory.usage_in_bytes`` or v2 ``memory.current``) per cgroup. A snapshot is *rising* when
+growth exceeds ``max(8 MiB/s, median + 4 sigma)`` of the cgroup's own series. Rising
+snapshots at most 2 apart form an episode, and episodes with no release of memory between them
+(usage never fell more than 1 % below its running peak — a leak that allocates in steps) are one episode. An episode is a finding when it is heading for
+the limit: it gained at least 10 % of the limit AND ended within 20 % of the limit, or was
+followed (within 2 snapshots) by an OOM or limit hit in the cgroup's counters. Without a
+known limit, an episode must gain 256 MiB and at least double the usage; no projection is
+made then.
+
+Projection: the slope is the Theil-Sen line through (time, usage) of the episode; the limit
+is reached at ``t_onset + (limit - usage at onset) / slope``. The finding is stamped at the
+first rising snapshot (the growth started within the interval that ends there). Evidence:
+the usage lines before and at onset and at the episode's end, and the limit line.
+"""
+from __future__ import annotations
+
+from analysis.links import Link, LinkKind, Provenance
+
+from ._series import by_entity, entity_name, episodes, evidence, fmt_bytes, hms, load, theil_sen, threshold
+
+K, ABS_MIN = 4.0, 8 * 1024 * 1024
+MIN_GAIN_OF_LIMIT, NEAR_LIMIT = 0.10, 0.80
+NO_LIMIT_GAIN = 256 * 1024 * 1024
+EVENTS = ("memory.oom_kill_delta", "memory.oom_delta", "memory.failcnt_delta", "memory.max_hits_delta")
+
+
+def _at(s, t):
+    if s is None:
+        return None
+    for tt, v in zip(s.ts_raw, s.values):
+        if tt == t:
+            return v
+    return None
+
+
+def _no_release(u, g, end: int, start: int) -> bool:
+    """Usage never fell more than 1 % below its running peak between two rising runs."""
+    peak = 0.0
+    for t, v in zip(u.ts_raw, u.values):
+        if g.ts_raw[end] <= t <= g.ts_raw[start]:
+            peak = max(peak, v)
+            if v < 0.99 * peak:
+                return False
+    return True
+
+
+def detect(store, incident_id: str, zone: str | None) -> list[Link]:
+    groups = by_entity(load(store, incident_id, ["memory.growth_bytes_per_s", "memory.usage_bytes",
+                                                 "memory.limit_bytes", *EVENTS]))
+    out = []
+    for (_, host, entity), m in groups.items():
+        g, u = m.get("memory.growth_bytes_per_s"), m.get("memory.usage_bytes")
+        if g is None or u is None or len(g.values) < 3:
+            continue
+        thr, med, sigma = threshold(g.values, K, ABS_MIN)
+        lim_s = m.get("memory.limit_bytes")
+        uidx = {t: i for i, t in enumerate(u.ts_raw)}
+        eps: list[tuple[int, int]] = []
+        for a, b in episodes(g.values, thr, gap=2, min_points=1):
+            if eps and _no_release(u, g, eps[-1][1], a):
+                eps[-1] = (eps[-1][0], b)
+            else:
+                eps.append((a, b))
+        for a, b in eps:
+            if a == b and b != len(g.values) - 1:
+                continue
+            t0, t1 = g.ts_raw[a], g.ts_raw[b]
+            i0, i1 = uidx.get(t0), uidx.get(t1)
+            if i0 is None or i1 is None or i0 == 0:
+                continue
+            start_usage, onset_usage, end_usage = u.values[i0 - 1], u.values[i0], u.values[i1]
+            gain = end_usage - start_usage
+            limit = _at(lim_s, t0)
+            if limit is not None and limit >= 1 << 60:
+                limit = None
+            after = [t for t in u.ts_raw[i1:i1 + 3]]
+            event = any((_at(m.get(e), t) or 0) > 0 for e in EVENTS for t in after)
+            if limit:
+                if not (gain >= MIN_GAIN_OF_LIMIT * limit and (end_usage >= NEAR_LIMIT * limit or event)):
+                    continue
+            elif not (gain >= NO_LIMIT_GAIN and end_usage >= 2 * max(start_usage, 1)):
+                continue
+            xs = [(t - t0) / 1e9 for t in u.ts_raw[i0 - 1:i1 + 1]]
+            slope = theil_sen(xs, u.values[i0 - 1:i1 + 1])
+            text = (f"Memory of {entity_name(entity)} grew from {fmt_bytes(start_usage)} to {fmt_bytes(end_usage)} "
+                    f"in {(t1 - u.ts_raw[i0 - 1]) / 1e9:.1f} s from {hms(g.ts_utc[a])} "
+                    f"({fmt_bytes(slope)}/s, Theil-Sen)")
+            if limit and slope > 0:
+                eta = (limit - onset_usage) / slope
+                hit = g.ts_utc[a] + int(eta * 1e9) if g.ts_utc[a] is not None else None
+                text += (f", heading for its {fmt_bytes(limit)} limit: at that rate the limit is reached "
+                         f"{eta:.1f} s after onset (~{hms(hit)}); headroom at onset {fmt_bytes(limit - onset_usage)}")
+            if event:
+                text += "; the cgroup's counters show the limit hit / an OOM right after"
+            wanted = [(u.ts_raw[i0 - 1], entity, "memory.usage_bytes"), (t0, entity, "memory.usage_bytes"),
+                      (t1, entity, "memory.usage_bytes"), (t0, entity, "memory.limit_bytes")]
+            out.append(Link(kind=LinkKind.MEMORY_GROWTH, ts_ns=g.ts_utc[a], summary=text, source=g.source,
+                            host=host, evidence=evidence(g, wanted, zone), provenance=Provenance.INFERRED,
+                            confidence=0.9 if limit else 0.6, uncertainty_ns=g.uncertainty_ns))
+    return out

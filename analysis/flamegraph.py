@@ -1,0 +1,164 @@
+"""Flame graphs by query: the stack tree of the samples in a window, never a re-parse.
+
+Samples point at leaves of a per-source prefix tree (``stacks``: id, parent,
+frame, dso). A flame graph for a window/host/pid/comm is
+
+1. a group-by over ``samples`` (count and period per (source, leaf, comm)),
+2. a walk from each distinct leaf to its root (distinct leaves are few),
+3. a merge of those paths into one tree keyed by frame names, with the
+   process name (comm) as the first level, as FlameGraph does.
+
+A differential flame graph runs the same query for two windows (baseline and
+the window of interest) and keeps both values on every node.
+
+Window bounds are UTC nanoseconds and apply to ``ts_utc_ns``: samples whose
+source could not be placed in time have none and fall outside any window
+(a window-less query includes them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ingest.timeparse import NS
+
+
+@dataclass
+class Node:
+    name: str
+    value: int = 0
+    base: int = 0                      # value in the baseline window (differential graphs)
+    children: dict[str, "Node"] = field(default_factory=dict)
+
+    def child(self, name: str) -> "Node":
+        c = self.children.get(name)
+        if c is None:
+            c = self.children[name] = Node(name)
+        return c
+
+    def to_json(self, diff: bool = False) -> dict:
+        out = {"name": self.name, "value": self.value}
+        if diff:
+            out["base"] = self.base
+        if self.children:
+            out["children"] = [c.to_json(diff) for _, c in sorted(self.children.items())]
+        return out
+
+
+@dataclass(frozen=True)
+class Filter:
+    start_ns: int | None = None
+    end_ns: int | None = None
+    host: str | None = None
+    pid: int | None = None             # matches pid, or tid when perf printed only thread ids
+    comm: str | None = None
+    event: str | None = None
+    weight: str = "samples"            # samples | period
+
+
+def parse_time(text: str | None) -> int | None:
+    """'2026-11-29T13:28:40Z', '2026-11-29 13:28:40.5', or epoch seconds -> UTC ns."""
+    if text is None or text == "":
+        return None
+    t = str(text).strip()
+    try:
+        return int(round(float(t) * NS))
+    except ValueError:
+        pass
+    t = t.replace("Z", "+00:00")
+    dt = datetime.fromisoformat(t)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp()) * NS + dt.microsecond * 1000
+
+
+def _counts(store, incident_id: str, f: Filter) -> list[tuple]:
+    where = ["s.incident_id = $inc"]
+    params: dict = {"inc": incident_id}
+    if f.start_ns is not None:
+        where.append("s.ts_utc_ns >= $start")
+        params["start"] = f.start_ns
+    if f.end_ns is not None:
+        where.append("s.ts_utc_ns < $end")
+        params["end"] = f.end_ns
+    if f.host:
+        where.append("COALESCE(s.host, src.host) = $host")
+        params["host"] = f.host
+    if f.pid is not None:
+        where.append("(s.pid = $pid OR (s.pid IS NULL AND s.tid = $pid))")
+        params["pid"] = f.pid
+    if f.comm:
+        where.append("s.comm = $comm")
+        params["comm"] = f.comm
+    if f.event:
+        where.append("s.event = $event")
+        params["event"] = f.event
+    value = "sum(s.period)" if f.weight == "period" else "count(*)"
+    sql = (f"SELECT s.source_id, s.stack_id, COALESCE(s.comm, '[unknown]') AS comm, {value} AS n "
+           "FROM samples s JOIN sources src USING (incident_id, source_id) "
+           f"WHERE {' AND '.join(where)} GROUP BY 1, 2, 3")
+    return store.cursor().execute(sql, params).fetchall()
+
+
+def _paths(store, incident_id: str, counts: list[tuple]) -> dict[tuple[int, int], list[str]]:
+    """(source, leaf) -> root-first frame names, for the leaves in ``counts``."""
+    sources = sorted({c[0] for c in counts if c[1] is not None})
+    out: dict[tuple[int, int], list[str]] = {}
+    for sid in sources:
+        rows = store.cursor().execute(
+            "SELECT stack_id, parent_id, frame, dso FROM stacks WHERE incident_id = ? AND source_id = ?",
+            [incident_id, sid]).fetchall()
+        parent = {r[0]: r[1] for r in rows}
+        label = {r[0]: _label(r[2], r[3]) for r in rows}
+        for c in counts:
+            if c[0] != sid or c[1] is None:
+                continue
+            path, node, guard = [], c[1], 0
+            while node is not None and guard < 10_000:
+                path.append(label.get(node, "[missing frame]"))
+                node = parent.get(node)
+                guard += 1
+            out[(sid, c[1])] = path[::-1]
+    return out
+
+
+def _label(frame: str, dso: str | None) -> str:
+    if frame == "[unknown]" and dso and dso != "[unknown]":
+        return f"[{dso.rsplit('/', 1)[-1]}]"
+    return frame
+
+
+def build(store, incident_id: str, f: Filter = Filter(), baseline: Filter | None = None) -> Node:
+    """The merged stack tree; with ``baseline``, every node also carries the baseline value."""
+    root = Node("all")
+    for target, which in ((f, "value"), (baseline, "base")):
+        if target is None:
+            continue
+        counts = _counts(store, incident_id, target)
+        paths = _paths(store, incident_id, counts)
+        for sid, leaf, comm, n in counts:
+            n = int(n or 0)
+            frames = [comm] + (paths.get((sid, leaf), []) if leaf is not None else ["[no stack]"])
+            node = root
+            setattr(node, which, getattr(node, which) + n)
+            for name in frames:
+                node = node.child(name)
+                setattr(node, which, getattr(node, which) + n)
+    return root
+
+
+def folded(root: Node, diff: bool = False) -> list[str]:
+    """Collapsed stacks ``comm;outer;...;leaf count`` (``count_base count`` when diff)."""
+    lines: list[str] = []
+
+    def walk(node: Node, prefix: list[str]) -> None:
+        own = node.value - sum(c.value for c in node.children.values())
+        own_base = node.base - sum(c.base for c in node.children.values())
+        if prefix and (own > 0 or (diff and own_base > 0)):
+            stack = ";".join(p.replace(";", ":") for p in prefix)
+            lines.append(f"{stack} {own_base} {own}" if diff else f"{stack} {own}")
+        for name, c in sorted(node.children.items()):
+            walk(c, prefix + [name])
+
+    walk(root, [])
+    return lines

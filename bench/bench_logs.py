@@ -1,0 +1,68 @@
+"""Text-log ingest throughput (NCCL + training/launcher logs): aftertrace's parser vs a Python line loop.
+
+Inputs, concatenated from real files to the target size:
+
+* ``nccl``: NCCL 2.27 nccl-tests INFO log with COLL lines (Timez-zx/nccl-tests) and the
+  16-node NCCL 2.7 init/ring/tree log from bigscience (``tests/data/nccl_log``);
+* ``app``: the real torchrun captures recorded for the samples (``tests/data/app_log``, gloo on
+  CPU, ``--tee 3`` prefixes, c10 INFO lines, tracebacks, ChildFailedError blocks) and the
+  oom-after-throttle bundle's torchrun.log (steps).
+
+The comparison is what a user would run instead: a plain Python loop over the lines that
+applies one regex per line (the NCCL header, or a timestamp) — far less work than the parser.
+
+    python bench/bench_logs.py [--mb 200]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import compare  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+NCCL = ROOT / "tests/data/nccl_log"
+APP = ROOT / "tests/data/app_log"
+SOURCES = {
+    "nccl": [NCCL / "timez-zx__nccl-tests_nccl.log.gz", NCCL / "bigscience__n16_32gb_all_reduce_bench.txt.gz"],
+    "app": [APP / "torchrun_hang.log", APP / "torchrun_exception.log", APP / "torchrun_mismatch.log",
+            ROOT / "sample_traces/oom-after-throttle/vm/logs/torchrun.log"],
+}
+
+LOOP_RX = rb"^(?:\S+:\d+:\d+ \[\d+\] NCCL (INFO|WARN)|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
+
+PARSE = """
+import time, shutil, tempfile
+from ingest.parse import parse_file, ParseJob
+out = tempfile.mkdtemp()
+t = time.perf_counter()
+r = parse_file(ParseJob({path!r}, "bench.log", out, time_zone="UTC"))
+dt = time.perf_counter() - t
+shutil.rmtree(out)
+RESULT = dict(tool="aftertrace " + str(r.format) + " -> Parquet parts", seconds=dt, status=r.status,
+              events=r.counts.get("events"), interpolated=r.attrs.get("interpolated_events"))
+"""
+LOOP = """
+import re, time
+rx = re.compile({rx!r})
+t = time.perf_counter()
+n = 0
+with open({path!r}, "rb") as f:
+    for line in f:
+        if rx.match(line):
+            n += 1
+dt = time.perf_counter() - t
+RESULT = dict(tool="plain Python line loop, one regex per line", seconds=dt, matched=n)
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=200)
+    args = ap.parse_args()
+    compare("logs", ".log", SOURCES, [PARSE, LOOP], args.mb, ("events", "matched"), rx=LOOP_RX)
+
+if __name__ == "__main__":
+    main()

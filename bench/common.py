@@ -1,0 +1,73 @@
+"""Helpers shared by the benchmarks: scaled inputs, timing, peak memory of a child process."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def read_text(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def scaled(name: str, sources: list[Path], target_bytes: int) -> Path:
+    """Concatenate real files until ``target_bytes``; cached under bench/out/."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    dest = OUT / name
+    if dest.exists() and dest.stat().st_size >= target_bytes:
+        return dest
+    blobs = [read_text(p) for p in sources]
+    with open(dest, "wb") as f:
+        n = 0
+        while n < target_bytes:
+            for b in blobs:
+                if not b.endswith(b"\n"):
+                    b += b"\n"
+                f.write(b)
+                n += len(b)
+    return dest
+
+
+def run_child(code: str) -> dict:
+    """Run Python code in a fresh process; it prints one JSON line. Adds peak RSS (MiB)."""
+    wrapper = code + "\nimport resource, json, sys\n" \
+        "print(json.dumps(dict(RESULT, peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))\n"
+    r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}"
+
+
+def compare(prefix: str, suffix: str, sources: dict[str, list[Path]], codes: list[str], mb: int,
+            row_keys: tuple[str, ...], **fmt) -> list[dict]:
+    """Run each code snippet on each scaled input; print the results and a Markdown table."""
+    rows = []
+    for label, srcs in sources.items():
+        path = scaled(f"{prefix}-{label}-{mb}MB{suffix}", srcs, mb * 1_000_000)
+        size = path.stat().st_size
+        for code in codes:
+            r = run_child(code.format(path=str(path), **fmt))
+            r["MB/s"] = round(size / 1e6 / r["seconds"], 1)
+            r["input"] = f"{label} {size / 1e6:.0f} MB"
+            rows.append(r)
+            print(r, flush=True)
+    print(f"\n{machine()}\n")
+    print("| input | tool | MB/s | seconds | peak RSS MiB | rows |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        extra = ", ".join(f"{k}={r[k]}" for k in row_keys if r.get(k) is not None)
+        print(f"| {r['input']} | {r['tool']} | {r['MB/s']} | {r['seconds']:.2f} | {r['peak_rss_mib']:.0f} | {extra} |")
+    return rows

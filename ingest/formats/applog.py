@@ -1,0 +1,1176 @@
+"""Training and launcher logs: PyTorch c10/c10d, torchrun/elastic, Python logging, tracebacks.
+
+This module is also the shared log *engine*: NCCL lines (:mod:`.nccl`) and the
+families below are read by the same code, line by line, so a job's stdout that
+interleaves everything is handled whichever source kind claimed the file.
+
+Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
+
+1. Wrapper prefixes are peeled off and kept (``WRAPPERS``): ``torchrun --tee``
+   ``[default3]:`` (local rank), torch's ``[rank3]: `` on Python output,
+   ``srun --label`` ``12: `` (task = rank), OpenMPI ``[1,3]<stdout>:``, Ray
+   ``(Actor pid=N) ... [repeated 15x across cluster]`` and markdown quotes.
+2. Every line goes to the first line family that matches (``FAMILIES``):
+   ``nccl`` (see :mod:`.nccl`), ``c10`` (``[rank3]:[E1218 20:27:21.426415540
+   File.cpp:629] msg`` and the old ``[E ProcessGroupNCCL.cpp:414] msg``),
+   ``elastic`` (torch logging ``E0724 20:47:36.140000 1237 path.py:986] msg``),
+   ``usdt`` (Kineto ``USDT:2026-11-29 13:28:48 pid:tid File.cpp:52] msg``),
+   ``dated`` (Python logging / DeepSpeed / ISO-8601 stamps, optional offset),
+   ``syslog`` (``Nov 29 13:28:11 host prog[pid]: msg``), ``pylog``
+   (``WARNING:torch.distributed.run:msg``) and ``plain`` (untimed lines that say
+   something: steps, exception lines, desync/gloo messages). Other lines are not
+   errors: they are counted (``other_lines``) and skipped.
+3. Messages are matched against ``MESSAGES`` (watchdog timeouts with the
+   WorkNCCL fields, desync reports, collective mismatches, Flight Recorder
+   notices, gloo timeouts/closed connections, elastic worker failures and
+   closing signals, step/progress lines) which sets the event name, typed kind
+   and fields.
+4. Multi-line blocks are grouped per output stream (the wrapper prefix):
+   Python tracebacks (chained ones included) become one ``python_exception``
+   event with exception type, message, last frame and rank; faulthandler dumps
+   (``Fatal Python error: Segmentation fault``) one ``segfault`` event; the
+   ``ChildFailedError`` summary one ``job_failure`` event plus one event per
+   failure (time, host, rank, local_rank, exitcode, signal, pid, error file,
+   traceback, ``root_cause``) typed ``signal_kill`` (exitcode < 0) or
+   ``process_exit``.
+5. Times: see :mod:`._logtime` (local zone, year inference, c10 seconds, and the
+   interpolation of untimed lines with its uncertainty).
+6. Ranks: stated on the line (``[rank3]:``, ``[Rank 3]``, ``rank=3``, srun
+   task), else the rank stated elsewhere on the same stream (``[default0]`` is
+   local rank 0; its ``[rank0]`` lines say which global rank that is), else for
+   NCCL lines the rank of the pid's largest communicator.
+
+Events (one per line or block) carry host/rank/pid/tid, ``ts_raw_ns`` (wall
+clock), ``ts_interpolated``, category = family, name, kind for findings with
+``attrs.summary``, severity, the 1-based line and the raw text.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal as _signal
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import polars as pl
+
+from ..model import CLOCK_NONE, CLOCK_WALL
+from ..reader import Head
+from ..registry import ParseContext, Parser
+from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, interpolate, local_epoch_ns
+from .nccl import (INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS, nccl_frame,
+                   nccl_line_count, warn_class)
+
+NS = 1_000_000_000
+MAX_CARRY_ROWS = 200_000
+MAX_BLOCK_LINES = 400
+
+# ---------------------------------------------------------------------------------------------
+# 1. wrapper prefixes
+WRAP_START = r"^(?:> |\(\w[\w.]* pid=\d|\[default\d|\d{1,6}: |\[\d+,\d+\]<|\[rank\d+\]: )"
+WRAP = (r"^(?:> )*(?:\((?P<ray_actor>\w[\w.]*) pid=(?P<ray_pid>\d+)(?:, ip=[\d.]+)?\) )?"
+        r"(?:\[(?P<mpi_job>\d+),(?P<mpi_rank>\d+)\]<std(?:out|err)>:)?"
+        r"(?:\[default(?P<tee>\d+)\]:)?(?:(?P<srun>\d{1,6}): )?(?:\[rank(?P<wrank>\d+)\]: )?")
+RAY_REPEAT = r" \[repeated (\d+)x across cluster\]$"
+
+# ---------------------------------------------------------------------------------------------
+# 2. line families: (name, anchored test, extraction regex)
+_MD = r"(?P<mo_d>\d{3,4})"
+FAMILIES = {
+    "c10": (r"^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{3,4} \d\d:| \w)",
+            r"^(?:\[rank(?P<rank>\d+)\]:)?\[(?P<sev>[FEWIV])(?:" + _MD +
+            r" (?P<hms>\d\d:\d\d:\d\d)\.(?P<mono>\d{6,9}))? (?P<file>[^\s:\]]+):(?P<fline>\d+)\] ?"),
+    "elastic": (r"^(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ",
+                r"^(?:\[rank(?P<rank>\d+)\]:)?(?P<sev>[DIWEC])" + _MD +
+                r" (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) (?P<pid>\d+) (?P<file>\S+?):(?P<fline>\d+)\] ?"),
+    "usdt": (r"^USDT:\d{4}-",
+             r"^USDT:(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d) (?P<pid>\d+):(?P<tid>\d+) "
+             r"(?P<file>[^\s:\]]+):(?P<fline>\d+)\] ?"),
+    "dated": (r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d",
+              r"^\[?(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
+              r"(?P<off>Z|[+-]\d\d:?\d\d)?\]?[ :|-]*(?:\[?(?P<sev>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|NOTICE)\]?)?"
+              r"[ :|-]*"),
+    "syslog": (r"^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d \S+ ",
+               r"^(?P<mon>\w{3}) (?P<day>[ \d]\d) (?P<hms>\d\d:\d\d:\d\d) (?P<host>\S+) "
+               r"(?P<prog>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ?"),
+    "pylog": (r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:",
+              r"^(?P<sev>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]*):"),
+}
+SEVERITY = {"F": "crit", "E": "error", "W": "warning", "I": "info", "V": "debug", "D": "debug", "C": "crit",
+            "DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "error",
+            "CRITICAL": "crit", "FATAL": "crit", "NOTICE": "notice",
+            "TRACE": "debug", "CALL": "debug", "ABORT": "error"}
+
+# ---------------------------------------------------------------------------------------------
+# 3. message grammar: (name, kind, literal prefilter, regex with named groups, integer fields)
+_WORK = (r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op_type>\w+)(?:, NumelIn=(?P<numel_in>-?\d+), "
+         r"NumelOut=(?P<numel_out>-?\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\)")
+MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
+    ("watchdog_timeout", "collective_timeout", "Watchdog caught collective operation timeout",
+     r"Watchdog caught collective operation timeout: " + _WORK + r" ran for (?P<ran_ms>\d+) milliseconds",
+     ("seq", "numel_in", "numel_out", "timeout_ms", "ran_ms")),
+    ("blocking_wait_timeout", "collective_timeout", "timed out in blocking wait",
+     r"Work " + _WORK + r" timed out in blocking wait", ("seq", "numel_in", "numel_out", "timeout_ms")),
+    ("watchdog_exception", None, "detected by watchdog at work",
+     r"detected by watchdog at work: (?P<seq>-?\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), "
+     r"last completed NCCL work: (?P<last_completed>-?\d+)", ("seq", "last_enqueued", "last_completed")),
+    ("async_exception", None, "raised the following async exception",
+     r"Collective " + _WORK + r" raised the following async exception: (?P<error>.*)$",
+     ("seq", "numel_in", "numel_out", "timeout_ms")),
+    ("nccl_ops_failed", None, "Some NCCL operations have failed or timed out",
+     r"(?P<what>Some NCCL operations have failed or timed out)", ()),
+    ("heartbeat_timeout", "collective_timeout", "Heartbeat monitor timed out",
+     r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<pending_works>\d+))?",
+     ("pending_works",)),
+    ("watchdog_stuck", "collective_timeout", "watchdog got stuck for",
+     r"watchdog got stuck for (?P<stuck_s>\d+) seconds", ("stuck_s",)),
+    ("desync_not_joined", "collective_mismatch", "but didn't join collective",
+     r"(?P<ranks>\[[\d, ]*\]) finished collective #(?P<seq>\d+), but didn't join collective #(?P<next_seq>\d+)",
+     ("seq", "next_seq")),
+    ("desync_not_finished", "collective_mismatch", "joined but didn't finish collective",
+     r"(?P<ranks>\[[\d, ]*\]) joined but didn't finish collective #(?P<seq>\d+)", ("seq",)),
+    ("desync_lagging", "collective_mismatch", "are the lagging ranks",
+     r"ranks (?P<ranks>\[[\d, ]*\]) are the lagging ranks", ()),
+    ("collective_mismatch", "collective_mismatch", "Detected mismatch between collectives",
+     r"Detected mismatch between collectives on ranks\. Rank (?P<rank_a>\d+) is running collective: "
+     r"CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), OpType=(?P<op_type>\w+)"
+     r"(?:.*?Rank (?P<rank_b>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq_b>\d+), "
+     r"OpType=(?P<op_type_b>\w+))?", ("rank_a", "seq", "rank_b", "seq_b")),
+    ("flight_recorder", None, "Flight Recorder",
+     r"(?P<fr_msg>(?:Finished writing|Writing|Error \w+) [^:]*Flight Recorder[^:]*?)(?: to (?P<fr_path>\S+))?$", ()),
+    ("flight_recorder", None, "FlightRecorder is disabled", r"(?P<fr_msg>FlightRecorder is disabled)", ()),
+    ("gloo_timeout", "collective_timeout", "Timed out waiting ",
+     r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?Timed out waiting (?P<wait_ms>\d+)ms for (?P<gloo_op>\w+) operation",
+     ("wait_ms",)),
+    ("gloo_peer_closed", None, "by peer",
+     r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?(?P<gloo_error>Connection closed by peer|Read error|"
+     r"Connection reset by peer)(?: \[(?P<peer>[^\]]+)\]:?(?P<peer_port>\d+)?)?", ()),
+    ("worker_failed", None, "failed (exitcode:",
+     r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<worker_pid>\d+)\)"
+     r"(?: of binary: (?P<binary>.*))?", ("exitcode", "local_rank", "worker_pid")),
+    ("closing_signal", None, "closing signal",
+     r"Sending process (?P<worker_pid>\d+) closing signal (?P<signal>SIG\w+)", ("worker_pid",)),
+    ("nccl_error", None, "NCCL error",
+     r"NCCL error(?: in: (?P<where>[^,]*))?, (?P<nccl_error>[^,]+?)(?:, NCCL version (?P<nccl_version>[\w.+\-]+))?(?:$|\n|\s{2})",
+     ()),
+)
+STEP = (r"(?i)(?:\b(?:global_step|step)\s*[=:]\s*(?P<step>\d+)|\biteration\s+(?P<iter>\d+)\s*/\s*(?P<total>\d+)"
+        r"|\bstep\s+(?P<step2>\d+)\s*/\s*(?P<total2>\d+))")
+STEP_FIELDS = (r"(?i)(?:\bloss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?))?", )
+LOSS = r"(?i)\b(?:lm )?loss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)"
+STEP_TIME = (r"(?i)(?:step_time\s*[=:]\s*(?P<step_time_s>[\d.]+)\s*s|elapsed time per iteration \(ms\):\s*"
+             r"(?P<iter_ms>[\d.]+))")
+RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
+EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?:: ?(?P<exc_msg>.*))?$"
+_MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
+PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
+               "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")
+
+# ---------------------------------------------------------------------------------------------
+# blocks
+TB_START = "Traceback (most recent call last):"
+TB_CHAIN = ("During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
+FATAL_START = "Fatal Python error: "
+BLOCK_ROW = (r"^(?:$|\s|Traceback \(|Fatal Python error|Current thread|Thread 0x|Extension modules|Stack \(most"
+             r"|During handling|The above exception|=+$|-+$|Failures:|Root Cause|\[\d+\]:$|.* FAILED$"
+             r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b)")
+FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in | in )(?P<func>.*)$')
+EXC = re.compile(EXC_LINE)
+CFE_KV = re.compile(r"^\s{2}(?P<key>\w+)\s*: ?(?P<val>.*)$")
+CFE_ENTRY = re.compile(r"^\[(?P<idx>\d+)\]:$")
+CFE_TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)$")
+CFE_RANK = re.compile(r"^(?P<rank>-?\d+) \(local_rank: (?P<local_rank>-?\d+)\)")
+CFE_EXIT = re.compile(r"^(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
+LOCAL_HOSTS = {"localhost", "localhost.localdomain", "127.0.0.1", "::1"}
+
+
+def _signame(code: int) -> str | None:
+    if code >= 0:
+        return None
+    try:
+        return _signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _State:
+    """What one file's parse remembers across chunks."""
+    zone: str | None
+    mtime_year: int
+    ref_year: int | None = None
+    ref_month: int | None = None
+    year_from: str | None = None
+    stream_rank: dict = field(default_factory=dict)
+    stream_pid: dict = field(default_factory=dict)
+    pid_rank: dict = field(default_factory=dict)      # (host, pid) -> (nranks, rank)
+    pid_host: dict = field(default_factory=dict)      # pid -> host (clean NCCL lines)
+    hosts: set = field(default_factory=set)
+    ranks: set = field(default_factory=set)
+    pids: set = field(default_factory=set)
+    init_failed: set = field(default_factory=set)
+    pending_failed: list = field(default_factory=list)
+    block_pids: set = field(default_factory=set)
+    families: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+    last_step: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    comms: dict = field(default_factory=dict)
+    other_lines: int = 0
+    coll_lines: int = 0
+    context_line: int | None = None     # a row re-read only as interpolation context
+    interpolated: int = 0
+    timed: int = 0
+    garbage: int = 0
+
+
+def _wrap(df: pl.DataFrame) -> pl.DataFrame:
+    """lineno, line, body, stream, wrank, tee, srun, ray_pid, repeated."""
+    need = pl.col("line").str.contains(WRAP_START)
+    base = df.select("lineno", "line").with_columns(need.alias("_w"))
+    if base["_w"].any():
+        w = extract_prefix(base.filter(pl.col("_w")).select("lineno", "line"), "line", WRAP, "body").drop("line")
+        base = base.join(w, on="lineno", how="left")
+    else:
+        base = base.with_columns(
+        *(pl.lit(None, pl.String).alias(c) for c in ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee",
+                                                    "srun", "wrank")), pl.col("line").alias("body"))
+    base = base.with_columns(
+        pl.when(pl.col("_w")).then(pl.col("body")).otherwise(pl.col("line")).alias("body"),
+        *(pl.when(pl.col("_w")).then(pl.col(c)).otherwise(None).alias(c)
+          for c in ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank")))
+    rep = pl.col("body").str.ends_with("across cluster]")
+    base = base.with_columns(
+        pl.when(rep).then(pl.col("body").str.extract(RAY_REPEAT, 1).cast(pl.Int32, strict=False)).alias("repeated"),
+        pl.when(rep).then(pl.col("body").str.replace(RAY_REPEAT, "")).otherwise(pl.col("body")).alias("body"),
+        pl.concat_str([pl.col("tee").fill_null(""), pl.col("srun").fill_null(""), pl.col("ray_pid").fill_null(""),
+                       pl.col("mpi_rank").fill_null("")], separator="|").alias("stream"),
+    )
+    return base.drop("_w")
+
+
+def _with_common(df: pl.DataFrame, family: str, **cols) -> pl.DataFrame:
+    """Give a family frame the common columns (missing ones null)."""
+    spec = {
+        "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "rank": pl.Int64, "sev": pl.String,
+        "t_y": pl.Int32, "t_mo": pl.Int32, "t_d": pl.Int32, "t_hms": pl.String, "t_frac": pl.String,
+        "t_res": pl.Int64, "t_off": pl.String, "msg": pl.String, "name": pl.String, "kind": pl.String,
+        "attrs": pl.String,
+    }
+    out = df.with_columns(pl.lit(family).alias("category"), **cols)
+    missing = [pl.lit(None, dtype=t).alias(c) for c, t in spec.items() if c not in out.columns]
+    out = out.with_columns(missing).with_columns(*(pl.col(c).cast(t, strict=False) for c, t in spec.items()))
+    return out
+
+
+def _json_attrs(df: pl.DataFrame, fields: list[str], ints: tuple[str, ...] = ()) -> pl.Expr:
+    fields = [f for f in fields if f in df.columns]
+    if not fields:
+        return pl.lit(None, pl.String)
+    exprs = [pl.col(f).cast(pl.Int64, strict=False) if f in ints else pl.col(f) for f in fields]
+    return pl.struct(exprs).struct.json_encode()
+
+
+def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
+    """Split the chunk's rows into line families; returns one frame per family (common columns)."""
+    out: list[pl.DataFrame] = []
+    rest = base
+    # NCCL first (header may sit anywhere in the line).
+    nc, n_coll = nccl_frame(rest)
+    st.coll_lines += n_coll
+    if n_coll:
+        rest = rest.filter(~pl.col("body").str.contains(" opCount ", literal=True)
+                           | pl.col("lineno").is_in(nc["lineno"].implode()))
+    if not nc.is_empty():
+        out.extend(_nccl_events(rest.filter(pl.col("lineno").is_in(nc["lineno"].implode())), nc, st))
+        rest = rest.filter(~pl.col("lineno").is_in(nc["lineno"].implode()))
+    bare = rest.filter(pl.col("body").str.starts_with("NCCL version "))
+    if not bare.is_empty():
+        b = bare.with_columns(pl.col("body").str.extract(r"^NCCL version (\d+\.\d+\.\d+(?:[+-][a-z]+[\d.]*)?)", 1).alias("version"))
+        out.append(_with_common(b, "nccl", name=pl.lit("nccl_version"), sev=pl.lit("info"),
+                                attrs=_json_attrs(b, ["version"])))
+        rest = rest.filter(~pl.col("lineno").is_in(bare["lineno"].implode()))
+    for fam, (test, rx) in FAMILIES.items():
+        if rest.is_empty():
+            break
+        m = rest.filter(pl.col("body").str.contains(test))
+        if m.is_empty():
+            continue
+        g = extract_prefix(m, "body", rx)
+        out.append(_timed_family(g, fam))
+        rest = rest.filter(~pl.col("lineno").is_in(m["lineno"].implode()))
+    if not rest.is_empty():
+        hint = pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))
+        p = rest.filter(hint)
+        if not p.is_empty():
+            out.append(_with_common(p.with_columns(pl.col("body").alias("msg")), "plain"))
+        st.other_lines += int((~rest.select(hint).to_series()).sum() - rest.select(
+            pl.col("body").str.strip_chars() == "").to_series().sum())
+    return out
+
+
+def extract_prefix(df: pl.DataFrame, col: str, rx: str, msg: str = "msg") -> pl.DataFrame:
+    """Named groups of an anchored *prefix* regex, plus ``msg`` = the rest of the line.
+
+    The regexes stop at the end of the prefix (no ``.*$`` capture): capturing the whole line
+    is what makes regex extraction slow, slicing the rest off is nearly free.
+    """
+    g = df.with_columns(pl.col(col).str.extract_groups(f"^(?P<whole>{rx.lstrip('^')})").alias("_g")).unnest("_g")
+    return g.with_columns(pl.col(col).str.slice(pl.col("whole").str.len_chars()).alias(msg)).drop("whole")
+
+
+def _timed_family(g: pl.DataFrame, fam: str) -> pl.DataFrame:
+    md = pl.col("mo_d") if "mo_d" in g.columns else None
+    if fam in ("c10", "elastic"):
+        cols = dict(
+            t_mo=md.str.slice(0, md.str.len_chars() - 2).cast(pl.Int32, strict=False),
+            t_d=md.str.slice(-2, 2).cast(pl.Int32, strict=False), t_hms=pl.col("hms"),
+            t_res=pl.lit(NS if fam == "c10" else 1_000_000),
+            t_frac=(pl.col("us").str.slice(0, 3) if fam == "elastic" else pl.lit(None, pl.String)),
+            sev=pl.col("sev").replace_strict(SEVERITY, default=None),
+            name=pl.lit(fam), attrs=_json_attrs(g, ["file", "fline"], ("fline",)))
+        if fam == "c10":
+            cols["name"] = pl.col("file").str.replace(r"\.\w+$", "")
+        return _with_common(g, fam, **cols)
+    if fam == "usdt":
+        return _with_common(g, fam, t_y=pl.col("date").str.slice(0, 4), t_mo=pl.col("date").str.slice(5, 2),
+                            t_d=pl.col("date").str.slice(8, 2), t_hms=pl.col("hms"), t_res=pl.lit(NS),
+                            name=pl.lit("kineto"), attrs=_json_attrs(g, ["file", "fline"], ("fline",)))
+    if fam == "dated":
+        return _with_common(g, fam, t_y=pl.col("date").str.slice(0, 4), t_mo=pl.col("date").str.slice(5, 2),
+                            t_d=pl.col("date").str.slice(8, 2), t_hms=pl.col("hms"), t_frac=pl.col("frac"),
+                            t_res=frac_res_expr(pl.col("frac")), t_off=pl.col("off"),
+                            sev=pl.col("sev").replace_strict(SEVERITY, default=None), name=pl.lit("log"))
+    if fam == "syslog":
+        return _with_common(g, fam, t_mo=pl.col("mon").replace_strict(MONTH_NUM, default=None),
+                            t_d=pl.col("day").str.strip_chars(), t_hms=pl.col("hms"), t_res=pl.lit(NS),
+                            name=pl.col("prog"), attrs=_json_attrs(g, ["prog"]))
+    if fam == "pylog":
+        return _with_common(g, fam, sev=pl.col("sev").replace_strict(SEVERITY, default=None),
+                            name=pl.lit("log"), attrs=_json_attrs(g, ["logger"]))
+    raise KeyError(fam)
+
+
+def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
+    g = rows.join(nc, on="lineno", how="inner")
+    # host of a run-in or spliced header: the host this pid had on a clean line
+    for r in g.filter(~pl.col("host_unsure")).select("host", "pid").unique().iter_rows():
+        st.pid_host.setdefault(r[1], r[0])
+        st.hosts.add(r[0])
+    if g["host_unsure"].any():
+        un = g.filter(pl.col("host_unsure")).select("lineno", "host", "pid")
+        fixed = [st.pid_host.get(pid) or next((h for h in st.hosts if host.endswith(h)), host)
+                 for _, host, pid in un.iter_rows()]
+        m = un.select("lineno").with_columns(pl.Series("_fh", fixed, dtype=pl.String))
+        g = g.join(m, on="lineno", how="left").with_columns(
+            pl.coalesce(pl.col("_fh"), pl.col("host")).alias("host")).drop("_fh")
+    nts = pl.col("nts")
+    g = g.with_columns(
+        t_y=nts.str.slice(0, 4), t_mo=nts.str.slice(5, 2), t_d=nts.str.slice(8, 2), t_hms=nts.str.slice(11, 8),
+        t_frac=pl.col("nts_frac"), t_res=frac_res_expr(pl.col("nts_frac")),
+        sev=pl.col("level").replace_strict(SEVERITY, default=None))
+    base_fields = ["dev", "level", "src", "srcline", "func", "trace_ms", "tag", "spliced"]
+    # one pass decides which INFO grammar entry a line may be (literal tests), then each group
+    # is extracted on its own rows only
+    sub = pl.lit(None, pl.String)
+    for name, lit, _rx, _ints in reversed(INFO_GRAMMAR):
+        sub = pl.when(pl.col("msg").str.contains(lit, literal=True)).then(pl.lit(name)).otherwise(sub)
+    g = g.with_columns(pl.when(pl.col("level") == "WARN").then(None).otherwise(sub).alias("_sub"))
+    grammar = {name: (rx, ints) for name, _lit, rx, ints in INFO_GRAMMAR}
+    out, unmatched = [], []
+    for (name,), part in g.partition_by("_sub", as_dict=True).items():
+        if name is None:
+            unmatched.append(part)
+            continue
+        rx, ints = grammar[name]
+        x = part.with_columns(pl.col("msg").str.extract_groups(rx).alias("x")).unnest("x")
+        fields = re.findall(r"\?P<(\w+)>", rx)
+        hit = pl.any_horizontal([pl.col(f).is_not_null() for f in fields])
+        miss = x.filter(~hit)
+        if not miss.is_empty():
+            unmatched.append(miss.select(part.columns))
+        x = x.filter(hit)
+        if not x.is_empty():
+            out.append(x.with_columns(name=pl.lit(name),
+                                      attrs=_json_attrs(x, base_fields + fields, ints + ("srcline", "tag"))))
+    rest = pl.concat(unmatched, how="vertical_relaxed") if unmatched else g.clear()
+    if not rest.is_empty():
+        rest = rest.with_columns(
+            name=pl.when(pl.col("level") == "WARN").then(pl.lit("nccl_warn"))
+            .when(pl.col("level") == "TRACE").then(pl.lit("nccl_trace"))
+            .when(pl.col("level") == "CALL").then(pl.lit("nccl_call"))
+            .otherwise(pl.lit("nccl_info")),
+            attrs=_json_attrs(rest, base_fields, ("srcline", "tag")))
+        out.append(rest)
+    # a communicator's rank is not the process's global rank (that one is found per pid later)
+    return [_with_common(f.drop("rank", strict=False), "nccl") for f in out]
+
+
+# ---------------------------------------------------------------------------------------------
+def _messages(ev: pl.DataFrame) -> pl.DataFrame:
+    """Apply MESSAGES + step/rank extraction to the non-NCCL message texts."""
+    ev = ev.with_columns(pl.coalesce(pl.col("msg"), pl.col("body")).alias("_m"))
+    parts, rest = [], ev
+    mask_nccl = pl.col("category") == "nccl"
+    # lone exception lines (a traceback whose header is not in the file)
+    exc = rest.filter((pl.col("category") == "plain") & pl.col("body").str.contains(EXC_LINE))
+    if not exc.is_empty():
+        x = exc.with_columns(pl.col("body").str.extract_groups(EXC_LINE).alias("x")).unnest("x")
+        x = x.with_columns(name=pl.lit("exception"), kind=pl.lit("python_exception"),
+                           attrs=_merge_json(pl.col("attrs"), _json_attrs(x, ["exc", "exc_msg"])))
+        parts.append(x.drop("exc", "exc_msg"))
+        rest = rest.filter(~pl.col("lineno").is_in(x["lineno"].implode()))
+    said = ~mask_nccl & pl.col("_m").str.contains(_MESSAGE_ANY)
+    if rest.select(said.any()).item():
+        cand, rest = rest.filter(said), rest.filter(~said)
+    else:
+        cand = rest.clear()
+    for name, kind, lit, rx, ints in MESSAGES:
+        if cand.is_empty():
+            break
+        m = cand.filter(pl.col("_m").str.contains(lit, literal=True))
+        if m.is_empty():
+            continue
+        x = m.with_columns(pl.col("_m").str.extract_groups(rx).alias("x")).unnest("x")
+        fields = re.findall(r"\?P<(\w+)>", rx)
+        ok = pl.any_horizontal([pl.col(f).is_not_null() for f in fields])
+        x = x.filter(ok)
+        if x.is_empty():
+            continue
+        x = x.with_columns(name=pl.lit(name), kind=pl.lit(kind, pl.String),
+                           attrs=_merge_json(pl.col("attrs"), _json_attrs(x, fields, ints)))
+        parts.append(x.drop(fields))
+        cand = cand.filter(~pl.col("lineno").is_in(x["lineno"].implode()))
+    rest = pl.concat([rest, cand], how="vertical_relaxed") if not cand.is_empty() else rest
+    # steps / progress
+    cand = rest.filter(~mask_nccl & pl.col("_m").str.contains(r"(?i)step|iteration"))
+    if not cand.is_empty():
+        x = cand.with_columns(pl.col("_m").str.extract_groups(STEP).alias("x")).unnest("x")
+        x = x.filter(pl.col("step").is_not_null() | pl.col("iter").is_not_null() | pl.col("step2").is_not_null())
+        if not x.is_empty():
+            x = x.with_columns(
+                pl.coalesce("step", "iter", "step2").cast(pl.Int64).alias("step"),
+                pl.coalesce("total", "total2").cast(pl.Int64).alias("total_steps"),
+                pl.col("_m").str.extract(LOSS, 1).cast(pl.Float64, strict=False).alias("loss"),
+                pl.col("_m").str.extract_groups(STEP_TIME).alias("x2")).unnest("x2")
+            x = x.with_columns(
+                pl.coalesce(pl.col("step_time_s").cast(pl.Float64, strict=False),
+                            pl.col("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("step_time_s"))
+            x = x.with_columns(name=pl.lit("step"), attrs=_merge_json(
+                pl.col("attrs"), _json_attrs(x, ["step", "total_steps", "loss", "step_time_s"])))
+            parts.append(x.drop("iter", "step2", "total", "total2", "iter_ms", "total_steps", "loss",
+                                "step_time_s"))
+            rest = rest.filter(~pl.col("lineno").is_in(x["lineno"].implode()))
+    # plain lines that matched nothing specific are not events
+    rest = rest.filter(pl.col("category") != "plain")
+    out = pl.concat(parts + [rest], how="diagonal_relaxed") if parts else rest
+    return out.drop("_m")
+
+
+def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """Concatenate two JSON-object strings (either may be null)."""
+    return (pl.when(a.is_null()).then(b)
+            .when(b.is_null()).then(a)
+            .otherwise(pl.concat_str([a.str.slice(0, a.str.len_chars() - 1), pl.lit(","), b.str.slice(1)])))
+
+
+# ---------------------------------------------------------------------------------------------
+def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int | None]:
+    """Group tracebacks / faulthandler dumps / ChildFailedError summaries per stream.
+
+    Returns (block dicts, consumed linenos, lineno of a block still open at the chunk's end).
+    """
+    starts = base.filter((pl.col("body") == TB_START) | pl.col("body").str.starts_with(FATAL_START))
+    if starts.is_empty():
+        return [], set(), None
+    blocks, consumed, open_at = [], set(), None
+    # only rows that can belong to a block are walked (tracebacks are contiguous in their stream)
+    first = int(starts["lineno"].min())
+    maybe = base.filter((pl.col("lineno") >= first) & pl.col("body").str.contains(BLOCK_ROW))
+    for stream in starts["stream"].unique().to_list():
+        rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
+        linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
+        lines, wranks = rows["line"].to_list(), rows["wrank"].to_list()
+        i, n = 0, len(bodies)
+        while i < n:
+            b = bodies[i]
+            if linenos[i] in consumed or not (b == TB_START or b.startswith(FATAL_START)):
+                i += 1
+                continue
+            j, blk = (_walk_traceback if b == TB_START else _walk_fatal)(bodies, i)
+            if j is None:           # ran off the chunk: wait for more lines
+                if not final:
+                    open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
+                    break
+                j = n
+            blk.update(lineno=linenos[i], text="\n".join(lines[i:j]), stream=stream, lines=lines[i:j],
+                       linenos=linenos[i:j],
+                       wrank=next((w for w in wranks[i:j] if w), None), nlines=j - i)
+            blocks.append(blk)
+            consumed.update(linenos[i:j])
+            i = j
+    return blocks, consumed, open_at
+
+
+def _walk_traceback(bodies: list[str], i: int):
+    """Index after the block (None if it may continue past the chunk) and the parsed block."""
+    n = len(bodies)
+    frames, j = [], i + 1
+    while True:
+        while j < n and (bodies[j].startswith((" ", "\t")) or bodies[j] == TB_START):
+            f = FRAME.match(bodies[j])
+            if f:
+                frames.append((f["file"], int(f["line"]), f["func"]))
+            j += 1
+        if j >= n:
+            return None, {}
+        m = EXC.match(bodies[j])
+        exc, msg = (m["exc"], m["exc_msg"] or "") if m else (bodies[j].split(":", 1)[0], bodies[j])
+        j += 1
+        # chained: blank, "During handling ...", blank, Traceback ...
+        k = j
+        while k < n and bodies[k].strip() == "":
+            k += 1
+        if k < n and bodies[k] in TB_CHAIN:
+            k += 1
+            while k < n and bodies[k].strip() == "":
+                k += 1
+            if k < n and bodies[k] == TB_START:
+                j = k + 1
+                continue
+        break
+    blk = {"type": "traceback", "exc": exc, "exc_msg": msg, "frames": frames}
+    if exc.endswith("ChildFailedError"):
+        end = _walk_cfe(bodies, j)
+        if end is None:
+            return None, {}
+        blk["cfe"] = _parse_cfe(bodies[j:end], j - i)
+        j = end
+    return j, blk
+
+
+def _walk_cfe(bodies: list[str], j: int):
+    n = len(bodies)
+    if j < n and not bodies[j].startswith("==="):
+        return j
+    borders = 0
+    k = j
+    while k < n and k - j < MAX_BLOCK_LINES:
+        if bodies[k].startswith("===") and set(bodies[k]) == {"="}:
+            borders += 1
+            if borders == 2:
+                return k + 1
+        k += 1
+    return None if k >= n else k
+
+
+def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
+    """The ChildFailedError summary; ``rel`` of each failure = its ``[i]:`` line's offset in the block."""
+    title, failures, cur, root, key = None, [], None, False, None
+    for pos, ln in enumerate(lines):
+        if ln.endswith(" FAILED") and title is None:
+            title = ln[: -len(" FAILED")]
+            continue
+        if ln.startswith("Root Cause"):
+            root = True
+            continue
+        m = CFE_ENTRY.match(ln)
+        if m:
+            cur = {"index": int(m["idx"]), "root_cause": root, "traceback_lines": [], "rel": rel0 + pos,
+                   "rel_end": rel0 + pos + 1}
+            failures.append(cur)
+            key = None
+            continue
+        if cur is None:
+            continue
+        if not ln.startswith(("---", "===")):
+            cur["rel_end"] = rel0 + pos + 1
+        kv = CFE_KV.match(ln)
+        if kv and kv["key"] in ("time", "host", "rank", "exitcode", "error_file", "traceback"):
+            key = kv["key"]
+            val = kv["val"].strip()
+            if key == "traceback":
+                cur["traceback_lines"].append(val)
+            else:
+                cur[key] = val
+            continue
+        if key == "traceback" and ln.startswith("  ") and not ln.startswith("---"):
+            cur["traceback_lines"].append(ln[2:])
+    out = []
+    for f in failures:
+        d = {"index": f["index"], "root_cause": f["root_cause"], "rel": f["rel"], "rel_end": f["rel_end"]}
+        t = CFE_TIME.match(f.get("time", ""))
+        if t:
+            d["time_parts"] = tuple(int(x) for x in t.groups())
+        d["time"] = f.get("time")
+        d["host"] = f.get("host")
+        r = CFE_RANK.match(f.get("rank", ""))
+        if r:
+            d["rank"], d["local_rank"] = int(r["rank"]), int(r["local_rank"])
+        e = CFE_EXIT.match(f.get("exitcode", ""))
+        if e:
+            d["exitcode"], d["pid"] = int(e["code"]), int(e["pid"])
+            d["signal"] = e["sig"] or _signame(d["exitcode"])
+        ef = f.get("error_file")
+        d["error_file"] = None if ef in (None, "<N/A>") else ef
+        tb = [x for x in f["traceback_lines"]]
+        while tb and not tb[-1].strip():
+            tb.pop()
+        d["traceback"] = "\n".join(tb) or None
+        last = next((x.strip() for x in reversed(tb) if x.strip()), "")
+        m = EXC.match(last)
+        if m:
+            d["exc"], d["exc_msg"] = m["exc"], m["exc_msg"]
+        out.append(d)
+    return {"title": title, "failures": out}
+
+
+def _walk_fatal(bodies: list[str], i: int):
+    n = len(bodies)
+    what = bodies[i][len(FATAL_START):].strip()
+    frames, j = [], i + 1
+    while j < n:
+        b = bodies[j]
+        if b.strip() == "" or b.startswith(("Current thread", "Thread 0x", "Extension modules:",
+                                            "Stack (most recent call first)", "  File", "  <no Python frame>")):
+            f = FRAME.match(b)
+            if f:
+                frames.append((f["file"], int(f["line"]), f["func"]))
+            j += 1
+            if b.startswith("Extension modules:"):
+                break
+            continue
+        break
+    else:
+        return None, {}
+    return j, {"type": "fatal", "what": what, "frames": frames}
+
+
+# ---------------------------------------------------------------------------------------------
+def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
+    """Event dicts for the grouped blocks (ChildFailedError entries included)."""
+    from ..timeparse import local_ns
+    rows = []
+    for b in blocks:
+        rank = int(b["wrank"]) if b.get("wrank") is not None else None
+        common = dict(line=b["lineno"], text=b["text"], stream=b["stream"], rank=rank)
+        where = ""
+        if b.get("frames"):
+            # tracebacks list the innermost frame last; faulthandler ("most recent call first") first
+            f = b["frames"][0] if b["type"] == "fatal" else b["frames"][-1]
+            where = f" at {os.path.basename(f[0])}:{f[1]} in {f[2]}"
+        if b["type"] == "fatal":
+            what = b["what"]
+            attrs = {"error": what, "frames": len(b["frames"]), "last_frame": where.strip() or None}
+            kind = "segfault" if "Segmentation" in what or "Bus error" in what else "python_exception"
+            attrs["summary"] = f"Python fatal error: {what}{where}" + (f" (rank {rank})" if rank is not None else "")
+            rows.append(dict(common, category="traceback", name="fatal_error", kind=kind, severity="crit",
+                             attrs=attrs))
+            continue
+        cfe = b.get("cfe")
+        attrs = {"exc_type": b["exc"], "exc_msg": b["exc_msg"], "frames": len(b["frames"]),
+                 "last_frame": where.strip() or None}
+        if cfe is None:
+            summary = f"{b['exc']}: {b['exc_msg']}".strip().rstrip(":")[:300] + where
+            kind, name = "python_exception", "traceback"
+            said = _message_in(b["exc_msg"] or "")
+            if said and said[1]:      # e.g. a gloo timeout or a collective mismatch raised as an exception
+                name, kind, fields = said
+                attrs.update(fields)
+                summary = _timeout_summary(name, fields, "", b["exc_msg"]) if kind == "collective_timeout" \
+                    else f"collective mismatch: {b['exc_msg'][:240]}"
+                summary += f" ({b['exc']}{where})"
+            elif said:
+                attrs.update(said[2])
+            if rank is not None:
+                summary = f"rank {rank}: " + summary
+            rows.append(dict(common, category="traceback", name=name, kind=kind,
+                             severity="error", attrs=dict(attrs, summary=summary)))
+            continue
+        fails = cfe["failures"]
+        root = next((f for f in fails if f["root_cause"]), fails[0] if fails else None)
+        jsum = f"torchrun: {cfe['title'] or 'job'} FAILED"
+        if root:
+            jsum += "; root cause " + _failure_text(root)
+        others = [f for f in fails if f is not root]
+        if others:
+            jsum += "; then " + "; ".join(_failure_text(f, short=True) for f in others)
+        ts = None
+        if root and root.get("time_parts"):
+            ts = local_ns(*root["time_parts"], 0, zone)
+        rows.append(dict(common, category="launcher", name="child_failed", kind="job_failure", severity="error",
+                         ts=ts, res=NS if ts is not None else None,
+                         attrs=dict(attrs, summary=jsum, title=cfe["title"], failures=len(fails),
+                                    root_cause_rank=root.get("rank") if root else None,
+                                    root_cause_pid=root.get("pid") if root else None)))
+        for f in fails:
+            code = f.get("exitcode")
+            kind = "signal_kill" if code is not None and code < 0 else "process_exit"
+            fts = local_ns(*f["time_parts"], 0, zone) if f.get("time_parts") else None
+            host = f.get("host")
+            fline = b["linenos"][f["rel"]]
+            ftext = "\n".join(b["lines"][f["rel"]:f["rel_end"]])
+            fa = {k: f.get(k) for k in ("index", "root_cause", "time", "host", "rank", "local_rank", "exitcode",
+                                        "signal", "pid", "error_file", "exc", "exc_msg", "traceback")}
+            fa["summary"] = ("torchrun: " + _failure_text(f) +
+                             (" (root cause)" if f["root_cause"] else " (after the root-cause failure)"))
+            if f.get("pid") is not None:
+                st.block_pids.add(f["pid"])
+            rows.append(dict(line=fline, text=ftext, stream="", category="launcher",
+                             name="worker_failure", kind=kind, severity="error", ts=fts,
+                             res=NS if fts is not None else None,
+                             host=None if (host or "").lower() in LOCAL_HOSTS else host,
+                             rank=f.get("rank"), pid=f.get("pid"), attrs=fa))
+    return rows
+
+
+_MESSAGES_PY = [(n, k, lit, re.compile(rx), ints) for n, k, lit, rx, ints in MESSAGES]
+
+
+def _message_in(text: str) -> tuple[str, str | None, dict] | None:
+    """(name, kind, fields) of the first MESSAGES entry found in a text (Python side, for blocks)."""
+    for name, kind, lit, rx, ints in _MESSAGES_PY:
+        if lit in text:
+            m = rx.search(text)
+            if m:
+                fields = {k: (int(v) if k in ints else v) for k, v in m.groupdict().items() if v is not None}
+                return name, kind, fields
+    return None
+
+
+def _failure_text(f: dict, short: bool = False) -> str:
+    who = f"rank {f.get('rank')}"
+    if not short:
+        who += f" (local_rank {f.get('local_rank')}, pid {f.get('pid')})"
+    code = f.get("exitcode")
+    how = f"exitcode {code}" + (f" ({f['signal']})" if f.get("signal") else "")
+    if f.get("exc") and not short:
+        how += f": {f['exc']}: {(f.get('exc_msg') or '')[:200]}"
+    if short:
+        return f"{who} {how}"
+    return f"{who} {how} at {f.get('time')} on {f.get('host')}"
+
+
+# ---------------------------------------------------------------------------------------------
+def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """Events of one chunk, and the raw rows to carry into the next chunk."""
+    base = _wrap(df)
+    blocks, consumed, open_at = _blocks(base, final)
+    lines_for_fams = base.filter(~pl.col("lineno").is_in(list(consumed))) if consumed else base
+    fams = _families(lines_for_fams, st)
+    frames = [f for f in fams if not f.is_empty()]
+    keep = [c for c in ("lineno", "line", "body", "stream", "wrank", "tee", "srun", "ray_pid", "repeated",
+                        "category", "host", "pid", "tid", "dev", "rank", "sev", "t_y", "t_mo", "t_d", "t_hms",
+                        "t_frac", "t_res", "t_off", "msg", "name", "kind", "attrs")]
+    if frames:
+        ev = pl.concat([f.select([c for c in keep if c in f.columns]) for f in frames], how="diagonal_relaxed")
+        ev = _messages(ev)
+        ev = _times(ev, st)
+    else:
+        ev = pl.DataFrame(schema={"lineno": pl.Int64})
+    brows = _block_rows(blocks, st, st.zone)
+    if brows:
+        bf = pl.DataFrame([{
+            "lineno": r["line"], "line": r["text"], "stream": r.get("stream", ""),
+            "category": r["category"], "name": r["name"], "kind": r["kind"], "sev": r["severity"],
+            "rank": r.get("rank"), "pid": r.get("pid"), "host": r.get("host"),
+            "ts": r.get("ts"), "res": r.get("res"), "attrs": json.dumps(r["attrs"], default=str),
+            "wrank": None} for r in brows], schema_overrides={
+            "lineno": pl.Int64, "rank": pl.Int64, "pid": pl.Int64, "ts": pl.Int64, "res": pl.Int64,
+            "host": pl.String, "wrank": pl.String, "kind": pl.String})
+        ev = pl.concat([ev, bf], how="diagonal_relaxed") if ev.width > 1 else bf
+    if ev.width <= 1 or ev.is_empty():
+        carry = None if final else (df.filter(pl.col("lineno") >= open_at) if open_at else None)
+        return pl.DataFrame(), carry
+    ev = ev.sort("lineno", maintain_order=True)
+    # what waits for the next chunk: rows after the last timed row, and any open block
+    carry_from = None
+    if not final:
+        timed = ev.filter(pl.col("ts").is_not_null())
+        last_timed = timed["lineno"].max() if not timed.is_empty() else None
+        if last_timed is None:
+            carry_from = int(df["lineno"].min())
+        elif int(ev["lineno"].max()) > last_timed:
+            carry_from = int(last_timed) + 1
+        if open_at is not None:
+            carry_from = open_at if carry_from is None else min(carry_from, open_at)
+        if carry_from is not None and int(df["lineno"].max()) - carry_from + 1 > MAX_CARRY_ROWS:
+            carry_from = open_at
+    carry = None
+    if carry_from is not None:
+        ev = ev.filter(pl.col("lineno") < carry_from)
+        # the last timed row before the cut travels along as context (the lower bound of the
+        # interpolation) and is dropped again before the next chunk is emitted
+        ctx_row = ev.filter(pl.col("ts").is_not_null() & ~pl.col("category").is_in(["launcher", "traceback"]))[
+            "lineno"].max()
+        start = carry_from if ctx_row is None else int(ctx_row)
+        st.context_line = None if ctx_row is None else int(ctx_row)
+        carry = df.filter(pl.col("lineno") >= start)
+    return ev, carry
+
+
+def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
+    """ts (epoch ns, wall) and res (ns) for every row with a stamp; year inference."""
+    dated = pl.col("t_y").is_not_null() & pl.col("t_hms").is_not_null()
+    ev = ev.with_columns(
+        pl.when(dated).then(pl.col("t_y")).forward_fill().backward_fill().alias("_ry"),
+        pl.when(dated).then(pl.col("t_mo")).forward_fill().backward_fill().alias("_rm"))
+    if ev.select(dated.any()).item():
+        last = ev.filter(dated).tail(1)
+        st.ref_year, st.ref_month = int(last["t_y"][0]), int(last["t_mo"][0])
+        st.year_from = st.year_from or "dated lines in the file"
+    need_year = (pl.col("t_y").is_null() & pl.col("t_hms").is_not_null())
+    if ev.select(need_year.any()).item() and st.ref_year is None and ev.select(pl.col("_ry").is_null().all()).item():
+        st.year_from = st.year_from or "file modification time (no dated line in the file)"
+    ry = pl.coalesce(pl.col("_ry"), pl.lit(st.ref_year if st.ref_year else st.mtime_year))
+    rm = pl.col("_rm").fill_null(st.ref_month) if st.ref_month else pl.coalesce(pl.col("_rm"), pl.col("t_mo"))
+    year = (pl.when(pl.col("t_y").is_not_null()).then(pl.col("t_y"))
+            .when(pl.col("t_mo") - rm > 6).then(ry - 1)
+            .when(rm - pl.col("t_mo") > 6).then(ry + 1)
+            .otherwise(ry))
+    off_s = (pl.when(pl.col("t_off").is_null()).then(None)
+             .when(pl.col("t_off") == "Z").then(0)
+             .otherwise(pl.col("t_off").str.slice(0, 1).replace_strict({"+": 1, "-": -1}, default=1,
+                                                                        return_dtype=pl.Int64)
+                        * (pl.col("t_off").str.slice(1, 2).cast(pl.Int64, strict=False) * 3600
+                           + pl.col("t_off").str.slice(-2, 2).cast(pl.Int64, strict=False) * 60)))
+    frac = frac_ns_expr(pl.col("t_frac"))
+    local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), pl.col("t_hms"), frac, st.zone)
+    utc = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), pl.col("t_hms"), frac, None) - off_s * NS
+    return ev.with_columns(
+        pl.when(pl.col("t_hms").is_null()).then(None).when(off_s.is_not_null()).then(utc)
+        .otherwise(local).alias("ts"),
+        pl.when(pl.col("t_hms").is_not_null()).then(pl.col("t_res")).alias("res"),
+    ).drop("_ry", "_rm")
+
+
+# ---------------------------------------------------------------------------------------------
+def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
+    """Fill rank and pid from what each stream / NCCL pid states elsewhere."""
+    txt = pl.coalesce(pl.col("msg"), pl.col("body"), pl.lit(""))
+    rk = txt.str.extract_groups(RANK_IN_TEXT)
+    ev = ev.with_columns(pl.coalesce(
+        pl.col("rank").cast(pl.Int64, strict=False), pl.col("wrank").cast(pl.Int64, strict=False),
+        pl.when(pl.col("category") != "nccl").then(pl.coalesce(
+            rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
+            pl.col("msg").str.extract(r"^\[(?:PG[^\]]*? )?Rank (\d+)\]", 1).cast(pl.Int64, strict=False))),
+        pl.col("srun").cast(pl.Int64, strict=False)).alias("rank"))
+    # stream -> rank / pid learnt from lines that state them (worker streams only)
+    ws = ev.filter((pl.col("stream").fill_null("") != "|||") & (pl.col("stream").fill_null("") != ""))
+    for s, r in ws.filter(pl.col("rank").is_not_null()).group_by("stream").agg(
+            pl.col("rank").first()).iter_rows():
+        st.stream_rank.setdefault(s, r)
+    pid_said = pl.coalesce(pl.when(pl.col("category").is_in(["usdt"])).then(pl.col("pid")),
+                           pl.col("body").str.extract(r"\bpid[=:] ?(\d+)\b", 1).cast(pl.Int64, strict=False))
+    for s, p in ws.with_columns(pid_said.alias("_p")).filter(pl.col("_p").is_not_null()).group_by("stream").agg(
+            pl.col("_p").first()).iter_rows():
+        st.stream_pid.setdefault(s, p)
+    # NCCL pid -> rank of its largest communicator
+    inits = ev.filter(pl.col("name") == "nccl_comm_init")
+    for host, pid, attrs in inits.select("host", "pid", "attrs").iter_rows():
+        a = json.loads(attrs)
+        key = (host, pid, a.get("cuda_dev"))      # one process may drive several GPUs (nccl-tests -g)
+        cur = st.pid_rank.get(key)
+        if a.get("nranks") is not None and (cur is None or a["nranks"] > cur[0]):
+            st.pid_rank[key] = (a["nranks"], a.get("rank"))
+        st.comms.setdefault(a.get("comm"), {k: a.get(k) for k in (
+            "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "comm_id", "api")} | {"host": host, "pid": pid})
+        if a.get("phase") == "COMPLETE":
+            st.comms[a.get("comm")]["complete"] = True
+    if st.stream_rank:
+        ev = ev.with_columns(pl.coalesce(pl.col("rank"), pl.col("stream").replace_strict(
+            st.stream_rank, default=None, return_dtype=pl.Int64)).alias("rank"))
+    if st.stream_pid:
+        ev = ev.with_columns(pl.when(pl.col("category") == "elastic").then(pl.col("pid")).otherwise(
+            pl.coalesce(pl.col("pid"), pl.col("stream").replace_strict(st.stream_pid, default=None,
+                                                                        return_dtype=pl.Int64))).alias("pid"))
+    if st.pid_rank:
+        keys = pl.concat_str([pl.col("host").fill_null(""), pl.col("pid").cast(pl.String),
+                              pl.col("dev").cast(pl.String)], separator=":")
+        mp = {f"{h or ''}:{p}:{d}": r for (h, p, d), (_, r) in st.pid_rank.items()}
+        ev = ev.with_columns(pl.when(pl.col("category") == "nccl").then(pl.coalesce(
+            pl.col("rank"), keys.replace_strict(mp, default=None, return_dtype=pl.Int64))).otherwise(
+            pl.col("rank")).alias("rank"))
+    return ev
+
+
+def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
+    """Kinds and summaries that need per-row logic (few rows: WARNs, failures, errors)."""
+    ev = ev.with_columns(
+        pl.when(pl.col("name") == "nccl_warn").then(pl.lit("nccl_warn")).otherwise(pl.col("kind")).alias("kind"))
+    sel = ev.filter(pl.col("kind").is_not_null() | pl.col("name").is_in(
+        ["nccl_error_return", "worker_failed", "nccl_version"]))
+    if sel.is_empty():
+        return ev
+    upd = {}
+    for r in sel.select("lineno", "name", "kind", "attrs", "host", "pid", "rank", "msg", "body").iter_rows(named=True):
+        a = json.loads(r["attrs"]) if r["attrs"] else {}
+        a = {k: v for k, v in a.items() if v is not None}
+        kind, name = r["kind"], r["name"]
+        who = _who(r)
+        msg = (r["msg"] or r["body"] or "").strip()
+        if name == "nccl_version":
+            st.versions.setdefault(a.get("version"), r["lineno"])
+            continue
+        if a.get("summary"):        # blocks: summarised where they were grouped
+            continue
+        if name == "nccl_warn":
+            cls = warn_class(msg)
+            a["warn_class"] = cls
+            a["summary"] = f"NCCL WARN ({WARN_LABELS[cls]}){who}: {msg[:240]}"
+        elif name == "nccl_error_return":
+            src = os.path.basename(a.get("err_src", ""))
+            key = (r["host"], r["pid"])
+            code = a.get("err_code")
+            a["nccl_result"] = NCCL_RESULT.get(code)
+            if src in INIT_FAILURE_FILES and key not in st.init_failed:
+                st.init_failed.add(key)
+                kind = "nccl_init_failure"
+                a["summary"] = (f"NCCL communicator init failed{who}: {a['nccl_result'] or 'error ' + str(code)}"
+                                f" returned through {a.get('err_src')}:{a.get('err_line')}")
+            else:
+                upd[r["lineno"]] = (kind, json.dumps(a))
+                continue
+        elif name == "worker_failed":
+            code = a.get("exitcode")
+            sig = _signame(code) if code is not None else None
+            a["signal"] = sig
+            a["summary"] = (f"torchrun: worker local_rank {a.get('local_rank')} (pid {a.get('worker_pid')}) failed "
+                            f"with exitcode {code}" + (f" ({sig})" if sig else ""))
+            st.pending_failed.append((r["lineno"], a))
+        elif kind == "collective_timeout":
+            a["summary"] = _timeout_summary(name, a, who, msg)
+        elif kind == "collective_mismatch":
+            a["summary"] = f"collective mismatch{who}: {msg[:240]}"
+        elif kind == "python_exception":
+            said = _message_in(a.get("exc_msg") or "")
+            if said:
+                a.update(said[2])
+                if said[1]:
+                    kind = said[1]
+            a["summary"] = f"{a.get('exc')}: {(a.get('exc_msg') or '')[:240]}{who}"
+        elif kind == "nccl_warn":
+            pass
+        else:
+            a.setdefault("summary", f"{name}{who}: {msg[:240]}")
+        upd[r["lineno"]] = (kind, json.dumps(a, default=str))
+    if not upd:
+        return ev
+    ks = list(upd)
+    m = pl.DataFrame({"lineno": ks, "_k": [upd[k][0] for k in ks], "_a": [upd[k][1] for k in ks]},
+                     schema={"lineno": pl.Int64, "_k": pl.String, "_a": pl.String})
+    ev = ev.join(m, on="lineno", how="left").with_columns(
+        pl.when(pl.col("_a").is_not_null()).then(pl.col("_k")).otherwise(pl.col("kind")).alias("kind"),
+        pl.coalesce(pl.col("_a"), pl.col("attrs")).alias("attrs")).drop("_k", "_a")
+    return ev
+
+
+def _who(r: dict) -> str:
+    parts = []
+    if r.get("rank") is not None:
+        parts.append(f"rank {r['rank']}")
+    if r.get("host"):
+        parts.append(f"{r['host']}" + (f":{r['pid']}" if r.get("pid") is not None else ""))
+    elif r.get("pid") is not None:
+        parts.append(f"pid {r['pid']}")
+    return (" on " + ", ".join(parts)) if parts else ""
+
+
+def _timeout_summary(name: str, a: dict, who: str, msg: str) -> str:
+    if name in ("watchdog_timeout", "blocking_wait_timeout"):
+        s = (f"collective {a.get('op_type')} (SeqNum {a.get('seq')}) timed out{who}"
+             f" after {a.get('ran_ms', a.get('timeout_ms'))} ms (timeout {a.get('timeout_ms')} ms)")
+        return s
+    if name == "gloo_timeout":
+        return f"gloo {a.get('gloo_op')} timed out after {a.get('wait_ms')} ms{who}"
+    return f"{name.replace('_', ' ')}{who}: {msg[:200]}"
+
+
+# ---------------------------------------------------------------------------------------------
+OUT_COLS = ("host", "rank", "pid", "tid", "ts_raw_ns", "ts_interpolated", "category", "name", "kind",
+            "severity", "line", "text", "attrs")
+
+
+_EV_SCHEMA = {"host": pl.String, "rank": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "dev": pl.String, "ts": pl.Int64,
+              "res": pl.Int64, "category": pl.String, "name": pl.String, "kind": pl.String, "sev": pl.String,
+              "attrs": pl.String, "msg": pl.String, "body": pl.String, "stream": pl.String, "wrank": pl.String,
+              "srun": pl.String, "repeated": pl.Int32}
+
+
+def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
+    ev = ev.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in _EV_SCHEMA.items() if c not in ev.columns])
+    ev = _ranks(ev, st)
+    ev = interpolate(ev, "ts", "res")
+    if st.context_line is not None:
+        ev = ev.filter(pl.col("lineno") > st.context_line)
+    ev = _typed(ev, st)
+    bounds = pl.when(pl.col("ts_interp")).then(pl.concat_str([
+        pl.lit('{"ts_bound":"'), pl.col("ts_bound"), pl.lit('"'),
+        pl.when(pl.col("ts_bound") == "between").then(pl.concat_str([
+            pl.lit(',"ts_lo_ns":'), pl.col("ts_lo").cast(pl.String), pl.lit(',"ts_hi_ns":'),
+            pl.col("ts_hi").cast(pl.String), pl.lit(',"ts_uncertainty_ns":'),
+            ((pl.col("ts_hi") - pl.col("ts_lo")) // 2).cast(pl.String)])).otherwise(pl.lit("")),
+        pl.lit("}")]))
+    typed_res = pl.when(pl.col("kind").is_not_null() & ~pl.col("ts_interp") & pl.col("res").is_not_null()).then(
+        pl.concat_str([pl.lit('{"ts_resolution_ns":'), pl.col("res").cast(pl.String), pl.lit("}")]))
+    extra = pl.concat_str([pl.lit('{"repeated":'), pl.col("repeated").cast(pl.String), pl.lit("}")])
+    ev = ev.with_columns(attrs=_merge_json(_merge_json(_merge_json(pl.col("attrs"), bounds), typed_res), extra))
+    out = ev.select(
+        pl.col("host"), pl.col("rank").cast(pl.Int32), pl.col("pid"), pl.col("tid"),
+        pl.col("ts").alias("ts_raw_ns"), pl.col("ts_interp").alias("ts_interpolated"),
+        pl.col("category"), pl.col("name").fill_null(pl.col("category")), pl.col("kind"),
+        pl.col("sev").alias("severity"), pl.col("lineno").alias("line"),
+        pl.col("line").str.slice(0, 4000).alias("text"), pl.col("attrs"))
+    # bookkeeping for the source attrs / facts
+    st.timed += int(out["ts_raw_ns"].is_not_null().sum() - out["ts_interpolated"].sum())
+    st.interpolated += int(out["ts_interpolated"].sum())
+    for k, v in out.group_by("category").len().iter_rows():
+        st.families[k] = st.families.get(k, 0) + v
+    st.hosts.update(h for h in out["host"].unique().to_list() if h)
+    st.ranks.update(r for r in out["rank"].unique().to_list() if r is not None)
+    st.pids.update(p for p in out.filter(pl.col("category") != "elastic")["pid"].unique().to_list() if p is not None)
+    steps = out.filter(pl.col("name") == "step")
+    if not steps.is_empty():
+        for rank, line, ts, attrs in steps.select("rank", "line", "ts_raw_ns", "attrs").iter_rows():
+            a = json.loads(attrs)
+            st.last_step[rank] = {"step": a.get("step"), "line": line, "ts_raw_ns": ts}
+    sink.add_frame("events", out)
+
+
+def parse_log(ctx: ParseContext) -> None:
+    """Parse a text log (NCCL, c10, torchrun, training) into events, facts and source attrs."""
+    try:
+        mtime_year = datetime.fromtimestamp(os.stat(ctx.path).st_mtime, timezone.utc).year
+    except OSError:
+        mtime_year = 1970
+    st = _State(zone=ctx.time_zone, mtime_year=mtime_year)
+    carry = None
+    frames = ctx.line_frames()
+    pending = next(frames, None)
+    while pending is not None:
+        nxt = next(frames, None)
+        df = pending.select("lineno", "line")
+        garbage = df["line"].str.contains("\x00", literal=True)
+        if garbage.any():
+            st.garbage += int(garbage.sum())
+            for ln, text in df.filter(garbage).head(20).iter_rows():
+                ctx.sink.issue("garbage", "binary data (NUL bytes) in a text log; line skipped", line=ln,
+                               text=text.replace("\x00", "\\0")[:200])
+            df = df.filter(~garbage)
+        if carry is not None:
+            df = pl.concat([carry, df])
+        ctx_line, st.context_line = st.context_line, None
+        ev, carry = _chunk_events(df, st, final=nxt is None)
+        new_ctx, st.context_line = st.context_line, ctx_line
+        if ev.width > 1 and not ev.is_empty():
+            _emit(ev, st, ctx.sink)
+        st.context_line = new_ctx
+        pending = nxt
+    if carry is not None and not carry.is_empty():
+        ctx_line = st.context_line
+        ev, _ = _chunk_events(carry, st, final=True)
+        st.context_line = ctx_line
+        if ev.width > 1 and not ev.is_empty():
+            _emit(ev, st, ctx.sink)
+    _finish(ctx, st)
+
+
+def _finish(ctx: ParseContext, st: _State) -> None:
+    sink = ctx.sink
+    # Worker failures the launcher reported but never summarised (no ChildFailedError block).
+    for lineno, a in st.pending_failed:
+        if a.get("worker_pid") not in st.block_pids:
+            sink.fact("unsummarised_worker_failure", json.dumps(a), line=lineno)
+    if st.pending_failed and not st.block_pids:
+        ctx.attrs["worker_failures_without_summary"] = len(st.pending_failed)
+    for v, line in st.versions.items():
+        sink.fact("nccl_version", v, line=line)
+    for rank, d in sorted(st.last_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        sink.fact("last_step" if rank is None else f"last_step.rank{rank}", d["step"], line=d["line"])
+    for comm, d in list(st.comms.items())[:200]:
+        sink.fact("nccl_comm", json.dumps(dict(d, comm=comm)), host=d.get("host"))
+    if len(st.hosts) == 1:
+        ctx.host = next(iter(st.hosts))
+    if len(st.ranks) == 1:
+        ctx.rank = int(next(iter(st.ranks)))
+    if len(st.pids) == 1:
+        ctx.pid = int(next(iter(st.pids)))
+    if st.timed == 0 and st.interpolated == 0:
+        ctx.clock_domain = CLOCK_NONE
+    ctx.attrs.update({
+        "line_families": dict(sorted(st.families.items())),
+        "other_lines": st.other_lines,
+        "nccl_coll_lines": st.coll_lines,
+        "timed_events": st.timed,
+        "interpolated_events": st.interpolated,
+        "time_zone": ctx.time_zone or "UTC",
+    })
+    if st.year_from:
+        ctx.attrs["year_from"] = st.year_from
+    if st.versions:
+        ctx.attrs["nccl_versions"] = sorted(v for v in st.versions if v)
+    if st.last_step:
+        ctx.attrs["last_step"] = {("?" if r is None else str(r)): d["step"] for r, d in st.last_step.items()}
+    if st.comms:
+        ctx.attrs["nccl_comms"] = len(st.comms)
+    if len(st.hosts) > 1:
+        ctx.attrs["hosts"] = sorted(st.hosts)[:64]
+    if st.garbage:
+        ctx.attrs["garbage_lines"] = st.garbage
+
+
+# ---------------------------------------------------------------------------------------------
+_DET = {f: re.compile(FAMILIES[f][0]) for f in ("c10", "elastic", "usdt", "pylog")}
+_DET_DATED = re.compile(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?"
+                        r"[ :|-]*\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
+_DET_WRAP = re.compile(WRAP)
+_DET_STRONG = ("Traceback (most recent call last):", "ChildFailedError", "Root Cause (first observed failure)",
+               "torch.distributed", "Watchdog caught collective operation timeout", "ProcessGroupNCCL",
+               "ProcessGroupGloo", "NCCL error", "CUDA out of memory")
+
+
+def app_log_score(lines: list[str]) -> tuple[int, int, int]:
+    """(grammar lines, strong signals, lines) of a head: the app_log dry run."""
+    hits = strong = 0
+    for ln in lines:
+        m = _DET_WRAP.match(ln)
+        body = ln[m.end():] if m else ln
+        if any(r.match(body) for r in _DET.values()) or _DET_DATED.match(body):
+            hits += 1
+        if any(s in ln for s in _DET_STRONG):
+            strong += 1
+    return hits, strong, len(lines)
+
+
+class AppLogParser(Parser):
+    name = "app_log"
+    kind = "app_log"
+    priority = 30
+    clock_domain = CLOCK_WALL
+    description = ("training / launcher log: torchrun/elastic, PyTorch c10d, Python logging and tracebacks "
+                   "(NCCL lines inside are read too)")
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        lines = head.nonblank(2000)
+        if not lines:
+            return False
+        if lines[0].lstrip().startswith(("{", "[{", '["')):
+            return False          # JSON (torchrun's error.json, traces): not a line log
+        hits, strong, n = app_log_score(lines)
+        if nccl_line_count(lines):
+            hits += 1
+        # A training log: its own grammar on a fair share of the lines, or at least one line of
+        # it next to the launcher's unmistakable strings (a short excerpt, a crash tail). Source
+        # code that merely mentions those strings has no log line of any family.
+        return hits >= 1 and ((hits >= 3 and hits / n >= 0.1) or hits / n >= 0.5 or strong >= 2 or (
+            strong >= 1 and n <= 20))
+
+    def parse(self, ctx: ParseContext) -> None:
+        parse_log(ctx)
+
+
+PARSERS = (AppLogParser,)

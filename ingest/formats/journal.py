@@ -1,0 +1,256 @@
+"""journald and syslog kernel logs: ``journalctl -k`` in every text output, its JSON, kern.log.
+
+================== ===================================================================== ======
+parser             line                                                                  clock
+================== ===================================================================== ======
+``syslog``         ``Nov 29 13:39:15 vm kernel: text`` — ``journalctl -o short`` and     wall
+                   ``-o short-precise`` (``13:39:15.981986``), rsyslog's traditional
+                   ``/var/log/kern.log`` / ``/var/log/messages`` format
+``syslog_iso``     ``2026-11-29T13:39:06+0000 vm kernel: text`` — ``-o short-iso``,        wall
+                   ``-o short-iso-precise``, rsyslog's RFC 3339 file format
+``journal_monotonic`` ``[ 1725.604844] vm kernel: text`` — ``-o short-monotonic``          boot
+``journal_json``   ``{"__REALTIME_TIMESTAMP":...,"MESSAGE":...}`` — ``-o json``             boot
+================== ===================================================================== ======
+
+Every line names a host and an identifier (``kernel`` for kernel messages,
+``systemd[1]`` etc. for other programs, whose lines are kept as ``syslog``
+events with their pid). journalctl's own ``-- Boot <id> --`` lines mark a new
+boot; other ``-- … --`` lines (``-- No entries --``, ``-- Logs begin at …``)
+are skipped.
+
+Times. The text outputs print journald's *receive* time (``__REALTIME_TIMESTAMP``),
+which for messages read from the kernel ring buffer when journald started can
+be seconds later than the printk time (real example: this machine's journal,
+tests/data/kernel/). ``short``/``short-precise`` and syslog lines carry no
+year and no zone: the zone is the bundle's, the year comes from the file's
+modification time (a month later than that month means the year before; a
+month that goes backwards inside the file means the next year), and the
+source says so. ``short-monotonic`` prints ``_SOURCE_MONOTONIC_TIMESTAMP`` for
+kernel messages, i.e. the printk clock: clock ``boot``.
+
+JSON: each record carries ``_SOURCE_MONOTONIC_TIMESTAMP`` (printk µs, used as
+the event time, clock ``boot``), ``__REALTIME_TIMESTAMP`` (receive time, µs
+epoch) and ``_BOOT_ID``. Each pair is an instant read on both clocks, late by
+journald's receive latency (>= 0). Anchors (``anchors`` table, name
+``journal``): per boot and per ``ANCHOR_WINDOW_NS`` of printk time, the record
+with the *smallest* realtime - monotonic difference (the least delayed one);
+its uncertainty is the spread between that minimum and the window's median
+(at least ``MIN_ANCHOR_UNC_NS``). Backlog records read at journald start-up
+therefore never make an anchor unless nothing better exists in their window.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from datetime import datetime, timezone
+
+import polars as pl
+
+from ..model import CLOCK_BOOT, CLOCK_WALL
+from ..registry import ParseContext
+from ..timeparse import MONTH_RE, MONTHS
+from .kernel import NS, KernelEngine, KernelLogParser, frame, sec_usec_ns, wall_ns
+
+_TAIL = r" (\S+) ([^\s:\[]+)(?:\[(\d+)\])?: ?(.*)$"
+SHORT = rf"^({MONTH_RE}) +(\d{{1,2}}) (\d\d:\d\d:\d\d)(?:\.(\d{{1,9}}))?{_TAIL}"
+ISO = rf"^(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,](\d{{1,9}}))?(Z|[+-]\d\d:?\d\d){_TAIL}"
+MONO = rf"^\[\s*(\d+)\.(\d{{6}})\]{_TAIL}"
+META = r"^-- .* --$"
+BOOT_LINE = r"^-- Boot ([0-9a-f]{32}) --$"
+PRINTK_IN_MSG = r"^\[\s*\d+\.\d{6}\] "     # rsyslog forwarding the printk time inside the message
+ANCHOR_WINDOW_NS = 600 * NS
+MIN_ANCHOR_UNC_NS = 1_000_000
+
+def _tail(g: pl.Expr, first: int) -> tuple[pl.Expr, pl.Expr, pl.Expr, pl.Expr]:
+    host, ident, ipid, msg = (g.struct.field(f"{i}") for i in range(first, first + 4))
+    kern = ident == "kernel"
+    msg = pl.when(kern).then(msg.str.replace(PRINTK_IN_MSG, "")).otherwise(msg)
+    return host, ident, ipid, msg, kern
+
+
+def _boot_marks(df: pl.DataFrame) -> pl.DataFrame:
+    """`-- Boot id --` lines make the next record start a new boot."""
+    is_boot = df["line"].str.contains(BOOT_LINE)
+    if not is_boot.any():
+        return df
+    pending = is_boot.cast(pl.Int64).cum_sum()
+    rec_idx = pl.Series(range(len(df)))
+    first_after = df.with_columns(pending=pending, idx=rec_idx).filter(pl.col("ok")).group_by(
+        "pending", maintain_order=True).agg(pl.col("idx").first())
+    starts = set(first_after.filter(pl.col("pending") > 0)["idx"].to_list())
+    return df.with_columns(boot_mark=df["boot_mark"] | pl.Series([i in starts for i in range(len(df))]))
+
+
+class SyslogParser(KernelLogParser):
+    name = "syslog"
+    priority = 38
+    clock_domain = CLOCK_WALL
+    per_line_host = True
+    description = "journalctl -k -o short/short-precise, /var/log/kern.log, /var/log/messages (local time, no year)"
+    grammar = SHORT
+    ident_group = 6
+
+    def prepare(self, ctx: ParseContext) -> None:
+        try:
+            mtime = os.stat(ctx.path).st_mtime
+        except OSError:
+            mtime = None
+        if mtime is None:
+            self.year, self.ref_month = datetime.now(timezone.utc).year, 12
+            ctx.attrs["year_from"] = "unknown (no file time): the current year was assumed"
+        else:
+            t = datetime.fromtimestamp(mtime, timezone.utc)
+            self.year, self.ref_month = t.year, t.month
+            ctx.attrs["year_from"] = (f"syslog lines carry no year: taken from the file's modification time "
+                                      f"({t.date().isoformat()})")
+        ctx.attrs["time_zone"] = ctx.time_zone or "UTC"
+        self.prev_month = None
+
+    def _years(self, month: pl.Series) -> pl.Series:
+        """Year per line: month wrap-arounds (Dec -> Jan) move to the next year."""
+        vals = month.to_list()
+        out = []
+        for m in vals:
+            if m is None:
+                out.append(None)
+                continue
+            if self.prev_month is None:
+                if m > self.ref_month:
+                    self.year -= 1
+            elif m < self.prev_month - 6:
+                self.year += 1
+            self.prev_month = m
+            out.append(self.year)
+        return pl.Series(out, dtype=pl.Int64)
+
+    def records(self, df, ctx):
+        g = pl.col("line").str.extract_groups(SHORT)
+        parts = df.select(g.struct.field("1").alias("mon"), g.struct.field("2").alias("day"),
+                          g.struct.field("3").alias("hms"), g.struct.field("4").alias("frac"))
+        month = parts["mon"].replace_strict(MONTHS, default=None, return_dtype=pl.Int64)
+        years = self._years(month) if month.null_count() < len(month) else pl.Series([None] * len(df), dtype=pl.Int64)
+        df = df.with_columns(_year=years, _mon=parts["mon"], _day=parts["day"], _hms=parts["hms"],
+                             _frac=parts["frac"])
+        text = pl.concat_str([pl.col("_year").cast(pl.String), pl.col("_mon"), pl.col("_day"), pl.col("_hms")],
+                             separator=" ")
+        ts = wall_ns(text, "%Y %b %d %H:%M:%S", ctx.time_zone) + pl.col("_frac").str.pad_end(9, "0").cast(
+            pl.Int64).fill_null(0)
+        host, ident, ipid, msg, kern = _tail(g, 5)
+        out = frame(df, ok=pl.col("_hms").is_not_null(), ts=ts, msg=msg, host=host, ident=ident, ipid=ipid,
+                    kern=kern, meta=pl.col("line").str.contains(META))
+        return _boot_marks(out)
+
+
+class SyslogIsoParser(KernelLogParser):
+    name = "syslog_iso"
+    priority = 38
+    clock_domain = CLOCK_WALL
+    per_line_host = True
+    description = "journalctl -k -o short-iso/short-iso-precise, rsyslog RFC 3339 files"
+    grammar = ISO
+    ident_group = 5
+
+    def records(self, df, ctx):
+        g = pl.col("line").str.extract_groups(ISO)
+        when, frac, off = (g.struct.field(f"{i}") for i in (1, 2, 3))
+        off = pl.when(off == "Z").then(pl.lit("+00:00")).otherwise(
+            off.str.replace(r"^([+-]\d\d)(\d\d)$", "$1:$2"))
+        dt = pl.concat_str([when, off]).str.to_datetime("%Y-%m-%dT%H:%M:%S%:z", strict=False, time_unit="ns",
+                                                        time_zone="UTC")
+        ts = dt.dt.epoch("ns") + frac.str.pad_end(9, "0").cast(pl.Int64).fill_null(0)
+        host, ident, ipid, msg, kern = _tail(g, 4)
+        out = frame(df, ok=when.is_not_null(), ts=ts, msg=msg, host=host, ident=ident, ipid=ipid, kern=kern,
+                    meta=pl.col("line").str.contains(META))
+        return _boot_marks(out)
+
+
+class JournalMonotonicParser(KernelLogParser):
+    name = "journal_monotonic"
+    priority = 42
+    clock_domain = CLOCK_BOOT
+    per_line_host = True
+    description = "journalctl -k -o short-monotonic: [seconds.micros] host kernel: (printk clock)"
+    grammar = MONO
+    ident_group = 4
+
+    def records(self, df, ctx):
+        g = pl.col("line").str.extract_groups(MONO)
+        sec, frac = g.struct.field("1"), g.struct.field("2")
+        host, ident, ipid, msg, kern = _tail(g, 3)
+        out = frame(df, ok=sec.is_not_null(), ts=sec_usec_ns(sec, frac), msg=msg, host=host, ident=ident,
+                    ipid=ipid, kern=kern, meta=pl.col("line").str.contains(META))
+        return _boot_marks(out)
+
+
+_J = {k: f"$.{k}" for k in ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_SOURCE_MONOTONIC_TIMESTAMP",
+                             "_BOOT_ID", "MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "_TRANSPORT", "_HOSTNAME",
+                             "_PID", "SYSLOG_PID")}
+
+
+class JournalJsonParser(KernelLogParser):
+    name = "journal_json"
+    priority = 45
+    clock_domain = CLOCK_BOOT
+    per_line_host = True
+    description = "journalctl -o json: printk time + receive time pairs (clock anchors on every line)"
+
+    grammar = r'^\{.*"__REALTIME_TIMESTAMP"\s*:\s*"\d+"'
+    min_ratio = 0.8
+
+    def prepare(self, ctx):
+        self.boot_ids: list[str] = []
+        self.pairs: dict[tuple[str, int], list[tuple[int, int, int, str]]] = {}
+
+    def records(self, df, ctx):
+        f = {k: pl.col("line").str.json_path_match(p) for k, p in _J.items()}
+        parsed = df.select(pl.col("lineno"), pl.col("line"), **{k: v for k, v in f.items()})
+        real = parsed["__REALTIME_TIMESTAMP"].cast(pl.Int64, strict=False)
+        src = parsed["_SOURCE_MONOTONIC_TIMESTAMP"].cast(pl.Int64, strict=False)
+        mono = parsed["__MONOTONIC_TIMESTAMP"].cast(pl.Int64, strict=False)
+        local_us = src.fill_null(mono)
+        boot_id = parsed["_BOOT_ID"]
+        prev = boot_id.shift(1)
+        if self.boot_ids:
+            prev = prev.fill_null(self.boot_ids[-1])
+        mark = (boot_id != prev).fill_null(False)
+        for b in boot_id.drop_nulls().unique(maintain_order=True).to_list():
+            if b not in self.boot_ids:
+                self.boot_ids.append(b)
+        # anchor candidates: the least delayed record per (boot, window)
+        cand = pl.DataFrame({"lineno": parsed["lineno"], "boot_id": boot_id, "local": local_us * 1000,
+                             "wall": real * 1000, "msg": parsed["MESSAGE"]}).drop_nulls(["boot_id", "local", "wall"])
+        if len(cand):
+            cand = cand.with_columns(off=pl.col("wall") - pl.col("local"),
+                                     win=pl.col("local") // ANCHOR_WINDOW_NS)
+            for r in cand.iter_rows(named=True):
+                self.pairs.setdefault((r["boot_id"], r["win"]), []).append(
+                    (r["off"], r["local"], r["lineno"], r["msg"] or ""))
+        df = df.with_columns(_msg=parsed["MESSAGE"], _ts=local_us * 1000, _prio=parsed["PRIORITY"],
+                             _ident=pl.coalesce(parsed["SYSLOG_IDENTIFIER"], pl.lit("journal")),
+                             _kern=(parsed["_TRANSPORT"] == "kernel").fill_null(False),
+                             _host=parsed["_HOSTNAME"],
+                             _pid=pl.coalesce(parsed["SYSLOG_PID"], parsed["_PID"]).cast(pl.Int64, strict=False),
+                             _mark=mark, _ok=real.is_not_null() & local_us.is_not_null())
+        return frame(df, ok=pl.col("_ok"), ts=pl.col("_ts"), msg=pl.col("_msg").fill_null(""),
+                     sev=pl.col("_prio"), kern=pl.col("_kern"), host=pl.col("_host"), ident=pl.col("_ident"),
+                     ipid=pl.col("_pid"), boot_mark=pl.col("_mark"), cont=pl.lit(False))
+
+    def done(self, ctx: ParseContext, engine: KernelEngine) -> None:
+        sink = ctx.sink
+        for i, b in enumerate(self.boot_ids):
+            sink.fact("boot_id", b)
+        n = 0
+        for (boot_id, _win), pairs in sorted(self.pairs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            best = min(pairs, key=lambda p: p[0])
+            med = statistics.median(p[0] for p in pairs)
+            unc = max(MIN_ANCHOR_UNC_NS, int(med - best[0]))
+            sink.add("anchors", name="journal", domain=CLOCK_BOOT, local_ns=best[1], wall_ns=best[1] + best[0],
+                     wall_is_utc=True, uncertainty_ns=unc, boot_id=boot_id, line=best[2],
+                     text=best[3][:200])
+            n += 1
+        ctx.attrs["anchors"] = n
+        ctx.attrs["time_note"] = ("event times are the printk clock (_SOURCE_MONOTONIC_TIMESTAMP); "
+                                  "__REALTIME_TIMESTAMP pairs are written as 'journal' anchors")
+
+
+PARSERS = (SyslogParser, SyslogIsoParser, JournalMonotonicParser, JournalJsonParser)

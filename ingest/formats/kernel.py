@@ -1,0 +1,680 @@
+"""The kernel-log engine shared by every kernel-log format (dmesg, kmsg, journald, syslog, ...).
+
+A format module only says how to split *its* line prefix (timestamp, priority,
+host, identifier) from the message: :meth:`KernelLogParser.records` turns a
+Polars frame of raw lines into the *record frame* below with vectorised regex
+extraction. Everything after that is common and lives here.
+
+Record frame columns (one row per input line)
+---------------------------------------------
+``lineno``, ``line`` (raw), ``ok`` (the line is a record of this format),
+``cont`` (an untimed continuation of the previous record: an indented stack
+line, a ``/dev/kmsg`` `` KEY=value`` line), ``meta`` (a line the format knows
+and skips: journalctl's ``-- Boot … --``, section headers), ``ts`` (Int64 ns on
+the source clock, null when the record carries none), ``sev`` (syslog level
+0-7 as text, or a dmesg ``--decode`` level name), ``msg`` (the message
+without its prefix), ``kern`` (a kernel message, as opposed to another
+program's syslog line), ``host``, ``ident``, ``ipid`` (syslog identifier and
+its pid), ``boot_mark`` (this record starts a new boot, known from the format:
+kmsg sequence numbers, journald ``_BOOT_ID``, ``-- Boot`` lines).
+
+Algorithm (per chunk of lines, memory bounded by the chunk)
+-----------------------------------------------------------
+1. Bad lines (neither record, continuation, meta nor blank) are counted as
+   ``bad_line`` issues with their line numbers; parsing goes on.
+2. Boots: a record starts a new boot when the format says so (``boot_mark``),
+   when a boot-clock timestamp drops by more than ``BOOT_DROP_NS`` below the
+   previous one (printk time restarts at 0 after a reboot), or, for wall-clock
+   formats, at a ``Linux version`` banner that is not the first record. The
+   boot index is a running sum carried across chunks; it is stored in
+   ``attrs.boot`` of every event of boot >= 1 (and of every typed event), the
+   first record of a new boot gets ``boot_restart: true``, and the facts
+   ``boots`` and ``boot.<n>.first_line`` say where each boot starts.
+3. Candidates: one Aho-Corasick pass (``str.contains_any``) over the messages
+   with every signature's needle, one regex for the parts of OOM reports
+   (task table rows, ``memory: usage``, ``Memory cgroup stats for``, the
+   ``CPU: … PID: … Comm:`` line), and the *report bodies*: a body is the run
+   of consecutive stack-like lines (indented, ``Call Trace:``, registers,
+   ``task:… state:``) that directly follows a line containing the needle of a
+   ``report="stack"`` signature. Runs are found with a cumulative sum over
+   "not a body line" (each non-body line opens a run); only runs opened by a
+   stack head are kept. An open run is carried into the next chunk.
+4. Only candidate rows reach Python, in line order, through a small state
+   machine: signature classification (``kernel_signatures.classify``), OOM
+   report assembly from ``invoked oom-killer`` to ``Killed process`` (victim,
+   RSS, memcg path and usage, constraint, oom_score_adj, the task table, the
+   triggering task, the report's span as ``dur_ns``), stack capture for
+   hung tasks / lockups / Oops / panics (frames kept in ``attrs.stack``), and
+   flood folding (a repeat of a signature with the same ``dedup`` values
+   within ``FLOOD_WINDOW_NS`` stays an event but not a new finding; the first
+   one counts the repeats).
+5. Every record is one event (category ``kernel``, or ``syslog`` for other
+   programs' lines in syslog files), written with one bulk ``add_frame`` per
+   chunk; the typed events (``kind`` set, ``attrs.summary`` the human
+   sentence, ``attrs.signature`` and ``attrs.signatures_version``) replace
+   their plain rows and are written at the end, when their reports are
+   complete. Event order in the store is therefore not file order; ``line``
+   is.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from ..lines import CHUNK_BYTES
+from ..lines import line_frames as _line_frames
+from ..model import CLOCK_BOOT
+from ..reader import Head
+from ..registry import ParseContext, Parser
+from . import kernel_signatures as ks
+
+NS = 1_000_000_000
+BOOT_DROP_NS = 10 * NS          # printk time restarting by more than this = a reboot
+MAX_STACK = 64                   # frames kept per report
+MAX_TASKS = 200                  # task-table rows kept per OOM report
+MAX_OOM_LINES = 5000             # an OOM report longer than this is closed without its kill line
+
+SEVERITY = {"0": "emerg", "1": "alert", "2": "crit", "3": "error", "4": "warning", "5": "notice",
+            "6": "info", "7": "debug", "emerg": "emerg", "alert": "alert", "crit": "crit", "err": "error",
+            "warn": "warning", "notice": "notice", "info": "info", "debug": "debug"}
+DECODE_LEVELS = "emerg|alert|crit|err|warn|notice|info|debug"
+
+# The subsystem a message names first ("pcieport 0000:00:1c.1: ...", "NVRM: ...", "sched: ...").
+SUBSYS = r"^([A-Za-z][\w.\-/ ]{0,38}?)(?: \([^)]{1,40}\))?(?:\[\d+\])?: "
+# Lines that continue a report: indented frames, registers, trace markers.
+BODY = (r"^(?:\s|Call Trace:|Call trace:|<TASK>|</TASK>|<IRQ>|</IRQ>|RIP:|RSP:|RAX:|RDX:|RBP:|R\d\d:|FS:|CS:|CR2:|"
+        r"Code:|Stack:|Modules linked in:|Hardware name:|CPU: \d|task:|Workqueue:|Tainted:|"
+        r"\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\"|---\[ end|\? |\[<[0-9a-f]+>\]|"
+        r"\S+ +[DRSTtXZI] [0-9a-f]{8,16} |rcu: |\(detected by|Sending NMI|NMI backtrace|Kernel Offset:|PGD |IP: )")
+STACK_NEEDLES = tuple(dict.fromkeys(s.needle for s in ks.SIGNATURES if s.report == "stack"))
+_META = re.compile(r"^-- .* --$")      # journalctl's own lines (-- Boot … --, -- No entries --)
+OOM_PART = (r"^(?:CPU: \d+ .*PID: \d+ .*Comm: |memory: usage |memory\+swap: usage |Memory cgroup stats for |"
+            r"Tasks state|\[\s*pid\s*\]|\[\s*\d+\]\s+-?\d+\s+\d+\s+\d+)")
+_CPU_LINE = re.compile(r"^CPU: (?P<cpu>\d+) (?:UID: \d+ )?PID: (?P<pid>\d+) Comm: (?P<comm>\S+)")
+_MEM_USAGE = re.compile(r"^(?P<what>memory|memory\+swap): usage (?P<usage>\d+)kB, limit (?P<limit>\d+)kB, "
+                        r"failcnt (?P<failcnt>\d+)")
+_MEMCG = re.compile(r"^Memory cgroup stats for (?P<path>.*?):?$")
+_TASK_HDR = re.compile(r"^\[\s*pid\s*\]\s+(?P<cols>.*)$")
+_TASK_ROW = re.compile(r"^\[\s*(?P<pid>\d+)\]\s+(?P<rest>.*)$")
+_FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\]\s*)?(?P<q>\? )?(?P<fn>[A-Za-z_.][\w.]*\+0x[0-9a-f]+/0x[0-9a-f]+)")
+
+
+def detect_ratio(head: Head, pattern: re.Pattern, min_ratio: float = 0.6, limit: int = 300,
+                 skip: re.Pattern | None = None) -> tuple[int, int]:
+    """(matching lines, considered lines) of the head, indented continuation lines not considered."""
+    hits = n = 0
+    for ln in head.nonblank(limit):
+        if skip and skip.match(ln):
+            continue
+        if pattern.match(ln):
+            hits += 1
+            n += 1
+        elif not ln[:1].isspace():
+            n += 1
+    return hits, n
+
+
+def grammar_detect(head: Head, pattern: re.Pattern, min_ratio: float = 0.6, min_hits: int = 1,
+                   skip: re.Pattern | None = None) -> bool:
+    hits, n = detect_ratio(head, pattern, skip=skip)
+    return n > 0 and hits >= min_hits and hits / n >= min_ratio
+
+
+@dataclass
+class _Report:
+    row: dict                      # the typed event being built
+    last_line: int
+    kind: str                      # 'stack'
+    stack: list = field(default_factory=list)
+
+
+class KernelEngine:
+    """Turns record frames into events, typed findings, boots and issues (see module doc)."""
+
+    def __init__(self, ctx: ParseContext, parser: "KernelLogParser"):
+        self.ctx = ctx
+        self.sink = ctx.sink
+        self.parser = parser
+        self.boot_clock = parser.clock_domain == CLOCK_BOOT and not parser.untimed
+        self.boot = 0
+        self.last_ts: int | None = None
+        self.seen_record = False
+        self.typed: list[dict] = []
+        self.open_stack: _Report | None = None
+        self.carry_stack_run = False
+        self.oom: dict | None = None
+        self.floods: dict[tuple, dict] = {}
+        self.records = 0
+        self.hosts: set[str] = set()
+        self.kernel_version: str | None = None
+
+    # -- per chunk -----------------------------------------------------------------------
+    def feed(self, df: pl.DataFrame) -> None:
+        sink = self.sink
+        blank = df["line"].str.contains(r"^\s*$")
+        is_bad = ~df["ok"] & ~df["cont"] & ~df["meta"] & ~blank
+        issues = df.filter(is_bad | df["bad_utf8"]).with_columns(_bad=is_bad.filter(is_bad | df["bad_utf8"]))
+        if len(issues):
+            room = max(0, sink.max_issues - sink.counts["parse_issues"])
+            for row in issues.head(room).iter_rows(named=True):
+                if row["bad_utf8"]:
+                    sink.issue("undecodable", "line is not valid UTF-8; bad bytes replaced", row["lineno"],
+                               row["line"][:200])
+                if row["_bad"]:
+                    sink.issue("bad_line", f"not a {self.parser.name} record", row["lineno"], row["line"])
+            rest = issues.slice(room)
+            sink.issues_total += int(rest["_bad"].sum()) + int(rest["bad_utf8"].sum())
+        rec = df.filter(df["ok"] | df["cont"])
+        if len(rec) == 0:
+            return
+        ok, kern, msg = pl.col("ok"), pl.col("kern"), pl.col("msg")
+        rec = rec.with_columns(
+            (msg.str.contains(BODY) | pl.col("cont")).alias("body"),
+            (kern & ok & msg.str.contains_any(list(ks.NEEDLES))).alias("hit"),
+            (kern & ok & msg.str.contains(OOM_PART)).alias("oom_part"),
+            (kern & ok & msg.str.contains_any(list(STACK_NEEDLES))).alias("stack_head"),
+        )
+        rec = self._boots(rec)
+        self._python_pass(rec)
+
+    def _boots(self, rec: pl.DataFrame) -> pl.DataFrame:
+        ok = pl.col("ok")
+        starts = pl.col("boot_mark")
+        if self.boot_clock:
+            prev = pl.col("ts").forward_fill().shift(1)
+            if self.last_ts is not None:
+                prev = prev.fill_null(self.last_ts)
+            starts = starts | (pl.col("ts") < prev - BOOT_DROP_NS).fill_null(False)
+            # the printk banner at boot (first second) after later records: a reboot even if time went up
+            starts = starts | (pl.col("msg").str.starts_with("Linux version ") & (pl.col("ts") < NS)
+                               & (prev >= pl.col("ts")).fill_null(False))
+        else:
+            starts = starts | pl.col("msg").str.starts_with("Linux version ")
+        starts = starts & ok
+        if not self.seen_record:   # the first record of the file never starts a second boot
+            first_ok = pl.col("ok").cast(pl.Int64).cum_sum() == 1
+            starts = starts & ~(first_ok & ok)
+        rec = rec.with_columns(starts.fill_null(False).alias("new_boot"))
+        rec = rec.with_columns((pl.col("new_boot").cast(pl.Int64).cum_sum() + self.boot).alias("boot"))
+        for row in rec.filter(pl.col("new_boot")).select("lineno", "boot").iter_rows():
+            self.sink.fact(f"boot.{row[1]}.first_line", row[0], row[0])
+        self.boot = int(rec["boot"][-1])
+        ts_nonnull = rec["ts"].drop_nulls()
+        if len(ts_nonnull):
+            self.last_ts = int(ts_nonnull[-1])
+        if bool(rec["ok"].any()):
+            self.seen_record = True
+        return rec
+
+    def _python_pass(self, rec: pl.DataFrame) -> None:
+        """Classify candidates, assemble reports, emit the chunk's plain events.
+
+        Report bodies: every non-body line (or stack head) opens a run; a run is a report body
+        when its opening line is a stack head -- a forward fill, no joins.
+        """
+        has_heads = bool(rec["stack_head"].any())
+        if has_heads or self.carry_stack_run:
+            opener = ~pl.col("body") | pl.col("stack_head")
+            rec = rec.with_columns(pl.when(opener).then(pl.col("stack_head")).otherwise(None).forward_fill()
+                                   .fill_null(self.carry_stack_run).alias("in_report"))
+            self.carry_stack_run = bool(rec["in_report"][-1])
+            in_body = pl.col("body") & ~pl.col("stack_head") & pl.col("in_report")
+        else:
+            in_body = pl.lit(False)
+        sel = rec.filter(pl.col("hit") | pl.col("oom_part") | pl.col("stack_head") | in_body).with_columns(
+            in_body.alias("_body"))
+        typed_lines: set[int] = set()
+        for r in sel.iter_rows(named=True):
+            if r["_body"] and not (r["hit"] or r["oom_part"] or r["stack_head"]):
+                self._body(r)
+                continue
+            t = self._row(r)
+            if t is not None:
+                typed_lines.add(t)
+        self._emit_plain(rec.filter(pl.col("ok")), typed_lines)
+
+    # -- state machine ---------------------------------------------------------------------
+    def _body(self, r: dict) -> None:
+        rep = self.open_stack
+        if rep is None or r["lineno"] != rep.last_line + 1:
+            return
+        rep.last_line = r["lineno"]
+        if len(rep.stack) < MAX_STACK:
+            rep.stack.append(r["msg"].strip() if r["msg"] else r["line"].strip())
+
+    def _close_stack(self) -> None:
+        rep = self.open_stack
+        if rep is None:
+            return
+        found = [m for m in (_FRAME.match(s) for s in rep.stack) if m]
+        reliable = [m.group("fn") for m in found if not m.group("q")]
+        # old kernels print every frame as "? fn" (unreliable): keep them then, rather than nothing
+        frames = reliable or [m.group("fn") for m in found]
+        rep.row["attrs"]["stack"] = rep.stack
+        if frames:
+            rep.row["attrs"]["frames"] = frames
+        self.open_stack = None
+
+    def _row(self, r: dict) -> int | None:
+        """Handle one candidate record; returns its line when it became a typed event."""
+        if self.open_stack is not None and r["lineno"] != self.open_stack.last_line + 1:
+            self._close_stack()
+        msg = r["msg"] or ""
+        if r["oom_part"]:
+            self._oom_part(r, msg)
+        if not r["hit"]:
+            if self.open_stack is not None and r["lineno"] == self.open_stack.last_line + 1 and r.get("body"):
+                self._body({**r, "_body": True})
+            return None
+        found = ks.classify(msg)
+        if found is None:
+            return None
+        sig, attrs = found
+        if self.open_stack is not None:
+            self._close_stack()
+        row = self._typed_row(r, sig, attrs)
+        if sig.id == "oom.invoked":
+            self.oom = {"start_line": r["lineno"], "start_ts": r["ts"], "boot": r["boot"], "invoked_row": row,
+                        "invoked": {k: attrs[k] for k in ("comm", "gfp_mask", "order", "oom_score_adj") if k in attrs}}
+        elif sig.id == "oom.summary":
+            fields = {}
+            for part in attrs.get("fields", "").split(","):
+                k, _, v = part.partition("=")
+                if k and v:
+                    fields[k.strip()] = v
+            row["attrs"].pop("fields", None)
+            row["attrs"].update(fields)
+            if self.oom is not None:
+                self.oom["summary"] = fields
+        elif sig.id == "oom.select":
+            if self.oom is None:
+                self.oom = {"start_line": r["lineno"], "start_ts": r["ts"], "boot": r["boot"]}
+            self.oom["select"] = attrs
+        elif sig.id == "oom.kill":
+            self._finish_oom(row, r)
+        if sig.report == "stack":
+            self.open_stack = _Report(row=row, last_line=r["lineno"], kind="stack")
+        self._flood(sig, row)
+        self.typed.append(row)
+        return r["lineno"]
+
+    def _typed_row(self, r: dict, sig: ks.Signature, attrs: dict) -> dict:
+        a = dict(attrs)
+        a.pop("scope_text", None) if sig.id != "oom.kill" else None
+        if sig.id == "nvidia.xid":
+            mn, meaning, action = ks.xid_info(a["xid"])
+            a.update(xid_name=mn, xid_meaning=meaning, xid_action=action)
+        a["signature"] = sig.id
+        a["signatures_version"] = ks.VERSION
+        if r.get("boot"):
+            a["boot"] = r["boot"]
+        if r.get("new_boot"):
+            a["boot_restart"] = True
+        if sig.proposed:
+            a["proposed_kind"] = sig.proposed
+        pid = a.get("pid") if isinstance(a.get("pid"), int) else a.get("victim_pid")
+        row = {"ts_raw_ns": r["ts"], "category": "kernel", "name": sig.name, "kind": sig.proposed or sig.kind,
+               "severity": SEVERITY.get(r["sev"]) if r.get("sev") else None, "line": r["lineno"],
+               "text": r["line"], "pid": pid, "host": r.get("host") if self.parser.per_line_host else None,
+               "attrs": a}
+        if r.get("ipid") is not None and not r.get("kern"):
+            row["pid"] = r["ipid"]
+        return row
+
+    def _oom_part(self, r: dict, msg: str) -> None:
+        st = self.oom
+        if st is None:
+            return
+        if r["lineno"] - st["start_line"] > MAX_OOM_LINES:
+            self.oom = None
+            return
+        m = _CPU_LINE.match(msg)
+        if m:
+            st.setdefault("trigger", {"pid": int(m["pid"]), "comm": m["comm"], "cpu": int(m["cpu"])})
+            return
+        m = _MEM_USAGE.match(msg)
+        if m:
+            key = "memcg_usage" if m["what"] == "memory" else "memcg_swap_usage"
+            st[key] = {"usage_kb": int(m["usage"]), "limit_kb": int(m["limit"]), "failcnt": int(m["failcnt"])}
+            return
+        m = _MEMCG.match(msg)
+        if m:
+            st.setdefault("memcg", m["path"])
+            return
+        m = _TASK_HDR.match(msg)
+        if m:
+            st["task_cols"] = m["cols"].split()
+            st["tasks"] = []
+            return
+        m = _TASK_ROW.match(msg)
+        if m and "task_cols" in st and len(st["tasks"]) < MAX_TASKS:
+            cols = st["task_cols"]
+            vals = m["rest"].split(None, len(cols) - 1)
+            if len(vals) == len(cols):
+                t = {"pid": int(m["pid"])}
+                for c, v in zip(cols, vals):
+                    t[c] = int(v) if re.fullmatch(r"-?\d+", v) else v
+                st["tasks"].append(t)
+
+    def _finish_oom(self, row: dict, r: dict) -> None:
+        a = row["attrs"]
+        st = self.oom
+        scope_text = a.pop("scope_text", None)
+        uid = a.pop("uid_old", None) or a.pop("uid2", None)
+        if uid is not None and "uid" not in a:
+            a["uid"] = uid
+        a.pop("uid2", None)
+        if st is not None and (st.get("boot") != r.get("boot")):
+            st = None
+        sel = (st or {}).get("select")
+        if st is not None and sel and sel.get("victim_pid") != a["victim_pid"] and not st.get("invoked"):
+            st = None              # a selection of another process: not this kill's report
+        if st is not None:
+            if sel and not scope_text and sel.get("victim_pid") == a["victim_pid"]:
+                scope_text = sel.get("scope_text")
+            summ = st.get("summary") or {}
+            for k in ("constraint", "oom_memcg", "task_memcg", "cpuset", "mems_allowed"):
+                if k in summ:
+                    a[k] = summ[k]
+            if "global_oom" in summ or any(k == "global_oom" for k in summ):
+                a["global_oom"] = True
+            for k in ("memcg", "memcg_usage", "memcg_swap_usage", "trigger", "tasks"):
+                if k in st:
+                    a[k] = st[k]
+            if st.get("invoked"):
+                a["invoked"] = st["invoked"]
+                frames = st["invoked_row"]["attrs"].get("frames")
+                if frames:
+                    a["frames"] = frames
+            a["report_first_line"] = st["start_line"]
+            if st.get("start_ts") is not None and r["ts"] is not None:
+                row["dur_ns"] = max(0, r["ts"] - st["start_ts"])
+            self.oom = None
+        if scope_text:
+            a["scope"] = "memcg" if scope_text.startswith("Memory cgroup") else "global"
+        elif a.get("constraint") == "CONSTRAINT_MEMCG":
+            a["scope"] = "memcg"
+        elif a.get("constraint") in ("CONSTRAINT_NONE", "CONSTRAINT_CPUSET", "CONSTRAINT_MEMORY_POLICY"):
+            a["scope"] = "global"
+        else:
+            a["scope"] = "unknown"
+        a["scope_name"] = {"memcg": "memory-cgroup OOM killer", "global": "kernel OOM killer"}.get(
+            a["scope"], "OOM killer")
+        row["pid"] = a["victim_pid"]
+
+    def _flood(self, sig: ks.Signature, row: dict) -> None:
+        a = row["attrs"]
+        if sig.kind is not None:
+            a["summary"] = ks.summarize(sig, a)
+            if sig.id == "oom.kill":
+                a["summary"] = _oom_summary(a)
+        else:
+            a["summary"] = ks.summarize(sig, a)
+        if sig.kind is None or not sig.dedup:
+            return
+        key = (sig.id, a.get("boot", 0)) + tuple(str(a.get(k)) for k in sig.dedup)
+        head = self.floods.get(key)
+        ts = row["ts_raw_ns"]
+        if head is not None and ts is not None and head["last_ts"] is not None \
+                and 0 <= ts - head["last_ts"] <= ks.FLOOD_WINDOW_NS:
+            head["row"]["attrs"]["repeats"] = head["row"]["attrs"].get("repeats", 0) + 1
+            head["last_ts"] = ts
+            a["repeat_of_line"] = head["row"]["line"]
+            row["kind"] = None
+            return
+        self.floods[key] = {"row": row, "last_ts": ts}
+
+    # -- output ------------------------------------------------------------------------------
+    def _emit_plain(self, recs: pl.DataFrame, typed_lines: set[int]) -> None:
+        self.records += len(recs)
+        if typed_lines:
+            recs = recs.filter(~pl.col("lineno").is_in(list(typed_lines)))
+        if len(recs) == 0:
+            return
+        kv = pl.col("msg").str.extract(SUBSYS, 1)
+        name = pl.when(pl.col("kern")).then(kv.fill_null("kernel")).otherwise(
+            pl.col("ident").fill_null("syslog"))
+        boot_attr = pl.when(pl.col("new_boot")).then(
+            pl.format('{{"boot":{},"boot_restart":true}}', pl.col("boot"))).when(pl.col("boot") > 0).then(
+            pl.format('{{"boot":{}}}', pl.col("boot"))).otherwise(pl.lit(None, pl.String))
+        cols = [
+            pl.col("ts").alias("ts_raw_ns"),
+            pl.when(pl.col("kern")).then(pl.lit("kernel")).otherwise(pl.lit("syslog")).alias("category"),
+            name.alias("name"),
+            pl.col("sev").replace_strict(SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
+            pl.col("lineno").alias("line"),
+            pl.col("line").alias("text"),
+            pl.when(pl.col("kern")).then(pl.lit(None, pl.Int64)).otherwise(pl.col("ipid")).alias("pid"),
+            boot_attr.alias("attrs"),
+        ]
+        if "local_time" in recs.columns:   # untimed lines that still say when (nvidia-bug-report grep section)
+            ctx_attr = pl.when(pl.col("local_time").is_not_null()).then(
+                pl.struct("section", "local_time").struct.json_encode())
+            cols[-1] = pl.coalesce(ctx_attr, boot_attr).alias("attrs")
+        if self.parser.per_line_host:
+            cols.append(pl.col("host"))
+        self.sink.add_frame("events", recs.select(cols))
+        if self.parser.per_line_host:
+            self.hosts.update(h for h in recs["host"].unique().to_list() if h)
+        if self.kernel_version is None:
+            v = recs.filter(pl.col("kern") & pl.col("msg").str.starts_with("Linux version "))
+            if len(v):
+                self.kernel_version = v["msg"][0].split()[2]
+                self.sink.fact("kernel", self.kernel_version, int(v["lineno"][0]))
+
+    def finish(self) -> None:
+        self._close_stack()
+        for row in self.typed:
+            n = row["attrs"].get("repeats")
+            if n and row["kind"]:
+                row["attrs"]["summary"] += f" (repeated {n} more time{'s' if n > 1 else ''}, each within " \
+                                           f"{ks.FLOOD_WINDOW_NS // NS} s of the previous)"
+        for row in sorted(self.typed, key=lambda r: r["line"]):
+            self.sink.event(**row)
+        self.sink.fact("boots", self.boot + 1 if self.seen_record else 0)
+        self.sink.fact("kernel_signatures_version", ks.VERSION)
+        self.ctx.attrs["boots"] = self.boot + 1 if self.seen_record else 0
+        self.ctx.attrs["signatures_version"] = ks.VERSION
+        typed = [r for r in self.typed if r["kind"]]
+        if typed:
+            counts: dict[str, int] = {}
+            for r in typed:
+                counts[r["kind"]] = counts.get(r["kind"], 0) + 1
+            self.ctx.attrs["findings"] = counts
+        if len(self.hosts) == 1 and not self.ctx.host:
+            self.ctx.host = next(iter(self.hosts))
+
+
+def _kib(n) -> str:
+    if not isinstance(n, int):
+        return "?"
+    return f"{n / 1024 / 1024:.2f} GiB" if n >= 1024 * 1024 else (f"{n / 1024:.1f} MiB" if n >= 1024 else f"{n} KiB")
+
+
+def _oom_summary(a: dict) -> str:
+    s = f"The {a['scope_name']} killed pid {a['victim_pid']} ({a.get('victim_comm')})"
+    if "anon_rss_kb" in a:
+        s += f", anon-rss {_kib(a['anon_rss_kb'])}"
+    where = a.get("memcg") or a.get("oom_memcg")
+    if where:
+        s += f" in memory cgroup {where}"
+    usage = a.get("memcg_usage")
+    if usage:
+        s += f" (usage {_kib(usage['usage_kb'])} of limit {_kib(usage['limit_kb'])})"
+    return s
+
+
+class KernelLogParser(Parser):
+    """Base of every kernel-log format: subclasses define ``records`` (and ``detect``)."""
+    kind = "dmesg"
+    priority = 40
+    untimed = False          # the format carries no timestamps at all
+    per_line_host = False    # the format names a host on every line (syslog, journald)
+    grammar: str | None = None   # the line grammar ``detect`` dry-runs on the head (a regex)
+    min_ratio = 0.6              # share of the head's lines that must match it
+    ident_group: int | None = None   # syslog-style: the group holding the identifier ('kernel')
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        pat = re.compile(cls.grammar)
+        if cls.ident_group is None:
+            return grammar_detect(head, pat, min_ratio=cls.min_ratio)
+        # syslog-style: most lines match and at least one is the kernel's
+        lines = [ln for ln in head.nonblank(300) if not _META.match(ln)]
+        hits = [m for m in map(pat.match, lines) if m]
+        return (bool(lines) and len(hits) / len(lines) >= cls.min_ratio
+                and any(m.group(cls.ident_group) == "kernel" for m in hits))
+
+    def records(self, df: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:  # pragma: no cover
+        raise NotImplementedError
+
+    def prepare(self, ctx: ParseContext) -> None:
+        """Called once before the first chunk (attrs, year inference, ...)."""
+
+    def parse(self, ctx: ParseContext) -> None:
+        self.prepare(ctx)
+        engine = KernelEngine(ctx, self)
+        try:
+            for df in line_frames_to_the_cut(ctx):
+                engine.feed(self.records(df, ctx))
+        finally:   # a truncated or limited stream still writes the findings read before the cut
+            engine.finish()
+            self.done(ctx, engine)
+
+    def done(self, ctx: ParseContext, engine: KernelEngine) -> None:
+        """Called after the last chunk."""
+
+
+def line_frames_to_the_cut(ctx: ParseContext, chunk_bytes: int = CHUNK_BYTES):
+    """Like ``ctx.line_frames()``, but every complete line before a truncation, damage or the size
+    limit is handed out before the error is re-raised (``read1`` returns what one raw read gave, so a
+    failing read never takes earlier data with it)."""
+    stream = ctx.open()
+    buf = bytearray()
+    first = 1
+    err: BaseException | None = None
+
+    def emit(chunk: bytes):
+        nonlocal first
+        for df in _line_frames(io.BytesIO(chunk), len(chunk) + 1):
+            df = df.with_columns(pl.col("lineno") + (first - 1))
+            ctx.lineno = int(df["lineno"][-1]) if len(df) else ctx.lineno
+            yield df
+        first += chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+
+    try:
+        while True:
+            try:
+                data = stream.read1(1 << 20)
+            except Exception as e:   # truncated/damaged stream or the size limit: keep what came before
+                err = e
+                break
+            if not data:
+                break
+            buf += data
+            if len(buf) >= chunk_bytes:
+                cut = buf.rfind(b"\n")
+                if cut >= 0:
+                    chunk = bytes(buf[:cut + 1])
+                    del buf[:cut + 1]
+                    yield from emit(chunk)
+        if buf:
+            yield from emit(bytes(buf))
+        if err is not None:
+            raise err
+    finally:
+        ctx.bytes_read = stream.raw.count
+        stream.close()
+
+
+def frame(df: pl.DataFrame, ok, ts, msg, sev=None, cont=None, meta=None, kern=None, host=None,
+          ident=None, ipid=None, boot_mark=None) -> pl.DataFrame:
+    """Build the record frame from expressions (see module doc); missing parts get defaults."""
+    none_s = pl.lit(None, pl.String)
+    return df.select(
+        pl.col("lineno"), pl.col("line"), pl.col("bad_utf8"),
+        ok.fill_null(False).alias("ok"),
+        (cont if cont is not None else (pl.col("line").str.contains(r"^\s+\S") & ~ok.fill_null(False)))
+        .fill_null(False).alias("cont"),
+        (meta if meta is not None else pl.lit(False)).fill_null(False).alias("meta"),
+        ts.cast(pl.Int64).alias("ts"),
+        (sev if sev is not None else none_s).cast(pl.String).alias("sev"),
+        pl.coalesce(msg, pl.col("line")).alias("msg"),
+        (kern if kern is not None else pl.lit(True)).fill_null(True).alias("kern"),
+        (host if host is not None else none_s).alias("host"),
+        (ident if ident is not None else none_s).alias("ident"),
+        (ipid if ipid is not None else pl.lit(None, pl.Int64)).cast(pl.Int64).alias("ipid"),
+        (boot_mark if boot_mark is not None else pl.lit(False)).fill_null(False).alias("boot_mark"),
+    )
+
+
+def sec_usec_ns(sec: pl.Expr, frac: pl.Expr) -> pl.Expr:
+    """'1234' + '567890' (or 9 digits) -> ns."""
+    f = frac.str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64)
+    return sec.cast(pl.Int64) * NS + f
+
+
+def days_from_civil(y: pl.Expr, m: pl.Expr, d: pl.Expr) -> pl.Expr:
+    """Days since 1970-01-01 of a proleptic Gregorian date, vectorised (H. Hinnant's algorithm:
+    shift the year to start in March so the leap day is last, count 400-year eras, then days)."""
+    y = y - (m <= 2).cast(pl.Int64)
+    era = y // 400
+    yoe = y - era * 400
+    mp = (m + 9) % 12
+    doy = (153 * mp + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def wall_ns(text: pl.Expr, fmt: str, zone: str | None) -> pl.Expr:
+    """Local wall-clock strings -> UTC epoch ns in ``zone`` (DST gaps become null)."""
+    dt = text.str.to_datetime(fmt, strict=False, time_unit="ns")
+    if zone and zone not in ("UTC", "Etc/UTC", "GMT", "Z"):
+        dt = dt.dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+    else:
+        dt = dt.dt.replace_time_zone("UTC")
+    return dt.dt.epoch("ns")
+
+
+# -- a kernel log with no timestamps at all (printk.time=0, console captures, pasted reports) --------
+
+_NOTIME_KERNELISH = re.compile(
+    r"^\s*(?:\S+ [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d: |INFO: task |Call Trace:|\[<[0-9a-f]+>\]|"
+    r"[0-9a-f]{16}(?: [0-9a-f]{16})+$|\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\"|"
+    r"\S+ +[DRS] [0-9a-f]{16} |NVRM: |oom-kill:|Killed process \d+|\S+ invoked oom-killer:)")
+
+
+class KernelNoTimeParser(KernelLogParser):
+    name = "kernel_notime"
+    priority = 10
+    clock_domain = "none"
+    untimed = True
+    description = "kernel messages without timestamps (printk.time=0, console captures)"
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        lines = head.nonblank(300)
+        if len(lines) < 3:
+            return False
+        kernelish = sum(1 for ln in lines if _NOTIME_KERNELISH.match(ln))
+        signed = any(ks.classify(ln.strip()) for ln in lines[:100])
+        return signed and kernelish / len(lines) >= 0.6
+
+    def records(self, df, ctx):
+        line = pl.col("line")
+        indented = line.str.contains(r"^\s")
+        # an indented line that itself names a device ("pcieport 0000:...: AER: ...") is a record
+        own = line.str.contains(r"^\s\S+ [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d: ")
+        ok = (line.str.strip_chars() != "") & (~indented | own)
+        return frame(df, ok=ok, ts=pl.lit(None, pl.Int64), msg=pl.when(own).then(line.str.strip_chars_start())
+                     .otherwise(line), cont=indented & ~own)
+
+    def prepare(self, ctx):
+        ctx.attrs["untimed"] = "the log carries no timestamps; its events cannot be placed in time"
+
+
+PARSERS = (KernelNoTimeParser,)

@@ -1,0 +1,547 @@
+"""torch.profiler / Kineto Chrome-trace JSON (``*.pt.trace.json[.gz]``, ``*.json.tmp``, plain Chrome traces).
+
+What is read (reference: shared/reference/FORMATS.md section 2)
+-------------------------------------------------------------
+* Layouts: an object with ``traceEvents`` (keys before and after the array are metadata),
+  or a bare array of events; pretty-printed (torch 2.x writes one key per line),
+  one event per line, or minified. The stream is cut into chunks of whole events by
+  :mod:`._kineto_stream` (its docstring explains why the cutting is safe), so memory is
+  bounded by one chunk, not by the file.
+* Time. Every ``ts`` becomes **wall-clock epoch nanoseconds** in ``ts_raw_ns`` (clock
+  domain ``wall``):
+
+  - traces with ``baseTimeNanoseconds`` (Kineto >= May 2024): ``ts`` is float microseconds
+    relative to it: ``ns = baseTimeNanoseconds + round(ts * 1000)``. The key usually comes
+    before ``traceEvents`` but re-serialised files put it after the array; rows are then
+    written relative and shifted once the trailer has been read (the Parquet parts are
+    rewritten, nothing is held in memory);
+  - older traces: ``ts`` is absolute epoch microseconds (int, or float with a fraction):
+    recognised by its size (> 1e15 us, i.e. after 2001-09-09);
+  - neither: the base is unknown. That is a named result: clock domain ``process``,
+    ``attrs.time_base = "unknown"`` and a ``no_time_base`` issue -- never a guess.
+
+  ``ts`` is converted as ``floor(ts) * 1000 + round(frac(ts) * 1000)`` so relative traces
+  keep their nanoseconds exactly; absolute float traces carry the float's own rounding
+  (at 1.7e15 us a double resolves 0.25 us), which is what the writer gave.
+* Phases: ``X`` spans of every category and ``i``/``I`` instants -> ``events``
+  (category = Kineto ``cat``; the 2021 names Operator/Runtime/Kernel/Memcpy/Memset are
+  stored under today's names). GPU-side events (kernel, gpu_memcpy, gpu_memset,
+  gpu_user_annotation) carry Kineto's device index and stream in pid/tid; they are stored
+  with pid/tid null (they are not OS ids) and keep ``device``/``stream`` in ``attrs``.
+  ``attrs`` is the event's raw ``args`` JSON, unchanged; :data:`._kineto_fields.ARG_FIELDS`
+  is the one table that maps its keys to typed columns. ``C`` counters -> ``metrics``
+  (one row per numeric series, metric ``<name>:<series>``), and the ``[memory]`` instants
+  of ``profile_memory=True`` also -> ``metrics`` (``torch.memory:allocated`` /
+  ``torch.memory:reserved``, bytes, entity ``cpu`` / ``cuda:N``). ``s``/``t``/``f`` flows
+  are paired by (category, id) -> ``flows``. ``M`` metadata (process/thread names,
+  labels, sort indexes) -> ``facts`` (``kineto.<name>``). Any other phase is counted and
+  reported once per phase as ``unsupported_phase``.
+* Identity: ``distributedInfo`` (rank, world_size, backend, pg_config) and ``host_name``
+  from the contents; the default ``tensorboard_trace_handler`` worker name
+  ``<host>_<pid>.<time_ns>.pt.trace.json[.gz]`` gives host and pid when the contents do
+  not; the process is the pid labelled ``CPU`` in the metadata. One file per profiler
+  cycle is one source; the analysis layer (``analysis.kineto_derived``) merges a rank's
+  files and drops events that two files both hold.
+* Derived rows (per file): ``steps`` from ``ProfilerStep#N`` markers (CPU and GPU side);
+  ``collectives`` from NCCL kernels of every naming generation, gloo work spans
+  (``gloo:<op>`` annotations on the gloo threads) and c10d calls (``c10d::<op>`` on the
+  caller, completed with the sizes/process group of the ``record_param_comms`` op they
+  contain).
+* Truncation (``*.json.tmp`` of a process that died while writing, cut downloads): every
+  complete event before the cut is kept; the file is ``partial`` and the issue names the
+  byte offset (in the decompressed stream) of the first byte that could not be used.
+"""
+from __future__ import annotations
+
+import bisect
+import io
+import re
+from collections import Counter
+from pathlib import PurePosixPath
+
+import msgspec
+import orjson
+import polars as pl
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..model import CLOCK_PROCESS, CLOCK_WALL
+from ..reader import Head
+from ..registry import ParseContext, Parser
+from ._kineto_fields import (BACKEND_ANNOTATION, C10D_NOT_COLLECTIVE, C10D_OP, CATEGORY_ALIASES,
+                             DERIVED_NAMES, GPU_CATEGORIES, NCCL_KERNEL, OPTIMIZER_STEP, STEP_MARKER,
+                             canonical_collective, dtype_bytes, read_args)
+from ._kineto_stream import Chunk, EventReader, Ev, Outcome
+
+ABSOLUTE_US = 1e15               # ts above this many microseconds is absolute epoch time
+KINETO_KEYS = ("schemaVersion", "baseTimeNanoseconds", "deviceProperties", "distributedInfo",
+               "displayTimeUnit", "traceName")
+KINETO_CATS = frozenset({"cpu_op", "user_annotation", "kernel", "cuda_runtime", "cuda_driver",
+                         "python_function", "gpu_memcpy", "gpu_memset", "gpu_user_annotation",
+                         "Operator", "Runtime", "Kernel", "Trace", "cpu_instant_event", "ac2g", "fwdbwd"})
+PHASES = frozenset("XiICsftMBEbenOPNDRc")
+WORKER_FILE = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\.\d{13,19}\.pt\.trace\.json"
+                         r"(?:\.gz)?(?:\.tmp)?$")
+_EVENT_PHASES = ("X", "i", "I")
+_FLOW_PHASES = ("s", "t", "f")
+
+
+def _coerce(v) -> Ev | None:
+    """A plain decoded value -> Ev, for chunks that did not fit the typed fast path."""
+    if not isinstance(v, dict) or not isinstance(v.get("ph"), str):
+        return None
+    kw = {}
+    for k in ("ph", "cat", "bp", "s"):
+        if isinstance(v.get(k), str):
+            kw[k] = v[k]
+    for k in ("name", "pid", "tid", "id"):
+        x = v.get(k)
+        if isinstance(x, (str, int, float)) and not isinstance(x, bool):
+            kw[k] = x
+    for k in ("ts", "dur"):
+        x = v.get(k)
+        if isinstance(x, str):
+            try:
+                x = float(x)
+            except ValueError:
+                x = None
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            kw[k] = float(x)
+    if isinstance(v.get("args"), dict):
+        kw["args"] = msgspec.Raw(orjson.dumps(v["args"]))
+    return Ev(**kw)
+
+
+def _args(e: Ev) -> dict:
+    if not e.args:
+        return {}
+    try:
+        a = orjson.loads(bytes(e.args))
+    except orjson.JSONDecodeError:
+        return {}
+    return a if isinstance(a, dict) else {}
+
+
+def _nelems(dims) -> int | None:
+    """Input Dims of the first input: [64, 64] -> 4096; a tensor list [[64], [8]] -> 72."""
+    if not isinstance(dims, list) or not dims:
+        return None
+    first = dims[0]
+    if isinstance(first, list) and first and all(isinstance(x, int) for x in first):
+        n = 1
+        for x in first:
+            n *= x
+        return n
+    if isinstance(first, list) and first and all(isinstance(t, list) for t in first):
+        total = 0
+        for t in first:
+            n = 1
+            for x in t:
+                if not isinstance(x, int):
+                    return None
+                n *= x
+            total += n
+        return total
+    return None
+
+
+class KinetoParser(Parser):
+    name = "kineto"
+    kind = "torch_trace"
+    priority = 60
+    clock_domain = CLOCK_WALL
+    description = "torch.profiler / Kineto Chrome-trace JSON (also plain Chrome traces)"
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        data = head.data.lstrip(b"\xef\xbb\xbf").lstrip()
+        if not data[:1] in (b"{", b"["):
+            return False
+        reader = EventReader(io.BufferedReader(io.BytesIO(data)), block=len(data) + 1)
+        events = []
+        for chunk in reader:
+            events.extend(chunk.events[:50])
+            if len(events) >= 50:
+                break
+        out = reader.outcome
+        ok = 0
+        for v in events:
+            e = v if isinstance(v, Ev) else _coerce(v)
+            if e is not None and e.ph in PHASES and (e.ts is not None or e.ph == "M"):
+                ok += 1
+        if out.layout == "object":
+            return ok >= 1 or any(k in out.header for k in KINETO_KEYS)
+        if out.layout == "array":
+            return ok >= 1 and ok >= len(events) * 0.9
+        if out.layout == "object_without_events" and not head.complete:
+            # a header larger than the sniffing window: Kineto's own keys at the top
+            text = data[:4096]
+            return data[:1] == b"{" and b'"schemaVersion"' in text and (
+                b'"deviceProperties"' in text or b'"distributedInfo"' in text or b'"baseTimeNanoseconds"' in text)
+        return False
+
+    def parse(self, ctx: ParseContext) -> None:
+        stream = ctx.open()
+        st = _State(ctx)
+        try:
+            reader = EventReader(stream)
+            for chunk in reader:
+                st.chunk(chunk, reader.outcome)
+            st.finish(reader.outcome)
+            if reader.outcome.stream_error is not None:
+                raise reader.outcome.stream_error   # parse_file names it (cut gzip, size limit)
+        finally:
+            ctx.bytes_read = stream.raw.count
+            stream.close()
+
+
+class _State:
+    """Everything one file's parse accumulates between chunks."""
+
+    def __init__(self, ctx: ParseContext):
+        self.ctx = ctx
+        self.sink = ctx.sink
+        self.offset: int | None = None       # ns added to every converted ts
+        self.time_base: str | None = None
+        self.pending_rebase = False
+        self.phases: Counter = Counter()
+        self.flow_frames: list[pl.DataFrame] = []
+        self.steps: list[dict] = []
+        self.colls: list[dict] = []
+        self.param_comms: dict[tuple, list] = {}
+        self.cpu_pids: Counter = Counter()
+        self.labelled_cpu: set[int] = set()
+        self.kineto_cats = 0
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.slow_chunks = 0
+        self.optimizer_steps: Counter = Counter()
+
+    # -- per chunk -----------------------------------------------------------------
+    def _time_base(self, out: Outcome, ts: pl.Series) -> None:
+        base = out.header.get("baseTimeNanoseconds")
+        if isinstance(base, (int, float)) and not isinstance(base, bool):
+            self.offset, self.time_base = int(base), "baseTimeNanoseconds"
+            return
+        tmin = ts.min()
+        if tmin is None:
+            return
+        if tmin > ABSOLUTE_US:
+            self.offset, self.time_base = 0, "absolute_epoch_us"
+        else:
+            self.offset, self.pending_rebase = 0, True
+
+    def chunk(self, chunk: Chunk, out: Outcome) -> None:
+        evs = chunk.events
+        if not chunk.typed:
+            self.slow_chunks += 1
+            typed = []
+            for i, v in enumerate(evs):
+                e = v if type(v) is Ev else _coerce(v)
+                if e is None:
+                    self.sink.issue("bad_event", f"event {i} of the chunk is not a trace event object",
+                                    text=orjson.dumps(v)[:200].decode("utf-8", "replace"),
+                                    byte_offset=chunk.offset)
+                else:
+                    typed.append(e)
+            evs = typed
+        if not evs:
+            return
+        df = pl.DataFrame({
+            "ph": pl.Series([e.ph for e in evs], dtype=pl.String),
+            "cat": pl.Series([e.cat for e in evs], dtype=pl.String),
+            "name": pl.Series([e.name for e in evs], dtype=pl.String, strict=False),
+            "pid": pl.Series([e.pid for e in evs], dtype=pl.Int64, strict=False),
+            "tid": pl.Series([e.tid for e in evs], dtype=pl.Int64, strict=False),
+            "ts": pl.Series([e.ts for e in evs], dtype=pl.Float64),
+            "dur": pl.Series([e.dur for e in evs], dtype=pl.Float64),
+        }).with_row_index("i")
+        if self.offset is None:
+            self._time_base(out, df["ts"])
+        off = self.offset or 0
+        whole = pl.col("ts").floor()
+        df = df.with_columns(
+            ts_ns=(whole.cast(pl.Int64) * 1000 + ((pl.col("ts") - whole) * 1000).round().cast(pl.Int64) + off),
+            dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64),
+            category=pl.col("cat").replace(CATEGORY_ALIASES),
+        )
+        self.phases.update(dict(df["ph"].value_counts().iter_rows()))
+
+        # spans and instants -> events
+        ev = df.filter(pl.col("ph").is_in(_EVENT_PHASES))
+        bad = ev.filter(pl.col("ts").is_null())
+        for row in bad.head(100).iter_rows(named=True):
+            self.sink.issue("bad_event", f"{row['ph']} event without a numeric ts", text=str(row["name"])[:200],
+                            byte_offset=chunk.offset)
+        if len(bad) > 100:
+            self.sink.issues_total += len(bad) - 100
+        ev = ev.filter(pl.col("ts").is_not_null())
+        if len(ev):
+            gpu = pl.col("category").is_in(list(GPU_CATEGORIES))
+            idx = ev["i"].to_list()
+            # raw args text; a raw newline can only be whitespace between JSON tokens (newlines
+            # inside strings are escaped), so pretty-printing indentation is dropped safely
+            attrs = (pl.Series([bytes(evs[i].args) or None for i in idx], dtype=pl.Binary).cast(pl.String)
+                     .str.replace_all(r"\r?\n[ \t]*", ""))
+            frame = ev.select(
+                pid=pl.when(gpu).then(None).otherwise(pl.col("pid")),
+                tid=pl.when(gpu).then(None).otherwise(pl.col("tid")),
+                ts_raw_ns=pl.col("ts_ns"),
+                dur_ns=pl.when(pl.col("ph") == "X").then(pl.col("dur_ns")).otherwise(None),
+                category=pl.col("category"),
+                name=pl.col("name").fill_null("(unnamed)"),
+            ).with_columns(attrs=attrs)
+            self.sink.add_frame("events", frame)
+            lo, hi = frame["ts_raw_ns"].min(), frame["ts_raw_ns"].max()
+            self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
+            self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
+            cpu = ev.filter(~gpu & pl.col("pid").is_not_null())
+            if len(cpu):
+                self.cpu_pids.update(dict(cpu["pid"].value_counts().iter_rows()))
+            self.kineto_cats += ev.filter(pl.col("cat").is_in(list(KINETO_CATS))).height
+            # derived rows: steps, collectives
+            for row in ev.filter(pl.col("name").str.contains(DERIVED_NAMES)).iter_rows(named=True):
+                self._derived(row, evs[row["i"]])
+            mem = frame.filter(pl.col("name") == "[memory]")
+            if len(mem):
+                self._memory(mem)
+
+        # counters -> metrics
+        for row in df.filter(pl.col("ph") == "C").iter_rows(named=True):
+            self._counter(row, evs[row["i"]], chunk.offset)
+        # flows
+        fl = df.filter(pl.col("ph").is_in(_FLOW_PHASES))
+        if len(fl):
+            ids = pl.Series([evs[i].id for i in fl["i"].to_list()], dtype=pl.Int64, strict=False)
+            self.flow_frames.append(fl.select("ph", "cat", "pid", "tid", "ts_ns").with_columns(flow_id=ids))
+        # metadata -> facts
+        for row in df.filter(pl.col("ph") == "M").iter_rows(named=True):
+            self._meta(row, evs[row["i"]])
+
+    def _memory(self, mem: pl.DataFrame) -> None:
+        """profile_memory instants -> allocated/reserved bytes per device (vectorised over the chunk)."""
+        a = pl.col("attrs")
+        m = mem.select(
+            "ts_raw_ns",
+            dtype=a.str.json_path_match("$['Device Type']").cast(pl.Int64, strict=False),
+            did=a.str.json_path_match("$['Device Id']").cast(pl.Int64, strict=False),
+            allocated=a.str.json_path_match("$['Total Allocated']").cast(pl.Float64, strict=False),
+            reserved=a.str.json_path_match("$['Total Reserved']").cast(pl.Float64, strict=False),
+        ).with_columns(entity=pl.when(pl.col("dtype") == 0).then(pl.lit("cpu"))
+                       .when(pl.col("dtype") == 1).then(pl.format("cuda:{}", pl.col("did")))
+                       .otherwise(pl.format("device_type_{}:{}", pl.col("dtype"), pl.col("did"))))
+        for col, metric in (("allocated", "torch.memory:allocated"), ("reserved", "torch.memory:reserved")):
+            part = m.filter(pl.col(col).is_not_null()).select(
+                "entity", "ts_raw_ns", metric=pl.lit(metric), value=pl.col(col), unit=pl.lit("bytes"))
+            self.sink.add_frame("metrics", part)
+
+    def _counter(self, row: dict, e: Ev, offset: int) -> None:
+        if row["ts_ns"] is None:
+            self.sink.issue("bad_event", "counter without a numeric ts", text=str(row["name"])[:200],
+                            byte_offset=offset)
+            return
+        entity = str(e.pid) if e.pid is not None else None
+        for k, v in _args(e).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.sink.add("metrics", entity=entity, metric=f"{row['name']}:{k}", ts_raw_ns=row["ts_ns"],
+                              value=float(v), unit="-")
+
+    def _meta(self, row: dict, e: Ev) -> None:
+        a = _args(e)
+        value = a.get("name", a.get("labels", a.get("sort_index")))
+        if row["name"] == "process_labels" and value == "CPU" and row["pid"] is not None:
+            self.labelled_cpu.add(row["pid"])
+        self.sink.fact(f"kineto.{row['name']}", orjson.dumps(
+            {"pid": e.pid, "tid": e.tid, "value": value if value is not None else a}).decode())
+
+    def _derived(self, row: dict, e: Ev) -> None:
+        name, cat = row["name"], row["category"]
+        m = STEP_MARKER.match(name)
+        om = None if m else OPTIMIZER_STEP.match(name)
+        if (m or om) and row["ph"] == "X":
+            gpu = cat in GPU_CATEGORIES
+            side = "gpu" if gpu else "cpu"
+            if m:
+                step = int(m.group(1))
+            else:   # no number in the name: the marker's order in the file
+                step = self.optimizer_steps[side]
+                self.optimizer_steps[side] += 1
+            self.steps.append(dict(pid=None if gpu else row["pid"], tid=None if gpu else row["tid"],
+                                   side=side, step=step, name=name, ts_raw_ns=row["ts_ns"], dur_ns=row["dur_ns"]))
+            return
+        if row["ph"] != "X":
+            return
+        if name == "record_param_comms":
+            a = read_args(_args(e))
+            if "collective" in a or "pg" in a or "in_nelems" in a:
+                self.param_comms.setdefault((row["pid"], row["tid"]), []).append((row["ts_ns"], a))
+            return
+        km = NCCL_KERNEL.match(name) if cat == "kernel" else None
+        cm = C10D_OP.match(name) if cat == "cpu_op" else None
+        bm = BACKEND_ANNOTATION.match(name) if cat == "user_annotation" else None
+        if km:
+            role, backend, token = "exec", "nccl", km.group(1) or km.group(2)
+        elif cm and cm.group(1).strip("_") not in C10D_NOT_COLLECTIVE:
+            role, backend, token = "call", "c10d", cm.group(1)
+        elif bm and bm.group(1) == "gloo":
+            role, backend, token = "exec", "gloo", bm.group(2)
+        else:
+            return
+        a = read_args(_args(e))
+        coll = canonical_collective(a.get("collective")) or canonical_collective(token)
+        gpu = cat in GPU_CATEGORIES
+        in_n = a.get("in_nelems")
+        if in_n is None:
+            in_n = _nelems(a.get("input_dims"))
+        dtype = a.get("dtype")
+        if dtype is None and isinstance(a.get("input_type"), list) and a["input_type"]:
+            t0 = a["input_type"][0]
+            dtype = t0 if isinstance(t0, str) and t0 and t0 not in ("TensorList", "Scalar") else None
+        self.colls.append(dict(
+            pid=None if gpu else row["pid"], tid=None if gpu else row["tid"], role=role, backend=backend,
+            collective=coll or "unknown", op=name, pg=a.get("pg"), pg_desc=a.get("pg_desc"), seq=a.get("seq"),
+            ts_raw_ns=row["ts_ns"], dur_ns=row["dur_ns"], in_nelems=in_n, out_nelems=a.get("out_nelems"),
+            dtype=dtype, group_size=a.get("group_size"), device=a.get("device"), stream=a.get("stream"),
+            external_id=a.get("external_id"), correlation=a.get("correlation")))
+
+    # -- end of file -------------------------------------------------------------------
+    def _attach_param_comms(self) -> None:
+        """c10d calls get the sizes and group of the record_param_comms op they contain."""
+        index = {k: ([t for t, _ in sorted(v, key=lambda x: x[0])], sorted(v, key=lambda x: x[0]))
+                 for k, v in self.param_comms.items()}
+        for c in self.colls:
+            if c["role"] != "call":
+                continue
+            got = index.get((c["pid"], c["tid"]))
+            if not got:
+                continue
+            times, items = got
+            end = c["ts_raw_ns"] + (c["dur_ns"] or 0)
+            j = bisect.bisect_left(times, c["ts_raw_ns"])
+            if j < len(times) and times[j] <= end:
+                a = items[j][1]
+                for k_col, k_arg in (("pg", "pg"), ("pg_desc", "pg_desc"), ("seq", "seq"), ("in_nelems", "in_nelems"),
+                                     ("out_nelems", "out_nelems"), ("dtype", "dtype"), ("group_size", "group_size")):
+                    if c.get(k_col) is None and a.get(k_arg) is not None:
+                        c[k_col] = a[k_arg]
+                if c["collective"] == "unknown" and a.get("collective"):
+                    c["collective"] = canonical_collective(a["collective"]) or "unknown"
+
+    def _write_derived(self) -> None:
+        self._attach_param_comms()
+        self.colls.sort(key=lambda c: c["ts_raw_ns"])
+        ordinals: Counter = Counter()
+        for c in self.colls:
+            k = (c["role"], c["pg"])
+            c["ordinal"] = ordinals[k]
+            ordinals[k] += 1
+            size = dtype_bytes(c["dtype"])
+            c["bytes"] = c["in_nelems"] * size if size and c["in_nelems"] is not None else None
+            self.sink.add("collectives", **c)
+        for s in sorted(self.steps, key=lambda s: s["ts_raw_ns"]):
+            self.sink.add("steps", **s)
+        if self.flow_frames:
+            fl = pl.concat(self.flow_frames)
+            src = fl.filter(pl.col("ph") == "s").select(
+                "cat", "flow_id", src_pid="pid", src_tid="tid", src_ts_raw_ns="ts_ns")
+            dst = fl.filter(pl.col("ph") != "s").select(
+                "cat", "flow_id", dst_pid="pid", dst_tid="tid", dst_ts_raw_ns="ts_ns")
+            pairs = src.join(dst, on=["cat", "flow_id"], how="full", coalesce=True, nulls_equal=True)
+            self.sink.add_frame("flows", pairs.rename({"cat": "category"}))
+
+    def _rebase(self, offset: int) -> None:
+        cols = {"events": ("ts_raw_ns",), "metrics": ("ts_raw_ns",), "steps": ("ts_raw_ns",),
+                "collectives": ("ts_raw_ns",), "flows": ("src_ts_raw_ns", "dst_ts_raw_ns")}
+        self.sink.flush()
+        for f in self.sink.files:
+            table = f.name.split(".")[0]
+            if table not in cols:
+                continue
+            t = pq.read_table(f)
+            for c in cols[table]:
+                t = t.set_column(t.schema.get_field_index(c), c, pc.add(t[c], offset))
+            pq.write_table(t, f, compression="zstd")
+        if self.first_ns is not None:
+            self.first_ns += offset
+            self.last_ns += offset
+
+    def finish(self, out: Outcome) -> None:
+        ctx, sink = self.ctx, self.sink
+        if out.layout == "not_json":
+            raise ValueError("not JSON: the file starts with neither { nor [")
+        meta = {**out.header, **out.trailer}
+        self._write_derived()
+        if self.pending_rebase or self.offset is None:
+            base = meta.get("baseTimeNanoseconds")
+            if isinstance(base, (int, float)) and not isinstance(base, bool):
+                self.time_base = "baseTimeNanoseconds"
+                if self.pending_rebase:
+                    self._rebase(int(base))
+            elif self.pending_rebase:
+                self.time_base = "unknown"
+                ctx.clock_domain = CLOCK_PROCESS
+                sink.issue("no_time_base", "ts is relative (below 1e15 us) and the file has no baseTimeNanoseconds: "
+                           "times are kept relative to an unknown origin (clock domain process)")
+        for kind, message, offset in out.problems:
+            sink.issue(kind, message, byte_offset=offset)
+        unsupported = {p: n for p, n in self.phases.items() if p not in _EVENT_PHASES + _FLOW_PHASES + ("C", "M")}
+        for p, n in sorted(unsupported.items()):
+            sink.issue("unsupported_phase", f"{n} event(s) of phase {p!r} are not read")
+        if out.truncated_at is not None:
+            n = sum(self.phases.values())
+            ctx.truncated = (f"the JSON is cut at byte {out.truncated_at} (decompressed) inside the event array; "
+                             f"the {n} complete events before the cut were kept")
+            sink.issue("truncated", ctx.truncated, text=out.truncated_text, byte_offset=out.truncated_at)
+
+        # identity
+        di = meta.get("distributedInfo")
+        if isinstance(di, dict):
+            r = di.get("rank")
+            if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+                ctx.rank = r
+            sink.fact("distributed_info", orjson.dumps(di).decode())
+            for k in ("rank", "world_size", "backend", "nccl_version", "pg_count"):
+                if k in di:
+                    sink.fact(k, di[k])
+        host = meta.get("host_name")
+        wm = WORKER_FILE.match(PurePosixPath(ctx.rel).name)
+        if isinstance(host, str) and host:
+            ctx.host = host
+        elif wm:
+            ctx.host = wm.group("host")
+        if len(self.labelled_cpu) == 1:
+            ctx.pid = next(iter(self.labelled_cpu))
+        elif wm:
+            ctx.pid = int(wm.group("pid"))
+        elif self.cpu_pids:
+            ctx.pid = self.cpu_pids.most_common(1)[0][0]
+        if wm and ctx.pid is not None and int(wm.group("pid")) != ctx.pid:
+            ctx.attrs["file_name_pid"] = int(wm.group("pid"))
+        if wm and isinstance(host, str) and host and wm.group("host") != host:
+            ctx.attrs["file_name_host"] = wm.group("host")
+        if ctx.host:
+            sink.fact("hostname", ctx.host)
+        for k in ("schemaVersion", "displayTimeUnit", "baseTimeNanoseconds", "trace_id", "traceName", "host_name",
+                  "cupti_version", "cuda_runtime_version", "cuda_driver_version", "roctracer_version"):
+            if k in meta and not isinstance(meta[k], (dict, list)):
+                sink.fact(k, meta[k])
+        dp = meta.get("deviceProperties")
+        if isinstance(dp, list) and dp:
+            sink.fact("device_names", ", ".join(str(d.get("name")) for d in dp if isinstance(d, dict)))
+
+        kineto = any(k in meta for k in KINETO_KEYS) or self.kineto_cats > 0
+        ctx.format = "kineto" if kineto else "chrome_trace"
+        ctx.attrs.update({
+            "layout": out.layout, "time_base": self.time_base,
+            "base_time_ns": meta.get("baseTimeNanoseconds"),
+            "events_by_phase": dict(sorted(self.phases.items())),
+            "first_ts_ns": self.first_ns, "last_ts_ns": self.last_ns,
+            "steps": len(self.steps), "collectives": len(self.colls),
+        })
+        if self.slow_chunks:
+            ctx.attrs["chunks_read_slowly"] = self.slow_chunks
+        if isinstance(di, dict):
+            ctx.attrs["distributed"] = {k: di[k] for k in ("rank", "world_size", "backend", "pg_count") if k in di}
+
+
+PARSERS = (KinetoParser,)

@@ -1,0 +1,253 @@
+"""NCCL debug logs (NCCL_DEBUG=VERSION/WARN/INFO/TRACE, NCCL_DEBUG_FILE, or stdout captures).
+
+Line grammar (NVIDIA/nccl src/debug.cc, every version; FORMATS.md §3.1)::
+
+    [2026-05-05 06:16:47] host:pid:tid [cudaDev] file.cc:123 (func) NCCL WARN msg   2.30.7+
+    [2026-05-05 06:16:47.123456] host:pid:tid [cudaDev] file.cc:123 NCCL WARN msg   2.26+ (%Xf fraction)
+    host:pid:tid [cudaDev] file.cc:123 NCCL WARN msg                                < 2.26 (no time)
+    host:pid:tid [cudaDev] NCCL INFO msg                                            (time only with
+                                                                                    NCCL_DEBUG_TIMESTAMP_LEVELS)
+    host:pid:tid [cudaDev] 12.345678 func:123 NCCL TRACE msg                        ms since NCCL's debug init
+    host:pid:tid NCCL CALL ncclGroupStart()
+    NCCL version 2.7.8+cuda10.2                                                     NCCL_DEBUG=VERSION
+
+The header is searched anywhere in the line, not only at its start, because
+stdout captures glue NCCL lines to whatever the program had printed without a
+newline (``...float  sum  -1mew0:64904:64904 [1] NCCL INFO AllReduce: ...``) and
+several processes writing one ``NCCL_DEBUG_FILE`` splice lines into each other
+(``... nranks ljm:803563:803603 [0] NCCL INFO comm ...``). For a spliced line
+the *last* complete header wins (its pid and tid are exact; the host is the one
+this pid had on a clean line, since the hostname run-in with the text before it
+cannot be split by a regex), and the number of lost fragments is kept.
+
+Facts read from the INFO lines (declarative table ``INFO_GRAMMAR``): version,
+communicator Init START/COMPLETE (comm pointer, rank, nranks, cudaDev, nvmlDev,
+busId — kept to join GPU Xid lines in dmesg —, commId, API), ``comm ... nRanks
+nNodes localRanks localRank``, rings, trees, channel connections and their
+transport, NET plugin / IB devices / bootstrap interface, channel counts,
+Destroy/Abort COMPLETE, COLL calls (opCount, count, datatype, comm) and error
+return chains (``file.cc:123 -> 3``). WARN lines are classified by
+``WARN_CLASSES`` (first match wins) and typed ``nccl_warn``; the first error
+chain of a process that passes through ``init.cc``/``bootstrap.cc`` is typed
+``nccl_init_failure``.
+
+The parser itself is the shared log engine in :mod:`.applog`: a file holding
+NCCL lines *and* launcher/training lines is read line by line by the same code,
+whichever of the two source kinds claimed it. This module claims a file
+(``nccl_log``) when NCCL lines make up a real part of its head.
+"""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from ..model import CLOCK_WALL
+from ..reader import Head
+from ..registry import ParseContext, Parser
+
+_TS = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
+# The header, found anywhere in the line (lazy junk before it).
+HEADER = (
+    r"^(?P<pre>.*?)(?:\[(?P<nts>" + _TS + r")\] )?(?:\[(?P<tag>\d+)\] )?"
+    r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>\d+)\] )?"
+    r"(?:(?P<trace_ms>\d+\.\d+) )?(?:(?P<src>[\w./\-]+):(?P<srcline>\d+) )?"
+    r"(?:\((?P<func>[^()]*)\) )?NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT)\b ?")
+# The last header of a spliced line (greedy prefix): pid/tid are exact, the host is not.
+LAST_HEADER = (r"^.*:(?P<pid2>\d+):(?P<tid2>\d+) (?:\[(?P<dev2>\d+)\] )?(?:[\w./\-]+:\d+ )?"
+               r"NCCL (?P<level2>INFO|WARN) (?P<msg2>.*)$")
+FAST_START = r"^[\w.\-]+:\d+:\d+ "
+# what follows host:pid:tid on a clean line, before " NCCL "
+HEADER_TAIL = (r"^(?:\[(?P<dev>\d+)\])?(?: ?(?P<trace_ms>\d+\.\d+))?(?: ?(?P<src>[\w./\-]+):(?P<srcline>\d+))?"
+               r"(?: ?\((?P<func>[^()]*)\))?$")
+SPLICE_MARK = r":\d+:\d+ (?:\[\d+\] )?(?:[\w./\-]+:\d+ )?NCCL (?:INFO|WARN) "
+BARE_VERSION = r"^NCCL version (?P<version>[\w.+\-]+)"
+
+_P = r"0x[0-9a-fA-F]+"
+# (name, literal that must occur, regex with named groups, integer fields)
+INFO_GRAMMAR: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("nccl_version", "NCCL version", r"^NCCL version (?P<version>\d+\.\d+\.\d+(?:[+-][a-z]+[\d.]*)?)", ()),
+    ("nccl_comm_init", " - Init ",
+     r"^(?:\[Rank (?P<global_rank>\d+)\] )?(?:(?P<api>\w+) )?comm (?P<comm>" + _P + r") rank (?P<rank>\d+) "
+     r"nranks (?P<nranks>\d+) cudaDev (?P<cuda_dev>\d+)(?: nvmlDev (?P<nvml_dev>\d+))? "
+     r"busId (?P<bus_id>[0-9a-fA-F]+)(?: commId (?P<comm_id>" + _P + r"))?"
+     r"(?: parent (?P<parent>" + _P + r"))?.*?- Init (?P<phase>START|COMPLETE)",
+     ("global_rank", "rank", "nranks", "cuda_dev", "nvml_dev")),
+    ("nccl_comm_end", " COMPLETE",
+     r"^comm (?P<comm>" + _P + r") rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cuda_dev>\d+) "
+     r"busId (?P<bus_id>[0-9a-fA-F]+) - (?P<phase>Destroy|Abort) COMPLETE",
+     ("rank", "nranks", "cuda_dev")),
+    ("nccl_comm_topology", "nNodes",
+     r"^comm (?P<comm>" + _P + r") rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
+     r"localRanks (?P<local_ranks>\d+) localRank (?P<local_rank>\d+)",
+     ("rank", "nranks", "nnodes", "local_ranks", "local_rank")),
+    ("nccl_init_timings", "Init timings",
+     r"^Init timings(?: - (?P<api>\w+))?: rank (?P<rank>\d+) nranks (?P<nranks>\d+) total (?P<total_s>[\d.]+)",
+     ("rank", "nranks")),
+    ("nccl_connection", " via ",
+     r"^Channel (?P<channel>\d+)(?:/\d+)? : (?P<from_rank>\d+)\[(?P<from_dev>[0-9a-fA-F]+)\] -> "
+     r"(?P<to_rank>\d+)\[(?P<to_dev>[0-9a-fA-F]+)\](?: \[(?P<direction>send|receive)\])? "
+     r"via (?P<transport>[\w/]+)", ("channel", "from_rank", "to_rank")),
+    ("nccl_ring", "Channel ", r"^Channel (?P<channel>\d+)/(?P<nchannels>\d+) :\s+(?P<ring>[\d ]+?)\s*$",
+     ("channel", "nchannels")),
+    ("nccl_trees", "Trees", r"^Trees (?P<trees>.*)$", ()),
+    ("nccl_channels", " coll channels",
+     r"^(?P<coll_channels>\d+) coll channels,(?: (?P<collnet_channels>\d+) collnet channels,)?"
+     r"(?: (?P<nvls_channels>\d+) nvls channels,)? (?P<p2p_channels>\d+) p2p channels",
+     ("coll_channels", "collnet_channels", "nvls_channels", "p2p_channels")),
+    ("nccl_connected", "Connected all ", r"^Connected all (?P<connected>rings|trees)", ()),
+    ("nccl_net", "NET/", r"^NET/(?P<net>\w+)\s*: (?P<net_info>.*)$", ()),
+    ("nccl_network", "Using network ", r"^Using network (?P<network>\w+)", ()),
+    ("nccl_bootstrap", "Bootstrap", r"^Bootstrap ?: Using (?P<bootstrap_if>.*)$", ()),
+    ("nccl_cuda_driver", "cudaDriverVersion", r"^cudaDriverVersion (?P<cuda_driver>\d+)", ("cuda_driver",)),
+    ("nccl_coll", "opCount",
+     r"^(?P<coll>\w+): opCount (?P<op_count>[0-9a-f]+) sendbuff (?P<sendbuff>\S+) recvbuff (?P<recvbuff>\S+) "
+     r"count (?P<count>\d+) datatype (?P<datatype>\d+) op (?P<op>\d+) root (?P<root>-?\d+) "
+     r"comm (?P<comm>" + _P + r")(?: \[nranks=(?P<nranks>\d+)\])?",
+     ("count", "datatype", "op", "root", "nranks")),
+    ("nccl_error_return", " -> ",
+     r"^(?P<err_src>[\w./\-]+):(?P<err_line>\d+) -> (?P<err_code>\d+)(?: \[(?P<err_thread>[^\]]+)\])?",
+     ("err_line", "err_code")),
+)
+
+# WARN classification: (class, regex on the message); first match wins.
+WARN_CLASSES: tuple[tuple[str, str], ...] = (
+    ("remote_closed", r"(?i)connection closed by (?:remote )?peer|connection reset by peer|remote process exited"
+                      r"|peer .*(?:closed|exited)"),
+    ("plugin", r"(?i)plugin"),
+    ("network_ib", r"NET/IB|(?i:\bibv_|infiniband|\bmlx5|roce|completion .*error|\bqp\b)"),
+    ("socket", r"(?i)socket|connect to .* failed|bind|address already in use|\binterface\b|NET/Socket"),
+    ("timeout", r"(?i)timeout|timed out"),
+    ("memory", r"(?i)alloc|out of memory|\bmmap|\bmunmap|register|cuMem|\bshm\b|/dev/shm"),
+    ("cuda", r"(?i)\bcuda|\bnvml|\bcu[A-Z]\w+ failed|driver"),
+    ("system_error", r"(?i)system ?error|errno|\bfailed\b"),
+)
+WARN_LABELS = {
+    "remote_closed": "remote peer closed the connection", "plugin": "network plugin problem",
+    "network_ib": "InfiniBand/RDMA network error", "socket": "socket error", "timeout": "timeout",
+    "memory": "memory/registration error", "cuda": "CUDA/driver error", "system_error": "system error",
+    "other": "warning",
+}
+NCCL_RESULT = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+               4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
+INIT_FAILURE_FILES = ("init.cc", "bootstrap.cc")
+
+_DETECT = re.compile(r"(?:^|\S*?)[\w.\-]+:\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ )?(?:[\w./\-]+:\d+ )?"
+                     r"(?:\([^()]*\) )?NCCL (?:INFO|WARN|TRACE|CALL)\b")
+_DETECT_VERSION = re.compile(r"^NCCL version \d+\.\d+")
+
+
+def warn_class(msg: str) -> str:
+    for cls, rx in WARN_CLASSES:
+        if re.search(rx, msg):
+            return cls
+    return "other"
+
+
+def nccl_line_count(lines: list[str]) -> int:
+    return sum(1 for ln in lines if _DETECT.search(ln) or _DETECT_VERSION.match(ln))
+
+
+class NcclLogParser(Parser):
+    name = "nccl_log"
+    kind = "nccl_log"
+    priority = 35
+    clock_domain = CLOCK_WALL
+    description = "NCCL debug log (NCCL_DEBUG / NCCL_DEBUG_FILE), alone or inside a job's stdout"
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        lines = head.nonblank(2000)
+        if not lines:
+            return False
+        n = nccl_line_count(lines)
+        # NCCL lines are unmistakable; a few of them inside a training log still make it an NCCL
+        # log when they are a real part of it (else the app_log parser takes the file; both read
+        # every line family).
+        return n >= 3 and n / len(lines) >= 0.2 or (n >= 1 and n == len(lines))
+
+    def parse(self, ctx: ParseContext) -> None:
+        from .applog import parse_log
+        parse_log(ctx)
+
+
+def nccl_frame(base: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """NCCL rows of a chunk: header fields + ``msg`` + ``spliced`` (lost fragments).
+
+    COLL lines (``AllReduce: opCount ...``, one per collective call, millions in a long run)
+    are not all kept: per process and device only the chunk's last one is (the last
+    collective a rank entered is what matters after a hang); the number is returned.
+    """
+    from .applog import extract_prefix
+    cand = base.filter(pl.col("body").str.contains("NCCL ", literal=True))
+    if cand.is_empty():
+        return cand, 0
+    coll = pl.col("body").str.contains(" opCount ", literal=True)
+    n_coll = 0
+    if cand.select(coll.any()).item():
+        cc = cand.filter(coll).with_columns(
+            pl.col("body").str.slice(0, pl.col("body").str.find(" NCCL ", literal=True)).alias("_k"))
+        n_coll = len(cc)
+        last = cc.group_by("_k").agg(pl.col("lineno").max())["lineno"]
+        cand = cand.filter(~coll | pl.col("lineno").is_in(last.implode()))
+    # Most lines start with the header: cut them with string operations (regex captures over
+    # whole lines are the slow part); the rest (time/tag prefixes, run-in or spliced lines)
+    # go through the header search.
+    fast = pl.col("body").str.contains(FAST_START)
+    parts = []
+    sub = cand.filter(fast).select("lineno", "body")
+    if not sub.is_empty():
+        pos = pl.col("body").str.find(" NCCL ", literal=True)
+        x = sub.with_columns(pl.col("body").str.slice(0, pos).alias("_h"),
+                             pl.col("body").str.slice(pos + 6).alias("_r"))
+        x = x.with_columns(pl.col("_h").str.splitn(" ", 2).alias("_hs"),
+                           pl.col("_r").str.splitn(" ", 2).alias("_rs")).unnest("_hs", "_rs", separator="~")
+        ids = pl.col("_hs~field_0").str.split_exact(":", 2)
+        x = x.with_columns(ids.struct.field("field_0").alias("host"), ids.struct.field("field_1").alias("pid"),
+                           ids.struct.field("field_2").alias("tid"),
+                           pl.col("_rs~field_0").alias("level"), pl.col("_rs~field_1").fill_null("").alias("msg"))
+        tail = pl.col("_hs~field_1")
+        simple = tail.is_null() | (tail.str.len_chars() == 0) | (
+            tail.str.starts_with("[") & tail.str.ends_with("]") & ~tail.str.contains(" ", literal=True))
+        x = x.with_columns(pl.when(simple).then(tail.str.strip_chars("[]")).alias("dev"))
+        y = x.filter(~simple)
+        if not y.is_empty():
+            t = y.select(tail.str.extract_groups(HEADER_TAIL).alias("_t")).unnest("_t")
+            x = pl.concat([x.filter(simple), pl.concat([y.drop("dev"), t], how="horizontal")],
+                          how="diagonal_relaxed")
+        x = x.filter(pl.col("level").is_in(["INFO", "WARN", "TRACE", "CALL", "ABORT"]))
+        parts.append(x.select([c for c in x.columns if not c.startswith("_")] ).drop("body")
+                     .with_columns(pl.lit("").alias("pre")))
+    sub = cand.filter(~fast).select("lineno", "body")
+    if not sub.is_empty():
+        parts.append(extract_prefix(sub, "body", HEADER).drop("body"))
+    g = pl.concat(parts, how="diagonal_relaxed")
+    for c in ("nts", "tag", "dev", "trace_ms", "src", "srcline", "func"):
+        if c not in g.columns:
+            g = g.with_columns(pl.lit(None, pl.String).alias(c))
+    g = g.filter(pl.col("level").is_not_null())
+    if g.is_empty():
+        return g, n_coll
+    g = g.with_columns(pl.col("msg").fill_null(""))
+    spliced = pl.col("msg").str.contains(" NCCL ", literal=True) & pl.col("msg").str.contains(SPLICE_MARK)
+    if g.select(spliced.any()).item():
+        last = g.select(pl.col("msg").str.extract_groups(LAST_HEADER).alias("l")).unnest("l")
+        g = pl.concat([g, last], how="horizontal").with_columns(
+            pl.when(spliced).then(pl.col("msg").str.count_matches(SPLICE_MARK)).otherwise(0).alias("spliced"),
+            pl.when(spliced).then(pl.col("pid2")).otherwise(pl.col("pid")).alias("pid"),
+            pl.when(spliced).then(pl.col("tid2")).otherwise(pl.col("tid")).alias("tid"),
+            pl.when(spliced).then(pl.col("dev2")).otherwise(pl.col("dev")).alias("dev"),
+            pl.when(spliced).then(pl.col("level2")).otherwise(pl.col("level")).alias("level"),
+            pl.when(spliced).then(pl.col("msg2")).otherwise(pl.col("msg")).alias("msg"),
+            (spliced | (pl.col("pre") != "")).alias("host_unsure"),
+        ).drop("pid2", "tid2", "dev2", "level2", "msg2")
+    else:
+        g = g.with_columns(pl.lit(0).alias("spliced"), (pl.col("pre") != "").alias("host_unsure"))
+    g = g.with_columns(
+        pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("dev").cast(pl.Int32, strict=False),
+        pl.col("trace_ms").cast(pl.Float64, strict=False),
+        pl.col("nts").str.extract(r"\.(\d+)$").alias("nts_frac"))
+    return g, n_coll
+
+
+PARSERS = (NcclLogParser,)

@@ -1,0 +1,565 @@
+"""perf_script: Linux ``perf script`` text output -> samples, a stack prefix tree, sched events.
+
+Grammar (FORMATS.md section 1; the field set varies by recording, so every part
+but the event is optional):
+
+    [ws]comm  pid[/tid]  [[cpu]]  secs.frac:  [period]  event:  [payload] [ip sym+off (dso)]
+    <TAB or spaces>addr sym[+0xoff] (dso)          one line per frame, leaf first
+    <blank line>                                   end of the record
+
+``comm`` may contain spaces and is right-aligned to 16 columns when no call
+chain follows. Tracepoints (``sched:sched_switch: prev_comm=...``) carry a
+key=value payload; without a call chain perf prints the ip/sym/dso of the
+event on the same line. ``# ...`` lines of ``perf script --header`` become facts
+(``hostname``, ``perf version``, ``cmdline``, ``time of first/last sample``) and
+clock anchors (``reference time`` when recorded with ``-k``; ``captured on`` as a
+weak one otherwise).
+
+How it is fast (the hot path has no Python loop per line)
+--------------------------------------------------------
+1. ``ctx.line_frames()`` splits the decompressed text into Polars frames of
+   lines (32 MiB at a time). Lines are classified by vectorised predicates:
+   comment, blank, frame (tab-indented, or space-indented ``hex sym``), header.
+   The rows of the last record of a chunk are carried into the next chunk so a
+   record is never split.
+2. Headers are decomposed by two regexes (with time / without time) into
+   columns; frames by splitting off the address. Frame text is de-duplicated
+   before its symbol and module are parsed, and symbol offsets (``+0x1b``) are
+   dropped, so per-frame work is proportional to the *distinct* frames.
+3. Each record's frame ids form a list; the *distinct* stacks are inserted
+   into the prefix tree (``stacks``: id, parent, frame, dso, depth) in Python,
+   and every sample gets its leaf id by a join. A flame graph is then a
+   group-by over samples plus a walk up the tree (``analysis.flamegraph``).
+
+Tracepoints become ``events`` (category ``sched`` for the scheduler ones, with
+their payload fields in ``attrs`` through the ``TRACEPOINTS`` table); every
+other event is a ``samples`` row. Where ``sched_switch`` records carry a CPU,
+on-CPU intervals per thread are derived (events named ``oncpu`` with a
+duration). Output of ``perf script --reltime/--deltatime`` cannot be placed in
+time: the source gets clock domain ``none`` and says so.
+"""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from ..model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
+from ..reader import Head
+from ..registry import ParseContext, Parser
+from ..timeparse import NS, frac_to_ns
+
+# -- grammar --------------------------------------------------------------------------
+_PID = r"(?P<pid>-?\d+)(?:/(?P<tid>-?\d+))?"
+_CPU = r"(?:\[(?P<cpu>\d+)\]\s+)?"
+HDR_TIME = (r"^\s*(?:(?P<comm>.*?)\s+)?" + _PID + r"\s+" + _CPU +
+            r"(?P<sec>\d+)\.(?P<frac>\d{6,9}):\s*(?P<rest>.*)$")
+# (the comm is optional and tried last: "36695  1 cycles:" is pid 36695, period 1)
+HDR_NOTIME = (r"^\s*(?:(?P<comm>.*?)\s+)??" + _PID + r"\s+" + _CPU +
+              r"(?P<rest>(?:\d+\s+)?[^\s:]\S*?:(?:\s.*)?)$")
+REST = r"^(?:(?P<period>\d+)\s+)?(?P<event>[^\s:]\S*?):(?:\s+(?P<payload>.*))?$"
+PRE = r"^\s*(?:(?P<comm>.*?)\s+)?" + _PID + r"(?:\s+\[(?P<cpu>\d+)\])?\s*$"
+EVENT = r"^(?:(?P<period>\d+)\s+)?(?P<event>\S+)$"
+TIME_TOKEN = r"\s\d+\.\d{6,9}:(?:\s|$)"
+FRAME_LINE = r"^\s+[0-9a-fA-F]+ \S"
+INLINE_FRAME = r"(?:^|\s)(?P<ip>[0-9a-f]{4,16}) (?P<fsym>\S.*?)(?: \((?P<fdso>[^()]*)\))?\s*$"
+FRAME_TEXT = r"^(?P<sym>.*?)(?:\+0x[0-9a-fA-F]+)?(?: \((?P<dso>[^()]*)\))?$"
+TRACEPOINT = r"^[a-z_][\w-]*:[a-z_]\w*$"
+HW_MODIFIERS = re.compile(r"^[ukhHGpPSDIWe]{1,8}$")
+
+# Tracepoint payloads: one declarative table of field regexes per tracepoint.
+_COMM = r"(.+?)"
+TRACEPOINTS: dict[str, tuple[str, list[tuple[str, type]]]] = {
+    "sched:sched_switch": (
+        rf"prev_comm={_COMM} prev_pid=(-?\d+) prev_prio=(-?\d+) prev_state=(\S+) ==> "
+        rf"next_comm={_COMM} next_pid=(-?\d+) next_prio=(-?\d+)",
+        [("prev_comm", str), ("prev_pid", int), ("prev_prio", int), ("prev_state", str),
+         ("next_comm", str), ("next_pid", int), ("next_prio", int)]),
+    "sched:sched_process_exit": (
+        rf"comm={_COMM} pid=(-?\d+) prio=(-?\d+)(?: group_dead=(\w+))?",
+        [("comm", str), ("pid", int), ("prio", int), ("group_dead", str)]),
+    "sched:sched_process_fork": (
+        rf"comm={_COMM} pid=(-?\d+) child_comm={_COMM} child_pid=(-?\d+)",
+        [("comm", str), ("pid", int), ("child_comm", str), ("child_pid", int)]),
+    "sched:sched_process_exec": (
+        r"filename=(.+?) pid=(-?\d+) old_pid=(-?\d+)",
+        [("filename", str), ("pid", int), ("old_pid", int)]),
+    "sched:sched_wakeup": (
+        rf"comm={_COMM} pid=(-?\d+) prio=(-?\d+)(?: success=\d+)? target_cpu=(\d+)",
+        [("comm", str), ("pid", int), ("prio", int), ("target_cpu", int)]),
+    "sched:sched_wakeup_new": (
+        rf"comm={_COMM} pid=(-?\d+) prio=(-?\d+)(?: success=\d+)? target_cpu=(\d+)",
+        [("comm", str), ("pid", int), ("prio", int), ("target_cpu", int)]),
+    "sched:sched_process_free": (
+        rf"comm={_COMM} pid=(-?\d+) prio=(-?\d+)", [("comm", str), ("pid", int), ("prio", int)]),
+}
+BULK_TRACEPOINTS = {"sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_new",
+                    "sched:sched_stat_runtime", "sched:sched_waking"}
+# The payload field that names the process an event is about (its `pid` column).
+SUBJECT_PID = {"sched:sched_process_exit": "pid", "sched:sched_process_fork": "pid",
+               "sched:sched_process_exec": "pid", "sched:sched_wakeup": "pid",
+               "sched:sched_wakeup_new": "pid", "sched:sched_process_free": "pid"}
+
+# `perf script --header` lines that become facts: header label -> fact key.
+HEADER_FACTS = {
+    "hostname": "hostname", "os release": "kernel", "perf version": "perf_version",
+    "arch": "arch", "nrcpus online": "nrcpus_online", "cmdline": "perf_cmdline",
+    "captured on": "perf_captured_on", "time of first sample": "perf_first_sample_s",
+    "time of last sample": "perf_last_sample_s", "clockid": "perf_clockid",
+    "cpudesc": "cpu", "total memory": "total_memory",
+}
+REFERENCE_TIME = re.compile(
+    r"^(?P<tod>\S+ \S+) = (?P<epoch>\d+)\.(?P<efrac>\d+) \(TOD\) = (?P<sec>\d+)\.(?P<frac>\d+) \((?P<clk>[\w-]+)\)")
+CAPTURED_ON = re.compile(r"^\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})$")
+# perf's names for the clock of `-k`: which of our clock domains its times are in.
+CLOCKIDS = {"monotonic": CLOCK_BOOT, "monotonic_raw": CLOCK_BOOT, "boottime": CLOCK_BOOT,
+            "realtime": CLOCK_WALL, "tai": CLOCK_WALL}
+
+
+_SWITCH_SEPS = ["prev_comm=", " prev_pid=", " prev_prio=", " prev_state=", " ==> next_comm=",
+                " next_pid=", " next_prio="]
+
+
+def _switch_fields(payload: pl.Expr) -> list[pl.Expr]:
+    """sched_switch payload fields by literal separators (capture-free, fast).
+
+    ``prev_comm=perf prev_pid=17973 prev_prio=120 prev_state=D ==> next_comm=x next_pid=18 next_prio=0``
+    """
+    names = [n for n, _ in TRACEPOINTS["sched:sched_switch"][1]]
+    starts = [payload.str.find(s, literal=True) for s in _SWITCH_SEPS]
+    out = []
+    for i, (name, sep) in enumerate(zip(names, _SWITCH_SEPS)):
+        begin = starts[i] + len(sep)
+        if i + 1 < len(starts):
+            value = payload.str.slice(begin, starts[i + 1] - begin)
+        else:   # the last field runs to the next blank (the inline frame may follow)
+            value = payload.str.slice(begin).str.split(" ").list.first()
+        out.append(value.alias(f"f_{name}"))
+    return out
+
+
+def _classify(df: pl.DataFrame, comments: bool = True) -> pl.DataFrame:
+    """Add boolean columns comment, blank, frame, header.
+
+    Frame lines start with a tab; some tools print them indented with spaces, which a
+    right-aligned record header also is, so space-indented lines (few) get the regex test.
+    """
+    line = pl.col("line")
+    df = df.with_columns(
+        comment=line.str.starts_with("#").fill_null(False) if comments else pl.lit(False),
+        blank=line.is_null() | (line.str.len_bytes() == 0),
+        frame=line.str.starts_with("\t").fill_null(False),
+    )
+    spaced = df.select(pl.arg_where(line.str.starts_with(" ").fill_null(False))).to_series()
+    if len(spaced):
+        sub = df[spaced]
+        blank_sp = sub["line"].str.strip_chars() == ""
+        frame_sp = sub["line"].str.contains(FRAME_LINE) & ~sub["line"].str.contains(TIME_TOKEN)
+        df = df.with_columns(
+            blank=df["blank"].scatter(spaced, blank_sp),
+            frame=df["frame"].scatter(spaced, frame_sp))
+    return df.with_columns(header=~pl.col("comment") & ~pl.col("blank") & ~pl.col("frame"))
+
+
+class _Stacks:
+    """The prefix tree, built incrementally from distinct stacks (root-first frame ids)."""
+
+    def __init__(self):
+        self.frame_ids: dict[tuple[str, str | None], int] = {}
+        self.frames: list[tuple[str, str | None]] = []
+        self.children: dict[tuple[int, int], int] = {}
+        self.nodes: list[tuple[int | None, int, int]] = []    # (parent, frame id, depth)
+
+    def frame_id(self, sym: str, dso: str | None) -> int:
+        key = (sym, dso)
+        fid = self.frame_ids.get(key)
+        if fid is None:
+            fid = self.frame_ids[key] = len(self.frames)
+            self.frames.append(key)
+        return fid
+
+    def leaf(self, root_first: list[int]) -> int:
+        parent = -1
+        for depth, fid in enumerate(root_first):
+            node = self.children.get((parent, fid))
+            if node is None:
+                node = self.children[(parent, fid)] = len(self.nodes)
+                self.nodes.append((None if parent < 0 else parent, fid, depth))
+            parent = node
+        return parent
+
+    def frame(self) -> pl.DataFrame:
+        if not self.nodes:
+            return pl.DataFrame()
+        parent, fid, depth = zip(*self.nodes)
+        syms = [self.frames[f][0] for f in fid]
+        dsos = [self.frames[f][1] for f in fid]
+        return pl.DataFrame({"stack_id": pl.Series(range(len(self.nodes)), dtype=pl.Int64),
+                             "parent_id": pl.Series(parent, dtype=pl.Int64),
+                             "frame": syms, "dso": dsos, "depth": pl.Series(depth, dtype=pl.Int32)})
+
+
+class PerfScriptParser(Parser):
+    name = "perf_script"
+    kind = "perf_script"
+    priority = 60
+    clock_domain = CLOCK_BOOT
+    description = "perf script text: samples with call chains, tracepoints, --header facts"
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        lines = [ln for ln in head.lines if ln.strip()]
+        if not lines:
+            return False
+        comments = [ln for ln in lines if ln.startswith("#")]
+        if any(re.match(r"^# (perf version|cmdline) *: .*", c) for c in comments) and \
+                any("perf" in c for c in comments):
+            return True
+        body = [ln for ln in lines if not ln.startswith("#")][:400]
+        if not body:
+            return False
+        htime = re.compile(HDR_TIME)
+        hnotime = re.compile(HDR_NOTIME)
+        rest = re.compile(REST)
+        frame = re.compile(r"^(\t\s*[0-9a-fA-F]+ .|\s+[0-9a-fA-F]+ \S.*)")
+        inline = re.compile(INLINE_FRAME)
+        timed = untimed = frames = 0
+        for ln in body:
+            if ln.startswith("\t") or (frame.match(ln) and not re.search(TIME_TOKEN, ln)):
+                frames += 1
+                continue
+            m = htime.match(ln)
+            if m and rest.match(m.group("rest") or ""):
+                timed += 1
+            elif (m := hnotime.match(ln)):
+                untimed += 1
+                if inline.search(m.group("rest")):   # -F ...,ip,sym: the frame on the same line
+                    frames += 1
+        ok = (timed + untimed + frames) / len(body)
+        if timed >= 1 and ok >= 0.8:
+            return True
+        # no times at all: only with call chains, whose shape is unmistakable
+        return untimed >= 1 and frames >= untimed and ok >= 0.9
+
+    # -- parsing -----------------------------------------------------------------
+    def parse(self, ctx: ParseContext) -> None:
+        st = _State(ctx)
+        carry = None
+        for df in ctx.line_frames(blank_as_null=True):
+            if carry is not None:
+                df = pl.concat([carry, df], rechunk=False)
+            df = _classify(df)
+            if not st.header_done:
+                st.header_block(df.filter(pl.col("comment")))
+            hdr_idx = df.select(pl.arg_where(pl.col("header"))).to_series()
+            if len(hdr_idx):
+                last = int(hdr_idx[-1])
+                carry = df.slice(last).select("lineno", "line", "bad_utf8")
+                df = df.slice(0, last)
+            else:
+                carry = None
+            st.chunk(df)
+        if carry is not None:
+            df = _classify(carry, comments=False)
+            # the carry starts at a header line, by construction
+            df = df.with_columns(header=pl.col("header") | (pl.int_range(pl.len()) == 0))
+            st.chunk(df)
+        st.finish()
+
+
+class _State:
+    """Everything that outlives one chunk."""
+
+    def __init__(self, ctx: ParseContext):
+        self.ctx = ctx
+        self.sink = ctx.sink
+        self.stacks = _Stacks()
+        self.next_rec = 0
+        self.header_done = False
+        self.switch_carry: pl.DataFrame | None = None
+        self.first_ts: int | None = None
+        self.min_ts: int | None = None
+        self.samples = 0
+        self.events: dict[str, int] = {}
+        self.untimed = 0
+        self.has_header = False
+        self.header_first_ns: int | None = None
+        self.clockid: str | None = None
+
+    # -- the `perf script --header` block ------------------------------------------
+    def header_block(self, comments: pl.DataFrame) -> None:
+        self.header_done = True
+        ctx, sink = self.ctx, self.sink
+        for lineno, line in comments.select("lineno", "line").iter_rows():
+            if ":" not in line:
+                continue
+            label, _, value = line[1:].partition(":")
+            label, value = label.strip(), value.strip()
+            if label == "reference time":
+                self._reference_time(value, lineno, line)
+                continue
+            key = HEADER_FACTS.get(label)
+            if key is None:
+                continue
+            self.has_header = True
+            sink.fact(key, value, lineno)
+            if key == "hostname":
+                ctx.host = value
+            elif key == "perf_first_sample_s":
+                try:
+                    s, _, f = value.partition(".")
+                    self.header_first_ns = int(s) * NS + frac_to_ns(f)
+                except ValueError:
+                    pass
+            elif key == "perf_clockid":
+                self.clockid = value.split(" ")[0].lower()
+                dom = CLOCKIDS.get(self.clockid)
+                if dom:
+                    ctx.clock_domain = dom
+                ctx.attrs["clockid"] = value
+        if self.has_header:
+            ctx.attrs["perf_header"] = True
+
+    def _reference_time(self, value: str, lineno: int, line: str) -> None:
+        m = REFERENCE_TIME.match(value)
+        if not m:
+            self.sink.issue("bad_header", "unreadable reference time", lineno, line)
+            return
+        wall = int(m.group("epoch")) * NS + frac_to_ns(m.group("efrac"))
+        local = int(m.group("sec")) * NS + frac_to_ns(m.group("frac"))
+        clk = m.group("clk").lower()
+        if CLOCKIDS.get(clk) == CLOCK_BOOT:
+            self.sink.add("anchors", name="perf_reference", domain=CLOCK_BOOT, local_ns=local, wall_ns=wall,
+                          wall_is_utc=True, uncertainty_ns=1_000, line=lineno, text=line)
+        self.sink.fact("perf_reference_clock", clk, lineno)
+
+    # -- one chunk of complete records -------------------------------------------------
+    def chunk(self, df: pl.DataFrame) -> None:
+        if df.is_empty():
+            return
+        df = df.with_columns(rec=pl.col("header").cast(pl.Int64).cum_sum() + (self.next_rec - 1))
+        n_headers = int(df["header"].sum())
+        orphan = df.filter(pl.col("frame") & (pl.col("rec") < self.next_rec))
+        for lineno, line in orphan.head(20).select("lineno", "line").iter_rows():
+            self.sink.issue("bad_line", "stack frame outside a record", lineno, line)
+        if len(orphan) > 20:
+            self.sink.issues_total += len(orphan) - 20
+        self.next_rec += n_headers
+        heads = self._headers(df.filter(pl.col("header")))
+        leaves = self._frames(df.filter(pl.col("frame") & (pl.col("rec") >= self.next_rec - n_headers)), heads)
+        heads = heads.join(leaves, on="rec", how="left")
+        self._emit(heads)
+
+    def _headers(self, h: pl.DataFrame) -> pl.DataFrame:
+        # Cut each header at its time token with a capture-free search (fast), then parse the
+        # short pieces: "<comm pid/tid [cpu]>" before it, "<period event: payload>" after it.
+        line = pl.col("line")
+        h = h.with_columns(p=line.str.find(TIME_TOKEN))
+        timed = h.filter(pl.col("p").is_not_null()).with_columns(
+            pre=line.str.slice(0, pl.col("p")),
+            after=line.str.slice(pl.col("p") + 1)).with_columns(
+            tp=pl.col("after").str.splitn(":", 2)).with_columns(
+            ts=pl.col("tp").struct.field("field_0"), rest=pl.col("tp").struct.field("field_1")
+        ).with_columns(
+            m=pl.col("pre").str.extract_groups(PRE), tsp=pl.col("ts").str.split_exact(".", 1),
+        ).unnest("m").with_columns(
+            sec=pl.col("tsp").struct.field("field_0"), frac=pl.col("tsp").struct.field("field_1"),
+            rest=pl.col("rest").str.strip_chars_start())
+        cols = h.columns + ["comm", "pid", "tid", "cpu", "sec", "frac", "rest"]
+        timed = timed.select(cols)
+        untimed = h.filter(pl.col("p").is_null())
+        if len(untimed):
+            untimed = untimed.with_columns(m=line.str.extract_groups(HDR_NOTIME)).unnest("m").with_columns(
+                sec=pl.lit(None, pl.String), frac=pl.lit(None, pl.String)).select(cols)
+            t = pl.concat([timed, untimed], how="vertical")
+        else:
+            t = timed
+        # rest = "[period] event: payload"; the event ends at the first ':' before a blank
+        rest = pl.col("rest").fill_null("")
+        t = t.with_columns(q=rest.str.find(r":(?:\s|$)")).with_columns(
+            ev=rest.str.slice(0, pl.col("q")).str.strip_chars(),
+            payload=rest.str.slice(pl.col("q") + 1).str.strip_chars_start(),
+        ).with_columns(e=pl.col("ev").str.extract_groups(EVENT)).unnest("e").drop("q", "ev")
+        unparsed = t.filter(pl.col("event").is_null() | pl.col("pid").is_null())
+        for lineno, line in unparsed.head(200).select("lineno", "line").iter_rows():
+            self.sink.issue("bad_line", "not a perf script record header or stack frame", lineno, line)
+        if len(unparsed) > 200:
+            self.sink.issues_total += len(unparsed) - 200
+        t = t.filter(pl.col("event").is_not_null() & pl.col("pid").is_not_null())
+        t = t.with_columns(
+            comm=pl.col("comm").str.strip_chars(),
+            pid=pl.col("pid").cast(pl.Int64),
+            tid=pl.col("tid").cast(pl.Int64),
+            cpu=pl.col("cpu").cast(pl.Int32),
+            ts_raw_ns=pl.col("sec").cast(pl.Int64) * NS
+            + pl.col("frac").str.pad_end(9, "0").cast(pl.Int64),
+            period=pl.col("period").cast(pl.Int64),
+            tracepoint=pl.col("event").str.contains(TRACEPOINT)
+            & ~pl.col("event").str.split(":").list.last().str.contains(HW_MODIFIERS.pattern),
+        ).with_columns(
+            # `pid/tid` -> both; a single number is the thread id (perf's default field)
+            tid=pl.coalesce("tid", "pid"),
+            pid=pl.when(pl.col("tid").is_not_null() & pl.col("line").str.contains(r"\d/\d")).then(pl.col("pid")),
+        )
+        # the frame printed on the header line itself (no call chain recorded); the bulk
+        # scheduler tracepoints always print __schedule there, which tells nothing
+        maybe = pl.col("payload").str.ends_with(")") | pl.col("payload").str.contains(r"(?:^|\s)[0-9a-f]{4,16} \S+$")
+        maybe = maybe & ~pl.col("event").is_in(list(BULK_TRACEPOINTS))
+        idx = t.select(pl.arg_where(maybe.fill_null(False))).to_series()
+        empty = {"ip": pl.String, "fsym": pl.String, "fdso": pl.String}
+        t = t.with_columns(**{k: pl.lit(None, v) for k, v in empty.items()})
+        if len(idx):
+            got = t[idx].select(pl.col("payload").str.extract_groups(INLINE_FRAME)).unnest("payload")
+            t = t.with_columns(**{k: t[k].scatter(idx, got[k]) for k in empty})
+        return t
+
+    def _frames(self, f: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
+        """rec -> leaf stack id, for records with frame lines or an inline frame."""
+        # perf prints "\t%16x sym (dso)": the text starts at column 18. Other layouts
+        # (space-indented, shorter addresses) take the general split.
+        f = f.select("rec", "lineno", "line")
+        # (column 17 is the blank after the address, column 16 its last hex digit)
+        fixed = pl.col("line").str.starts_with("\t") & \
+            (pl.col("line").str.slice(16, 2).str.ends_with(" ")) & \
+            ~pl.col("line").str.slice(16, 1).str.starts_with(" ")
+        f = f.with_columns(fixed=fixed)
+        fast = f.filter(pl.col("fixed")).select("rec", "lineno", text=pl.col("line").str.slice(18))
+        slow = f.filter(~pl.col("fixed")).with_columns(
+            s=pl.col("line").str.strip_chars_start()).with_columns(
+            addr=pl.col("s").str.split_exact(" ", 1).struct.field("field_0"),
+            text=pl.col("s").str.splitn(" ", 2).struct.field("field_1"))
+        ok = slow["text"].is_not_null() & slow["addr"].str.contains(r"^[0-9a-fA-F]+$")
+        for lineno, line in slow.filter(~ok).head(50).select("lineno", "line").iter_rows():
+            self.sink.issue("bad_line", "unreadable stack frame", lineno, line)
+        parts = pl.concat([fast, slow.filter(ok).select("rec", "lineno", "text")], rechunk=False)
+        # single-line stacks: the frame printed on the header line itself
+        inline = heads.filter(pl.col("fsym").is_not_null()).select(
+            "rec", "lineno",
+            text=pl.col("fsym") + pl.when(pl.col("fdso").is_not_null()).then(" (" + pl.col("fdso") + ")")
+            .otherwise(pl.lit("")))
+        if len(inline):
+            inline = inline.join(parts.select("rec").unique(), on="rec", how="anti")
+        allf = pl.concat([parts, inline]) if len(inline) else parts
+        if allf.is_empty():
+            return pl.DataFrame({"rec": [], "stack_id": []}, schema={"rec": pl.Int64, "stack_id": pl.Int64})
+        # distinct frame texts -> (symbol without offset, dso) -> frame id
+        uniq = allf.select("text").unique().with_columns(
+            p=pl.col("text").str.extract_groups(FRAME_TEXT)).unnest("p")
+        ids = [self._frame_id(sym, dso) for sym, dso in uniq.select("sym", "dso").iter_rows()]
+        uniq = uniq.select("text").with_columns(fid=pl.Series(ids, dtype=pl.Int64))
+        allf = allf.join(uniq, on="text", how="left").sort("rec", "lineno")
+        per = allf.group_by("rec", maintain_order=True).agg(pl.col("fid"))
+        distinct = per.select("fid").unique()
+        leaf_of = [self.stacks.leaf(list(reversed(fids))) for fids in distinct["fid"].to_list()]
+        distinct = distinct.with_columns(stack_id=pl.Series(leaf_of, dtype=pl.Int64))
+        return per.join(distinct, on="fid", how="left").select("rec", "stack_id")
+
+    def _frame_id(self, sym: str | None, dso: str | None) -> int:
+        sym = sym or "[unknown]"
+        if dso == "inlined":
+            return self.stacks.frame_id(sym + " (inlined)", None)
+        return self.stacks.frame_id(sym, dso)
+
+    def _emit(self, t: pl.DataFrame) -> None:
+        if t.is_empty():
+            return
+        mn = t["ts_raw_ns"].min()
+        if mn is not None:
+            self.min_ts = mn if self.min_ts is None else min(self.min_ts, mn)
+            if self.first_ts is None:
+                self.first_ts = t["ts_raw_ns"].drop_nulls()[0]
+        self.untimed += t["ts_raw_ns"].null_count()
+        samples = t.filter(~pl.col("tracepoint"))
+        if len(samples):
+            self.samples += len(samples)
+            self.sink.add_frame("samples", samples.select(
+                "pid", "tid", "cpu", "comm", "ts_raw_ns", "event",
+                pl.col("period").fill_null(1), "stack_id"))
+        tps = t.filter(pl.col("tracepoint"))
+        if len(tps):
+            self._tracepoints(tps)
+
+    def _tracepoints(self, tps: pl.DataFrame) -> None:
+        for (event,), g in tps.group_by("event", maintain_order=True):
+            self.events[event] = self.events.get(event, 0) + len(g)
+            spec = TRACEPOINTS.get(event)
+            payload = pl.col("payload").fill_null("")
+            cols = []
+            if event == "sched:sched_switch":
+                g = g.with_columns(_switch_fields(payload))
+                fields = TRACEPOINTS[event][1]
+                for n, typ in fields:
+                    c = pl.col(f"f_{n}")
+                    cols.append((c.cast(pl.Int64, strict=False) if typ is int else c).alias(n))
+                attrs = pl.struct(cols + [pl.col("stack_id")]).struct.json_encode()
+                pid = pl.col("pid")
+            elif spec:
+                pattern, fields = spec
+                g = g.with_columns(f=payload.str.extract_groups("^" + pattern)).unnest("f")
+                names = [str(i) for i in range(1, len(fields) + 1)]
+                g = g.rename(dict(zip(names, [f"f_{n}" for n, _ in fields])))
+                for n, typ in fields:
+                    c = pl.col(f"f_{n}")
+                    cols.append((c.cast(pl.Int64) if typ is int else c).alias(n))
+                attrs = pl.struct(cols + [pl.col("stack_id")]).struct.json_encode()
+                subject = SUBJECT_PID.get(event)
+                pid = pl.col(f"f_{subject}").cast(pl.Int64) if subject else pl.col("pid")
+            else:
+                attrs = pl.struct(payload.alias("payload"), pl.col("stack_id")).struct.json_encode()
+                pid = pl.col("pid")
+            cat = "sched" if event.startswith("sched:") else "tracepoint"
+            # Frequent tracepoints keep only their line number: the evidence text is read back
+            # from the file when it is shown. Rare ones (exits, forks, execs) keep their text.
+            text = pl.lit(None, pl.String) if event in BULK_TRACEPOINTS else pl.col("line")
+            out = g.select(pid=pl.coalesce(pid, pl.col("pid")), tid="tid", ts_raw_ns="ts_raw_ns",
+                           category=pl.lit(cat), name=pl.lit(event), line="lineno", text=text,
+                           attrs=attrs)
+            self.sink.add_frame("events", out)
+            if event == "sched:sched_switch" and spec:
+                self._oncpu(g)
+
+    def _oncpu(self, g: pl.DataFrame) -> None:
+        """On-CPU intervals: on each CPU, next_pid runs from its switch-in to the next switch."""
+        sw = g.filter(pl.col("cpu").is_not_null() & pl.col("ts_raw_ns").is_not_null()).select(
+            "cpu", "ts_raw_ns", pl.col("f_next_pid").cast(pl.Int64).alias("tid"),
+            pl.col("f_next_comm").alias("comm"), pl.col("lineno"))
+        if sw.is_empty():
+            return
+        if self.switch_carry is not None:
+            sw = pl.concat([self.switch_carry, sw])
+        sw = sw.sort("cpu", "ts_raw_ns").with_columns(
+            end=pl.col("ts_raw_ns").shift(-1).over("cpu"))
+        self.switch_carry = sw.filter(pl.col("end").is_null()).drop("end")
+        done = sw.filter(pl.col("end").is_not_null() & (pl.col("tid") != 0))
+        if done.is_empty():
+            return
+        self.sink.add_frame("events", done.select(
+            tid="tid", ts_raw_ns="ts_raw_ns", dur_ns=pl.col("end") - pl.col("ts_raw_ns"),
+            category=pl.lit("sched"), name=pl.lit("oncpu"), line="lineno",
+            attrs=pl.struct(pl.col("cpu"), pl.col("comm")).struct.json_encode()))
+
+    def finish(self) -> None:
+        ctx, sink = self.ctx, self.sink
+        stacks = self.stacks.frame()
+        if not stacks.is_empty():
+            sink.add_frame("stacks", stacks)
+        ctx.attrs.update(samples=self.samples, tracepoints=self.events, stack_nodes=len(self.stacks.nodes),
+                         distinct_frames=len(self.stacks.frames))
+        if self.untimed and self.first_ts is None:
+            ctx.clock_domain = CLOCK_NONE
+            ctx.attrs["time_note"] = ("the records carry no time stamps (perf script -F without 'time'): "
+                                      "they cannot be placed on the timeline")
+            return
+        relative = self.min_ts is not None and self.min_ts < 1 * NS and (
+            self.header_first_ns is None or abs(self.header_first_ns - self.min_ts) > NS)
+        if self.header_first_ns is not None and self.first_ts is not None and \
+                abs(self.header_first_ns - self.first_ts) > NS:
+            relative = True
+        if relative:
+            ctx.clock_domain = CLOCK_NONE
+            ctx.attrs["time_note"] = ("times are relative (perf script --reltime or --deltatime): "
+                                      "they cannot be placed on the timeline")
+            sink.issue("relative_time", ctx.attrs["time_note"], None, None)
+
+
+PARSERS = (PerfScriptParser,)

@@ -1,0 +1,212 @@
+"""Training / launcher logs: real torchrun captures (tests/data/app_log, sample_traces) -> exact events."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingest.parse import SourceResult
+from ingest.reader import Head
+from ingest.registry import default_registry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_nccl_log import events, parse  # noqa: E402  (the same parse/events helpers)
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "tests" / "data" / "app_log"
+NCCL = ROOT / "tests" / "data" / "nccl_log"
+OOM_LOG = ROOT / "sample_traces" / "oom-after-throttle" / "vm" / "logs" / "torchrun.log"
+
+
+def ns(y, mo, d, h, mi, s, frac_ns=0, tz=timezone.utc) -> int:
+    return int(datetime(y, mo, d, h, mi, s, tzinfo=tz).timestamp()) * 10**9 + frac_ns
+
+
+def typed(res: SourceResult) -> list[tuple]:
+    return [(e["line"], e["kind"], e["rank"], e["pid"]) for e in events(res) if e["kind"]]
+
+
+def by_line(res: SourceResult) -> dict[int, dict]:
+    return {e["line"]: e for e in events(res)}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in APP.iterdir() if p.suffix == ".log"))
+def test_recorded_logs_are_app_logs(name):
+    det = default_registry().detect(Head.read(APP / name, name))
+    assert det.recognized and det.parser.name == "app_log"
+
+
+def test_oom_sample_torchrun_log(tmp_path):
+    res = parse(OOM_LOG, tmp_path)
+    assert (res.kind, res.status, res.issues) == ("app_log", "parsed", 0)
+    ev = by_line(res)
+    # elastic prefix W1129 13:28:08.902000 (ms), torchrun's pid; the year comes from the dated lines
+    e1 = ev[1]
+    assert (e1["category"], e1["pid"], e1["severity"], e1["ts_raw_ns"]) == (
+        "elastic", 17983, "warning", ns(2026, 11, 29, 13, 28, 8, 902_000_000))
+    # [default0]: worker line: Python logging, rank from "[rank0]", pid from its own "pid=" line
+    e5 = ev[5]
+    assert (e5["category"], e5["rank"], e5["pid"], e5["ts_raw_ns"]) == (
+        "dated", 0, 17988, ns(2026, 11, 29, 13, 28, 11, 298_000_000))
+    assert (ev[6]["rank"], ev[6]["pid"]) == (1, 17989)
+    step = ev[7]
+    assert (step["name"], step["rank"], step["attrs"]["step"], step["attrs"]["loss"],
+            step["attrs"]["step_time_s"]) == ("step", 0, 0, 2.3112, 0.150)
+    # the closing signal and the worker failure line of the launcher
+    close = next(e for e in ev.values() if e["name"] == "closing_signal")
+    assert (close["pid"], close["attrs"]["worker_pid"], close["attrs"]["signal"]) == (17983, 17989, "SIGTERM")
+    assert close["ts_raw_ns"] == ns(2026, 11, 29, 13, 28, 56, 147_000_000)
+    failed = next(e for e in ev.values() if e["name"] == "worker_failed")
+    assert (failed["attrs"]["exitcode"], failed["attrs"]["local_rank"], failed["attrs"]["worker_pid"]) == (
+        -9, 0, 17988)
+    # ChildFailedError: the job failure, then one event per failure; root cause rank 0 SIGKILL
+    assert typed(res) == [(258, "job_failure", None, None), (279, "signal_kill", 1, 17989),
+                          (288, "signal_kill", 0, 17988)]
+    job, f1, f0 = ev[258], ev[279], ev[288]
+    assert job["attrs"]["root_cause_rank"] == 0 and job["attrs"]["root_cause_pid"] == 17988
+    assert job["ts_raw_ns"] == ns(2026, 11, 29, 13, 28, 56)
+    assert "root cause rank 0 (local_rank 0, pid 17988) exitcode -9 (SIGKILL)" in job["attrs"]["summary"]
+    assert (f0["attrs"]["root_cause"], f0["attrs"]["exitcode"], f0["attrs"]["signal"], f0["attrs"]["local_rank"],
+            f0["attrs"]["host"], f0["host"]) == (True, -9, "SIGKILL", 0, "localhost", None)
+    assert (f1["attrs"]["root_cause"], f1["attrs"]["signal"]) == (False, "SIGTERM")
+    assert f0["attrs"]["traceback"] == "Signal 9 (SIGKILL) received by PID 17988"
+    # a rank's last reported step
+    assert res.attrs["last_step"] == {"0": 97, "1": 98}
+
+
+def test_per_rank_log_dir_file_belongs_to_its_rank_and_pid(tmp_path):
+    p = next((OOM_LOG.parent / "torchrun_log_dir").glob("*/attempt_0/0/stderr.log"))
+    res = parse(p, tmp_path)
+    assert (res.kind, res.rank, res.pid) == ("app_log", 0, 17988)
+    usdt = [e for e in events(res) if e["category"] == "usdt"]
+    assert usdt and all(e["pid"] == 17988 and e["tid"] == 17988 for e in usdt)
+
+
+def test_gloo_timeout_after_a_hung_peer(tmp_path):
+    res = parse(APP / "torchrun_hang.log", tmp_path)
+    ev = by_line(res)
+    assert typed(res) == [(93, "collective_timeout", 0, 32412), (114, "job_failure", None, None),
+                          (135, "signal_kill", 1, 32413), (144, "process_exit", 0, 32412)]
+    t = ev[93]
+    assert (t["name"], t["category"], t["attrs"]["wait_ms"], t["attrs"]["gloo_op"], t["attrs"]["exc_type"]) == (
+        "gloo_timeout", "traceback", 8000, "recv", "RuntimeError")
+    # the traceback has no time of its own: it lies between rank 1's "injecting fault" line
+    # (13:40:48,707) and the launcher's next line (13:40:56.xxx)
+    a = t["attrs"]
+    assert t["ts_interpolated"] is True and a["ts_bound"] == "between"
+    assert a["ts_lo_ns"] == ns(2026, 11, 29, 13, 40, 48, 707_000_000)
+    assert t["ts_raw_ns"] == (a["ts_lo_ns"] + a["ts_hi_ns"]) // 2
+    assert a["ts_uncertainty_ns"] == (a["ts_hi_ns"] - a["ts_lo_ns"]) // 2
+    root = ev[144]["attrs"]
+    assert (root["root_cause"], root["exitcode"], root["exc"]) == (True, 1, "RuntimeError")
+    assert "Timed out waiting 8000ms for recv operation" in root["exc_msg"]
+    assert root["error_file"].endswith("attempt_0/0/error.json")
+    assert ev[135]["attrs"]["signal"] == "SIGTERM" and ev[135]["ts_raw_ns"] == ns(2026, 11, 29, 13, 40, 58)
+    # rank 1 (the hung one) stopped at step 4 and said why
+    assert res.attrs["last_step"] == {"0": 4, "1": 4}
+    warn = next(e for e in ev.values() if "injecting fault" in e["text"])
+    assert (warn["rank"], warn["severity"]) == (1, "warning")
+
+
+def test_python_exception_on_one_rank_and_peer_closed(tmp_path):
+    res = parse(APP / "torchrun_exception.log", tmp_path)
+    ev = by_line(res)
+    assert typed(res) == [(93, "python_exception", 1, 32259), (103, "python_exception", 0, 32258),
+                          (123, "job_failure", None, None), (144, "signal_kill", 0, 32258),
+                          (167, "process_exit", 1, 32259)]
+    e = ev[93]["attrs"]
+    assert (e["exc_type"], e["exc_msg"]) == ("RuntimeError", "injected failure on rank 1 at step 5")
+    assert e["last_frame"] == "at record_logs_job.py:61 in main"
+    peer = ev[103]["attrs"]
+    assert peer["gloo_error"] == "Connection closed by peer" and peer["peer"] == "127.0.0.1"
+    assert ev[123]["attrs"]["root_cause_rank"] == 1
+
+
+def test_collective_mismatch_reported_by_both_ranks(tmp_path):
+    res = parse(APP / "torchrun_mismatch.log", tmp_path)
+    kinds = [(ln, k, r) for ln, k, r, _ in typed(res)]
+    assert kinds[:2] == [(140, "collective_mismatch", 0), (157, "collective_mismatch", 1)]
+    ev = by_line(res)
+    a = ev[157]["attrs"]
+    assert (a["rank_a"], a["op_type"], a["seq"]) == (1, "ALLGATHER", 20)
+    # c10 lines: [rank1]:[I1129 ...] -> rank 1, seconds resolution (the 9 digits are not wall time)
+    c10 = [e for e in ev.values() if e["category"] == "c10" and e["rank"] is not None]
+    assert c10 and all(e["ts_raw_ns"] % 10**9 == 0 for e in c10)
+
+
+def test_sigkill_of_one_rank(tmp_path):
+    res = parse(APP / "torchrun_sigkill.log", tmp_path)
+    ev = by_line(res)
+    root = [e for e in ev.values() if e["kind"] == "signal_kill" and e["attrs"].get("root_cause")]
+    assert [(e["rank"], e["pid"], e["attrs"]["exitcode"], e["attrs"]["signal"]) for e in root] == [
+        (1, 32575, -9, "SIGKILL")]
+
+
+def test_faulthandler_segfault_blocks(tmp_path):
+    res = parse(APP / "torchrun_ddp-detail-segv.log", tmp_path)
+    segv = [e for e in events(res) if e["kind"] == "segfault"]
+    assert sorted(e["rank"] for e in segv) == [0, 1]
+    assert all(e["attrs"]["error"] == "Segmentation fault" for e in segv)
+    assert all("_ddp_init_helper" in e["attrs"]["last_frame"] for e in segv)
+
+
+def test_watchdog_timeouts_new_and_old_formats(tmp_path):
+    import os
+    p = tmp_path / "basicsr.log"
+    p.write_bytes((NCCL / "issue_basicsr-737_watchdog_pg_guid_format.log").read_bytes())
+    os.utime(p, (ns(2024, 7, 1, 0, 0, 0) / 1e9,) * 2)     # no year in the file: the mtime's is used
+    res = parse(p, tmp_path)
+    ev = by_line(res)
+    assert typed(res) == [(1, "collective_timeout", 1, None), (3, "collective_timeout", 0, None),
+                          (5, "collective_timeout", 2, None)]
+    a = ev[1]["attrs"]
+    assert (a["seq"], a["op_type"], a["numel_in"], a["timeout_ms"], a["ran_ms"]) == (
+        808, "ALLREDUCE", 9801523, 600000, 600020)
+    assert ev[1]["ts_raw_ns"] == ns(2024, 6, 26, 6, 24, 44)              # [E626 06:24:44.903881913]
+    assert res.attrs["year_from"].startswith("file modification time")
+    w = ev[2]["attrs"]
+    assert (ev[2]["name"], w["seq"], w["last_enqueued"], w["last_completed"], ev[2]["rank"]) == (
+        "watchdog_exception", 808, 811, 807, 1)
+    res = parse(NCCL / "issue_ofa-271_watchdog_old_format_8xV100.log", tmp_path / "b")
+    assert [(ln, r) for ln, _, r, _ in typed(res)] == [(1, 1), (2, 3), (3, 2), (4, 6), (5, 7)]
+    assert all(e["ts_raw_ns"] is None for e in events(res))              # the old format has no time
+
+
+def test_local_times_use_the_bundle_zone(tmp_path):
+    res = parse(APP / "hang_rank0_stderr.log", tmp_path, zone="America/New_York")
+    first = next(e for e in events(res) if e["category"] == "dated")
+    assert first["ts_raw_ns"] == ns(2026, 11, 29, 18, 40, 44, 822_000_000)    # 13:40:44,822 EST = 18:40 UTC
+    assert res.attrs["time_zone"] == "America/New_York"
+
+
+def test_srun_labels_and_iso_timestamps(tmp_path):
+    # Built from the recorded hang log: every line prefixed the way `srun --label` does ("N: "),
+    # with ISO-8601 stamps with an offset on the Python logging lines.
+    src = (APP / "hang_rank1_stderr.log").read_text().splitlines()
+    lines = []
+    for ln in src:
+        if ln.startswith("2026-11-29 "):
+            ln = "2026-11-29T" + ln[11:23].replace(",", ".") + "+01:00" + ln[23:]
+        lines.append("1: " + ln)
+    p = tmp_path / "slurm-42.out"
+    p.write_text("\n".join(lines) + "\n")
+    res = parse(p, tmp_path)
+    evs = events(res)
+    assert res.rank == 1 and all(e["rank"] == 1 for e in evs)
+    first = next(e for e in evs if e["category"] == "dated")
+    assert first["ts_raw_ns"] == ns(2026, 11, 29, 12, 40, 44, 825_000_000)    # 13:40:44.825+01:00
+
+
+def test_log_split_over_chunks_gives_the_same_events(tmp_path, monkeypatch):
+    # Times, interpolation, blocks and kinds do not depend on where chunks end. (A stream's rank
+    # and pid are learnt from its own lines as they come, so with tiny chunks the first lines of
+    # a stream can miss them; with the real 32 MiB chunks this only happens in huge files.)
+    import ingest.lines as lines_mod
+    whole = events(parse(APP / "torchrun_exception.log", tmp_path / "a"))
+    monkeypatch.setattr(lines_mod, "CHUNK_BYTES", 2048)
+    parts = events(parse(APP / "torchrun_exception.log", tmp_path / "b"))
+    key = lambda e: (e["line"], e["name"], e["kind"], e["ts_raw_ns"], e["ts_interpolated"],
+                     e["attrs"].get("ts_lo_ns"), e["attrs"].get("ts_hi_ns"))
+    assert [key(e) for e in parts] == [key(e) for e in whole]

@@ -1,0 +1,472 @@
+"""Kernel-log ingest on real files, every format: exact records, typed findings, pids, times.
+
+Files: tests/data/kernel/PROVENANCE.md. The ``vm_*`` files are this project's own machine after a
+memory-cgroup OOM kill (pid 29133, and in the journal also pid 29493), a segfault (pid 29195) and
+RT throttling that we caused ourselves. Expected values are read from the files here with small,
+independent regexes and ``datetime``, never with the parser's code.
+"""
+from __future__ import annotations
+
+import calendar
+import gzip
+import json
+import os
+import re
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.parse import ParseJob, SourceResult, parse_file
+from ingest.reader import Head
+from ingest.registry import default_registry
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+K = DATA / "kernel"
+NS = 1_000_000_000
+
+
+def rows(res: SourceResult, table: str) -> list[dict]:
+    out = []
+    for f in res.parts.get(table, []):
+        out += pq.read_table(f).to_pylist()
+    if table == "events":
+        out.sort(key=lambda e: e["line"])
+    return out
+
+
+def parse(path: Path, tmp_path: Path, rel: str | None = None, **kw) -> SourceResult:
+    return parse_file(ParseJob(str(path), rel or path.name, str(tmp_path / "out"), **kw))
+
+
+def text_lines(path: Path) -> list[str]:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return data.decode().split("\n")
+
+
+def typed(res: SourceResult) -> list[dict]:
+    return [dict(e, attrs=json.loads(e["attrs"])) for e in rows(res, "events") if e["kind"]]
+
+
+def line_of(lines: list[str], needle: str, nth: int = 0) -> int:
+    return [i for i, ln in enumerate(lines, 1) if needle in ln][nth]
+
+
+# ---------------------------------------------------------------------------------------------
+# every timestamp format of this machine's kernel log after the OOM kill we caused
+
+def _raw_ts(line: str) -> int:
+    m = re.search(r"\[\s*(\d+)\.(\d{6})\]", line)
+    return int(m.group(1)) * NS + int(m.group(2)) * 1000
+
+
+def _ctime_ts(line: str) -> int:
+    m = re.search(r"\[\w{3} (\w{3}) +(\d+) (\d\d):(\d\d):(\d\d) (\d{4})\]", line)
+    mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].index(m.group(1)) + 1
+    return calendar.timegm((int(m.group(6)), mon, int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                            int(m.group(5)))) * NS
+
+
+def _iso_ts(line: str) -> int:
+    m = re.search(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{6})([+-]\d\d:\d\d)", line)
+    dt = datetime.strptime(m.group(1) + m.group(3), "%Y-%m-%dT%H:%M:%S%z")
+    return int(dt.timestamp()) * NS + int(m.group(2)) * 1000
+
+
+def _kmsg_ts(line: str) -> int:
+    return int(line.split(",")[2]) * 1000
+
+
+def _short_ts(line: str) -> int:   # journalctl -o short(-precise): no year; the file's mtime year is 2026
+    m = re.match(r"(\w{3}) +(\d+) (\d\d:\d\d:\d\d)(?:\.(\d{6}))?", line)
+    dt = datetime.strptime(f"2026 {m.group(1)} {m.group(2)} {m.group(3)}", "%Y %b %d %H:%M:%S")
+    return calendar.timegm(dt.timetuple()) * NS + int(m.group(4) or 0) * 1000
+
+
+def _short_iso_ts(line: str) -> int:
+    m = re.match(r"(\S+?)(?:\.(\d{6}))?([+-]\d{4}) ", line)
+    dt = datetime.strptime(m.group(1) + m.group(3), "%Y-%m-%dT%H:%M:%S%z")
+    return int(dt.timestamp()) * NS + int(m.group(2) or 0) * 1000
+
+
+FORMATS = {
+    # file: (parser, clock, independent timestamp reader, record regex)
+    "vm_dmesg.txt": ("dmesg_raw", "boot", _raw_ts, r"^\[\s*\d+\.\d{6}\] "),
+    "vm_dmesg_r.txt": ("dmesg_raw", "boot", _raw_ts, r"^<\d+>\[\s*\d+\.\d{6}\] "),
+    "vm_dmesg_decode.txt": ("dmesg_raw", "boot", _raw_ts, r"^\w+ *:\w+ *: \[\s*\d+\.\d{6}\] "),
+    "vm_dmesg_T.txt": ("dmesg_ctime", "wall", _ctime_ts, r"^\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] "),
+    "vm_dmesg_decode_T.txt": ("dmesg_ctime", "wall", _ctime_ts, r"^\w+ *:\w+ *: \[\w{3} "),
+    "vm_dmesg_iso.txt": ("dmesg_iso", "wall", _iso_ts, r"^\d{4}-\d\d-\d\dT"),
+    "vm_dmesg_decode_iso.txt": ("dmesg_iso", "wall", _iso_ts, r"^\w+ *:\w+ *: \d{4}-"),
+    "vm_kmsg.txt.gz": ("dmesg_kmsg", "boot", _kmsg_ts, r"^\d+,\d+,\d+,[-c];"),
+    "vm_journalctl_k_short.txt.gz": ("syslog", "wall", _short_ts, r"^\w{3} [ \d]\d \d\d:\d\d:\d\d vm [^: ]+:"),
+    "vm_journalctl_k_short-precise.txt.gz": ("syslog", "wall", _short_ts, r"^\w{3} [ \d]\d [\d:]{8}\.\d{6} vm "),
+    "vm_journalctl_k_short-iso.txt.gz": ("syslog_iso", "wall", _short_iso_ts, r"^\d{4}-\d\d-\d\dT[\d:]{8}\+0000 "),
+    "vm_journalctl_k_short-iso-precise.txt.gz": ("syslog_iso", "wall", _short_iso_ts, r"^\d{4}-[^ ]+\.\d{6}\+0000 "),
+    "vm_journalctl_k_short-monotonic.txt.gz": ("journal_monotonic", "boot", _raw_ts, r"^\[\s*\d+\.\d{6}\] vm "),
+}
+
+
+@pytest.fixture()
+def mtime_2026(tmp_path):
+    """Copies of the short journal files with the capture date as mtime (the year source)."""
+    def copy(name: str) -> Path:
+        p = tmp_path / name
+        shutil.copy(K / name, p)
+        t = calendar.timegm((2026, 11, 29, 13, 40, 0))
+        os.utime(p, (t, t))
+        return p
+    return copy
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_own_oom_kill_in_every_format(tmp_path, mtime_2026, name):
+    parser, clock, ts_of, rec_re = FORMATS[name]
+    path = mtime_2026(name) if "short" in name else K / name
+    lines = text_lines(K / name)
+    res = parse(path, tmp_path)
+    assert (res.status, res.kind, res.format, res.clock_domain) == ("parsed", "dmesg", parser, clock), res.error
+    assert res.issues == 0
+    expected_records = sum(1 for ln in lines if re.match(rec_re, ln))
+    assert res.counts["events"] == expected_records
+    ev = rows(res, "events")
+    assert [e["line"] for e in ev] == [i for i, ln in enumerate(lines, 1) if re.match(rec_re, ln)]
+    kinds = typed(res)
+    kills = {k["pid"]: k for k in kinds if k["kind"] == "oom_kill"}
+    kill_line = line_of(lines, "Killed process 29133 (python3)")
+    k = kills[29133]
+    assert (k["line"], k["ts_raw_ns"], k["name"]) == (kill_line, ts_of(lines[kill_line - 1]), "oom_kill")
+    a = k["attrs"]
+    assert (a["victim_pid"], a["victim_comm"], a["scope"], a["anon_rss_kb"], a["total_vm_kb"]) == (
+        29133, "python3", "memcg", 65280, 78072)
+    assert (a["constraint"], a["oom_memcg"], a["task_memcg"], a["memcg"]) == (
+        "CONSTRAINT_MEMCG", "/aftertrace_issue6", "/aftertrace_issue6", "/aftertrace_issue6")
+    assert a["memcg_usage"] == {"usage_kb": 65536, "limit_kb": 65536, "failcnt": int(
+        re.search(r"memory: usage 65536kB, limit 65536kB, failcnt (\d+)", "\n".join(lines)).group(1))}
+    assert a["trigger"] == {"pid": 29133, "comm": "python3", "cpu": int(
+        re.search(r"CPU: (\d+) UID: 0 PID: 29133 Comm", "\n".join(lines)).group(1))}
+    assert a["tasks"] == [{"pid": 29133, "uid": 0, "tgid": 29133, "total_vm": 19518, "rss": 17980,
+                           "rss_anon": 16320, "rss_file": 1660, "rss_shmem": 0, "pgtables_bytes": 188416,
+                           "swapents": 0, "oom_score_adj": 0, "name": "python3"}]
+    assert a["invoked"] == {"comm": "python3", "gfp_mask": "0xcc0(GFP_KERNEL)", "order": 0, "oom_score_adj": 0}
+    inv_line = line_of(lines, "python3 invoked oom-killer", -2 if "journalctl" in name else -1)
+    assert a["report_first_line"] == inv_line
+    assert k["dur_ns"] == ts_of(lines[kill_line - 1]) - ts_of(lines[inv_line - 1])
+    assert "mem_cgroup_out_of_memory+0xc0/0x110" in a["frames"]
+    assert a["summary"].startswith("The memory-cgroup OOM killer killed pid 29133 (python3), anon-rss 63.8 MiB "
+                                   "in memory cgroup /aftertrace_issue6")
+    seg = [t for t in kinds if t["kind"] == "segfault"]
+    seg_line = line_of(lines, "python3[29195]: segfault at 0")
+    assert [(s["line"], s["pid"], s["ts_raw_ns"]) for s in seg] == [
+        (seg_line, 29195, ts_of(lines[seg_line - 1]))]
+    assert seg[0]["attrs"]["object"] == "libc.so.6"
+    rt = [t for t in kinds if t["kind"] == "rt_throttling"]
+    rt_line = line_of(lines, "sched: RT throttling activated")
+    assert [(r["line"], r["ts_raw_ns"]) for r in rt] == [(rt_line, ts_of(lines[rt_line - 1]))]
+    # every OOM kill in the file, each once (the kernel log of this machine holds earlier recordings too)
+    kill_pids = [int(m.group(1)) for m in (re.search(r"Killed process (\d+)", ln) for ln in lines) if m]
+    assert sorted(kills) == sorted(kill_pids) and len(kill_pids) == len(set(kill_pids))
+
+
+def test_own_second_kill_only_in_the_journal_is_live_received(tmp_path, mtime_2026):
+    """The second OOM kill happened while journald ran: short-precise time is the receive time."""
+    p = mtime_2026("vm_journalctl_k_short-precise.txt.gz")
+    lines = text_lines(p)
+    res = parse(p, tmp_path)
+    kill = [t for t in typed(res) if t["pid"] == 29493][0]
+    ln = line_of(lines, "Killed process 29493")
+    assert (kill["line"], kill["ts_raw_ns"]) == (ln, _short_ts(lines[ln - 1]))
+    assert kill["ts_raw_ns"] == calendar.timegm((2026, 11, 29, 13, 39, 15)) * NS + 982_000_000
+    assert res.host == "vm"
+    assert "modification time" in res.attrs["year_from"]
+
+
+def test_syslog_year_follows_the_file_time(tmp_path):
+    p = tmp_path / "kern.log"
+    shutil.copy(K / "issue_ltp-1080_syslog_memcg_oom_rhel7.log", p)
+    t = calendar.timegm((2020, 1, 10, 0, 0, 0))      # a file written in January: August is last year
+    os.utime(p, (t, t))
+    res = parse(p, tmp_path)
+    ev = rows(res, "events")
+    assert ev[0]["ts_raw_ns"] == calendar.timegm((2019, 8, 16, 20, 29, 54)) * NS
+    [k] = typed(res)
+    assert (k["line"], k["pid"], k["attrs"]["victim_comm"], k["attrs"]["anon_rss_kb"], k["attrs"]["uid"]) == (
+        8, 42424, "memcg_test_1", 96, 0)
+    assert k["attrs"]["scope"] == "memcg"                  # from the "Kill process" line before it
+    assert ev[1]["text"].endswith("oom_score_adj name")    # the task table header is an event, untyped
+
+
+def test_syslog_local_time_uses_the_bundle_zone(tmp_path, mtime_2026):
+    p = mtime_2026("vm_journalctl_k_short.txt.gz")
+    utc = parse(p, tmp_path / "a")
+    ber = parse(p, tmp_path / "b", time_zone="Europe/Berlin")
+    t_utc = [e["ts_raw_ns"] for e in rows(utc, "events")[:3]]
+    t_ber = [e["ts_raw_ns"] for e in rows(ber, "events")[:3]]
+    assert [a - b for a, b in zip(t_utc, t_ber)] == [3600 * NS] * 3
+    assert ber.attrs["time_zone"] == "Europe/Berlin"
+
+
+def test_journal_json_times_and_anchors(tmp_path):
+    p = K / "vm_journalctl_k_json_tail.txt.gz"
+    recs = [json.loads(ln) for ln in text_lines(p) if ln]
+    res = parse(p, tmp_path)
+    assert (res.status, res.format, res.clock_domain, res.issues) == ("parsed", "journal_json", "boot", 0)
+    assert res.counts["events"] == len(recs)
+    ev = rows(res, "events")
+    assert [e["ts_raw_ns"] for e in ev] == [int(r["_SOURCE_MONOTONIC_TIMESTAMP"]) * 1000 for r in recs]
+    kill = [t for t in typed(res) if t["kind"] == "oom_kill"]
+    expect = [(int(re.search(r"Killed process (\d+)", r["MESSAGE"]).group(1)), i + 1,
+               int(r["_SOURCE_MONOTONIC_TIMESTAMP"]) * 1000) for i, r in enumerate(recs)
+              if "Killed process" in r["MESSAGE"]]
+    assert [(k["pid"], k["line"], k["ts_raw_ns"]) for k in kill] == expect
+    assert [e[0] for e in expect] == [17988, 29133, 29493]
+    assert {k["severity"] for k in kill} == {"error"}       # PRIORITY 3
+    assert res.host == "vm"
+    # anchors: per 600 s window of printk time, the least delayed record
+    windows: dict[int, list] = {}
+    for n, r in enumerate(recs, 1):
+        local = int(r["_SOURCE_MONOTONIC_TIMESTAMP"]) * 1000
+        windows.setdefault(local // (600 * NS), []).append((int(r["__REALTIME_TIMESTAMP"]) * 1000 - local, local, n))
+    anchors = sorted(rows(res, "anchors"), key=lambda a: a["local_ns"])
+    assert len(anchors) == len(windows)
+    for a, (w, pairs) in zip(anchors, sorted(windows.items())):
+        off, local, n = min(pairs)
+        assert (a["name"], a["domain"], a["local_ns"], a["wall_ns"], a["line"]) == (
+            "journal", "boot", local, local + off, n)
+        assert a["boot_id"] == "1999405b5cb5442eb8b35fa3df3699f8"
+        assert a["uncertainty_ns"] >= 1_000_000
+    facts = {f["key"]: f["value"] for f in rows(res, "facts")}
+    assert facts["boot_id"] == "1999405b5cb5442eb8b35fa3df3699f8"
+
+
+def test_kmsg_continuation_lines_are_not_records(tmp_path):
+    lines = text_lines(K / "vm_kmsg.txt.gz")
+    res = parse(K / "vm_kmsg.txt.gz", tmp_path)
+    conts = sum(1 for ln in lines if ln.startswith(" "))
+    assert conts > 0
+    assert res.counts["events"] == sum(1 for ln in lines if ln) - conts
+    facts = {f["key"]: f["value"] for f in rows(res, "facts")}
+    assert facts["kernel"] == "6.18.44-fc-v657" and facts["boots"] == "1"
+
+
+def test_dmesg_T_conversion_is_stated(tmp_path):
+    res = parse(K / "vm_dmesg_T.txt", tmp_path)
+    assert "converted to wall time by dmesg" in res.attrs["converted_by_dmesg"]
+    assert "1 s resolution" in res.attrs["converted_by_dmesg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# real public logs (tests/data/kernel, copied from shared/real_traces/dmesg)
+
+def test_hung_tasks_keep_their_stack(tmp_path):
+    res = parse(DATA / "dmesg" / "issue_sonic-buildimage-4822_raw_multi_hung_tasks.log", tmp_path)
+    hung = typed(res)
+    assert [(h["line"], h["pid"], h["attrs"]["comm"], h["attrs"]["blocked_s"]) for h in hung] == [
+        (1, 5747, "kworker/2:1", 120), (4, 11794, "ntpd", 120), (7, 12767, "snmpd", 120),
+        (10, 13083, "zebra", 120), (13, 13094, "fpmsyncd", 120)]
+    assert hung[0]["attrs"]["stack"] == [
+        "Tainted: G        W   E     4.19.0-6-amd64 #1 Debian 4.19.67-2+deb10u2",
+        '"echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.']
+    assert hung[1]["ts_raw_ns"] == 26825_873379_000
+
+
+def test_untimed_hung_task_with_old_stack(tmp_path):
+    p = K / "issue_ddnet-401_no_timestamp_hung_task.log"
+    lines = text_lines(p)
+    res = parse(p, tmp_path)
+    assert (res.status, res.format, res.clock_domain) == ("parsed", "kernel_notime", "none")
+    [h] = typed(res)
+    assert (h["line"], h["pid"], h["ts_raw_ns"], h["kind"]) == (1, 27090, None, "hung_task")
+    # a 3.x trace prints every frame as "[<addr>] ? fn": kept, since nothing better exists
+    assert h["attrs"]["frames"][:2] == ["__mutex_lock_common.isra.5+0xff/0x164", "mutex_lock+0x1a/0x2d"]
+    assert len(h["attrs"]["stack"]) == sum(1 for ln in lines[1:] if ln)      # every line after the head
+
+
+def test_hung_task_new_format_in_syslog(tmp_path):
+    p = tmp_path / "messages"
+    shutil.copy(K / "issue_sof-linux-3387_syslog_hung_task_new_format.log", p)
+    res = parse(p, tmp_path)
+    assert (res.format, res.status, res.issues) == ("syslog", "partial", 1)   # the reporter's "..." line
+    assert [(i["line"], i["text"]) for i in rows(res, "parse_issues")] == [(5, "...")]
+    [h] = typed(res)
+    assert (h["line"], h["pid"], h["attrs"]["blocked_s"]) == (9, 113, 122)
+    assert h["attrs"]["stack"][2].startswith("task:kworker/u32:2   state:D")
+    sudo = [e for e in rows(res, "events") if e["category"] == "syslog"]
+    assert [(e["line"], e["name"], e["pid"]) for e in sudo] == [(7, "sudo", 3291)]
+
+
+def test_aer_floods_fold_into_one_finding(tmp_path):
+    res = parse(K / "issue_geerlingguy-rpi-pcie-64_aer_receiver_error_flood.log", tmp_path)
+    ev = [dict(e, attrs=json.loads(e["attrs"])) for e in rows(res, "events") if e["name"] == "pcie_aer"]
+    assert [(e["line"], e["kind"]) for e in ev] == [(1, "pcie_error"), (5, None), (9, None), (13, None)]
+    assert ev[0]["attrs"]["repeats"] == 3 and ev[1]["attrs"]["repeat_of_line"] == 1
+    assert ev[0]["attrs"]["device"] == "0000:00:1d.0"
+
+
+def test_untimed_aer_lines(tmp_path):
+    res = parse(K / "issue_pop-os-751_aer_no_timestamps_nvme.log", tmp_path)
+    assert res.format == "kernel_notime" and res.issues == 0
+    assert [(t["line"], t["attrs"]["device"]) for t in typed(res)] == [
+        (1, "0000:00:1d.0"), (5, "0000:00:1d.0"), (8, "0000:03:00.0")]
+
+
+def test_xid_flood_and_meanings(tmp_path):
+    p = K / "gpud__dmesg-decode-iso_xid13_short.log"
+    lines = text_lines(p)
+    res = parse(p, tmp_path)
+    xids = [dict(e, attrs=json.loads(e["attrs"])) for e in rows(res, "events") if e["name"] == "gpu_xid"]
+    n13 = sum(1 for ln in lines if "NVRM: Xid (PCI:0000:38:00): 13," in ln)
+    assert len(xids) == n13 + 1
+    first = xids[0]
+    assert (first["kind"], first["attrs"]["xid"], first["attrs"]["pci"], first["attrs"]["repeats"]) == (
+        "gpu_xid", 13, "0000:38:00", n13 - 1)
+    assert first["attrs"]["xid_name"] == "ROBUST_CHANNEL_GR_EXCEPTION"
+    assert first["ts_raw_ns"] == _iso_ts(lines[0])
+    x43 = xids[-1]
+    assert (x43["kind"], x43["pid"], x43["attrs"]["process"], x43["attrs"]["xid"]) == (
+        "gpu_xid", 2924364, "pt_main_thread", 43)
+    assert first["severity"] == "warning"
+
+
+def test_xid_48_63_94_in_iso_dmesg(tmp_path):
+    p = DATA / "negative" / "gpud__dmesg-iso_peermem.log"     # read now: see the report to the lead
+    res = parse(p, tmp_path)
+    assert res.format == "dmesg_iso"
+    found = [(t["line"], t["attrs"]["xid"], t["pid"]) for t in typed(res)]
+    assert found == [(11, 48, None), (12, 63, None), (13, 94, None)]
+    x94 = [dict(e, attrs=json.loads(e["attrs"])) for e in rows(res, "events") if e["line"] == 14][0]
+    assert (x94["pid"], x94["kind"], x94["attrs"]["repeat_of_line"]) == (1248209, None, 13)
+
+
+def test_kernel_oops_and_bug_with_registers(tmp_path):
+    res = parse(DATA / "dmesg" / "gpud__pstore-erst_null-deref.txt", tmp_path)
+    t = typed(res)
+    assert [(x["line"], x["name"], x["kind"]) for x in t] == [(2, "kernel_bug", "kernel_oops"),
+                                                            (5, "kernel_oops", "kernel_oops")]
+    assert t[1]["attrs"]["proposed_kind"] == "kernel_oops"
+    assert "write_sysrq_trigger+0x2f/0x40" in t[1]["attrs"]["frames"]
+
+
+def test_rt_throttling_in_a_pasted_dmesg_diff(tmp_path):
+    res = parse(K / "issue_krun-194_dmesg_diff_rt_throttling.log", tmp_path)
+    assert (res.format, res.issues) == ("dmesg_raw", 3)       # ---, +++ and @@ lines
+    [rt] = typed(res)
+    assert (rt["line"], rt["ts_raw_ns"], rt["kind"]) == (7, 157_924835_000, "rt_throttling")
+
+
+def test_kmsg_of_an_nvswitch_node(tmp_path):
+    p = K / "gpud__dev-kmsg_raw_nvswitch.log"
+    lines = [ln for ln in text_lines(p) if ln]
+    res = parse(p, tmp_path)
+    assert (res.format, res.status, res.counts["events"]) == ("dmesg_kmsg", "parsed", len(lines))
+    assert rows(res, "events")[-1]["ts_raw_ns"] == int(lines[-1].split(",")[2]) * 1000
+
+
+@pytest.mark.parametrize("name,fmt", [
+    ("gpud__journalctl-k-short-iso_k8s_node.log", "syslog_iso"),
+    ("issue_gpud-pr1209_journalctl-k_gpu_node_boot.log", "syslog"),
+    ("gpud__dmesg-decode-iso_peermem_err.log", "dmesg_iso"),
+    ("issue_archfan-coreboot-2_aer_dll_timeout.log", "dmesg_raw"),
+])
+def test_other_real_logs_parse_cleanly(tmp_path, name, fmt):
+    res = parse(K / name, tmp_path)
+    assert (res.format, res.status, res.issues) == (fmt, "parsed", 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia-bug-report.log.gz, sosreport names, boots, garbage
+
+def test_nvidia_bug_report_sections(tmp_path):
+    text = (K / "nvidia-bug-report_excerpt.log").read_bytes()
+    # nvidia-bug-report.sh appends one gzip member per section
+    parts = text.split(b"____________________________________________\n")
+    p = tmp_path / "nvidia-bug-report.log.gz"
+    p.write_bytes(b"".join(gzip.compress((b"____________________________________________\n" if i else b"") + part)
+                           for i, part in enumerate(parts)))
+    assert gzip.decompress(p.read_bytes()) == text
+    lines = text.decode().split("\n")
+    res = parse(p, tmp_path, rel="node-1/nvidia-bug-report.log.gz")
+    assert (res.format, res.status, res.clock_domain, res.issues) == ("nvidia_bug_report", "parsed", "boot", 0)
+    assert res.host == "nomade007"
+    ev = rows(res, "events")
+    dm = line_of(lines, "dmesg:")
+    dmesg_lines = [i for i, ln in enumerate(lines, 1) if i > dm and re.match(r"^\[\s*\d+\.\d{6}\] ", ln)]
+    scan_lines = [i for i, ln in enumerate(lines, 1) if re.match(r"^Oct 27 ", ln)]
+    assert [e["line"] for e in ev] == sorted(scan_lines + dmesg_lines)
+    by = {e["line"]: e for e in ev}
+    assert by[dmesg_lines[-1]]["ts_raw_ns"] == _raw_ts(lines[dmesg_lines[-1] - 1])
+    nvrm = by[line_of(lines, "NVRM: No NVIDIA GPU found.", 1)]
+    a = json.loads(nvrm["attrs"])
+    assert (nvrm["ts_raw_ns"], a["section"], a["local_time"], a["journal_boot"]) == (
+        None, "journalctl -b -1", "Oct 27 16:48:06", -1)
+    udev = by[line_of(lines, "systemd-udevd[389]")]
+    assert (udev["category"], udev["pid"], json.loads(udev["attrs"])["section"]) == (
+        "syslog", 389, "journalctl -b -0")
+    facts = {f["key"]: f["value"] for f in rows(res, "facts")}
+    assert (facts["hostname"], facts["kernel"], facts["report_date"]) == (
+        "nomade007", "6.0.1-arch2-1", "Thu Oct 27 08:50:11 PM -03 2022")
+
+
+@pytest.mark.parametrize("src,rel,parser", [
+    ("vm_dmesg.txt", "sosreport-vm-2026-11-29-abcdef/sos_commands/kernel/dmesg", "dmesg_raw"),
+    ("vm_dmesg_T.txt", "sosreport-vm-2026-11-29-abcdef/sos_commands/kernel/dmesg_-T", "dmesg_ctime"),
+    ("vm_dmesg.txt", "sosreport-vm-2026-11-29-abcdef/var/log/dmesg", "dmesg_raw"),
+])
+def test_sosreport_dmesg_files(tmp_path, src, rel, parser):
+    p = tmp_path / Path(rel).name
+    shutil.copy(K / src, p)
+    assert default_registry().detect(Head.read(p, rel)).parser.name == parser
+    res = parse(p, tmp_path, rel=rel)
+    assert [t["pid"] for t in typed(res) if t["kind"] == "oom_kill"] == [17988, 29133]
+
+
+def test_reboots_split_boots(tmp_path):
+    # printk time restarts: 26825 s -> 1127 s -> 13.9 s
+    c = (DATA / "dmesg" / "issue_sonic-buildimage-4822_raw_multi_hung_tasks.log").read_bytes()
+    a = (K / "vm_dmesg.txt").read_bytes()
+    b = (DATA / "dmesg" / "issue_kata-runtime-1310_oom_in_guest_raw.log").read_bytes()
+    p = tmp_path / "dmesg.txt"
+    p.write_bytes(c + a + b)
+    nc, na, nb = c.count(b"\n"), a.count(b"\n"), b.count(b"\n")
+    res = parse(p, tmp_path)
+    facts = {f["key"]: f["value"] for f in rows(res, "facts")}
+    assert facts["boots"] == "3"
+    assert (facts["boot.1.first_line"], facts["boot.2.first_line"]) == (str(nc + 1), str(nc + na + 1))
+    ev = rows(res, "events")
+    boots = [json.loads(e["attrs"]).get("boot", 0) if e["attrs"] else 0 for e in ev]
+    assert boots == [0] * nc + [1] * na + [2] * nb
+    restart = [e["line"] for e in ev if e["attrs"] and json.loads(e["attrs"]).get("boot_restart")]
+    assert restart == [nc + 1, nc + na + 1]
+    kills = [(t["pid"], t["attrs"].get("boot", 0)) for t in typed(res) if t["kind"] == "oom_kill"]
+    assert kills == [(17988, 1), (29133, 1)]
+    hung = [t["attrs"].get("boot", 0) for t in typed(res) if t["kind"] == "hung_task"]
+    assert hung == [0] * 5
+
+
+def test_a_boot_banner_starts_a_boot(tmp_path):
+    """A log that restarts with the printk banner (nvidia-bug-report's real dmesg) after a later time."""
+    lines = (K / "nvidia-bug-report_excerpt.log").read_text().split("\n")
+    banner = [ln for ln in lines if re.match(r"^\[\s*\d+\.\d{6}\] ", ln)]
+    a = (K / "vm_dmesg.txt").read_text()
+    p = tmp_path / "dmesg.txt"
+    p.write_text("\n".join(banner[:6]) + "\n" + a[:a.index("\n") + 1] + "\n".join(banner) + "\n")
+    res = parse(p, tmp_path)
+    facts = {f["key"]: f["value"] for f in rows(res, "facts")}
+    assert facts["boots"] == "2" and facts["boot.1.first_line"] == "8"
+
+
+def test_garbage_is_counted_and_skipped(tmp_path):
+    lines = (K / "vm_dmesg_iso.txt").read_bytes().split(b"\n")[:-1]
+    lines.insert(10, b"\xff\xfe garbage \xc3( line")
+    lines.insert(20, b"not a kernel line at all")
+    p = tmp_path / "dmesg_iso.txt"
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    res = parse(p, tmp_path)
+    assert (res.format, res.status, res.counts["events"]) == ("dmesg_iso", "partial", len(lines) - 2)
+    assert [(i["line"], i["kind"]) for i in rows(res, "parse_issues")] == [
+        (11, "undecodable"), (11, "bad_line"), (21, "bad_line")]
+    assert res.issues == 3

@@ -1,0 +1,340 @@
+"""Kineto / torch.profiler traces: real files in, exact counts, ranks and wall times out.
+
+Every expected number is computed here independently of the parser, with the standard
+library's json (whole-file load, or raw_decode event by event for cut files).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.formats._kineto_fields import NCCL_KERNEL, canonical_collective
+from ingest.formats.kineto import KinetoParser
+from ingest.parse import ParseJob, SourceResult, parse_file
+from ingest.reader import Head
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "torch_trace"
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"
+TRUTH = ROOT / "sample_traces" / "oom-after-throttle.truth.json"
+REC0 = DATA / "vm_32018.1795959631282104512.pt.trace.json.gz"
+REC1 = DATA / "vm_32019.1795959631265919889.pt.trace.json.gz"
+GPU = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"}
+
+
+def load(path: Path):
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return raw, json.loads(raw)
+
+
+def rows(res: SourceResult, table: str) -> list[dict]:
+    out = []
+    for f in res.parts.get(table, []):
+        out += pq.read_table(f).to_pylist()
+    return out
+
+
+def parse(path: Path, tmp_path: Path, rel: str | None = None) -> SourceResult:
+    return parse_file(ParseJob(str(path), rel or path.name, str(tmp_path / "out")))
+
+
+def wall_ns(doc: dict, ts) -> int:
+    """Independent reading of Kineto time: base + ts µs (exact decimal arithmetic)."""
+    base = doc.get("baseTimeNanoseconds", 0) if isinstance(doc, dict) else 0
+    return base + int((Decimal(repr(ts)) * 1000).to_integral_value())
+
+
+def expected(doc) -> dict:
+    evs = doc["traceEvents"] if isinstance(doc, dict) else doc
+    x = [e for e in evs if e["ph"] in ("X", "i", "I")]
+    mem = [e for e in evs if e["ph"] == "i" and e.get("name") == "[memory]"]
+    ts = [wall_ns(doc, e["ts"]) for e in x]
+    return {"events": len(x), "first": min(ts), "last": max(ts),
+            "flows": len({(e["cat"], e["id"]) for e in evs if e["ph"] in ("s", "f", "t")}),
+            "metrics": sum(1 for e in mem for k in ("Total Allocated", "Total Reserved") if k in e["args"]),
+            "M": sum(1 for e in evs if e["ph"] == "M"),
+            "steps": sum(1 for e in x if str(e.get("name", "")).startswith("ProfilerStep#"))}
+
+
+REAL = [
+    # file, rank, layout
+    ("vm_32018.1795959631282104512.pt.trace.json.gz", 0),
+    ("vm_32019.1795959631265919889.pt.trace.json.gz", 1),
+    ("hta__nccl_data.excerpt.json.gz", 0),
+    ("hta__sampled_rank-0.excerpt.json.gz", 0),
+    ("hta__sampled_rank-1.excerpt.json.gz", 1),
+    ("hta__cpu_only_rank-34.pt.trace.json.gz", 34),
+    ("hta__mi250_minitoy_train_ROCm6_2_kineto.json.gz", None),
+    ("hta__triton_example.json.gz", None),
+]
+
+
+@pytest.mark.parametrize("name,rank", REAL)
+def test_real_traces_counts_ranks_and_times(name, rank, tmp_path):
+    path = DATA / name
+    raw, doc = load(path)
+    assert KinetoParser.detect(Head.read(path, name))
+    res = parse(path, tmp_path)
+    exp = expected(doc)
+    assert res.status == "parsed", res.error
+    assert (res.kind, res.format, res.clock_domain) == ("torch_trace", "kineto", "wall")
+    assert res.rank == rank
+    assert res.bytes_read == len(raw)
+    assert res.counts["events"] == exp["events"]
+    assert res.counts["flows"] == exp["flows"]
+    assert res.counts["metrics"] == exp["metrics"]
+    assert res.counts["steps"] >= exp["steps"]
+    ev = rows(res, "events")
+    assert min(r["ts_raw_ns"] for r in ev) == exp["first"]
+    assert max(r["ts_raw_ns"] for r in ev) == exp["last"]
+    assert res.attrs["first_ts_ns"] == exp["first"] and res.attrs["last_ts_ns"] == exp["last"]
+    facts = [f for f in rows(res, "facts") if f["key"].startswith("kineto.")]
+    assert len(facts) == exp["M"]
+    # GPU-side rows never carry Kineto's device index / stream as pid / tid
+    assert all(r["pid"] is None and r["tid"] is None for r in ev if r["category"] in GPU)
+
+
+def test_every_event_keeps_its_raw_args(tmp_path):
+    raw, doc = load(REC0)
+    res = parse(REC0, tmp_path)
+    ev = rows(res, "events")
+    want = sorted((wall_ns(doc, e["ts"]), e["name"], json.dumps(e.get("args"), sort_keys=True))
+                  for e in doc["traceEvents"] if e["ph"] in ("X", "i"))
+    got = sorted((r["ts_raw_ns"], r["name"], json.dumps(json.loads(r["attrs"]) if r["attrs"] else None,
+                                                        sort_keys=True)) for r in ev)
+    assert got == want
+    spans = {(r["name"], r["ts_raw_ns"]): r["dur_ns"] for r in ev}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            assert spans[(e["name"], wall_ns(doc, e["ts"]))] == int((Decimal(repr(e["dur"])) * 1000)
+                                                                    .to_integral_value())
+
+
+@pytest.mark.parametrize("path,truth", [(REC0, "gloo2_truth_rank0.json"), (REC1, "gloo2_truth_rank1.json")])
+def test_recorded_gloo_job_identity_and_wall_clock(path, truth, tmp_path):
+    t = json.loads((DATA / truth).read_text())
+    res = parse(path, tmp_path)
+    assert (res.rank, res.host, res.pid) == (t["rank"], t["host"], t["pid"])
+    ev = {r["name"]: r for r in rows(res, "events")}
+    marks = [m for m in t["marks"] if m["name"] in ev]
+    assert len(marks) == 3          # the profiler's active steps 2..4
+    for m in marks:
+        r = ev[m["name"]]
+        # the span lies inside the window the process read with time.time_ns() around it
+        assert m["before_ns"] <= r["ts_raw_ns"] <= r["ts_raw_ns"] + r["dur_ns"] <= m["after_ns"]
+    steps = rows(res, "steps")
+    assert sorted(s["step"] for s in steps if s["name"].startswith("ProfilerStep#")) == [2, 3, 4]
+    assert [s["step"] for s in steps if s["name"] == "Optimizer.step#SGD.step"] == [0, 1, 2]
+    facts = {f["key"]: f["value"] for f in rows(res, "facts")}
+    assert facts["world_size"] == "2" and facts["backend"] == "gloo"
+
+
+def test_recorded_gloo_collectives(tmp_path):
+    raw, doc = load(REC0)
+    res = parse(REC0, tmp_path)
+    col = rows(res, "collectives")
+    gloo = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"].startswith("gloo:")]
+    calls = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"].startswith("c10d::")]
+    assert len([c for c in col if c["role"] == "exec"]) == len(gloo) == 18
+    assert len([c for c in col if c["role"] == "call"]) == len(calls) == 18
+    # the step's all_reduce of torch.ones(1000) float32: 4000 bytes on the gloo thread
+    big = [c for c in col if c["role"] == "exec" and c["in_nelems"] == 1000]
+    assert len(big) == 3 and all(c["bytes"] == 4000 and c["collective"] == "allreduce" for c in big)
+    assert {c["collective"] for c in col} == {"allreduce", "barrier"}
+    ex = sorted((c for c in col if c["role"] == "exec"), key=lambda c: c["ts_raw_ns"])
+    assert [c["ordinal"] for c in ex] == list(range(18))
+
+
+def test_nccl_kernels_and_c10d_calls(tmp_path):
+    raw, doc = load(DATA / "hta__nccl_data.excerpt.json.gz")
+    res = parse(DATA / "hta__nccl_data.excerpt.json.gz", tmp_path)
+    col = rows(res, "collectives")
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_")]
+    ex = [c for c in col if c["role"] == "exec"]
+    assert len(ex) == len(kernels) == 21
+    by_ts = {wall_ns(doc, k["ts"]): k for k in kernels}
+    for c in ex:
+        k = by_ts[c["ts_raw_ns"]]
+        a = k["args"]
+        assert c["collective"] == canonical_collective(a["Collective name"])
+        assert (c["pg"], c["in_nelems"], c["group_size"], c["device"], c["stream"]) == (
+            a["Process Group Name"], a["In msg nelems"], a["Group size"], a["device"], a["stream"])
+        assert c["bytes"] == a["In msg nelems"] * {"Float": 4, "Byte": 1, "Char": 1, "Long": 8, "Int": 4}.get(
+            a["dtype"], c["bytes"] // max(a["In msg nelems"], 1))
+        assert c["pid"] is None and c["backend"] == "nccl"
+    assert sorted({c["collective"] for c in ex}) == ["allreduce", "broadcast"]
+    calls = [c for c in col if c["role"] == "call"]
+    assert len(calls) == 21 and all(c["pg"] == "0" for c in calls)   # from the record_param_comms inside
+
+
+@pytest.mark.parametrize("name,op", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "AllReduce"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "SendRecv"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "AllReduce"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "SendRecv"),
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "Generic"),
+    ("ncclAllReduceRingLLKernel_sum_f32(ncclColl)", "AllReduce"),
+])
+def test_nccl_kernel_names_of_every_generation(name, op):
+    # names as they appear in real traces and profiler tables (NCCL 2.4 .. 2.2x)
+    m = NCCL_KERNEL.match(name)
+    assert m and (m.group(1) or m.group(2)) == op
+    assert canonical_collective(op) == (None if op == "Generic" else op.lower())
+    assert not NCCL_KERNEL.match("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>")
+
+
+def test_base_time_after_the_event_array(tmp_path):
+    # nccl_data writes baseTimeNanoseconds as the last key: rows are rebased at the end
+    raw, doc = load(DATA / "hta__nccl_data.excerpt.json.gz")
+    assert raw.index(b'"baseTimeNanoseconds"') > raw.index(b'"traceEvents"')
+    res = parse(DATA / "hta__nccl_data.excerpt.json.gz", tmp_path)
+    assert res.attrs["time_base"] == "baseTimeNanoseconds"
+    first = min(wall_ns(doc, e["ts"]) for e in doc["traceEvents"] if e["ph"] in ("X", "i"))
+    assert res.attrs["first_ts_ns"] == first == 1716423322388068751   # 2024-05-23, FORMATS.md 2.2
+    assert min(r["ts_raw_ns"] for r in rows(res, "collectives") + rows(res, "steps")) > 1.7e18
+
+
+def test_bare_array_and_minified_variants(tmp_path):
+    raw, doc = load(REC0)
+    exp = expected(doc)
+    arr = tmp_path / "bare.json"
+    # a bare array has no baseTimeNanoseconds: shift ts to absolute µs so the file keeps its times
+    evs = [dict(e, ts=e["ts"] + doc["baseTimeNanoseconds"] / 1000) if "ts" in e else e for e in doc["traceEvents"]]
+    arr.write_text(json.dumps(evs))
+    mini = tmp_path / "mini.pt.trace.json"
+    mini.write_text(json.dumps(doc, separators=(",", ":")))
+    for p, layout in ((arr, "array"), (mini, "object")):
+        assert KinetoParser.detect(Head.read(p, p.name))
+        res = parse(p, tmp_path / p.stem, p.name)
+        assert res.status == "parsed", res.error
+        assert res.attrs["layout"] == layout
+        assert res.counts["events"] == exp["events"]
+        assert res.counts["flows"] == exp["flows"]
+    assert res.attrs["first_ts_ns"] == exp["first"]
+
+
+def complete_prefix(text: bytes) -> tuple[int, int]:
+    """Independent count of the complete events in a cut trace, and where the first unusable one starts."""
+    s = text.decode("utf-8", "replace")
+    dec = json.JSONDecoder()
+    i = s.index("[", s.index('"traceEvents"')) + 1
+    n = 0
+    while True:
+        while i < len(s) and s[i] in " \t\r\n,":
+            i += 1
+        try:
+            _, end = dec.raw_decode(s, i)
+        except json.JSONDecodeError:
+            return n, len(s[:i].encode("utf-8"))
+        n += 1
+        i = end
+
+
+@pytest.mark.parametrize("frac", [0.35, 0.5, 0.77, 0.999])
+def test_truncated_tmp_file_recovers_every_complete_event(frac, tmp_path):
+    raw, doc = load(REC0)
+    cut = raw[: int(len(raw) * frac)]
+    p = tmp_path / "vm_32018.1795959631282104512.pt.trace.json.tmp"
+    p.write_bytes(cut)
+    n_complete, at = complete_prefix(cut)
+    assert KinetoParser.detect(Head.read(p, p.name))
+    res = parse(p, tmp_path)
+    assert res.status == "partial"
+    assert f"cut at byte {at}" in res.error
+    evs = doc["traceEvents"][:n_complete]
+    assert res.counts["events"] == sum(1 for e in evs if e["ph"] in ("X", "i"))
+    assert sum(res.attrs["events_by_phase"].values()) == n_complete
+    issues = rows(res, "parse_issues")
+    assert [(i["kind"], i["byte_offset"]) for i in issues if i["kind"] == "truncated"] == [("truncated", at)]
+    assert res.rank == 0 and res.attrs["time_base"] == "baseTimeNanoseconds"
+
+
+def test_truncated_gzip_keeps_events(tmp_path):
+    data = (DATA / "hta__sampled_rank-0.excerpt.json.gz").read_bytes()
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[: len(data) // 2])
+    res = parse(p, tmp_path)
+    assert res.status == "partial" and "compressed stream is truncated" in res.error
+    raw = gzip.GzipFile(fileobj=__import__("io").BytesIO(data[: len(data) // 2]))
+    text = b""
+    try:
+        while chunk := raw.read1(4096):
+            text += chunk
+    except EOFError:
+        pass
+    n, at = complete_prefix(text)
+    assert res.counts["events"] == n > 300
+    assert res.attrs["time_base"] == "absolute_epoch_us"
+
+
+def test_plain_pt_trace_json(tmp_path):
+    raw, doc = load(REC0)
+    p = tmp_path / REC0.name[:-3]
+    p.write_bytes(raw)
+    res = parse(p, tmp_path)
+    assert (res.status, res.format, res.host, res.pid, res.rank) == ("parsed", "kineto", "vm", 32018, 0)
+    assert res.counts["events"] == expected(doc)["events"] and not res.compressed
+
+
+def test_relative_times_without_base_are_a_named_unknown(tmp_path):
+    raw, doc = load(REC0)
+    doc.pop("baseTimeNanoseconds")
+    p = tmp_path / "nobase.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    res = parse(p, tmp_path)
+    assert res.clock_domain == "process" and res.attrs["time_base"] == "unknown"
+    assert "no_time_base" in {i["kind"] for i in rows(res, "parse_issues")}
+    assert res.status == "partial"
+
+
+def test_bad_events_are_counted_and_parsing_goes_on(tmp_path):
+    raw, doc = load(REC0)
+    doc["traceEvents"].insert(5, {"ph": "X", "name": "broken", "ts": "soon"})
+    doc["traceEvents"].insert(9, 42)
+    p = tmp_path / "bad.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    res = parse(p, tmp_path)
+    assert res.status == "partial"
+    kinds = [i["kind"] for i in rows(res, "parse_issues")]
+    assert kinds.count("bad_event") == 2
+    assert res.counts["events"] == expected(load(REC0)[1])["events"]
+
+
+@pytest.mark.parametrize("text", [
+    b'{"job": "x", "hosts": {"node-3": {"paths": ["node-3/"]}}}',        # an aftertrace manifest
+    b'{"__REALTIME_TIMESTAMP": "1", "MESSAGE": "x"}\n',                     # journald JSON
+    b'[1, 2, 3]',
+    b'{"traceEvents": "no"}',
+])
+def test_other_json_is_not_claimed(text):
+    assert not KinetoParser.detect(Head.from_bytes("x.json", text))
+
+
+def test_sample_bundle_ranks_pids_and_step_times(tmp_path):
+    truth = json.loads(TRUTH.read_text())
+    files = sorted((SAMPLE / "vm" / "profiler").glob("*.pt.trace.json.gz"))
+    assert len(files) == 24
+    by_rank: dict[int, list] = {}
+    for i, f in enumerate(files):
+        res = parse(f, tmp_path / str(i), f"vm/profiler/{f.name}")
+        assert res.status == "parsed" and res.host == "vm"
+        assert res.pid == truth["pids"]["ranks"][str(res.rank)]["pid"]
+        by_rank.setdefault(res.rank, []).extend(s for s in rows(res, "steps") if s["name"].startswith("Prof"))
+    assert sorted(by_rank) == [0, 1]
+    s94 = [s for s in by_rank[0] if s["step"] == 94][0]
+    # README: rank 0's ProfilerStep#94 -> 13:28:42.250 UTC, 2813 ms; #78/#79 984/810 ms
+    assert abs(s94["ts_raw_ns"] - 1795958922_250_000_000) < 1_000_000
+    assert round(s94["dur_ns"] / 1e6) == 2813
+    assert [round(s["dur_ns"] / 1e6) for s in sorted(by_rank[0], key=lambda s: s["step"])
+            if s["step"] in (78, 79)] == [984, 810]
+    # all of rank 0's steps happen before the OOM kill, the leaking ones after the leak flag
+    kill = truth["oom_kill"]["epoch_s_est"] * 1e9
+    assert max(s["ts_raw_ns"] + s["dur_ns"] for s in by_rank[0]) < kill
+    assert s94["ts_raw_ns"] > truth["leak"]["first_leak_epoch_ns"]

@@ -1,0 +1,256 @@
+"""NCCL debug logs: detection and exact events from real files (tests/data/nccl_log, PROVENANCE.md)."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.formats.applog import AppLogParser
+from ingest.formats.nccl import NcclLogParser, warn_class
+from ingest.parse import ParseJob, SourceResult, parse_file
+from ingest.reader import Head
+from ingest.registry import default_registry
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+NCCL = DATA / "nccl_log"
+
+
+def parse(path: Path, tmp_path: Path, rel: str | None = None, zone: str = "UTC",
+          parser: str | None = None) -> SourceResult:
+    return parse_file(ParseJob(str(path), rel or path.name, str(tmp_path / "out"), time_zone=zone,
+                               parser=parser))
+
+
+def events(res: SourceResult) -> list[dict]:
+    out = []
+    for f in res.parts.get("events", []):
+        out += pq.read_table(f).to_pylist()
+    for e in out:
+        e["attrs"] = json.loads(e["attrs"]) if e["attrs"] else {}
+    return sorted(out, key=lambda e: e["line"])
+
+
+def facts(res: SourceResult) -> list[dict]:
+    out = []
+    for f in res.parts.get("facts", []):
+        out += pq.read_table(f).to_pylist()
+    return out
+
+
+def by_line(evs: list[dict]) -> dict[int, dict]:
+    return {e["line"]: e for e in evs}
+
+
+# Which parser claims each real file (first 64 KiB): NCCL-heavy logs are nccl_log; the short
+# excerpt whose only NCCL line sits under a PyTorch RuntimeError, and the watchdog excerpts
+# without NCCL lines, are app_log.
+CLAIMS = {
+    "bigscience__all_reduce_bench-32gb-n4.txt": "nccl_log",
+    "bigscience__jz_broken_network_conn_refused.log": "app_log",
+    "bigscience__n16_32gb_all_reduce_bench.txt.gz": "nccl_log",
+    "bigscience__n1_32gb_all_reduce_bench.txt": "nccl_log",
+    "issue_basicsr-737_watchdog_pg_guid_format.log": "app_log",
+    "issue_llamafactory-6269_watchdog_reduce_scatter.log": "app_log",
+    "issue_nvidia-nccl-1232_socketProgress_conn_closed.log": "nccl_log",
+    "issue_nvidia-nccl-1609_nvls_h800_init.log": "nccl_log",
+    "issue_nvidia-nccl-1672_ray_prefixed_repeated_nvls.log": "nccl_log",
+    "issue_nvidia-nccl-697_ncclSystemError_socket_dgxa100.log": "nccl_log",
+    "issue_nvidia-nccl-tests-166_socket_recv_failed_init.log": "nccl_log",
+    "issue_ofa-271_watchdog_old_format_8xV100.log": "app_log",
+    "issue_open-sora-plan-386_shm_channels_unhandled_cuda.log": "nccl_log",
+    "issue_pytorch-130113_socket_init_start_3ranks.log": "nccl_log",
+    "mlengineering__ib_completion_error12_azure.log": "nccl_log",
+    "raddet__nccl_debug.log": "nccl_log",
+    "timez-zx__nccl-tests_nccl.log.gz": "nccl_log",
+}
+
+
+@pytest.mark.parametrize("name,parser", sorted(CLAIMS.items()))
+def test_real_logs_are_claimed_by_the_right_parser(name, parser):
+    det = default_registry().detect(Head.read(NCCL / name, name))
+    assert det.recognized and det.parser.name == parser
+
+
+def test_every_data_file_is_in_the_claims_table():
+    assert sorted(p.name for p in NCCL.iterdir() if p.name != "PROVENANCE.md") == sorted(CLAIMS)
+
+
+@pytest.mark.parametrize("sub,name", [
+    ("dmesg", "issue_reportportal-k8s-203_memcg_oom_raw.log"),
+    ("dmesg", "gpud__pstore-erst_null-deref.txt"),
+    ("negative", "flamegraph__perf-dd-stacks-01.txt"),
+    ("negative", "hta__cpu_only_rank-34.pt.trace.json.gz"),
+    ("negative", "netdata-12595_v1_cpu.stat"),
+    ("negative", "kepler-159_v2_root_cpu.stat"),
+    ("negative", "gpud__dmesg-iso_peermem.log"),
+    ("host_info", "date"), ("host_info", "proc_stat"), ("host_info", "uname"), ("host_info", "anchors.txt"),
+])
+def test_log_detectors_do_not_claim_other_formats(sub, name):
+    head = Head.read(DATA / sub / name, name)
+    assert not NcclLogParser.detect(head)
+    assert not AppLogParser.detect(head)
+
+
+def test_socket_failure_during_init_line_by_line(tmp_path):
+    res = parse(NCCL / "issue_nvidia-nccl-tests-166_socket_recv_failed_init.log", tmp_path)
+    assert (res.kind, res.status, res.records, res.issues) == ("nccl_log", "parsed", 19, 0)
+    assert (res.host, res.pid, res.clock_domain) == ("gpu004", 2200689, "none")   # no times in the file
+    ev = by_line(events(res))
+    assert sorted(ev) == [1, 2] + list(range(4, 17)) + list(range(18, 22))   # 3, 17: blank lines before WARNs
+    w = ev[1]
+    assert (w["host"], w["pid"], w["tid"], w["kind"], w["name"]) == ("gpu004", 2200689, 2200706, "nccl_warn",
+                                                                      "nccl_warn")
+    assert w["attrs"]["warn_class"] == "remote_closed"
+    assert (w["attrs"]["dev"], w["attrs"]["src"], w["attrs"]["srcline"]) == (3, "misc/socket.cc", 49)
+    assert w["ts_raw_ns"] is None and w["ts_interpolated"] is False
+    assert ev[4]["attrs"]["warn_class"] == "socket" and ev[4]["kind"] == "nccl_warn"
+    assert ev[18]["attrs"]["warn_class"] == "socket" and ev[18]["tid"] == 2200705
+    # the first error chain through init.cc of the process is the init failure; the rest are plain
+    init = [e for e in ev.values() if e["kind"] == "nccl_init_failure"]
+    assert [e["line"] for e in init] == [7]
+    assert init[0]["attrs"]["nccl_result"] == "ncclInternalError"
+    assert "init.cc:1079" in init[0]["attrs"]["summary"]
+    assert ev[5]["name"] == "nccl_error_return" and ev[5]["kind"] is None
+    assert ev[5]["attrs"]["err_code"] == 3
+    assert ev[2]["attrs"]["nccl_result"] == "ncclRemoteError"
+
+
+def test_init_start_lines_give_comm_rank_bus_and_the_pid_rank(tmp_path):
+    res = parse(NCCL / "issue_pytorch-130113_socket_init_start_3ranks.log", tmp_path)
+    ev = by_line(events(res))
+    starts = {ln: e for ln, e in ev.items() if e["name"] == "nccl_comm_init"}
+    assert sorted(starts) == [8, 9, 10]
+    a = starts[9]["attrs"]
+    assert (a["comm"], a["rank"], a["nranks"], a["cuda_dev"], a["nvml_dev"], a["bus_id"], a["comm_id"],
+            a["phase"]) == ("0x823d3d0", 2, 3, 2, 2, "41000", "0xb5fe2776bc06e6f7", "START")
+    # every line of a pid gets the rank of its communicator, also lines before the init line
+    assert [(ev[ln]["pid"], ev[ln]["rank"]) for ln in (1, 2, 3, 11, 12, 13)] == [
+        (3054646, 1), (3054645, 0), (3054647, 2), (3054647, 2), (3054645, 0), (3054646, 1)]
+    assert ev[1]["name"] == "nccl_net" and ev[1]["attrs"]["net"] == "Socket"
+    assert ev[4]["name"] == "nccl_network" and ev[4]["attrs"]["network"] == "Socket"
+    comms = [json.loads(f["value"]) for f in facts(res) if f["key"] == "nccl_comm"]
+    assert sorted((c["rank"], c["bus_id"], c["pid"]) for c in comms) == [
+        (0, "1000", 3054645), (1, "23000", 3054646), (2, "41000", 3054647)]
+
+
+def test_spliced_lines_of_two_processes_keep_the_last_complete_header(tmp_path):
+    # raddet: two processes wrote one NCCL_DEBUG_FILE; line 15 ends with rank 1's Init COMPLETE
+    res = parse(NCCL / "raddet__nccl_debug.log", tmp_path)
+    ev = by_line(events(res))
+    e15, e17 = ev[15], ev[17]
+    assert (e15["name"], e15["host"], e15["pid"], e15["tid"], e15["rank"]) == (
+        "nccl_comm_init", "ljm", 803564, 803604, 1)
+    assert e15["attrs"]["spliced"] == 1 and e15["attrs"]["comm"] == "0x9497920"
+    assert (e15["attrs"]["bus_id"], e15["attrs"]["phase"]) == ("3000", "COMPLETE")
+    assert (e17["pid"], e17["rank"], e17["attrs"]["bus_id"], e17["attrs"]["phase"]) == (803563, 0, "2000",
+                                                                                         "COMPLETE")
+    # line 8 holds fragments of both processes; its last complete header is rank 1's Trees line
+    assert (ev[8]["name"], ev[8]["pid"], ev[8]["attrs"]["spliced"]) == ("nccl_trees", 803564, 3)
+    assert ev[1]["name"] == "nccl_cuda_driver" and ev[1]["attrs"]["cuda_driver"] == 12020
+    assert ev[10]["name"] == "nccl_connection" and ev[10]["attrs"]["transport"] == "SHM/direct/direct"
+    assert 16 not in ev          # the tail fragment " p2p channels, ..." is not a line of any grammar
+    assert res.host == "ljm" and res.records == 16
+
+
+def test_ray_prefix_and_repeat_suffix(tmp_path):
+    res = parse(NCCL / "issue_nvidia-nccl-1672_ray_prefixed_repeated_nvls.log", tmp_path)
+    ev = by_line(events(res))
+    e = ev[1]
+    assert (e["name"], e["host"], e["pid"], e["tid"], e["rank"]) == ("nccl_comm_init", "degamts15", 3569864,
+                                                                      3571330, 3)
+    assert (e["attrs"]["api"], e["attrs"]["nranks"], e["attrs"]["bus_id"], e["attrs"]["repeated"]) == (
+        "ncclCommInitRank", 8, "64000", 15)
+    assert ev[6]["name"] == "nccl_comm_topology" and ev[6]["attrs"]["nnodes"] == 1
+    assert ev[7]["attrs"]["phase"] == "COMPLETE" and ev[7]["attrs"]["repeated"] == 8
+
+
+def test_python_error_and_socket_warn_in_one_excerpt(tmp_path):
+    res = parse(NCCL / "bigscience__jz_broken_network_conn_refused.log", tmp_path)
+    ev = by_line(events(res))
+    assert res.kind == "app_log" and sorted(ev) == [2, 4]
+    e = ev[2]
+    assert (e["kind"], e["attrs"]["exc"], e["attrs"]["nccl_error"], e["attrs"]["nccl_version"]) == (
+        "python_exception", "RuntimeError", "unhandled system error", "2.7.8")
+    w = ev[4]
+    assert (w["kind"], w["host"], w["pid"], w["tid"], w["attrs"]["warn_class"]) == (
+        "nccl_warn", "r11i6n2", 486514, 486651, "socket")
+
+
+def test_ib_completion_error_is_a_network_warn(tmp_path):
+    res = parse(NCCL / "mlengineering__ib_completion_error12_azure.log", tmp_path)
+    ev = by_line(events(res))
+    assert ev[1]["attrs"]["warn_class"] == "network_ib" and ev[1]["kind"] == "nccl_warn"
+    assert ev[3]["attrs"]["err_src"] == "transport/net.cc" and ev[3]["attrs"]["nccl_result"] == "ncclRemoteError"
+    assert ev[5]["attrs"]["err_thread"] == "Proxy Thread"
+    assert res.attrs["other_lines"] == 1      # "0, vendor err 129 (Recv)" (the doc wrapped the WARN)
+
+
+def test_nccl_tests_log_version_and_coll_lines_are_summarised(tmp_path):
+    res = parse(NCCL / "timez-zx__nccl-tests_nccl.log.gz", tmp_path)
+    assert res.kind == "nccl_log" and res.status == "parsed"
+    assert res.attrs["nccl_versions"] == ["2.27.7+cuda13.0"]
+    raw = gzip.decompress((NCCL / "timez-zx__nccl-tests_nccl.log.gz").read_bytes()).decode().splitlines()
+    coll = [i for i, ln in enumerate(raw, 1) if " NCCL INFO " in ln and " opCount " in ln]
+    assert res.attrs["nccl_coll_lines"] == len(coll)
+    ev = events(res)
+    kept = [e for e in ev if e["name"] == "nccl_coll"]
+    # one COLL line per (host, pid, tid, cudaDev) is kept: the last one
+    assert {e["line"] for e in kept} <= set(coll) and max(e["line"] for e in kept) == coll[-1]
+    assert all(e["host"] == "mew0" and e["pid"] == 64904 for e in ev if e["category"] == "nccl")
+    assert {"nccl_version", "nccl_comm_init", "nccl_bootstrap"} <= {e["name"] for e in ev}
+    # one process drives both GPUs: ranks are told apart by the cudaDev of each line
+    ln = {e["line"]: e for e in ev}
+    assert [(ln[i]["attrs"]["cuda_dev"], ln[i]["rank"]) for i in (25, 26)] == [(0, 0), (1, 1)]
+
+
+def test_nccl_226_time_prefix_and_230_func_variants(tmp_path):
+    # No real 2.26+ file with its timestamp prefix is in tests/data: the first line is the example
+    # of NCCL's own docs (docs/userguide/source/troubleshooting/logging.rst, FORMATS.md §3.1); the
+    # others follow debug.cc's format strings (WARN with (func), fractional %6f, TRACE ms).
+    p = tmp_path / "nccl.node-01.189884.log"
+    p.write_text(
+        "[2026-05-05 06:16:47] node-01:189884:189884 [3] plugin/net.cc:334 NCCL WARN Failed to initialize any "
+        "NET plugin\n"
+        "node-01:189884:189884 [3] NCCL INFO comm 0x55d1 rank 3 nranks 8 cudaDev 3 nvmlDev 3 busId 1b000 "
+        "commId 0xabc - Init START\n"
+        "[2026-05-05 06:16:49.250000] node-01:189884:189890 [3] transport/net_ib.cc:1296 (ncclIbTest) NCCL WARN "
+        "NET/IB : Got completion from peer 10.2.0.5<33092> with error 12\n"
+        "node-01:189884:189890 [3] 2012.345678 ncclProxyProgress:812 NCCL TRACE progress\n",
+        encoding="utf-8")
+    res = parse(p, tmp_path, zone="Europe/Berlin")
+    assert res.kind == "nccl_log" and res.clock_domain == "wall"
+    ev = by_line(events(res))
+    # 06:16:47 in Berlin (CEST, +02:00) = 04:16:47 UTC
+    assert ev[1]["ts_raw_ns"] == 1777954607 * 10**9 and ev[1]["ts_interpolated"] is False
+    assert ev[1]["attrs"]["warn_class"] == "plugin" and ev[1]["attrs"]["ts_resolution_ns"] == 10**9
+    assert ev[3]["ts_raw_ns"] == 1777954609_250000000 and ev[3]["attrs"]["func"] == "ncclIbTest"
+    assert ev[3]["attrs"]["ts_resolution_ns"] == 1000
+    # the untimed INIT line sits between its neighbours: [47 s, 49.250001 s)
+    e2 = ev[2]
+    assert e2["ts_interpolated"] is True and e2["rank"] == 3
+    assert (e2["attrs"]["ts_lo_ns"], e2["attrs"]["ts_hi_ns"]) == (1777954607 * 10**9, 1777954609_250001000)
+    assert e2["ts_raw_ns"] == (1777954607 * 10**9 + 1777954609_250001000) // 2
+    assert e2["attrs"]["ts_uncertainty_ns"] == (1777954609_250001000 - 1777954607 * 10**9) // 2
+    assert ev[4]["name"] == "nccl_trace" and ev[4]["attrs"]["trace_ms"] == 2012.345678
+    assert ev[4]["attrs"]["ts_bound"] == "after"
+
+
+def test_warn_classes_table():
+    assert warn_class("socketProgress: Connection closed by remote peer x<1>") == "remote_closed"
+    assert warn_class("Call to bind failed: Address already in use") == "socket"
+    assert warn_class("Cuda failure 'out of memory'") == "memory"
+    assert warn_class("something odd") == "other"
+
+
+def test_garbage_and_undecodable_lines_are_counted_and_skipped(tmp_path):
+    good = (NCCL / "issue_nvidia-nccl-tests-166_socket_recv_failed_init.log").read_bytes()
+    p = tmp_path / "mixed.log"
+    p.write_bytes(good[:400] + b"\x00\x01\x02binary\x00junk\n\xff\xfe bad utf8 NCCL\n" + good[400:])
+    # a NUL in the head makes the registry call the file binary; the parser itself must survive it
+    res = parse(p, tmp_path, parser="nccl_log")
+    assert res.status == "partial" and res.issues == 2
+    assert res.attrs["garbage_lines"] == 1
+    assert sum(1 for e in events(res) if e["kind"] == "nccl_warn") == 3

@@ -1,0 +1,184 @@
+"""perf script ingest on real files, checked against an independent naive reading of the same text."""
+import gzip
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ingest.parse import ParseJob, parse_file
+from ingest.reader import Head
+from ingest.registry import default_registry
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "perf_script"
+SAMPLE_PERF = Path(__file__).resolve().parents[2] / "sample_traces/oom-after-throttle/vm/perf/perf.script.txt.gz"
+FILES = sorted(p for p in DATA.iterdir() if p.name != "PROVENANCE.md")
+
+
+def text_of(p: Path) -> str:
+    b = p.read_bytes()
+    return (gzip.decompress(b) if b[:2] == b"\x1f\x8b" else b).decode("utf-8", "replace")
+
+
+def naive(text: str):
+    """An independent, slow reading: records split on blank lines, frames = indented hex lines."""
+    frame_re = re.compile(r"^\s+([0-9a-fA-F]+) (.*)$")
+    time_re = re.compile(r"\s\d+\.\d{6,9}:(\s|$)")
+    records = []
+    cur = None
+    for line in text.split("\n"):
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            cur = None
+            continue
+        m = frame_re.match(line)
+        if m and (line.startswith("\t") or not time_re.search(line)) and cur is not None:
+            cur["frames"].append(m.group(2))
+            continue
+        cur = {"header": line, "frames": []}
+        records.append(cur)
+    return records
+
+
+def sym(frame_text: str) -> str:
+    m = re.match(r"^(.*?)(?:\+0x[0-9a-fA-F]+)?(?: \(([^()]*)\))?$", frame_text)
+    s, dso = m.group(1), m.group(2)
+    if dso == "inlined":
+        return s + " (inlined)"
+    return s
+
+
+def parse(tmp_path, p: Path):
+    r = parse_file(ParseJob(str(p), p.name, str(tmp_path / ("out-" + p.name))))
+    tables = {t: pl.read_parquet(files) for t, files in r.parts.items()}
+    return r, tables
+
+
+@pytest.mark.parametrize("p", FILES, ids=lambda p: p.name)
+def test_detected_and_parsed_without_issues(tmp_path, p):
+    assert default_registry().detect(Head.read(p, p.name)).parser.name == "perf_script"
+    r, t = parse(tmp_path, p)
+    assert (r.status, r.issues) == ("parsed", 0), r.error
+
+
+@pytest.mark.parametrize("p", [p for p in FILES if "sched" not in p.name], ids=lambda p: p.name)
+def test_sample_count_and_stack_frames_match_a_naive_reading(tmp_path, p):
+    recs = naive(text_of(p))
+    r, t = parse(tmp_path, p)
+    samples = t["samples"]
+    assert len(samples) == len(recs)
+    # every sample's stack, walked up the prefix tree, is the record's frame list (leaf first)
+    stacks = t.get("stacks")
+    parent, frame = {}, {}
+    if stacks is not None:
+        parent = dict(zip(stacks["stack_id"], stacks["parent_id"]))
+        frame = dict(zip(stacks["stack_id"], stacks["frame"]))
+    got = []
+    for sid in samples["stack_id"].to_list():
+        path = []
+        while sid is not None:
+            path.append(frame[sid])
+            sid = parent[sid]
+        got.append(tuple(path))
+    want = []
+    for rec in recs:
+        frames = [sym(f) for f in rec["frames"]]
+        if not frames:   # single-line stacks: "... event:  ip sym (dso)"
+            m = re.search(r"\s[0-9a-f]{4,16} (\S.*?)(?: \([^()]*\))?\s*$", rec["header"].split(":", 2)[-1])
+            frames = [sym(m.group(1))] if m else []
+        want.append(tuple(frames))
+    assert Counter(got) == Counter(want)
+
+
+def test_example_perf_stacks_header_and_fields(tmp_path):
+    r, t = parse(tmp_path, DATA / "flamegraph__example-perf-stacks.txt.gz")
+    facts = dict(zip(t["facts"]["key"], t["facts"]["value"]))
+    assert facts["hostname"] == "lgud-bgregg" and facts["perf_version"].startswith("3.13")
+    assert r.host == "lgud-bgregg"
+    s = t["samples"]
+    first = s.row(0, named=True)
+    # "perf   977/977   [000] 7628263.042515: cycles: "
+    assert (first["comm"], first["pid"], first["tid"], first["cpu"], first["ts_raw_ns"], first["event"]) == \
+        ("perf", 977, 977, 0, 7628263042515000, "cycles")
+    assert len(s) == 1315 and s["cpu"].n_unique() > 1
+
+
+def test_single_thread_id_leaves_pid_unknown(tmp_path):
+    # "func_ab 15294 cpu-clock:" (no time) and "dd 29776 666709.771979: 10101010 cpu-clock:"
+    r, t = parse(tmp_path, DATA / "flamegraph__perf-funcab-pid-01.txt")
+    s = t["samples"]
+    assert s["pid"].null_count() == len(s) and set(s["tid"]) == {15294}
+    assert r.clock_domain == "none" and "no time stamps" in r.attrs["time_note"]
+    assert s["ts_raw_ns"].null_count() == len(s) == 228
+
+
+def test_pid_slash_tid(tmp_path):
+    r, t = parse(tmp_path, DATA / "speedscope__simple-with-pid.linux-perf.txt")
+    row = t["samples"].row(0, named=True)
+    assert (row["comm"], row["pid"], row["tid"], row["ts_raw_ns"]) == ("simple-terminat", 9, 9, 198791127353000)
+
+
+def test_custom_fields_without_comm_or_time(tmp_path):
+    # perf script -F pid,period,event,ip,sym: "36695          1 cycles:  ffffffffbab12ddd perf_event_exec"
+    r, t = parse(tmp_path, DATA / "lkml__perf-script-F-pid-period-event-ip-sym.txt")
+    s = t["samples"]
+    assert len(s) == 10 and set(s["tid"]) == {36695} and set(s["event"]) == {"cycles"}
+    leaf = dict(zip(t["stacks"]["stack_id"], t["stacks"]["frame"]))
+    assert leaf[s["stack_id"][0]] == "perf_event_exec"
+
+
+def test_sched_tracepoints_without_cpu_and_with_stacks(tmp_path):
+    r, t = parse(tmp_path, DATA / "dspeyer__perf-sched-cycles-2015-04-06.scr.gz")
+    text = text_of(DATA / "dspeyer__perf-sched-cycles-2015-04-06.scr.gz")
+    ev = t["events"]
+    counts = Counter(ev["name"])
+    for name in ("sched:sched_switch", "sched:sched_wakeup", "sched:sched_process_exec"):
+        assert counts[name] == len(re.findall(rf"^\S.* {name}: ", text, re.M)), name
+    assert counts["oncpu"] == 0          # these tracepoint lines carry no [cpu]
+    assert len(t["samples"]) == len(re.findall(r"^\S.* cycles: *$", text, re.M)) == 926
+
+
+def test_sample_bundle_recording(tmp_path):
+    """Our own system-wide recording: -g cpu-clock + sched tracepoints, -k CLOCK_MONOTONIC."""
+    r, t = parse(tmp_path, SAMPLE_PERF)
+    text = text_of(SAMPLE_PERF)
+    assert r.status == "parsed" and r.host == "vm"
+    assert len(t["samples"]) == text.count(" cpu-clock: ") == 3811
+    ev = t["events"]
+    assert Counter(ev["name"])["sched:sched_switch"] == text.count(" sched:sched_switch: ") == 30773
+    exit_ = ev.filter((pl.col("name") == "sched:sched_process_exit") & (pl.col("pid") == 17988)).row(0, named=True)
+    assert exit_["ts_raw_ns"] == 1127869966000 and exit_["line"] == 61272
+    assert json.loads(exit_["attrs"])["comm"] == "python3" and exit_["text"].startswith("python3 17988 [001]")
+    (anchor,) = t["anchors"].rows(named=True)
+    assert (anchor["name"], anchor["local_ns"], anchor["wall_ns"]) == \
+        ("perf_reference", 1077087053977, 1795958884979506000)
+    # on-CPU intervals: each starts at a switch-in and lasts until the next switch on that CPU
+    oncpu = ev.filter(pl.col("name") == "oncpu")
+    assert len(oncpu) > 0 and oncpu["dur_ns"].min() >= 0
+
+
+def test_truncated_and_garbage_are_counted(tmp_path):
+    good = text_of(DATA / "speedscope__simple-with-pid.linux-perf.txt")
+    lines = good.split("\n")
+    bad = "\n".join(lines[:10] + ["\x01\x02 garbage that is no record", "also not a record"] + lines[10:])
+    cut = bad[: len(bad) - 7]          # a truncated last frame line
+    p = tmp_path / "x.perf.txt"
+    p.write_text(cut)
+    r, t = parse(tmp_path, p)
+    assert r.status == "partial"
+    issues = t["parse_issues"]
+    assert 11 in issues["line"].to_list() and 12 in issues["line"].to_list()
+
+
+def test_relative_times_are_refused_clearly(tmp_path):
+    text = text_of(DATA / "speedscope__simple-with-pid.linux-perf.txt")
+    # what `perf script --reltime` prints: the first sample at 0.000000
+    first = float(re.search(r"(\d+\.\d{6}):", text).group(1))
+    rel = re.sub(r"(\d+\.\d{6}):", lambda m: f"{float(m.group(1)) - first:.6f}:", text)
+    p = tmp_path / "rel.txt"
+    p.write_text(rel)
+    r, t = parse(tmp_path, p)
+    assert r.clock_domain == "none" and "relative" in r.attrs["time_note"] and r.status == "partial"
