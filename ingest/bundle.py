@@ -309,6 +309,7 @@ class _Budget:
         self.limits = limits
         self.total = 0
         self.count = 0
+        self.dirs: set[Path] = set()    # folders created or checked (never links: none are made)
 
 
 class _LimitHit(Exception):
@@ -320,19 +321,25 @@ class _LimitHit(Exception):
 def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[Path, int]:
     dest = root.joinpath(*rel.split("/"))
     parent = dest.parent
-    # create parents one by one, refusing anything that is not a plain directory
-    cur = root
-    for part in rel.split("/")[:-1]:
-        cur = cur / part
-        try:
-            st = cur.lstat()
-        except FileNotFoundError:
-            cur.mkdir()
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            raise FileExistsError(f"a file of the same name as folder {part!r} already exists")
-    if not str(parent.resolve()).startswith(str(root.resolve())):
-        raise PermissionError("path resolves outside the incident folder")
+    # create parents one by one, refusing anything that is not a plain directory. Extraction
+    # never creates a link, so a folder checked once stays inside the incident folder.
+    if parent not in budget.dirs:
+        cur = root
+        for part in rel.split("/")[:-1]:
+            cur = cur / part
+            if cur in budget.dirs:
+                continue
+            try:
+                st = cur.lstat()
+            except FileNotFoundError:
+                cur.mkdir()
+                budget.dirs.add(cur)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise FileExistsError(f"a file of the same name as folder {part!r} already exists")
+            budget.dirs.add(cur)
+        if not str(parent.resolve()).startswith(str(root.resolve())):
+            raise PermissionError("path resolves outside the incident folder")
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     n = 0
     lim = budget.limits

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from .model import PARSER_TABLES, TABLES
 
+COMPRESSION = "lz4"       # codec of the temporary Parquet parts (fast; they live minutes)
 MAX_TEXT = 4000        # longest evidence text kept per row (chars)
 MAX_ISSUE_TEXT = 200   # longest excerpt kept per parse issue
 
@@ -116,7 +117,7 @@ class RowSink:
         n = self._parts[table]
         self._parts[table] = n + 1
         path = self.out_dir / f"{table}.{n:05d}.parquet"
-        pq.write_table(tbl, path, compression="zstd")
+        pq.write_table(tbl, path, compression=COMPRESSION)
         self.files.append(path)
 
     def close(self) -> dict[str, int]:

@@ -52,7 +52,8 @@ def incident_page(incident: dict, report: dict | None, all_files: bool = False) 
     if report:
         rows = ([dict(s, count=1) for s in report["sources"]] if all_files
                 else group_sources(report["sources"], limit=60))
-    return _render("incident.html", inc=incident, rep=report, counts=counts, rows=rows,
+    has_perf = bool(report) and any(s["kind"] == "perf_script" and s["records"] for s in report["sources"])
+    return _render("incident.html", inc=incident, rep=report, counts=counts, rows=rows, has_perf=has_perf,
                    grouped=len(rows) < len(report["sources"]) if report else False)
 
 

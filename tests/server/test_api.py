@@ -123,3 +123,20 @@ def test_html_pages_and_openapi(client):
     assert r.status_code == 404 and "no incident" in r.text
     spec = client.get("/openapi.json").json()
     assert "/api/incidents" in spec["paths"] and "/api/incidents/{incident_id}/report" in spec["paths"]
+
+
+def test_flamegraph_route_and_page(client):
+    from pathlib import Path
+    perf = (Path(__file__).resolve().parents[1] / "data/perf_script/flamegraph__example-perf-stacks.txt.gz").read_bytes()
+    r = client.post("/api/incidents", files={"bundle": ("perf.txt.gz", perf)})
+    iid = r.json()["id"]
+    assert _wait(client, iid)["status"] == "done"
+    fg = client.get(f"/api/incidents/{iid}/flamegraph").json()
+    assert fg["tree"]["value"] == 1315 and fg["samples_total"] == 1315 and fg["samples_unplaced"] == 1315
+    assert client.get(f"/api/incidents/{iid}/flamegraph", params={"comm": "perf"}).json()["tree"]["value"] < 1315
+    r = client.get(f"/api/incidents/{iid}/flamegraph", params={"start": "not a time"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+    assert client.get("/api/incidents/nope/flamegraph").status_code == 404
+    page = client.get(f"/incidents/{iid}/flamegraph")
+    assert page.status_code == 200 and '"value": 1315' in page.text
+    assert f'/incidents/{iid}/flamegraph' in client.get(f"/incidents/{iid}").text

@@ -45,7 +45,7 @@ def report(tmp_path_factory):
     r = subprocess.run([sys.executable, "-m", "server.cli", "analyze", str(SAMPLE), "--json", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    return json.loads(out.read_text()), r.stdout
+    return json.loads(out.read_text()), r.stdout, env
 
 
 def test_sample_integrity():
@@ -55,7 +55,7 @@ def test_sample_integrity():
 
 
 def test_report_matches_golden(report):
-    rep, _ = report
+    rep = report[0]
     got = summarize(rep)
     if os.environ.get("AFTERTRACE_UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
@@ -63,7 +63,7 @@ def test_report_matches_golden(report):
 
 
 def test_oom_kill_time_matches_the_recorded_truth(report):
-    rep, _ = report
+    rep = report[0]
     truth = json.loads(TRUTH.read_text())
     (oom,) = [a for a in rep["anomalies"] if a["kind"] == "oom_kill"]
     assert oom["pid"] == truth["pids"]["ranks"]["0"]["pid"] == 17988
@@ -75,7 +75,26 @@ def test_oom_kill_time_matches_the_recorded_truth(report):
 
 
 def test_terminal_summary_says_what_is_missing(report):
-    _, out = report
+    out = report[1]
     assert "vm/dmesg.txt" in out and "oom_kill" in out
     assert "Not fully parsed" in out and "vm/perf/perf.script.txt.gz" in out
     assert "aftertrace serve" in out
+
+
+def test_flamegraph_of_rank0_before_the_kill_shows_the_leak(report, tmp_path):
+    rep, _, env = report
+    out = tmp_path / "fg.folded"
+    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"][:6], "--pid", "17988",
+                        "--start", "2026-11-29T13:28:50Z", "--end", "2026-11-29T13:28:56Z", "-o", str(out)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stacks = {}
+    for line in out.read_text().splitlines():
+        stack, n = line.rsplit(" ", 1)
+        stacks[stack] = int(n)
+    top = max(stacks, key=stacks.get)
+    assert top.startswith("python3;") and "__memset" in top and top.endswith("clear_page_erms")
+    html = tmp_path / "fg.html"
+    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"], "-o", str(html)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and "<svg" not in html.read_text() and '"tree"' in html.read_text()
