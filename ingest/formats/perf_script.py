@@ -347,7 +347,7 @@ class _State:
         self.next_rec += n_headers
         heads = self._headers(df.filter(pl.col("header")))
         leaves = self._frames(df.filter(pl.col("frame") & (pl.col("rec") >= self.next_rec - n_headers)), heads)
-        heads = heads.join(leaves, on="rec", how="left")
+        heads = heads.join(leaves, on="rec", how="left", maintain_order="left")
         self._emit(heads)
 
     def _headers(self, h: pl.DataFrame) -> pl.DataFrame:
@@ -414,24 +414,27 @@ class _State:
         return t
 
     def _frames(self, f: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
-        """rec -> leaf stack id, for records with frame lines or an inline frame."""
-        # perf prints "\t%16x sym (dso)": the text starts at column 18. Other layouts
-        # (space-indented, shorter addresses) take the general split.
-        f = f.select("rec", "lineno", "line")
-        # (column 17 is the blank after the address, column 16 its last hex digit)
-        fixed = pl.col("line").str.starts_with("\t") & \
-            (pl.col("line").str.slice(16, 2).str.ends_with(" ")) & \
-            ~pl.col("line").str.slice(16, 1).str.starts_with(" ")
-        f = f.with_columns(fixed=fixed)
-        fast = f.filter(pl.col("fixed")).select("rec", "lineno", text=pl.col("line").str.slice(18))
-        slow = f.filter(~pl.col("fixed")).with_columns(
-            s=pl.col("line").str.strip_chars_start()).with_columns(
+        """rec -> leaf stack id, for records with frame lines or an inline frame.
+
+        Frame lines repeat a lot (one distinct line per return address): they are keyed by a
+        64-bit hash of the whole line, only one line per hash is split and parsed, and the
+        frame id comes back to every line by an integer join.
+        """
+        f = f.select("rec", "lineno", "line", h=pl.col("line").hash())
+        reps = f.unique(subset="h", keep="any").select("h", "line")
+        reps = reps.with_columns(s=pl.col("line").str.strip_chars_start()).with_columns(
             addr=pl.col("s").str.split_exact(" ", 1).struct.field("field_0"),
             text=pl.col("s").str.splitn(" ", 2).struct.field("field_1"))
-        ok = slow["text"].is_not_null() & slow["addr"].str.contains(r"^[0-9a-fA-F]+$")
-        for lineno, line in slow.filter(~ok).head(50).select("lineno", "line").iter_rows():
-            self.sink.issue("bad_line", "unreadable stack frame", lineno, line)
-        parts = pl.concat([fast, slow.filter(ok).select("rec", "lineno", "text")], rechunk=False)
+        ok = reps["text"].is_not_null() & reps["addr"].str.contains(r"^[0-9a-fA-F]+$")
+        bad = reps.filter(~ok)
+        if len(bad):
+            hits = f.filter(pl.col("h").is_in(bad["h"].implode()))
+            for lineno, line in hits.head(50).select("lineno", "line").iter_rows():
+                self.sink.issue("bad_line", "unreadable stack frame", lineno, line)
+            self.sink.issues_total += max(0, len(hits) - 50)
+        reps = reps.filter(ok).select("h", fid=self._fids(reps.filter(ok)["text"]))
+        parts = f.select("rec", "lineno", "h").join(reps, on="h", how="inner", maintain_order="left").select(
+            "rec", "lineno", pl.col("fid").cast(pl.Int64))
         # single-line stacks: the frame printed on the header line itself
         inline = heads.filter(pl.col("fsym").is_not_null()).select(
             "rec", "lineno",
@@ -439,20 +442,27 @@ class _State:
             .otherwise(pl.lit("")))
         if len(inline):
             inline = inline.join(parts.select("rec").unique(), on="rec", how="anti")
-        allf = pl.concat([parts, inline]) if len(inline) else parts
+        if len(inline):
+            inline = inline.select("rec", "lineno", fid=self._fids(inline["text"]).cast(pl.Int64))
+            allf = pl.concat([parts, inline]).sort("rec", "lineno")
+        else:
+            allf = parts
         if allf.is_empty():
             return pl.DataFrame({"rec": [], "stack_id": []}, schema={"rec": pl.Int64, "stack_id": pl.Int64})
-        # distinct frame texts -> (symbol without offset, dso) -> frame id
-        uniq = allf.select("text").unique().with_columns(
-            p=pl.col("text").str.extract_groups(FRAME_TEXT)).unnest("p")
-        ids = [self._frame_id(sym, dso) for sym, dso in uniq.select("sym", "dso").iter_rows()]
-        uniq = uniq.select("text").with_columns(fid=pl.Series(ids, dtype=pl.Int64))
-        allf = allf.join(uniq, on="text", how="left").sort("rec", "lineno")
         per = allf.group_by("rec", maintain_order=True).agg(pl.col("fid"))
         distinct = per.select("fid").unique()
         leaf_of = [self.stacks.leaf(list(reversed(fids))) for fids in distinct["fid"].to_list()]
         distinct = distinct.with_columns(stack_id=pl.Series(leaf_of, dtype=pl.Int64))
         return per.join(distinct, on="fid", how="left").select("rec", "stack_id")
+
+    def _fids(self, texts: pl.Series) -> pl.Series:
+        """Frame texts ('sym+0x1b (dso)') -> frame ids (distinct texts parsed once)."""
+        uniq = texts.unique().to_frame("text").with_columns(
+            p=pl.col("text").str.extract_groups(FRAME_TEXT)).unnest("p")
+        ids = [self._frame_id(sym, dso) for sym, dso in uniq.select("sym", "dso").iter_rows()]
+        if not ids:
+            return pl.Series(texts.name, [], dtype=pl.Int64)
+        return texts.replace_strict(uniq["text"], pl.Series(ids, dtype=pl.Int64), return_dtype=pl.Int64)
 
     def _frame_id(self, sym: str | None, dso: str | None) -> int:
         sym = sym or "[unknown]"
