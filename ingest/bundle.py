@@ -227,7 +227,7 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
     total = 0
     count = 0
     try:
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
+        with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
             for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
                 dirnames.sort()
                 for fn in sorted(filenames) + sorted(d for d in dirnames if (Path(dirpath) / d).is_symlink()):
@@ -309,7 +309,8 @@ class _Budget:
         self.limits = limits
         self.total = 0
         self.count = 0
-        self.dirs: set[Path] = set()    # folders created or checked (never links: none are made)
+        self.dirs: set[str] = set()     # folders created or checked (never links: none are made)
+        self.root_str: str | None = None
 
 
 class _LimitHit(Exception):
@@ -319,27 +320,27 @@ class _LimitHit(Exception):
 
 
 def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[Path, int]:
-    dest = root.joinpath(*rel.split("/"))
-    parent = dest.parent
-    # create parents one by one, refusing anything that is not a plain directory. Extraction
-    # never creates a link, so a folder checked once stays inside the incident folder.
-    if parent not in budget.dirs:
-        cur = root
-        for part in rel.split("/")[:-1]:
-            cur = cur / part
-            if cur in budget.dirs:
-                continue
-            try:
-                st = cur.lstat()
-            except FileNotFoundError:
-                cur.mkdir()
-                budget.dirs.add(cur)
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                raise FileExistsError(f"a file of the same name as folder {part!r} already exists")
+    # ``rel`` passed safe_relpath (no '..', not absolute). Folders are created one by one and
+    # anything on the way that is not a plain folder is refused; extraction never creates a
+    # link, so a folder checked once stays inside the incident folder. (String paths: this
+    # runs once per member, and bundles of 100k small files exist.)
+    parts = rel.split("/")
+    base = budget.root_str or str(root)
+    cur = base
+    for part in parts[:-1]:
+        cur = cur + os.sep + part
+        if cur in budget.dirs:
+            continue
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            os.mkdir(cur)
             budget.dirs.add(cur)
-        if not str(parent.resolve()).startswith(str(root.resolve())):
-            raise PermissionError("path resolves outside the incident folder")
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileExistsError(f"a file of the same name as folder {part!r} already exists")
+        budget.dirs.add(cur)
+    dest = cur + os.sep + parts[-1]
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     n = 0
     lim = budget.limits
@@ -359,9 +360,12 @@ def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[Path, int
                                     "bytes was reached (decompression bomb?)", whole=True)
                 out.write(chunk)
     except BaseException:
-        dest.unlink(missing_ok=True)
+        try:
+            os.unlink(dest)
+        except FileNotFoundError:
+            pass
         raise
-    return dest, n
+    return Path(dest), n
 
 
 def _link_member(rel: str, target: str, hard: bool) -> Member:
@@ -383,6 +387,7 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits()) -
     dest.mkdir(parents=True)
     out = Extracted(dest)
     budget = _Budget(limits)
+    budget.root_str = str(dest.resolve())
     if raw.kind == "tar":
         _extract_tar(raw, dest, budget, out)
     elif raw.kind == "zip":

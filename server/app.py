@@ -179,7 +179,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     def flamegraph_page(incident_id: str, start: str | None = None, end: str | None = None,
                         host: str | None = None, pid: int | None = None, comm: str | None = None,
                         baseline_start: str | None = None, baseline_end: str | None = None):
-        from web.flamegraph import standalone_html
+        from web.flamegraph import flame_subtitle, standalone_html
         try:
             fg = svc.flamegraph(incident_id, start, end, host, pid, comm, None, "samples",
                                 baseline_start, baseline_end)
@@ -187,9 +187,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             return HTMLResponse(pages.error_page(404 if isinstance(e, LookupError) else 400, str(e)),
                                 status_code=404 if isinstance(e, LookupError) else 400)
         diff = fg["baseline"] is not None
-        return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}",
-                               f"{fg['tree']['value']} samples; times {fg['time_range']['start']} .. "
-                               f"{fg['time_range']['end']} UTC", diff)
+        return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}", flame_subtitle(fg), diff)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

@@ -214,7 +214,7 @@ def cmd_incidents(args, console: Console, err: Console) -> int:
 
 
 def cmd_flamegraph(args, console: Console, err: Console) -> int:
-    from web.flamegraph import standalone_html
+    from web.flamegraph import flame_subtitle, standalone_html
     from .queries import NotFoundError
     settings, svc = _service(args, err)
     if svc is None:
@@ -232,11 +232,8 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
     out = args.output
     diff = fg["baseline"] is not None
     if out.endswith(".html"):
-        f = fg["filter"]
-        bits = [f"{k}={v}" for k, v in f.items() if v not in (None, "samples")]
-        sub = (f"{fg['tree']['value']} samples" + (f", baseline {fg['tree'].get('base', 0)}" if diff else "")
-               + (" — " + ", ".join(bits) if bits else ""))
-        text = standalone_html(fg["tree"], f"aftertrace flame graph — incident {fg['incident']}", sub, diff)
+        text = standalone_html(fg["tree"], f"aftertrace flame graph — incident {fg['incident']}",
+                               flame_subtitle(fg), diff)
     elif out.endswith(".json"):
         text = json.dumps(fg, indent=1)
     else:
