@@ -210,4 +210,14 @@ def align(store, incident_id: str) -> list[ClockEntry]:
                 WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
                   AND c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')
                   AND c.domain = s.clock_domain AND c.offset_ns IS NOT NULL""", [incident_id])
+    # A kernel log with reboots in it: the anchors were read in the last boot, so the records
+    # of earlier boots (their own boot clock) stay unplaced rather than being placed wrongly.
+    cur.execute(
+        """UPDATE events AS e SET ts_utc_ns = NULL
+           FROM sources s, facts f
+           WHERE e.incident_id = ? AND s.incident_id = e.incident_id AND s.source_id = e.source_id
+             AND s.clock_domain = 'boot' AND f.incident_id = e.incident_id AND f.source_id = e.source_id
+             AND f.key = 'boots' AND TRY_CAST(f.value AS INTEGER) > 1
+             AND COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.boot') AS INTEGER), 0)
+                 <> TRY_CAST(f.value AS INTEGER) - 1""", [incident_id])
     return entries

@@ -247,6 +247,36 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
     return 0
 
 
+def cmd_clocks(args, console: Console, err: Console) -> int:
+    from .queries import NotFoundError
+    settings, svc = _service(args, err)
+    if svc is None:
+        return 3
+    try:
+        iid = svc.resolve_incident(args.incident)
+    except NotFoundError as e:
+        err.print(f"aftertrace: {escape(str(e))}")
+        return 2
+    rows = svc.store.query(
+        """SELECT c.host, c.domain, c.offset_ns, c.uncertainty_ns, c.method,
+                  (SELECT count(*) FROM sources s WHERE s.incident_id = c.incident_id
+                     AND COALESCE(s.host, '') = c.host AND s.clock_domain = c.domain) AS sources
+           FROM clock_map c WHERE c.incident_id = ? ORDER BY c.host, c.domain""", [iid])
+    t = Table(title=f"Clocks of incident {iid}: utc = raw + offset", title_justify="left")
+    for c in ("host", "domain", "offset", "uncertainty", "sources", "method"):
+        t.add_column(c, overflow="fold")
+    from ingest.timeparse import fmt_utc
+    for r in rows:
+        off = r["offset_ns"]
+        off_s = "unplaced" if off is None else (f"{off / 1e9:+.6f} s" + (f" (boot at {fmt_utc(off)})"
+                                                                         if r["domain"] == "boot" else ""))
+        unc = r["uncertainty_ns"]
+        t.add_row(escape(r["host"] or "-"), r["domain"], off_s,
+                  "unknown" if unc is None else f"±{unc / 1e6:.3f} ms", str(r["sources"]), escape(r["method"] or ""))
+    console.print(t)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aftertrace",
                                 description="Post-mortem trace correlation for distributed ML training incidents.")
@@ -285,6 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     fgp.add_argument("--baseline-end", help="differential flame graph: baseline window end")
     common(fgp)
     fgp.set_defaults(func=cmd_flamegraph)
+
+    ck = sub.add_parser("clocks", help="per host and clock domain: offset to UTC, uncertainty, method")
+    ck.add_argument("incident", help="incident id (or a unique prefix)")
+    common(ck)
+    ck.set_defaults(func=cmd_clocks)
 
     ls = sub.add_parser("incidents", help="list stored incidents")
     common(ls)

@@ -72,3 +72,34 @@ def test_no_anchor_leaves_boot_sources_unplaced(svc, tmp_path):
     assert ev["ts_utc_ns"] is None
     assert rep["sources"][0]["clock"]["offset_s"] is None
     assert rep["sources"][0]["clock"]["method"].startswith("none")
+
+
+def test_records_of_an_earlier_boot_stay_unplaced(svc, tmp_path):
+    b = tmp_path / "bundle" / "node-1"
+    (b / "host").mkdir(parents=True)
+    (b / "host" / "anchors.txt").write_text("100.00 200.00\n1764417073.000000000\n")
+    (b / "dmesg.txt").write_text(
+        "[  500.000000] before the reboot\n[  600.000000] still before\n"
+        "[    0.000000] Linux version 6.1.0 (builder@host) #1 SMP\n[   50.000000] after the reboot\n")
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    rows = svc.store.query("SELECT line, ts_utc_ns FROM events WHERE incident_id = ? ORDER BY line", [iid])
+    placed = {r["line"]: r["ts_utc_ns"] for r in rows}
+    assert placed[1] is None and placed[2] is None
+    assert placed[4] == 1_764_417_073_000_000_000 - 100_005_000_000 + 50_000_000_000
+
+
+def test_clocks_command(svc, tmp_path):
+    import os
+    import subprocess
+    import sys
+    b = tmp_path / "bundle" / "node-1"
+    (b / "host").mkdir(parents=True)
+    (b / "host" / "anchors.txt").write_text("1234.56 2000.00\n1764417073.250000000\n")
+    (b / "dmesg.txt").write_text("[ 1200.000000] hello\n")
+    home = tmp_path / "h"
+    env = dict(os.environ, AFTERTRACE_HOME=str(home), COLUMNS="200")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "server.cli", *a], capture_output=True, text=True, env=env)
+    assert run("analyze", str(tmp_path / "bundle")).returncode == 0
+    iid = [l for l in run("incidents").stdout.split() if len(l) == 12][0]
+    out = run("clocks", iid[:5]).stdout
+    assert "node-1" in out and "+1764415838.685000 s" in out and "±10.000 ms" in out and "uptime+date" in out
