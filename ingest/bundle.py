@@ -25,11 +25,11 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
-import io
 import lzma
 import os
 import shutil
 import stat
+import subprocess
 import tarfile
 import tempfile
 import zipfile
@@ -202,71 +202,95 @@ def store_raw(path: str | os.PathLike, bundles: Path) -> RawBundle:
         raise IntakeError(f"{src}: {e.strerror}") from None
 
 
-class _HashingReader(io.RawIOBase):
-    def __init__(self, f):
-        self.f = f
-        self.h = hashlib.sha256()
+def _walk(src: Path):
+    """Sorted (kind, rel, full path, size, link target) of a folder; the listing hash over them.
 
-    def readable(self):
-        return True
+    kind: F regular file (hashed), L symbolic link (recorded, never followed), S anything else.
+    Unreadable files are left out.
+    """
+    listing = hashlib.sha256()
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+        dirnames.sort()
+        links = sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))
+        for fn in sorted(filenames) + links:
+            full = os.path.join(dirpath, fn)
+            rel = os.path.relpath(full, src).replace(os.sep, "/")
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(full)
+                entries.append(("L", rel, full, 0, target))
+                listing.update(f"L\0{rel}\0{target}\n".encode("utf-8", "surrogateescape"))
+            elif stat.S_ISREG(st.st_mode):
+                h = hashlib.sha256()
+                try:
+                    with open(full, "rb") as f:
+                        while chunk := f.read(CHUNK):
+                            h.update(chunk)
+                except PermissionError:
+                    continue
+                entries.append(("F", rel, full, st.st_size, None))
+                listing.update(f"F\0{rel}\0{st.st_size}\0{h.hexdigest()}\n".encode("utf-8", "surrogateescape"))
+            else:
+                entries.append(("S", rel, full, 0, None))
+                listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
+    return listing.hexdigest(), entries
 
-    def readinto(self, b):
-        n = self.f.readinto(b)
-        if n:
-            self.h.update(memoryview(b)[:n])
-        return n
+
+def _tar_with_tool(src: Path, entries, tmp: Path) -> bool:
+    """Pack ``entries`` with the system's tar (much faster than tarfile for many small files)."""
+    tool = shutil.which("tar")
+    if tool is None:
+        return False
+    names = b"".join(e[1].encode("utf-8", "surrogateescape") + b"\0" for e in entries)
+    try:
+        r = subprocess.run([tool, "--format=gnu", "--no-recursion", "--null", "-C", str(src), "-cf", str(tmp),
+                            "-T", "-"], input=names, capture_output=True, timeout=3600)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+def _tar_with_python(entries, tmp: Path) -> None:
+    with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
+        for kind, rel, full, size, target in entries:
+            ti = tarfile.TarInfo(rel)
+            if kind == "L":
+                ti.type, ti.linkname = tarfile.SYMTYPE, target
+                tf.addfile(ti)
+            elif kind == "F":
+                ti.size, ti.mode = size, 0o644
+                with open(full, "rb") as f:
+                    tf.addfile(ti, f)
+            else:
+                ti.type = tarfile.FIFOTYPE  # marks a special file; refused at extraction
+                tf.addfile(ti)
 
 
 def _store_dir(src: Path, bundles: Path) -> RawBundle:
-    """Pack a directory into a tar (links and special files are recorded, not followed)."""
+    """Pack a directory into a tar (links and special files are recorded, not followed).
+
+    The bundle's id is the hash of the sorted listing (paths, sizes, file hashes), so the same
+    tree always gets the same id, whatever the tar's own bytes (times, order) are.
+    """
     bundles.mkdir(parents=True, exist_ok=True)
-    fd, tmpname = tempfile.mkstemp(prefix=".dir-", suffix=".tar", dir=bundles)
-    os.close(fd)
-    tmp = Path(tmpname)
-    listing = hashlib.sha256()
-    total = 0
-    count = 0
-    try:
-        with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
-            for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
-                dirnames.sort()
-                for fn in sorted(filenames) + sorted(d for d in dirnames if (Path(dirpath) / d).is_symlink()):
-                    full = Path(dirpath) / fn
-                    rel = full.relative_to(src).as_posix()
-                    st = full.lstat()
-                    if stat.S_ISLNK(st.st_mode):
-                        ti = tarfile.TarInfo(rel)
-                        ti.type = tarfile.SYMTYPE
-                        ti.linkname = os.readlink(full)
-                        tf.addfile(ti)
-                        listing.update(f"L\0{rel}\0{ti.linkname}\n".encode("utf-8", "surrogateescape"))
-                    elif stat.S_ISREG(st.st_mode):
-                        ti = tarfile.TarInfo(rel)
-                        ti.size = st.st_size
-                        ti.mtime = int(st.st_mtime)
-                        ti.mode = 0o644
-                        try:
-                            with open(full, "rb") as f:
-                                hr = _HashingReader(f)
-                                tf.addfile(ti, io.BufferedReader(hr, CHUNK))
-                        except PermissionError:
-                            continue  # unreadable: it will be missing from the listing
-                        listing.update(f"F\0{rel}\0{st.st_size}\0{hr.h.hexdigest()}\n"
-                                       .encode("utf-8", "surrogateescape"))
-                        total += st.st_size
-                        count += 1
-                    else:
-                        ti = tarfile.TarInfo(rel)
-                        ti.type = tarfile.FIFOTYPE  # marks a special file; refused at extraction
-                        tf.addfile(ti)
-                        listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if count == 0:
-        tmp.unlink()
+    sha, entries = _walk(src)
+    files = [e for e in entries if e[0] == "F"]
+    if not files:
         raise IntakeError(f"{src}: the directory holds no readable files")
-    raw = _finish_raw(tmp, bundles, listing.hexdigest(), "tar", None, src.name, total)
+    dest = bundles / f"{sha}.tar"
+    if not dest.exists():
+        fd, tmpname = tempfile.mkstemp(prefix=".dir-", suffix=".tar", dir=bundles)
+        os.close(fd)
+        tmp = Path(tmpname)
+        try:
+            if not _tar_with_tool(src, entries, tmp):
+                _tar_with_python(entries, tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, dest)
+    raw = RawBundle(sha, src.name, "tar", dest, sum(e[3] for e in files), None)
     raw.from_dir = True
     return raw
 
@@ -380,8 +404,14 @@ def _link_member(rel: str, target: str, hard: bool) -> Member:
     return Member(rel, 0, "alias", f"link to {t} inside the bundle (not created; the target is read instead)")
 
 
-def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits()) -> Extracted:
-    """Unpack ``raw`` into ``dest`` (which is emptied first)."""
+def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits(),
+            local_dir: Path | None = None) -> Extracted:
+    """Unpack ``raw`` into ``dest`` (which is emptied first).
+
+    ``local_dir``: the folder ``raw`` was just packed from (a folder given on the command line).
+    Its files are then read where they are instead of being written again; the member list, the
+    checks and the limits are the raw tar's, exactly as for an extraction.
+    """
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -389,7 +419,7 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits()) -
     budget = _Budget(limits)
     budget.root_str = str(dest.resolve())
     if raw.kind == "tar":
-        _extract_tar(raw, dest, budget, out)
+        _extract_tar(raw, dest, budget, out, str(local_dir) if local_dir is not None else None)
     elif raw.kind == "zip":
         _extract_zip(raw, dest, budget, out)
     else:
@@ -415,14 +445,20 @@ class _Entry:
     link: str = ""                          # link target
     why: str = ""                           # reason, for type 'refuse'
     open: Callable[[], object] | None = None
+    size: int = 0                           # declared size (used when the file is read in place)
 
 
 _DAMAGE = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
 
 
 def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracted, *,
-           backslash_is_sep: bool, stop_when_damaged: bool, stop_on_member_limit: bool) -> None:
-    """The checks every member goes through, whatever the archive format."""
+           backslash_is_sep: bool, stop_when_damaged: bool, stop_on_member_limit: bool,
+           local_root: str | None = None) -> None:
+    """The checks every member goes through, whatever the archive format.
+
+    With ``local_root`` (a folder the user gave, just packed into the raw store) the members are
+    not written again: each is read in place after checking it is still the same plain file.
+    """
     seen: set[str] = set()
     for e in entries:
         budget.count += 1
@@ -447,8 +483,11 @@ def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracte
             out.members.append(Member(rel, 0, "refused", "refused: duplicate member; the first copy is kept"))
             continue
         try:
-            with e.open() as src:
-                path, n = _write_member(dest, rel, src, budget)
+            if local_root is not None:
+                path, n = _use_in_place(os.path.join(local_root, *rel.split("/")), e.size, budget)
+            else:
+                with e.open() as src:
+                    path, n = _write_member(dest, rel, src, budget)
         except _LimitHit as err:
             out.members.append(Member(rel, 0, "refused", str(err)))
             if err.whole or stop_on_member_limit:
@@ -471,6 +510,19 @@ def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracte
         out.members.append(Member(rel, n, "ok", "", path))
 
 
+def _use_in_place(path: str, size: int, budget: _Budget) -> tuple[Path, int]:
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+        raise OSError(f"{path} changed since the bundle was stored")
+    lim = budget.limits
+    budget.total += size
+    if size > lim.max_member_bytes:
+        raise _LimitHit(f"refused: larger than the per-file limit of {lim.max_member_bytes} bytes", whole=False)
+    if budget.total > lim.max_total_bytes:
+        raise _LimitHit(f"refused: the bundle's size limit of {lim.max_total_bytes} bytes was reached", whole=True)
+    return Path(path), size
+
+
 def _tar_entries(tf: tarfile.TarFile, out: Extracted) -> Iterator[_Entry]:
     while True:
         try:
@@ -488,10 +540,11 @@ def _tar_entries(tf: tarfile.TarFile, out: Extracted) -> Iterator[_Entry]:
             what = "device file" if (ti.ischr() or ti.isblk()) else "FIFO" if ti.isfifo() else "special file"
             yield _Entry(ti.name, "refuse", why=what)
         else:
-            yield _Entry(ti.name, "file", open=lambda ti=ti: tf.extractfile(ti))
+            yield _Entry(ti.name, "file", open=lambda ti=ti: tf.extractfile(ti), size=ti.size)
 
 
-def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) -> None:
+def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted,
+                 local_root: str | None = None) -> None:
     try:
         tf = tarfile.open(raw.raw_path, "r:*")
     except (tarfile.TarError, OSError, EOFError) as e:
@@ -501,7 +554,7 @@ def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) ->
         # In a compressed tar, skipping past a refused member means decompressing it:
         # a member over the limit stops the whole extraction.
         _admit(_tar_entries(tf, out), dest, budget, out, backslash_is_sep=False, stop_when_damaged=True,
-               stop_on_member_limit=raw.compression is not None)
+               stop_on_member_limit=raw.compression is not None, local_root=local_root)
 
 
 def _zip_entries(zf: zipfile.ZipFile) -> Iterator[_Entry]:

@@ -93,11 +93,15 @@ class Service(Queries):
         self.settings = settings
         self.store = store or Store(settings.db_path)
         self.registry = default_registry()
+        self._local_dirs: dict[str, Path] = {}
 
     # -- intake ------------------------------------------------------------------
     def submit_path(self, path: str | os.PathLike, title: str | None = None) -> Submitted:
         raw = store_raw(path, self.settings.bundles_dir)
-        return self._register(raw, title)
+        sub = self._register(raw, title)
+        if raw.from_dir:   # read the folder in place when it is analysed by this process
+            self._local_dirs[sub.incident_id] = Path(path).resolve()
+        return sub
 
     def submit_upload(self, stream, filename: str, title: str | None = None) -> Submitted:
         name = Path(filename or "upload").name or "upload"
@@ -196,7 +200,8 @@ class Service(Queries):
         kind, comp = sniff_kind(raw_path)    # a folder is kept as a tar
         raw = RawBundle(inc["bundle_sha256"], inc["bundle_name"], kind, raw_path, inc["bundle_bytes"], comp)
         progress("extract", 0, 1)
-        ex = extract(raw, files_dir, self.settings.limits)
+        local = self._local_dirs.pop(iid, None)
+        ex = extract(raw, files_dir, self.settings.limits, local if local and local.is_dir() else None)
         progress("extract", 1, 1)
         if work_dir.exists():
             shutil.rmtree(work_dir)

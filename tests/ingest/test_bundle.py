@@ -773,3 +773,22 @@ def test_extract_empties_the_destination_first(tmp_path, bundles):
     (dest / "stale.txt").write_bytes(b"old")
     extract(store_raw(src, bundles), dest)
     assert sorted(p.name for p in dest.iterdir()) == ["x.txt"]
+
+
+def test_folder_packed_without_the_tar_tool_is_the_same_bundle(tmp_path, monkeypatch):
+    import ingest.bundle as B
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "f.txt").write_text("hello\n")
+    (src / "top.log").write_text("x\n")
+    (src / "link").symlink_to("/etc/passwd")
+    one = B.store_raw(src, tmp_path / "b1")
+    monkeypatch.setattr(B.shutil, "which", lambda name: None)
+    two = B.store_raw(src, tmp_path / "b2")
+    assert one.sha256 == two.sha256
+    outs = []
+    for raw, d in ((one, "x1"), (two, "x2")):
+        ex = B.extract(raw, tmp_path / d)
+        outs.append(sorted((m.path, m.status, m.size) for m in ex.members))
+    assert outs[0] == outs[1]
+    assert ("link", "refused", 0) in outs[0] and ("a/b/f.txt", "ok", 6) in outs[0]

@@ -122,3 +122,20 @@ def test_archive_of_a_folder_gets_the_folders_paths(tmp_path, settings):
     # a host's own folder is never stripped
     node = svc.analyze(svc.submit_path(single).incident_id)
     assert sorted(s["path"] for s in node["sources"])[0] == "node-7/dmesg.txt"
+
+
+def test_a_folder_is_read_in_place_then_from_the_raw_copy(tmp_path, settings):
+    b = _bundle(tmp_path / "b", n_files=2, lines=7)
+    svc = Service(settings)
+    sub = svc.submit_path(b)
+    rep = svc.analyze(sub.incident_id)
+    files = settings.incident_dir(sub.incident_id) / "files"
+    assert [p for p in files.rglob("*") if p.is_file()] == []      # nothing copied
+    assert sum(s["records"] for s in rep["sources"]) == 14
+    # another process, later, after the folder is gone: the raw copy is extracted
+    import shutil
+    shutil.rmtree(b)
+    svc2 = Service(settings, store=svc.store)
+    rep2 = svc2.analyze(sub.incident_id)
+    assert len([p for p in files.rglob("*") if p.is_file()]) == 2
+    assert [(s["path"], s["records"]) for s in rep2["sources"]] == [(s["path"], s["records"]) for s in rep["sources"]]
