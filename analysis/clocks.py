@@ -1,4 +1,4 @@
-"""Clock alignment, first cut: per host and clock domain, an offset to UTC.
+"""Clock alignment: per host and clock domain, an offset to UTC, with its uncertainty.
 
 Every source is on one clock domain of its host (``ingest.model``). This module
 builds, per (host, domain), ``utc_ns = ts_raw_ns + offset_ns`` with an
@@ -15,10 +15,19 @@ Methods, best first (for the ``boot`` domain):
    offset is ``wall - boottime`` of each pair; with several pairs the median is
    used and the uncertainty is the larger of the best pair's own uncertainty and
    the spread of the pairs.
-2. ``btime``: ``/proc/stat`` btime (boot instant in wall time, whole seconds):
+2. ``journald`` realtime/monotonic pairs of the boot the bundle was collected in.
+3. ``btime``: ``/proc/stat`` btime (boot instant in wall time, whole seconds):
    offset = btime, uncertainty 1 s.
-3. none: the domain stays unplaced; its rows keep ``ts_utc_ns`` null and the
+4. raw ``dmesg`` next to ``dmesg -T``: matching records bound the offset to the
+   intersection of ``[T - raw, T + 1 s - raw)`` (see :func:`_dmesg_t_pairs`).
+5. none: the domain stays unplaced; its rows keep ``ts_utc_ns`` null and the
    report says so.
+
+The best available method is used; every other method is compared with it, and
+two that disagree by more than the sum of their stated uncertainties become a
+``clock_skew`` finding (:func:`skew_links`) instead of a silent choice. Records
+of earlier boots in a kernel log (its timestamps restart) are left unplaced:
+the anchors belong to the boot the bundle was collected in.
 
 ``wall`` sources are taken as UTC already (the host clock is assumed
 NTP-synchronised; local-time strings were converted with the bundle's time
@@ -77,12 +86,15 @@ class ClockEntry:
     uncertainty_ns: int | None
     method: str
     evidence: tuple = field(default=())
+    conflicts: tuple = field(default=())      # other anchors that disagree beyond the uncertainties
+    others: tuple = field(default=())         # (method, offset, uncertainty) of the methods not chosen
 
     def row(self, incident_id: str) -> dict:
         return {"incident_id": incident_id, "host": self.host, "domain": self.domain,
                 "offset_ns": self.offset_ns, "drift_ppm": None,
                 "uncertainty_ns": self.uncertainty_ns, "method": self.method,
-                "evidence": json.dumps(list(self.evidence))}
+                "evidence": json.dumps({"used": list(self.evidence), "other_methods": list(self.others),
+                                        "conflicts": list(self.conflicts)})}
 
 
 def collect_anchors(store, incident_id: str) -> list[Anchor]:
@@ -94,7 +106,67 @@ def collect_anchors(store, incident_id: str) -> list[Anchor]:
     anchors = [Anchor(r["host"], r["name"], r["local_ns"], r["wall_ns"], r["uncertainty_ns"],
                       r["path"], r["line"], r["text"]) for r in rows]
     anchors += _paired_readings(store, incident_id, {a.source for a in anchors if a.name == "uptime_date"})
-    return anchors
+    anchors += _dmesg_t_pairs(store, incident_id)
+    return _current_boot_journal(store, incident_id, anchors)
+
+
+def _current_boot_journal(store, incident_id: str, anchors: list[Anchor]) -> list[Anchor]:
+    """journald anchors of the boot the bundle was collected in (host's boot_id, else the latest)."""
+    rows = store.query(
+        """SELECT COALESCE(a.host, s.host, '') AS host, a.boot_id, a.wall_ns, s.path, a.line
+           FROM anchors a JOIN sources s USING (incident_id, source_id)
+           WHERE a.incident_id = ? AND a.name = 'journal'""", [incident_id])
+    if not rows:
+        return anchors
+    facts = store.query(
+        """SELECT COALESCE(f.host, s.host, '') AS host, f.value FROM facts f JOIN sources s USING (incident_id, source_id)
+           WHERE f.incident_id = ? AND f.key = 'boot_id' AND s.kind = 'host_info'""", [incident_id])
+    current = {f["host"]: f["value"].strip() for f in facts}
+    for r in sorted(rows, key=lambda r: r["wall_ns"]):
+        current.setdefault(r["host"] + "\0latest", r["boot_id"])
+        current[r["host"] + "\0latest"] = r["boot_id"]
+    keep = {(r["path"], r["line"]) for r in rows
+            if r["boot_id"] == current.get(r["host"], current.get(r["host"] + "\0latest"))}
+    return [a for a in anchors if a.name != "journal" or (a.source, a.line) in keep]
+
+
+def _dmesg_t_pairs(store, incident_id: str) -> list[Anchor]:
+    """Raw dmesg next to dmesg -T: the same records on the boot clock and in wall seconds.
+
+    ``dmesg -T`` printed floor(offset + raw) in whole seconds, so each pair bounds the offset to
+    [T - raw, T + 1 s - raw); the intersection over all pairs is the estimate (it narrows as the
+    records' sub-second phases differ). dmesg computed that offset itself when it ran, from the
+    clocks of that moment: after a suspend, or on a clock that drifted, it is off, which the
+    comparison with the other anchors shows as clock skew.
+    """
+    rows = store.query(
+        r"""WITH lines AS (
+             SELECT COALESCE(s.host, '') AS host, s.format, s.path, e.line, e.ts_raw_ns,
+                    regexp_replace(split_part(e.text, chr(10), 1), '^[^\]]*\] ?', '') AS msg
+             FROM events e JOIN sources s USING (incident_id, source_id)
+             WHERE e.incident_id = ? AND s.format IN ('dmesg_raw', 'dmesg_ctime') AND e.text IS NOT NULL
+               AND e.ts_raw_ns IS NOT NULL),
+           k AS (SELECT *, row_number() OVER (PARTITION BY host, format, path, msg ORDER BY line) AS n FROM lines)
+           SELECT r.host, r.path AS raw_path, c.path AS t_path, r.ts_raw_ns AS raw_ns, c.ts_raw_ns AS t_ns,
+                  r.line AS raw_line
+           FROM k r JOIN k c ON r.host = c.host AND r.msg = c.msg AND r.n = c.n
+           WHERE r.format = 'dmesg_raw' AND c.format = 'dmesg_ctime' AND length(r.msg) > 0""", [incident_id])
+    by: dict[tuple, list] = {}
+    for r in rows:
+        by.setdefault((r["host"], r["raw_path"], r["t_path"]), []).append(r)
+    out = []
+    for (host, raw_path, t_path), pairs in by.items():
+        lo = max(p["t_ns"] - p["raw_ns"] for p in pairs)
+        hi = min(p["t_ns"] + 1_000_000_000 - p["raw_ns"] for p in pairs)
+        if lo <= hi:
+            off, unc = (lo + hi) // 2, max(1, (hi - lo) // 2)
+        else:   # not one constant offset (suspend, or times from different runs of dmesg)
+            offs = sorted(p["t_ns"] + 500_000_000 - p["raw_ns"] for p in pairs)
+            off = offs[len(offs) // 2]
+            unc = max(abs(o - off) for o in offs) + 500_000_000
+        out.append(Anchor(host, "dmesg_T", 0, off, unc, f"{raw_path} + {t_path} ({len(pairs)} records)",
+                          pairs[0]["raw_line"]))
+    return out
 
 
 def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> list[Anchor]:
@@ -141,36 +213,78 @@ def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> l
 
 
 PRINTK_VS_MONOTONIC_NS = 1_000_000   # printk's local_clock vs CLOCK_MONOTONIC, typically well under 1 ms
+CONFLICT_SLACK_NS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    method: str
+    rank: int                       # preference: lower is better
+    offset_ns: int
+    uncertainty_ns: int
+    evidence: tuple = field(default=())
+
+
+def _median_estimate(method: str, rank: int, anchors: list[Anchor], floor_ns: int) -> Estimate:
+    offs = [a.offset_ns for a in anchors]
+    med = int(statistics.median(offs))
+    spread = max(abs(o - med) for o in offs)
+    best = min(a.uncertainty_ns for a in anchors)
+    return Estimate(method, rank, med, max(floor_ns, best, spread),
+                    tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns,
+                           "uncertainty_ns": a.uncertainty_ns} for a in anchors))
+
+
+def boot_estimates(anchors: list[Anchor]) -> list[Estimate]:
+    """Every independent estimate of one host's boot-clock offset, best method first."""
+    out = []
+    groups = [
+        ("perf_reference", PERF_REFERENCE_METHOD, 0, PRINTK_VS_MONOTONIC_NS),
+        ("uptime_date", UPTIME_METHOD, 1, 0),
+        ("journal", "journald realtime/monotonic pairs", 2, 0),
+        ("btime", "btime", 3, 1_000_000_000),
+        ("dmesg_T", "raw dmesg next to dmesg -T", 4, 0),
+    ]
+    for prefix, method, rank, floor in groups:
+        sel = [a for a in anchors if a.name.startswith(prefix)]
+        if sel:
+            out.append(_median_estimate(method, rank, sel, floor))
+    return out
 
 
 def solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
-    # perf recorded with -k CLOCK_MONOTONIC states the clock's offset to the time of day itself
-    ref = [a for a in anchors if a.name == "perf_reference"]
-    if ref:
-        offs = [a.offset_ns for a in ref]
-        med = int(statistics.median(offs))
-        spread = max(abs(o - med) for o in offs)
-        return ClockEntry(host, CLOCK_BOOT, med, max(PRINTK_VS_MONOTONIC_NS, spread), PERF_REFERENCE_METHOD,
-                          tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns} for a in ref))
-    pairs = [a for a in anchors if a.name.startswith("uptime_date")]
-    if pairs:
-        offs = [a.offset_ns for a in pairs]
-        med = int(statistics.median(offs))
-        best = min(a.uncertainty_ns for a in pairs)
-        spread = max(abs(o - med) for o in offs)
-        unc = max(best, spread)
-        return ClockEntry(host, CLOCK_BOOT, med, unc, UPTIME_METHOD,
-                          tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns,
-                                 "uncertainty_ns": a.uncertainty_ns} for a in pairs))
-    bt = [a for a in anchors if a.name == "btime"]
-    if bt:
-        offs = [a.offset_ns for a in bt]
-        med = int(statistics.median(offs))
-        spread = max(abs(o - med) for o in offs)
-        return ClockEntry(host, CLOCK_BOOT, med, max(1_000_000_000, spread), "btime",
-                          tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns} for a in bt))
-    return ClockEntry(host, CLOCK_BOOT, None, None,
-                      "none: no uptime+date pair or btime for this host; boot-clock times cannot be placed")
+    ests = boot_estimates(anchors)
+    if not ests:
+        return ClockEntry(host, CLOCK_BOOT, None, None,
+                          "none: no uptime+date pair or btime for this host; boot-clock times cannot be placed")
+    best = min(ests, key=lambda e: e.rank)
+    conflicts = tuple(
+        {"method": e.method, "offset_ns": e.offset_ns, "uncertainty_ns": e.uncertainty_ns,
+         "difference_ns": e.offset_ns - best.offset_ns, "evidence": e.evidence[:3]}
+        for e in ests if e is not best
+        and abs(e.offset_ns - best.offset_ns) > e.uncertainty_ns + best.uncertainty_ns + CONFLICT_SLACK_NS)
+    return ClockEntry(host, CLOCK_BOOT, best.offset_ns, best.uncertainty_ns, best.method, best.evidence,
+                      conflicts=conflicts,
+                      others=tuple((e.method, e.offset_ns, e.uncertainty_ns) for e in ests if e is not best))
+
+
+def skew_links(entries: list[ClockEntry]) -> list:
+    """Anchors that disagree beyond their stated uncertainties become clock_skew findings."""
+    from .links import Evidence, Link, LinkKind, Provenance
+    out = []
+    for e in entries:
+        for c in e.conflicts:
+            d = c["difference_ns"] / 1e9
+            ev = tuple(Evidence(x["source"], x.get("line"), f"offset {x['offset_ns'] / 1e9:.6f} s")
+                       for x in (c["evidence"] + e.evidence[:2]))
+            out.append(Link(
+                kind=LinkKind.CLOCK_SKEW, ts_ns=None, source=c["evidence"][0]["source"] if c["evidence"] else "",
+                host=e.host or None,
+                summary=(f"Clock anchors of host {e.host or '?'} disagree: {c['method']} places the {e.domain} clock "
+                         f"{d:+.3f} s from {e.method} (stated uncertainties ±{c['uncertainty_ns'] / 1e9:.3f} s and "
+                         f"±{e.uncertainty_ns / 1e9:.3f} s); times use {e.method}"),
+                evidence=ev, provenance=Provenance.INFERRED, confidence=0.9))
+    return out
 
 
 def align(store, incident_id: str) -> list[ClockEntry]:

@@ -258,7 +258,7 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
         err.print(f"aftertrace: {escape(str(e))}")
         return 2
     rows = svc.store.query(
-        """SELECT c.host, c.domain, c.offset_ns, c.uncertainty_ns, c.method,
+        """SELECT c.host, c.domain, c.offset_ns, c.uncertainty_ns, c.method, c.evidence,
                   (SELECT count(*) FROM sources s WHERE s.incident_id = c.incident_id
                      AND COALESCE(s.host, '') = c.host AND s.clock_domain = c.domain) AS sources
            FROM clock_map c WHERE c.incident_id = ? ORDER BY c.host, c.domain""", [iid])
@@ -274,6 +274,17 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
         t.add_row(escape(r["host"] or "-"), r["domain"], off_s,
                   "unknown" if unc is None else f"±{unc / 1e6:.3f} ms", str(r["sources"]), escape(r["method"] or ""))
     console.print(t)
+    for r in rows:
+        try:
+            ev = json.loads(r["evidence"] or "{}")
+        except ValueError:
+            continue
+        others = ev.get("other_methods", []) if isinstance(ev, dict) else []
+        bad = {c["method"] for c in ev.get("conflicts", [])} if isinstance(ev, dict) else set()
+        for method, off, unc in others:
+            verdict = "[red]disagrees[/red]" if method in bad else "agrees"
+            console.print(f"  {escape(r['host'] or '-')}/{r['domain']}: also {escape(method)}: "
+                          f"{(off - r['offset_ns']) / 1e9:+.6f} s from the one used, ±{unc / 1e9:.3f} s — {verdict}")
     return 0
 
 

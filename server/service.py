@@ -290,7 +290,7 @@ class Service(Queries):
         entries = clocks.align(self.store, iid)
         if any(e.method == clocks.UPTIME_METHOD for e in entries):
             notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
-        anomalies = findings.anomalies(self.store, iid)
+        anomalies = findings.anomalies(self.store, iid) + clocks.skew_links(entries)
         rep = report_mod.build(self.store, iid, anomalies, notes=notes,
                                time_zone={"zone": tz, "from": tz_from})
         (folder / "report.json").write_text(json.dumps(rep, indent=2))

@@ -103,3 +103,53 @@ def test_clocks_command(svc, tmp_path):
     iid = [l for l in run("incidents").stdout.split() if len(l) == 12][0]
     out = run("clocks", iid[:5]).stdout
     assert "node-1" in out and "+1764415838.685000 s" in out and "±10.000 ms" in out and "uptime+date" in out
+
+
+def _ctime(ns: int) -> str:
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(ns // 10**9, timezone.utc).strftime("%a %b %e %H:%M:%S %Y").replace("  ", " ")
+
+
+def test_dmesg_T_pairs_bound_the_offset_and_flag_a_disagreeing_anchor(svc, tmp_path):
+    true_off = 1_764_415_838_685_000_000
+    raws = [1200_000_000_000 + k * 137_000_000 for k in range(12)]   # sub-second phases differ
+    b = tmp_path / "bundle" / "node-1"
+    (b / "host").mkdir(parents=True)
+    raw_lines, t_lines = [], []
+    for k, r in enumerate(raws):
+        msg = f"eth0: event number {k}"
+        raw_lines.append(f"[{r // 10**9:5d}.{(r % 10**9) // 1000:06d}] {msg}")
+        t_lines.append(f"[{_ctime(true_off + r)}] {msg}")
+    (b / "dmesg.txt").write_text("\n".join(raw_lines) + "\n")
+    (b / "dmesg_T.txt").write_text("\n".join(t_lines) + "\n")
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    (cm,) = svc.store.query("SELECT offset_ns, uncertainty_ns, method FROM clock_map WHERE incident_id = ? AND "
+                            "domain = 'boot'", [iid])
+    assert cm["method"] == "raw dmesg next to dmesg -T"
+    assert abs(cm["offset_ns"] - true_off) <= cm["uncertainty_ns"] < 100_000_000   # narrowed well below 1 s
+    # now an uptime+date anchor that says something 3 s different: kept, and reported as skew
+    (b / "host" / "anchors.txt").write_text(f"1200.00 2000.00\n{(true_off + 1_200_005_000_000 + 3 * 10**9) / 1e9:.9f}\n")
+    iid2, rep2 = _analyze(svc, tmp_path / "bundle")
+    skews = [a for a in rep2["anomalies"] if a["kind"] == "clock_skew"]
+    assert len(skews) == 1 and "disagree" in skews[0]["summary"] and skews[0]["provenance"] == "inferred"
+
+
+def test_two_hosts_with_their_own_boot_clocks(svc, tmp_path):
+    """Injected offsets: host A booted 1.7 s later than the anchors of host B would suggest, host B
+    runs 40 s behind; each host's own anchor places its own kernel lines at the true instant."""
+    truth = 1_764_417_000_000_000_000
+    for host, boot_at in (("node-1", truth - 500 * 10**9 + 1_700_000_000), ("node-2", truth - 900 * 10**9 - 40 * 10**9)):
+        b = tmp_path / "bundle" / host
+        (b / "host").mkdir(parents=True)
+        up = truth + 60 * 10**9 - boot_at          # uptime read 60 s after the event
+        (b / "host" / "anchors.txt").write_text(f"{up // 10**9}.{(up % 10**9) // 10**7:02d} 1.00\n"
+                                                f"{(truth + 60 * 10**9) / 1e9:.9f}\n")
+        r = truth - boot_at
+        (b / "dmesg.txt").write_text(f"[{r // 10**9:5d}.{(r % 10**9) // 1000:06d}] the same instant on {host}\n")
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    rows = svc.store.query("SELECT s.host, e.ts_utc_ns, c.uncertainty_ns FROM events e JOIN sources s "
+                           "USING (incident_id, source_id) JOIN clock_map c ON c.incident_id = e.incident_id AND "
+                           "c.host = s.host AND c.domain = 'boot' WHERE e.incident_id = ?", [iid])
+    assert len(rows) == 2
+    for r in rows:
+        assert abs(r["ts_utc_ns"] - truth) <= r["uncertainty_ns"], r
