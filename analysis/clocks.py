@@ -301,15 +301,28 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     if "" in by_host and len(hosts - {""}) == 1:
         only = next(iter(hosts - {""}))
         by_host.setdefault(only, []).extend(by_host[""])
+    from .clock_collectives import host_offsets
+    try:
+        cross = {h.host: h for h in host_offsets(store, incident_id)}
+    except Exception:   # no Kineto tables / nothing to match: no cross-host estimate
+        cross = {}
+    refs = {h.reference for h in cross.values()}
     entries = []
     for d in sorted(doms, key=lambda d: (d["host"], d["domain"])):
         host, dom = d["host"], d["domain"]
         if dom == CLOCK_BOOT:
             entries.append(solve_boot(host, by_host.get(host, [])))
+        elif dom == CLOCK_WALL and host in cross:
+            h = cross[host]
+            entries.append(ClockEntry(
+                host, dom, h.offset_ns, h.uncertainty_ns,
+                f"collectives: {h.pairs} matched with the ranks on {h.reference} (the reference host)",
+                ({"reference": h.reference, "pairs": h.pairs, "causality_bounds_ns": list(h.bounds)},)))
         elif dom == CLOCK_WALL:
+            note = " (the reference host for cross-host alignment)" if host in refs else ""
             entries.append(ClockEntry(host, dom, 0, None,
                                       "host wall clock taken as UTC (NTP assumed; local times converted "
-                                      "with the bundle's time zone)"))
+                                      "with the bundle's time zone)" + note))
         elif dom == CLOCK_NONE:
             continue
         else:

@@ -67,8 +67,8 @@ class Store:
     # -- schema ------------------------------------------------------------------
     def schema_version(self) -> int:
         cur = self.cursor()
-        row = cur.execute("SELECT value FROM aftertrace_meta WHERE key = 'schema_version'").fetchone()
-        return int(row[0]) if row else 0
+        rows = cur.execute("SELECT value FROM aftertrace_meta WHERE key = 'schema_version'").fetchall()
+        return int(rows[0][0]) if rows else 0
 
     def migrate(self) -> None:
         cur = self.cursor()
