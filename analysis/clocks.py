@@ -20,7 +20,9 @@ Methods, best first (for the ``boot`` domain):
    offset = btime, uncertainty 1 s.
 4. raw ``dmesg`` next to ``dmesg -T``: matching records bound the offset to the
    intersection of ``[T - raw, T + 1 s - raw)`` (see :func:`_dmesg_t_pairs`).
-5. none: the domain stays unplaced; its rows keep ``ts_utc_ns`` null and the
+5. a process death seen by the kernel (OOM kill, perf's exit record) and in
+   the launcher's report of the failed worker (see :func:`_pid_deaths`).
+6. none: the domain stays unplaced; its rows keep ``ts_utc_ns`` null and the
    report says so.
 
 The best available method is used; every other method is compared with it, and
@@ -107,7 +109,56 @@ def collect_anchors(store, incident_id: str) -> list[Anchor]:
                       r["path"], r["line"], r["text"]) for r in rows]
     anchors += _paired_readings(store, incident_id, {a.source for a in anchors if a.name == "uptime_date"})
     anchors += _dmesg_t_pairs(store, incident_id)
+    anchors += _pid_deaths(store, incident_id)
     return _current_boot_journal(store, incident_id, anchors)
+
+
+LAUNCHER_LATENCY_NS = 2_000_000_000   # a launcher notices a dead worker within this (torchrun polls)
+
+
+def _pid_deaths(store, incident_id: str) -> list[Anchor]:
+    """The same process's death on the kernel clock and in a launcher's wall-clock report.
+
+    The kernel prints the OOM kill (or perf records the exit) at the instant of death, on the
+    boot clock; torchrun reports the failed worker when its monitor loop notices, at most
+    ``LAUNCHER_LATENCY_NS`` later, in wall time (ms in its log line, whole seconds in the
+    ChildFailedError block). Each pair bounds the boot clock's offset to
+    [report - latency - raw, report + resolution - raw]; bounds of several pairs intersect.
+    """
+    rows = store.query(
+        r"""WITH k AS (
+              SELECT COALESCE(s.host, '') AS host, e.pid, min(e.ts_raw_ns) AS raw_ns, any_value(s.path) AS path,
+                     any_value(e.line) AS line
+              FROM events e JOIN sources s USING (incident_id, source_id)
+              WHERE e.incident_id = ? AND s.clock_domain = 'boot' AND e.pid IS NOT NULL
+                AND (e.kind = 'oom_kill' OR e.name = 'sched:sched_process_exit') AND e.ts_raw_ns IS NOT NULL
+              GROUP BY 1, 2),
+            l AS (
+              SELECT COALESCE(s.host, '') AS host,
+                     COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT), e.pid) AS pid,
+                     e.ts_raw_ns AS wall_ns,
+                     CASE WHEN e.name = 'worker_failed' THEN 1000000 ELSE 1000000000 END AS res_ns,
+                     s.path, e.line
+              FROM events e JOIN sources s USING (incident_id, source_id)
+              WHERE e.incident_id = ? AND s.clock_domain = 'wall' AND e.ts_raw_ns IS NOT NULL
+                AND (e.name = 'worker_failed' OR e.kind IN ('signal_kill', 'process_exit')))
+            SELECT k.host, k.pid, k.raw_ns, k.path AS kpath, k.line AS kline, l.wall_ns, l.res_ns,
+                   l.path AS lpath, l.line AS lline
+            FROM k JOIN l ON k.host = l.host AND k.pid = l.pid""", [incident_id, incident_id])
+    by: dict[str, list] = {}
+    for r in rows:
+        by.setdefault(r["host"], []).append(r)
+    out = []
+    for host, pairs in by.items():
+        lo = max(p["wall_ns"] - LAUNCHER_LATENCY_NS - p["raw_ns"] for p in pairs)
+        hi = min(p["wall_ns"] + p["res_ns"] - p["raw_ns"] for p in pairs)
+        if lo > hi:
+            continue   # the reports contradict each other: no anchor from them
+        p0 = min(pairs, key=lambda p: p["res_ns"])
+        out.append(Anchor(host, "pid_death", 0, (lo + hi) // 2, max(1, (hi - lo) // 2),
+                          f"{p0['kpath']} + {p0['lpath']} (pid {p0['pid']}, {len(pairs)} report(s))",
+                          p0["kline"]))
+    return out
 
 
 def _current_boot_journal(store, incident_id: str, anchors: list[Anchor]) -> list[Anchor]:
@@ -244,6 +295,7 @@ def boot_estimates(anchors: list[Anchor]) -> list[Estimate]:
         ("journal", "journald realtime/monotonic pairs", 2, 0),
         ("btime", "btime", 3, 1_000_000_000),
         ("dmesg_T", "raw dmesg next to dmesg -T", 4, 0),
+        ("pid_death", "a process death seen by the kernel and reported by the launcher", 5, 0),
     ]
     for prefix, method, rank, floor in groups:
         sel = [a for a in anchors if a.name.startswith(prefix)]

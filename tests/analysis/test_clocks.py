@@ -153,3 +153,25 @@ def test_two_hosts_with_their_own_boot_clocks(svc, tmp_path):
     assert len(rows) == 2
     for r in rows:
         assert abs(r["ts_utc_ns"] - truth) <= r["uncertainty_ns"], r
+
+
+def test_no_anchor_but_a_shared_death(svc, tmp_path):
+    """The sample with its anchors taken away: only raw dmesg and the launcher's log remain. The
+    OOM-killed rank's death, on the kernel clock and in torchrun's report, places the kernel log."""
+    import json
+    import shutil
+    from pathlib import Path
+    sample = Path(__file__).resolve().parents[2] / "sample_traces"
+    b = tmp_path / "bundle" / "vm"
+    (b / "logs").mkdir(parents=True)
+    shutil.copy(sample / "oom-after-throttle/vm/dmesg.txt", b / "dmesg.txt")
+    shutil.copy(sample / "oom-after-throttle/vm/logs/torchrun.log", b / "logs/torchrun.log")
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    src = {s["path"]: s for s in rep["sources"]}
+    assert src["vm/dmesg.txt"]["clock"]["method"].startswith("a process death")
+    (oom,) = [a for a in rep["anomalies"] if a["kind"] == "oom_kill"]
+    truth = json.loads((sample / "oom-after-throttle.truth.json").read_text())
+    # the kernel printed the kill 13 ms before the recorder's poll saw it in memory.oom_control
+    true_s = truth["events"]["oom_kill_seen"]["epoch_ns"] / 1e9 - 0.013
+    err = abs(oom["ts"] - true_s)
+    assert err < 1.0 and err <= oom["uncertainty_s"]
