@@ -154,7 +154,7 @@ def _pid_deaths(store, incident_id: str) -> list[Anchor]:
         hi = min(p["wall_ns"] + p["res_ns"] - p["raw_ns"] for p in pairs)
         if lo > hi:
             continue   # the reports contradict each other: no anchor from them
-        p0 = min(pairs, key=lambda p: p["res_ns"])
+        p0 = min(pairs, key=lambda p: (p["res_ns"], p["kline"] or 0, p["lline"] or 0, p["pid"]))
         out.append(Anchor(host, "pid_death", 0, (lo + hi) // 2, max(1, (hi - lo) // 2),
                           f"{p0['kpath']} + {p0['lpath']} (pid {p0['pid']}, {len(pairs)} report(s))",
                           p0["kline"]))
@@ -216,7 +216,7 @@ def _dmesg_t_pairs(store, incident_id: str) -> list[Anchor]:
             off = offs[len(offs) // 2]
             unc = max(abs(o - off) for o in offs) + 500_000_000
         out.append(Anchor(host, "dmesg_T", 0, off, unc, f"{raw_path} + {t_path} ({len(pairs)} records)",
-                          pairs[0]["raw_line"]))
+                          min(p["raw_line"] for p in pairs)))
     return out
 
 
