@@ -12,7 +12,12 @@ single process:
 * ``python loop``: ``for line in f: RAW.match(line)`` -- the least a Python parser would do;
 * ``grep -c``: counting the OOM kills with grep (no parsing at all).
 
-Prints a Markdown table; the scaled inputs are deleted afterwards unless ``--keep``.
+Prints a Markdown table; the scaled inputs are deleted afterwards unless ``--keep``. ``--stages``
+also prints the CPU seconds of each stage on the first 32 MB chunk of each input (best of 3, CPU
+time of the whole process, so it is meaningful on a shared machine): line split (``ingest.lines``),
+the format's ``records``, the engine (``KernelEngine.feed``: candidates, boots, state machine,
+events frame) and the Parquet write of the chunk's events (``RowSink.add_frame``), which the parser
+runs on a worker thread while the next chunk is parsed.
 """
 from __future__ import annotations
 
@@ -107,17 +112,60 @@ def run_parse(path: Path, work: Path) -> tuple[float, object]:
     return dt, res
 
 
+def stages(path: Path, work: Path) -> str:
+    """CPU seconds per stage on the first chunk of ``path`` (see the module doc)."""
+    import io
+
+    from ingest.formats import kernel as K
+    from ingest.lines import CHUNK_BYTES, line_frames
+    from ingest.reader import Head
+    from ingest.registry import ParseContext, default_registry
+    from ingest.sink import RowSink
+
+    parser_cls = default_registry().detect(Head.read(path, path.name)).parser
+    with open(path, "rb") as f:
+        data = f.read(CHUNK_BYTES)
+    data = data[:data.rfind(b"\n") + 1]
+    best: dict[str, float] = {}
+
+    def timed(name, fn):
+        t0 = time.process_time()
+        out = fn()
+        best[name] = min(best.get(name, 1e9), time.process_time() - t0)
+        return out
+
+    for i in range(3):
+        df = timed("lines", lambda: next(line_frames(io.BytesIO(data), len(data) + 1)))
+        sink = RowSink(work / f"stage-parts-{i}")
+        ctx = ParseContext(str(path), path.name, sink)
+        parser = parser_cls()
+        parser.prepare(ctx)
+        rec = timed("records", lambda: parser.records(df, ctx))
+        engine = K.KernelEngine(ctx, parser)
+        frames = []
+        engine._write_events = frames.append       # time the write on its own
+        timed("engine", lambda: engine.feed(rec))
+        timed("write", lambda: [sink.add_frame("events", fr) for fr in frames])
+        shutil.rmtree(work / f"stage-parts-{i}", ignore_errors=True)
+    total = sum(best.values())
+    return (f"| {path.name} | {len(data) / 1e6:.0f} | " + " | ".join(f"{best[k]:.3f}" for k in
+            ("lines", "records", "engine", "write")) + f" | {total:.3f} | {len(data) / 1e6 / total:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--out", default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--stages", action="store_true", help="CPU seconds per stage on one 32 MB chunk")
     args = ap.parse_args()
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-kernel-"))
     work.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, stage_rows = [], []
     try:
         raw, iso = scaled_logs(work, args.mb)
+        if args.stages:
+            stage_rows = [stages(p, work) for p in (raw, iso)]
         for path in (raw, iso):
             size = path.stat().st_size / 1e6
             dt, res = run_parse(path, work)
@@ -138,6 +186,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
+    if stage_rows:
+        print("\nCPU seconds per stage, first chunk (best of 3):\n")
+        print("| input | MB | lines | records | engine | write | sum | MB/s of CPU |")
+        print("|---|---|---|---|---|---|---|---|")
+        print("\n".join(stage_rows))
     print(f"\nmachine: {os.cpu_count()} CPUs (shared with other sessions), python {sys.version.split()[0]}")
 
 

@@ -10,6 +10,8 @@ Inputs, concatenated from real files to the target size:
 
 The comparison is what a user would run instead: a plain Python loop over the lines that
 applies one regex per line (the NCCL header, or a timestamp) — far less work than the parser.
+Each row also gives ``cpu_s``, the process's CPU seconds (all threads): on a shared machine it
+moves much less with the load than the wall-clock seconds do.
 
     python bench/bench_logs.py [--mb 200]
 """
@@ -37,24 +39,24 @@ PARSE = """
 import time, shutil, tempfile
 from ingest.parse import parse_file, ParseJob
 out = tempfile.mkdtemp()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 r = parse_file(ParseJob({path!r}, "bench.log", out, time_zone="UTC"))
-dt = time.perf_counter() - t
+dt, cpu = time.perf_counter() - t, time.process_time() - c
 shutil.rmtree(out)
 RESULT = dict(tool="aftertrace " + str(r.format) + " -> Parquet parts", seconds=dt, status=r.status,
-              events=r.counts.get("events"), interpolated=r.attrs.get("interpolated_events"))
+              events=r.counts.get("events"), interpolated=r.attrs.get("interpolated_events"), cpu_s=round(cpu, 2))
 """
 LOOP = """
 import re, time
 rx = re.compile({rx!r})
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 n = 0
 with open({path!r}, "rb") as f:
     for line in f:
         if rx.match(line):
             n += 1
-dt = time.perf_counter() - t
-RESULT = dict(tool="plain Python line loop, one regex per line", seconds=dt, matched=n)
+dt, cpu = time.perf_counter() - t, time.process_time() - c
+RESULT = dict(tool="plain Python line loop, one regex per line", seconds=dt, matched=n, cpu_s=round(cpu, 2))
 """
 
 
@@ -62,7 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     args = ap.parse_args()
-    compare("logs", ".log", SOURCES, [PARSE, LOOP], args.mb, ("events", "matched"), rx=LOOP_RX)
+    compare("logs", ".log", SOURCES, [PARSE, LOOP], args.mb, ("events", "matched", "cpu_s"), rx=LOOP_RX)
 
 if __name__ == "__main__":
     main()

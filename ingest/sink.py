@@ -22,6 +22,8 @@ import pyarrow.parquet as pq
 from .model import PARSER_TABLES, TABLES
 
 COMPRESSION = "lz4"       # codec of the temporary Parquet parts (fast; they live minutes)
+NO_DICTIONARY = {"text", "attrs", "ts_raw_ns", "ts_utc_ns", "dur_ns", "line", "value", "local_ns", "wall_ns",
+                 "byte_offset", "stack_id", "parent_id"}
 MAX_TEXT = 4000        # longest evidence text kept per row (chars)
 MAX_ISSUE_TEXT = 200   # longest excerpt kept per parse issue
 
@@ -117,7 +119,9 @@ class RowSink:
         n = self._parts[table]
         self._parts[table] = n + 1
         path = self.out_dir / f"{table}.{n:05d}.parquet"
-        pq.write_table(tbl, path, compression=COMPRESSION)
+        # dictionary-encode only the columns that repeat (names, kinds); text and JSON do not
+        dict_cols = [n for n in tbl.column_names if n not in NO_DICTIONARY]
+        pq.write_table(tbl, path, compression=COMPRESSION, use_dictionary=dict_cols)
         self.files.append(path)
 
     def close(self) -> dict[str, int]:

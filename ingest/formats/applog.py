@@ -167,6 +167,10 @@ _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
                "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")
 
+# INFO_GRAMMAR literal -> entry number (the first entry whose literal occurs in a line wins)
+_INFO_ENTRY = {lit: i for i, (_n, lit, _rx, _ints) in enumerate(INFO_GRAMMAR)}
+assert len(_INFO_ENTRY) == len(INFO_GRAMMAR), "INFO_GRAMMAR literals must be distinct"
+
 # ---------------------------------------------------------------------------------------------
 # blocks
 TB_START = "Traceback (most recent call last):"
@@ -229,27 +233,25 @@ class _State:
 
 def _wrap(df: pl.DataFrame) -> pl.DataFrame:
     """lineno, line, body, stream, wrank, tee, srun, ray_pid, repeated."""
-    need = pl.col("line").str.contains(WRAP_START)
-    base = df.select("lineno", "line").with_columns(need.alias("_w"))
-    if base["_w"].any():
-        w = extract_prefix(base.filter(pl.col("_w")).select("lineno", "line"), "line", WRAP, "body").drop("line")
-        base = base.join(w, on="lineno", how="left")
+    # WRAP is all-optional and anchored: on a line without a wrapper it matches the empty string
+    # at once (every first token of WRAP needs the WRAP_START prefix), so body = line there.
+    base = df.select("lineno", "line")
+    if base.select(pl.col("line").str.contains(WRAP_START).any()).item():
+        base = extract_prefix(base, "line", WRAP, "body")
     else:
-        base = base.with_columns(
-        *(pl.lit(None, pl.String).alias(c) for c in ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee",
-                                                    "srun", "wrank")), pl.col("line").alias("body"))
-    base = base.with_columns(
-        pl.when(pl.col("_w")).then(pl.col("body")).otherwise(pl.col("line")).alias("body"),
-        *(pl.when(pl.col("_w")).then(pl.col(c)).otherwise(None).alias(c)
-          for c in ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank")))
+        base = base.with_columns(*(pl.lit(None, pl.String).alias(c) for c in (
+            "ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank")), pl.col("line").alias("body"))
     rep = pl.col("body").str.ends_with("across cluster]")
-    base = base.with_columns(
-        pl.when(rep).then(pl.col("body").str.extract(RAY_REPEAT, 1).cast(pl.Int32, strict=False)).alias("repeated"),
-        pl.when(rep).then(pl.col("body").str.replace(RAY_REPEAT, "")).otherwise(pl.col("body")).alias("body"),
+    if base.select(rep.any()).item():
+        base = base.with_columns(
+            _on_rows(base, rep, pl.col("body").str.extract(RAY_REPEAT, 1), pl.Int32).alias("repeated"),
+            _on_rows(base, rep, pl.col("body").str.replace(RAY_REPEAT, ""), pl.String).alias("_rb"))
+        base = base.with_columns(pl.coalesce(pl.col("_rb"), pl.col("body")).alias("body")).drop("_rb")
+    else:
+        base = base.with_columns(pl.lit(None, pl.Int32).alias("repeated"))
+    return base.with_columns(
         pl.concat_str([pl.col("tee").fill_null(""), pl.col("srun").fill_null(""), pl.col("ray_pid").fill_null(""),
-                       pl.col("mpi_rank").fill_null("")], separator="|").alias("stream"),
-    )
-    return base.drop("_w")
+                       pl.col("mpi_rank").fill_null("")], separator="|").alias("stream"))
 
 
 def _with_common(df: pl.DataFrame, family: str, **cols) -> pl.DataFrame:
@@ -372,46 +374,47 @@ def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.Da
         t_y=nts.str.slice(0, 4), t_mo=nts.str.slice(5, 2), t_d=nts.str.slice(8, 2), t_hms=nts.str.slice(11, 8),
         t_frac=pl.col("nts_frac"), t_res=frac_res_expr(pl.col("nts_frac")),
         sev=pl.col("level").replace_strict(SEVERITY, default=None))
-    base_fields = ["dev", "level", "src", "srcline", "func", "trace_ms", "tag", "spliced"]
-    # one pass decides which INFO grammar entry a line may be (literal tests), then each group
-    # is extracted on its own rows only
-    sub = pl.lit(None, pl.String)
-    for name, lit, _rx, _ints in reversed(INFO_GRAMMAR):
-        sub = pl.when(pl.col("msg").str.contains(lit, literal=True)).then(pl.lit(name)).otherwise(sub)
-    g = g.with_columns(pl.when(pl.col("level") == "WARN").then(None).otherwise(sub).alias("_sub"))
-    grammar = {name: (rx, ints) for name, _lit, rx, ints in INFO_GRAMMAR}
-    out, unmatched = [], []
-    for (name,), part in g.partition_by("_sub", as_dict=True).items():
-        if name is None:
-            unmatched.append(part)
-            continue
-        rx, ints = grammar[name]
+    # Which INFO grammar entry a line may be: the first entry of INFO_GRAMMAR whose literal occurs
+    # (one Aho-Corasick pass finds them all; the lowest entry number wins). Each entry's regex
+    # then runs on its own rows only, in a narrow frame; name and attrs go back by row number.
+    sub = (pl.col("msg").str.extract_many(list(_INFO_ENTRY), overlapping=True)
+           .list.eval(pl.element().replace_strict(_INFO_ENTRY, return_dtype=pl.Int32)).list.min())
+    g = g.with_row_index("_i")
+    cand = g.lazy().filter(pl.col("level") != "WARN").select("_i", "msg", sub.alias("_sub")).filter(
+        pl.col("_sub").is_not_null()).collect()
+    hits = []
+    for (entry,), part in cand.partition_by("_sub", as_dict=True).items():
+        name, _lit, rx, ints = INFO_GRAMMAR[entry]
         x = part.with_columns(pl.col("msg").str.extract_groups(rx).alias("x")).unnest("x")
         fields = re.findall(r"\?P<(\w+)>", rx)
-        hit = pl.any_horizontal([pl.col(f).is_not_null() for f in fields])
-        miss = x.filter(~hit)
-        if not miss.is_empty():
-            unmatched.append(miss.select(part.columns))
-        x = x.filter(hit)
+        x = x.filter(pl.any_horizontal([pl.col(f).is_not_null() for f in fields]))
         if not x.is_empty():
-            out.append(x.with_columns(name=pl.lit(name),
-                                      attrs=_json_attrs(x, base_fields + fields, ints + ("srcline", "tag"))))
-    rest = pl.concat(unmatched, how="vertical_relaxed") if unmatched else g.clear()
-    if not rest.is_empty():
-        rest = rest.with_columns(
-            name=pl.when(pl.col("level") == "WARN").then(pl.lit("nccl_warn"))
-            .when(pl.col("level") == "TRACE").then(pl.lit("nccl_trace"))
-            .when(pl.col("level") == "CALL").then(pl.lit("nccl_call"))
-            .otherwise(pl.lit("nccl_info")),
-            attrs=_json_attrs(rest, base_fields, ("srcline", "tag")))
-        out.append(rest)
+            hits.append(x.select("_i", pl.lit(name).alias("_n"), _json_attrs(x, fields, ints).alias("_fa")))
+    base_fields = ["dev", "level", "src", "srcline", "func", "trace_ms", "tag", "spliced"]
+    g = g.with_columns(attrs=_json_attrs(g, base_fields, ("srcline", "tag")), name=(
+        pl.when(pl.col("level") == "WARN").then(pl.lit("nccl_warn"))
+        .when(pl.col("level") == "TRACE").then(pl.lit("nccl_trace"))
+        .when(pl.col("level") == "CALL").then(pl.lit("nccl_call"))
+        .otherwise(pl.lit("nccl_info"))))
+    if hits:
+        h = pl.concat(hits)
+        # the entry's fields follow the header fields in one object (as one struct would encode them)
+        g = g.with_columns(_scatter(g.height, h["_i"], h["_n"]).alias("_n"),
+                           _scatter(g.height, h["_i"], h["_fa"]).alias("_fa"))
+        g = g.with_columns(name=pl.coalesce(pl.col("_n"), pl.col("name")),
+                           attrs=_merge_json(pl.col("attrs"), pl.col("_fa"))).drop("_n", "_fa")
     # a communicator's rank is not the process's global rank (that one is found per pid later)
-    return [_with_common(f.drop("rank", strict=False), "nccl") for f in out]
+    return [_with_common(g.drop("_i", "rank", strict=False), "nccl")]
 
 
 # ---------------------------------------------------------------------------------------------
 def _messages(ev: pl.DataFrame) -> pl.DataFrame:
     """Apply MESSAGES + step/rank extraction to the non-NCCL message texts."""
+    # NCCL rows pass through untouched: set aside, not tested by every expression below
+    is_nccl = (pl.col("category") == "nccl").fill_null(False)
+    nccl_rows = ev.filter(is_nccl) if ev.select(is_nccl.any()).item() else None
+    if nccl_rows is not None:
+        ev = ev.filter(~is_nccl)
     ev = ev.with_columns(pl.coalesce(pl.col("msg"), pl.col("body")).alias("_m"))
     parts, rest = [], ev
     mask_nccl = pl.col("category") == "nccl"
@@ -467,7 +470,8 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
     # plain lines that matched nothing specific are not events
     rest = rest.filter(pl.col("category") != "plain")
     out = pl.concat(parts + [rest], how="diagonal_relaxed") if parts else rest
-    return out.drop("_m")
+    out = out.drop("_m")
+    return out if nccl_rows is None else pl.concat([out, nccl_rows], how="diagonal_relaxed")
 
 
 def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
@@ -483,7 +487,8 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
 
     Returns (block dicts, consumed linenos, lineno of a block still open at the chunk's end).
     """
-    starts = base.filter((pl.col("body") == TB_START) | pl.col("body").str.starts_with(FATAL_START))
+    is_start = (pl.col("body") == TB_START) | pl.col("body").str.starts_with(FATAL_START)
+    starts = base.filter(is_start)
     if starts.is_empty():
         return [], set(), None
     blocks, consumed, open_at = [], set(), None
@@ -494,13 +499,14 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
         rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
         linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
         lines, wranks = rows["line"].to_list(), rows["wrank"].to_list()
+        # only the block starts are visited (not every row in Python); i = first row not yet used
+        at = rows.with_row_index("_i").filter(is_start)["_i"].to_list()
         i, n = 0, len(bodies)
-        while i < n:
-            b = bodies[i]
-            if linenos[i] in consumed or not (b == TB_START or b.startswith(FATAL_START)):
-                i += 1
+        for i0 in at:
+            if i0 < i:
                 continue
-            j, blk = (_walk_traceback if b == TB_START else _walk_fatal)(bodies, i)
+            i = i0
+            j, blk = (_walk_traceback if bodies[i] == TB_START else _walk_fatal)(bodies, i)
             if j is None:           # ran off the chunk: wait for more lines
                 if not final:
                     open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
@@ -773,12 +779,15 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         ev = pl.DataFrame(schema={"lineno": pl.Int64})
     brows = _block_rows(blocks, st, st.zone)
     if brows:
-        bf = pl.DataFrame([{
-            "lineno": r["line"], "line": r["text"], "stream": r.get("stream", ""),
-            "category": r["category"], "name": r["name"], "kind": r["kind"], "sev": r["severity"],
-            "rank": r.get("rank"), "pid": r.get("pid"), "host": r.get("host"),
-            "ts": r.get("ts"), "res": r.get("res"), "attrs": json.dumps(r["attrs"], default=str),
-            "wrank": None} for r in brows], schema_overrides={
+        bf = pl.DataFrame({      # (columns, not row dicts: Polars reads lists much faster)
+            "lineno": [r["line"] for r in brows], "line": [r["text"] for r in brows],
+            "stream": [r.get("stream", "") for r in brows], "category": [r["category"] for r in brows],
+            "name": [r["name"] for r in brows], "kind": [r["kind"] for r in brows],
+            "sev": [r["severity"] for r in brows], "rank": [r.get("rank") for r in brows],
+            "pid": [r.get("pid") for r in brows], "host": [r.get("host") for r in brows],
+            "ts": [r.get("ts") for r in brows], "res": [r.get("res") for r in brows],
+            "attrs": [json.dumps(r["attrs"], default=str) for r in brows],
+            "wrank": [None] * len(brows)}, schema_overrides={
             "lineno": pl.Int64, "rank": pl.Int64, "pid": pl.Int64, "ts": pl.Int64, "res": pl.Int64,
             "host": pl.String, "wrank": pl.String, "kind": pl.String})
         ev = pl.concat([ev, bf], how="diagonal_relaxed") if ev.width > 1 else bf
@@ -848,16 +857,32 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------
+def _on_rows(df: pl.DataFrame, mask: pl.Expr, expr: pl.Expr, dtype) -> pl.Series:
+    """``expr`` evaluated only on the rows where ``mask`` holds (null elsewhere): for costly regexes."""
+    sub = df.lazy().with_row_index("_i").filter(mask).select(
+        "_i", expr.cast(dtype, strict=False).alias("_v")).collect()
+    return _scatter(df.height, sub["_i"], sub["_v"])
+
+
+def _scatter(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
+    """A series of ``n`` nulls with ``values`` at the row numbers ``idx``."""
+    out = pl.Series(values.name, [], dtype=values.dtype).extend_constant(None, n)
+    return out.scatter(idx, values) if len(idx) else out
+
+
 def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     """Fill rank and pid from what each stream / NCCL pid states elsewhere."""
     txt = pl.coalesce(pl.col("msg"), pl.col("body"), pl.lit(""))
     rk = txt.str.extract_groups(RANK_IN_TEXT)
-    ev = ev.with_columns(pl.coalesce(
-        pl.col("rank").cast(pl.Int64, strict=False), pl.col("wrank").cast(pl.Int64, strict=False),
-        pl.when(pl.col("category") != "nccl").then(pl.coalesce(
-            rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
-            pl.col("msg").str.extract(r"^\[(?:PG[^\]]*? )?Rank (\d+)\]", 1).cast(pl.Int64, strict=False))),
-        pl.col("srun").cast(pl.Int64, strict=False)).alias("rank"))
+    said = pl.coalesce(
+        rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
+        pl.col("msg").str.extract(r"^\[(?:PG[^\]]*? )?Rank (\d+)\]", 1).cast(pl.Int64, strict=False))
+    own = pl.coalesce(pl.col("rank").cast(pl.Int64, strict=False), pl.col("wrank").cast(pl.Int64, strict=False))
+    # the rank regexes run only where they can decide something (no rank yet, not NCCL, "rank" in the text)
+    need = own.is_null() & (pl.col("category") != "nccl") & txt.str.contains("(?i)rank")
+    ev = ev.with_columns(_on_rows(ev, need, said, pl.Int64).alias("_said"))
+    ev = ev.with_columns(pl.coalesce(own, pl.col("_said"), pl.col("srun").cast(pl.Int64, strict=False))
+                         .alias("rank")).drop("_said")
     # stream -> rank / pid learnt from lines that state them (worker streams only)
     ws = ev.filter((pl.col("stream").fill_null("") != "|||") & (pl.col("stream").fill_null("") != ""))
     for s, r in ws.filter(pl.col("rank").is_not_null()).group_by("stream").agg(
@@ -865,6 +890,7 @@ def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         st.stream_rank.setdefault(s, r)
     pid_said = pl.coalesce(pl.when(pl.col("category").is_in(["usdt"])).then(pl.col("pid")),
                            pl.col("body").str.extract(r"\bpid[=:] ?(\d+)\b", 1).cast(pl.Int64, strict=False))
+    ws = ws.filter((pl.col("category") == "usdt") | pl.col("body").str.contains("pid", literal=True))
     for s, p in ws.with_columns(pid_said.alias("_p")).filter(pl.col("_p").is_not_null()).group_by("stream").agg(
             pl.col("_p").first()).iter_rows():
         st.stream_pid.setdefault(s, p)
@@ -876,8 +902,9 @@ def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         cur = st.pid_rank.get(key)
         if a.get("nranks") is not None and (cur is None or a["nranks"] > cur[0]):
             st.pid_rank[key] = (a["nranks"], a.get("rank"))
-        st.comms.setdefault(a.get("comm"), {k: a.get(k) for k in (
-            "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "comm_id", "api")} | {"host": host, "pid": pid})
+        if a.get("comm") not in st.comms:
+            st.comms[a.get("comm")] = {k: a.get(k) for k in (
+                "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "comm_id", "api")} | {"host": host, "pid": pid}
         if a.get("phase") == "COMPLETE":
             st.comms[a.get("comm")]["complete"] = True
     if st.stream_rank:
@@ -903,6 +930,9 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         pl.when(pl.col("name") == "nccl_warn").then(pl.lit("nccl_warn")).otherwise(pl.col("kind")).alias("kind"))
     sel = ev.filter(pl.col("kind").is_not_null() | pl.col("name").is_in(
         ["nccl_error_return", "worker_failed", "nccl_version"]))
+    # rows summarised already (the grouped blocks) are left as they are: not decoded in Python
+    summ = pl.col("attrs").str.json_path_match("$.summary")
+    sel = sel.filter((pl.col("name") == "nccl_version") | summ.is_null() | (summ == ""))
     if sel.is_empty():
         return ev
     upd = {}
@@ -1007,17 +1037,22 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
     if st.context_line is not None:
         ev = ev.filter(pl.col("lineno") > st.context_line)
     ev = _typed(ev, st)
+    # the time bounds, the resolution of typed rows and Ray's repeat count are appended to the
+    # attrs object in one merge (the members without braces, joined; null ones left out)
     bounds = pl.when(pl.col("ts_interp")).then(pl.concat_str([
-        pl.lit('{"ts_bound":"'), pl.col("ts_bound"), pl.lit('"'),
+        pl.lit('"ts_bound":"'), pl.col("ts_bound"), pl.lit('"'),
         pl.when(pl.col("ts_bound") == "between").then(pl.concat_str([
             pl.lit(',"ts_lo_ns":'), pl.col("ts_lo").cast(pl.String), pl.lit(',"ts_hi_ns":'),
             pl.col("ts_hi").cast(pl.String), pl.lit(',"ts_uncertainty_ns":'),
-            ((pl.col("ts_hi") - pl.col("ts_lo")) // 2).cast(pl.String)])).otherwise(pl.lit("")),
-        pl.lit("}")]))
+            ((pl.col("ts_hi") - pl.col("ts_lo")) // 2).cast(pl.String)])).otherwise(pl.lit(""))]))
     typed_res = pl.when(pl.col("kind").is_not_null() & ~pl.col("ts_interp") & pl.col("res").is_not_null()).then(
-        pl.concat_str([pl.lit('{"ts_resolution_ns":'), pl.col("res").cast(pl.String), pl.lit("}")]))
-    extra = pl.concat_str([pl.lit('{"repeated":'), pl.col("repeated").cast(pl.String), pl.lit("}")])
-    ev = ev.with_columns(attrs=_merge_json(_merge_json(_merge_json(pl.col("attrs"), bounds), typed_res), extra))
+        pl.concat_str([pl.lit('"ts_resolution_ns":'), pl.col("res").cast(pl.String)]))
+    extra = pl.concat_str([pl.lit('"repeated":'), pl.col("repeated").cast(pl.String)])
+    ev = ev.with_columns(_x=pl.concat_str([bounds, typed_res, extra], separator=",", ignore_nulls=True))
+    a, x = pl.col("attrs"), pl.col("_x")
+    ev = ev.with_columns(attrs=pl.when(x == "").then(a).when(a.is_null()).then(pl.concat_str([
+        pl.lit("{"), x, pl.lit("}")])).otherwise(pl.concat_str([a.str.slice(0, a.str.len_chars() - 1), pl.lit(","), x,
+                                                                pl.lit("}")]))).drop("_x")
     out = ev.select(
         pl.col("host"), pl.col("rank").cast(pl.Int32), pl.col("pid"), pl.col("tid"),
         pl.col("ts").alias("ts_raw_ns"), pl.col("ts_interp").alias("ts_interpolated"),
@@ -1034,7 +1069,9 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
     st.pids.update(p for p in out.filter(pl.col("category") != "elastic")["pid"].unique().to_list() if p is not None)
     steps = out.filter(pl.col("name") == "step")
     if not steps.is_empty():
-        for rank, line, ts, attrs in steps.select("rank", "line", "ts_raw_ns", "attrs").iter_rows():
+        # the last step line of each rank (ranks in order of first appearance)
+        last = steps.group_by("rank", maintain_order=True).agg(pl.col("line", "ts_raw_ns", "attrs").last())
+        for rank, line, ts, attrs in last.select("rank", "line", "ts_raw_ns", "attrs").iter_rows():
             a = json.loads(attrs)
             st.last_step[rank] = {"step": a.get("step"), "line": line, "ts_raw_ns": ts}
     sink.add_frame("events", out)

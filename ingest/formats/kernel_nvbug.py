@@ -141,10 +141,15 @@ class NvidiaBugReportParser(KernelLogParser):
     def parse(self, ctx: ParseContext) -> None:
         self.prepare(ctx)
         engine = _ScanAwareEngine(ctx, self)
-        for df in line_frames_to_the_cut(ctx):
-            rec = self.records(df, ctx)
-            engine.scan = {r[0]: (r[1], r[2]) for r in self._scan_attrs.iter_rows()}
-            engine.feed(rec)
+        try:
+            for df in line_frames_to_the_cut(ctx):
+                engine.close_writer()       # records() writes the prologue's facts
+                rec = self.records(df, ctx)
+                engine.scan = {r[0]: (r[1], r[2]) for r in self._scan_attrs.iter_rows()}
+                engine.feed(rec)
+        except BaseException:
+            engine.close_writer()
+            raise
         engine.finish()
         ctx.attrs["sections"] = ("dmesg: events on the boot clock; 'Scanning kernel log files' lines: "
                                  "local wall time without a year, kept untimed with attrs.local_time")

@@ -186,7 +186,7 @@ def nccl_frame(base: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     n_coll = 0
     if cand.select(coll.any()).item():
         cc = cand.filter(coll).with_columns(
-            pl.col("body").str.slice(0, pl.col("body").str.find(" NCCL ", literal=True)).alias("_k"))
+            pl.col("body").str.splitn(" NCCL ", 2).struct.field("field_0").alias("_k"))
         n_coll = len(cc)
         last = cc.group_by("_k").agg(pl.col("lineno").max())["lineno"]
         cand = cand.filter(~coll | pl.col("lineno").is_in(last.implode()))
@@ -197,11 +197,10 @@ def nccl_frame(base: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     parts = []
     sub = cand.filter(fast).select("lineno", "body")
     if not sub.is_empty():
-        pos = pl.col("body").str.find(" NCCL ", literal=True)
-        x = sub.with_columns(pl.col("body").str.slice(0, pos).alias("_h"),
-                             pl.col("body").str.slice(pos + 6).alias("_r"))
-        x = x.with_columns(pl.col("_h").str.splitn(" ", 2).alias("_hs"),
-                           pl.col("_r").str.splitn(" ", 2).alias("_rs")).unnest("_hs", "_rs", separator="~")
+        # (a literal split: slicing at str.find positions counts characters, which is slower)
+        x = sub.with_columns(pl.col("body").str.splitn(" NCCL ", 2).alias("_hr")).unnest("_hr", separator="~")
+        x = x.with_columns(pl.col("_hr~field_0").str.splitn(" ", 2).alias("_hs"),
+                           pl.col("_hr~field_1").str.splitn(" ", 2).alias("_rs")).unnest("_hs", "_rs", separator="~")
         ids = pl.col("_hs~field_0").str.split_exact(":", 2)
         x = x.with_columns(ids.struct.field("field_0").alias("host"), ids.struct.field("field_1").alias("pid"),
                            ids.struct.field("field_2").alias("tid"),
@@ -215,18 +214,19 @@ def nccl_frame(base: pl.DataFrame) -> tuple[pl.DataFrame, int]:
             t = y.select(tail.str.extract_groups(HEADER_TAIL).alias("_t")).unnest("_t")
             x = pl.concat([x.filter(simple), pl.concat([y.drop("dev"), t], how="horizontal")],
                           how="diagonal_relaxed")
-        x = x.filter(pl.col("level").is_in(["INFO", "WARN", "TRACE", "CALL", "ABORT"]))
+        known = pl.col("level").is_in(["INFO", "WARN", "TRACE", "CALL", "ABORT"])
+        if not x.select(known.all(ignore_nulls=False)).item():    # (a filter copies every column)
+            x = x.filter(known)
         parts.append(x.select([c for c in x.columns if not c.startswith("_")] ).drop("body")
                      .with_columns(pl.lit("").alias("pre")))
     sub = cand.filter(~fast).select("lineno", "body")
     if not sub.is_empty():
-        parts.append(extract_prefix(sub, "body", HEADER).drop("body"))
+        parts.append(extract_prefix(sub, "body", HEADER).drop("body").filter(pl.col("level").is_not_null()))
     g = pl.concat(parts, how="diagonal_relaxed")
     for c in ("nts", "tag", "dev", "trace_ms", "src", "srcline", "func"):
         if c not in g.columns:
             g = g.with_columns(pl.lit(None, pl.String).alias(c))
-    g = g.filter(pl.col("level").is_not_null())
-    if g.is_empty():
+    if g.is_empty():     # (both parts hold only lines with a level)
         return g, n_coll
     g = g.with_columns(pl.col("msg").fill_null(""))
     spliced = pl.col("msg").str.contains(" NCCL ", literal=True) & pl.col("msg").str.contains(SPLICE_MARK)
