@@ -20,6 +20,9 @@ hundreds of MB). Every measurement runs in a fresh process (peak RSS = that proc
 
 MB/s = MB of (decompressed) JSON / wall seconds of the load, best of ``--repeat`` runs.
 The scratch folder is removed at the end.
+
+``--stages FILE`` instead times the stages of aftertrace's ingest of one plain JSON file
+(stream + decode alone, the whole parse, the DuckDB load per table): where to look first.
 """
 from __future__ import annotations
 
@@ -68,6 +71,34 @@ print(json.dumps({"parse_s": t1 - t0, "load_s": t2 - t1, "total_s": t2 - t0, "st
                   "events": r.counts.get("events"), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
+STAGES_RUN = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[3])
+from ingest.formats._kineto_stream import EventReader
+from ingest.parse import ParseJob, parse_file
+from ingest.model import PARSER_TABLES
+from server.store import Store
+from ingest.registry import default_registry
+path, work = sys.argv[1], sys.argv[2]
+reg = default_registry()
+s = Store(work + '/s.duckdb')
+t0 = time.perf_counter()
+with open(path, 'rb') as f:
+    n = sum(len(c.events) for c in EventReader(f))
+t1 = time.perf_counter()
+r = parse_file(ParseJob(path, path.rsplit('/', 1)[-1], work + '/parts'), reg)
+t2 = time.perf_counter()
+load = {}
+for t in PARSER_TABLES:
+    if r.parts.get(t):
+        a = time.perf_counter()
+        s.load_parts(t, r.parts[t], 'bench', 1)
+        load[t] = time.perf_counter() - a
+s.close()
+print(json.dumps({"read_decode_s": t1 - t0, "parse_s": t2 - t1, "load_s": load, "events_read": n,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
 HTA_RUN = r"""
 import json, logging, resource, sys, time
 logging.disable(logging.WARNING)
@@ -83,11 +114,15 @@ print(json.dumps({"total_s": t1 - t0, "events": len(df),
 
 
 def scaled(src: Path, dst: Path, times: int) -> None:
-    """A large file from a real trace: its events repeated with ts shifted past the previous copy."""
+    """A large file from a real trace: its events repeated with ts shifted past the previous copy
+    and flow ids (``s``/``f`` pairs) shifted past the previous copy's, as a longer run would have
+    them (repeated ids would pair every copy's flow ends with every other's)."""
     doc = json.loads(gzip.decompress(src.read_bytes()))
     evs = doc.pop("traceEvents")
     ts = [e["ts"] for e in evs if isinstance(e.get("ts"), (int, float))]
     span = max(ts) - min(ts) + 1000
+    ids = [e["id"] for e in evs if e.get("ph") in ("s", "t", "f") and isinstance(e.get("id"), int)]
+    id_span = max(ids, default=0) + 1
     with open(dst, "w") as f:
         head = json.dumps(doc)[:-1]
         f.write(head + ', "traceEvents": [\n')
@@ -96,6 +131,8 @@ def scaled(src: Path, dst: Path, times: int) -> None:
             for e in evs:
                 if k and "ts" in e:
                     e = dict(e, ts=e["ts"] + k * span)
+                if k and e.get("ph") in ("s", "t", "f") and isinstance(e.get("id"), int):
+                    e = dict(e, id=e["id"] + k * id_span)
                 f.write(("" if first else ",\n") + json.dumps(e))
                 first = False
         f.write("\n]}\n")
@@ -120,7 +157,13 @@ def main() -> int:
     ap.add_argument("--scale", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "kineto.md"))
+    ap.add_argument("--stages", metavar="JSON_FILE",
+                    help="only time the stages of aftertrace's ingest of this (plain JSON) file: stream + "
+                         "decode alone, the whole parse, the DuckDB load of each table")
     a = ap.parse_args()
+    if a.stages:
+        return stages(Path(a.stages))
+    a.load_before = os.getloadavg()
     scratch = Path(tempfile.mkdtemp(prefix="kineto-bench-"))
     try:
         files = []
@@ -148,6 +191,29 @@ def main() -> int:
     return 0
 
 
+def stages(path: Path) -> int:
+    """Where one file's time goes, in a fresh process (profile a change with this first)."""
+    mb = path.stat().st_size / 1e6
+    work = Path(tempfile.mkdtemp(prefix="kineto-stages-"))
+    try:
+        r = run(sys.executable, STAGES_RUN, str(path), str(work), str(ROOT))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if "error" in r:
+        print(r["error"])
+        return 1
+    load = sum(r["load_s"].values())
+    print(f"{path.name}: {mb:.1f} MB, {r['events_read']} events, peak RSS {r['rss_mb']:.0f} MB")
+    for label, sec in (("stream + decode (EventReader alone)", r["read_decode_s"]),
+                       ("parse_file (decode, columns, Parquet parts)", r["parse_s"]),
+                       ("DuckDB load (Store.load_parts)", load),
+                       ("into the store (parse + load)", r["parse_s"] + load)):
+        print(f"  {label:45s} {sec:6.2f} s  {mb / sec:6.0f} MB/s")
+    for t, sec in sorted(r["load_s"].items(), key=lambda x: -x[1]):
+        print(f"    load {t:12s} {sec:6.2f} s")
+    return 0
+
+
 def _mbps(mb: float, r: dict, key: str = "total_s") -> str:
     return f"{mb / r[key]:.0f}" if key in r else "error"
 
@@ -158,9 +224,11 @@ def write(out: str, rows, a) -> None:
         "",
         f"Measured by `bench/bench_kineto.py --scale {a.scale} --repeat {a.repeat}` on "
         f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()}), "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. **The machine was shared with other "
-        "engineers' jobs while this ran (load average 2-4 on 2 cores): absolute numbers are noisy and "
-        "pessimistic; both tools ran under the same conditions, alternately.**",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Load average (1/5/15 min) "
+        f"{'/'.join(f'{x:.1f}' for x in a.load_before)} at the start, "
+        f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())} at the end, on {os.cpu_count()} CPUs: above "
+        "about 1, other jobs shared the machine and absolute numbers are noisy and pessimistic; both "
+        "tools ran under the same conditions, alternately.",
         "",
         "MB = decompressed JSON. aftertrace = parse_file (stream, decode, Parquet parts) + bulk load into "
         "DuckDB; HTA = `parse_trace_dataframe(path, ParserConfig())` (its default JSON backend), "

@@ -121,7 +121,7 @@ class RowSink:
         path = self.out_dir / f"{table}.{n:05d}.parquet"
         # dictionary-encode only the columns that repeat (names, kinds); text and JSON do not
         dict_cols = [n for n in tbl.column_names if n not in NO_DICTIONARY]
-        pq.write_table(tbl, path, compression=COMPRESSION, use_dictionary=dict_cols)
+        pq.write_table(tbl, path, compression=COMPRESSION, use_dictionary=dict_cols, write_statistics=False)
         self.files.append(path)
 
     def close(self) -> dict[str, int]:

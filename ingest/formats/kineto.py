@@ -6,7 +6,11 @@ What is read (reference: shared/reference/FORMATS.md section 2)
   or a bare array of events; pretty-printed (torch 2.x writes one key per line),
   one event per line, or minified. The stream is cut into chunks of whole events by
   :mod:`._kineto_stream` (its docstring explains why the cutting is safe), so memory is
-  bounded by one chunk, not by the file.
+  bounded by a few chunks, not by the file (the flows, paired at the end, are the only rows
+  kept: about 50 bytes per flow event). Per chunk the work is vectorised: one Polars frame
+  of the event fields, ``attrs`` as one Arrow string array built from the joined raw
+  ``args`` bytes, and the Parquet parts are written on a second thread
+  (:class:`_SinkThread`) while the next chunk is decoded.
 * Time. Every ``ts`` becomes **wall-clock epoch nanoseconds** in ``ts_raw_ns`` (clock
   domain ``wall``):
 
@@ -56,12 +60,16 @@ from __future__ import annotations
 import bisect
 import io
 import re
-from collections import Counter
+from array import array
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate
 from pathlib import PurePosixPath
 
 import msgspec
 import orjson
 import polars as pl
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -73,6 +81,7 @@ from ._kineto_fields import (BACKEND_ANNOTATION, C10D_NOT_COLLECTIVE, C10D_OP, C
                              canonical_collective, dtype_bytes, read_args)
 from ._kineto_stream import Chunk, EventReader, Ev, Outcome
 
+FLOW_PART_ROWS = 1 << 16        # rows per Parquet part of the flows table
 ABSOLUTE_US = 1e15               # ts above this many microseconds is absolute epoch time
 KINETO_KEYS = ("schemaVersion", "baseTimeNanoseconds", "deviceProperties", "distributedInfo",
                "displayTimeUnit", "traceName")
@@ -122,6 +131,27 @@ def _args(e: Ev) -> dict:
     return a if isinstance(a, dict) else {}
 
 
+def _attrs(evs: list) -> pa.Array:
+    """``events.attrs``: each event's raw ``args`` JSON text (null without args), as one Arrow
+    string array made from the joined raw bytes (no Python string per event). A raw newline
+    can only be whitespace between JSON tokens (newlines inside strings are escaped), so the
+    indentation of pretty-printed files is dropped safely."""
+    raws = [e.args for e in evs]
+    lens = list(map(len, raws))
+    data = b"".join(raws)
+    offsets = array("q" if len(data) >> 31 else "i", accumulate(lens, initial=0))
+    valid = pa.array([n > 0 for n in lens]).buffers()[1] if 0 in lens else None
+    arr = pa.Array.from_buffers(pa.large_string() if len(data) >> 31 else pa.string(), len(raws),
+                                [valid, pa.py_buffer(offsets), pa.py_buffer(data)])
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid:     # not UTF-8: fails as the text cast always did
+        arr = pl.Series([bytes(r) or None for r in raws], dtype=pl.Binary).cast(pl.String).to_arrow()
+    if b"\n" in data:
+        arr = pl.Series(arr).str.replace_all(r"\r?\n[ \t]*", "").to_arrow()
+    return arr
+
+
 def _nelems(dims) -> int | None:
     """Input Dims of the first input: [64, 64] -> 4096; a tensor list [[64], [8]] -> 72."""
     if not isinstance(dims, list) or not dims:
@@ -143,6 +173,54 @@ def _nelems(dims) -> int | None:
             total += n
         return total
     return None
+
+
+class _SinkThread:
+    """The sink calls made while chunks are read, run in order on one worker thread.
+
+    Writing a Parquet part (encoding, compression: about a fifth of a parse) releases the
+    GIL, so it overlaps the decoding of the next chunk. Every call goes through the one
+    thread in the order it was made, so the sink is never used by two threads at once and
+    gets the same calls as before; at most two event frames wait, so memory stays bounded
+    by a few chunks. A failed call is raised in the parser's thread."""
+
+    def __init__(self, sink):
+        self.sink = sink
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="kineto-sink")
+        self._pending: deque = deque()
+
+    def _call(self, frame: bool, fn, *args, **kw) -> None:
+        self._pending.append((self._pool.submit(fn, *args, **kw), frame))
+        while self._pending and (self._pending[0][0].done() or sum(f for _, f in self._pending) > 2):
+            self._pending.popleft()[0].result()
+
+    def add_frame(self, table: str, frame) -> None:
+        self._call(True, self.sink.add_frame, table, frame)
+
+    def add(self, table: str, **row) -> None:
+        self._call(False, self.sink.add, table, **row)
+
+    def issue(self, *args, **kw) -> None:
+        self._call(False, self.sink.issue, *args, **kw)
+
+    def fact(self, *args, **kw) -> None:
+        self._call(False, self.sink.fact, *args, **kw)
+
+    def more_issues(self, n: int) -> None:
+        """Issues counted but not stored one by one."""
+        self._call(False, _more_issues, self.sink, n)
+
+    def close(self, check: bool = True) -> None:
+        """Wait for every call (re-raising a failure when ``check``); the thread ends."""
+        try:
+            while check and self._pending:
+                self._pending.popleft()[0].result()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def _more_issues(sink, n: int) -> None:
+    sink.issues_total += n
 
 
 class KinetoParser(Parser):
@@ -187,10 +265,12 @@ class KinetoParser(Parser):
             reader = EventReader(stream)
             for chunk in reader:
                 st.chunk(chunk, reader.outcome)
+                del chunk                # its events go before the next chunk is decoded
             st.finish(reader.outcome)
             if reader.outcome.stream_error is not None:
                 raise reader.outcome.stream_error   # parse_file names it (cut gzip, size limit)
         finally:
+            st.sink_done(check=False)
             ctx.bytes_read = stream.raw.count
             stream.close()
 
@@ -200,12 +280,13 @@ class _State:
 
     def __init__(self, ctx: ParseContext):
         self.ctx = ctx
-        self.sink = ctx.sink
+        self.sink = _SinkThread(ctx.sink)    # while chunks are read; ctx.sink itself from finish() on
         self.offset: int | None = None       # ns added to every converted ts
         self.time_base: str | None = None
         self.pending_rebase = False
         self.phases: Counter = Counter()
-        self.flow_frames: list[pl.DataFrame] = []
+        self.flow_src: list[pl.DataFrame] = []     # s ends of flows, per chunk
+        self.flow_dst: list[pl.DataFrame] = []     # t/f ends
         self.steps: list[dict] = []
         self.colls: list[dict] = []
         self.param_comms: dict[tuple, list] = {}
@@ -255,57 +336,25 @@ class _State:
             "tid": pl.Series([e.tid for e in evs], dtype=pl.Int64, strict=False),
             "ts": pl.Series([e.ts for e in evs], dtype=pl.Float64),
             "dur": pl.Series([e.dur for e in evs], dtype=pl.Float64),
-        }).with_row_index("i")
+        })
         if self.offset is None:
             self._time_base(out, df["ts"])
         off = self.offset or 0
         whole = pl.col("ts").floor()
-        df = df.with_columns(
+        df = df.with_row_index("i").with_columns(
             ts_ns=(whole.cast(pl.Int64) * 1000 + ((pl.col("ts") - whole) * 1000).round().cast(pl.Int64) + off),
             dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64),
             category=pl.col("cat").replace(CATEGORY_ALIASES),
         )
-        self.phases.update(dict(df["ph"].value_counts().iter_rows()))
-
-        # spans and instants -> events
-        ev = df.filter(pl.col("ph").is_in(_EVENT_PHASES))
-        bad = ev.filter(pl.col("ts").is_null())
-        for row in bad.head(100).iter_rows(named=True):
-            self.sink.issue("bad_event", f"{row['ph']} event without a numeric ts", text=str(row["name"])[:200],
-                            byte_offset=chunk.offset)
-        if len(bad) > 100:
-            self.sink.issues_total += len(bad) - 100
-        ev = ev.filter(pl.col("ts").is_not_null())
-        if len(ev):
-            gpu = pl.col("category").is_in(list(GPU_CATEGORIES))
-            idx = ev["i"].to_list()
-            # raw args text; a raw newline can only be whitespace between JSON tokens (newlines
-            # inside strings are escaped), so pretty-printing indentation is dropped safely
-            attrs = (pl.Series([bytes(evs[i].args) or None for i in idx], dtype=pl.Binary).cast(pl.String)
-                     .str.replace_all(r"\r?\n[ \t]*", ""))
-            frame = ev.select(
-                pid=pl.when(gpu).then(None).otherwise(pl.col("pid")),
-                tid=pl.when(gpu).then(None).otherwise(pl.col("tid")),
-                ts_raw_ns=pl.col("ts_ns"),
-                dur_ns=pl.when(pl.col("ph") == "X").then(pl.col("dur_ns")).otherwise(None),
-                category=pl.col("category"),
-                name=pl.col("name").fill_null("(unnamed)"),
-            ).with_columns(attrs=attrs)
-            self.sink.add_frame("events", frame)
-            lo, hi = frame["ts_raw_ns"].min(), frame["ts_raw_ns"].max()
-            self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
-            self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
-            cpu = ev.filter(~gpu & pl.col("pid").is_not_null())
-            if len(cpu):
-                self.cpu_pids.update(dict(cpu["pid"].value_counts().iter_rows()))
-            self.kineto_cats += ev.filter(pl.col("cat").is_in(list(KINETO_CATS))).height
-            # derived rows: steps, collectives
-            for row in ev.filter(pl.col("name").str.contains(DERIVED_NAMES)).iter_rows(named=True):
-                self._derived(row, evs[row["i"]])
-            mem = frame.filter(pl.col("name") == "[memory]")
-            if len(mem):
-                self._memory(mem)
-
+        phases = dict(df["ph"].value_counts().iter_rows())
+        self.phases.update(phases)
+        # spans and instants -> events (nearly all the events: the others are split off when
+        # there are any)
+        n_ev = sum(phases.get(p, 0) for p in _EVENT_PHASES)
+        if n_ev:
+            self._events(df if n_ev == len(df) else df.filter(pl.col("ph").is_in(_EVENT_PHASES)), evs, chunk.offset)
+        if n_ev == len(df):
+            return
         # counters -> metrics
         for row in df.filter(pl.col("ph") == "C").iter_rows(named=True):
             self._counter(row, evs[row["i"]], chunk.offset)
@@ -313,10 +362,55 @@ class _State:
         fl = df.filter(pl.col("ph").is_in(_FLOW_PHASES))
         if len(fl):
             ids = pl.Series([evs[i].id for i in fl["i"].to_list()], dtype=pl.Int64, strict=False)
-            self.flow_frames.append(fl.select("ph", "cat", "pid", "tid", "ts_ns").with_columns(flow_id=ids))
+            fl = fl.select("ph", "cat", "pid", "tid", "ts_ns").with_columns(flow_id=ids)
+            for ends, keep, side in ((self.flow_src, pl.col("ph") == "s", "src"),
+                                     (self.flow_dst, pl.col("ph") != "s", "dst")):
+                ends.append(fl.filter(keep).select("cat", "flow_id", **{
+                    f"{side}_pid": "pid", f"{side}_tid": "tid", f"{side}_ts_raw_ns": "ts_ns"}))
         # metadata -> facts
         for row in df.filter(pl.col("ph") == "M").iter_rows(named=True):
             self._meta(row, evs[row["i"]])
+
+    def _events(self, ev: pl.DataFrame, evs: list, offset: int) -> None:
+        """X spans and i/I instants (rows ``ev`` of the chunk's ``evs``) -> events, and the
+        steps, collectives and memory metrics they hold."""
+        n_bad = ev["ts"].null_count()
+        if n_bad:
+            bad = ev.filter(pl.col("ts").is_null())
+            for row in bad.head(100).iter_rows(named=True):
+                self.sink.issue("bad_event", f"{row['ph']} event without a numeric ts", text=str(row["name"])[:200],
+                                byte_offset=offset)
+            if n_bad > 100:
+                self.sink.more_issues(n_bad - 100)
+            ev = ev.filter(pl.col("ts").is_not_null())
+            if not len(ev):
+                return
+        gpu = pl.col("category").is_in(list(GPU_CATEGORIES))
+        frame = ev.select(
+            pid=pl.when(gpu).then(None).otherwise(pl.col("pid")),
+            tid=pl.when(gpu).then(None).otherwise(pl.col("tid")),
+            ts_raw_ns=pl.col("ts_ns"),
+            dur_ns=pl.when(pl.col("ph") == "X").then(pl.col("dur_ns")).otherwise(None),
+            category=pl.col("category"),
+            name=pl.col("name").fill_null("(unnamed)"),
+        )
+        attrs = _attrs(evs if len(ev) == len(evs) else [evs[i] for i in ev["i"].to_list()])
+        self.sink.add_frame("events", frame.to_arrow().append_column("attrs", attrs))
+        st = ev.select(lo=pl.col("ts_ns").min(), hi=pl.col("ts_ns").max(),
+                       kineto=pl.col("cat").is_in(list(KINETO_CATS)).sum(),
+                       memory=(pl.col("name") == "[memory]").sum()).row(0, named=True)
+        self.first_ns = st["lo"] if self.first_ns is None else min(self.first_ns, st["lo"])
+        self.last_ns = st["hi"] if self.last_ns is None else max(self.last_ns, st["hi"])
+        self.kineto_cats += st["kineto"]
+        cpu = ev.select(pl.col("pid").filter(~gpu & pl.col("pid").is_not_null()))
+        if len(cpu):
+            self.cpu_pids.update(dict(cpu["pid"].value_counts().iter_rows()))
+        # derived rows: steps, collectives
+        for row in ev.filter(pl.col("name").str.contains(DERIVED_NAMES)).iter_rows(named=True):
+            self._derived(row, evs[row["i"]])
+        if st["memory"]:
+            mem = frame.with_row_index("_r").filter(pl.col("name") == "[memory]")
+            self._memory(mem.with_columns(attrs=pl.from_arrow(attrs.take(mem["_r"].to_arrow()))))
 
     def _memory(self, mem: pl.DataFrame) -> None:
         """profile_memory instants -> allocated/reserved bytes per device (vectorised over the chunk)."""
@@ -440,14 +534,14 @@ class _State:
             self.sink.add("collectives", **c)
         for s in sorted(self.steps, key=lambda s: s["ts_raw_ns"]):
             self.sink.add("steps", **s)
-        if self.flow_frames:
-            fl = pl.concat(self.flow_frames)
-            src = fl.filter(pl.col("ph") == "s").select(
-                "cat", "flow_id", src_pid="pid", src_tid="tid", src_ts_raw_ns="ts_ns")
-            dst = fl.filter(pl.col("ph") != "s").select(
-                "cat", "flow_id", dst_pid="pid", dst_tid="tid", dst_ts_raw_ns="ts_ns")
+        if self.flow_src:
+            src, dst = pl.concat(self.flow_src), pl.concat(self.flow_dst)
+            self.flow_src, self.flow_dst = [], []
             pairs = src.join(dst, on=["cat", "flow_id"], how="full", coalesce=True, nulls_equal=True)
-            self.sink.add_frame("flows", pairs.rename({"cat": "category"}))
+            del src, dst
+            # in parts of a sink batch: converting and encoding one part at a time keeps memory low
+            for part in pairs.rename({"cat": "category"}).iter_slices(FLOW_PART_ROWS):
+                self.sink.add_frame("flows", part)
 
     def _rebase(self, offset: int) -> None:
         cols = {"events": ("ts_raw_ns",), "metrics": ("ts_raw_ns",), "steps": ("ts_raw_ns",),
@@ -465,7 +559,14 @@ class _State:
             self.first_ns += offset
             self.last_ns += offset
 
+    def sink_done(self, check: bool = True) -> None:
+        """The chunks' sink calls are all made: the sink is used directly from here on."""
+        if isinstance(self.sink, _SinkThread):
+            bg, self.sink = self.sink, self.ctx.sink
+            bg.close(check)
+
     def finish(self, out: Outcome) -> None:
+        self.sink_done()
         ctx, sink = self.ctx, self.sink
         if out.layout == "not_json":
             raise ValueError("not JSON: the file starts with neither { nor [")
