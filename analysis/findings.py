@@ -92,6 +92,15 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
     return out
 
 
+def terminal_failure(links: list[Link]) -> Link | None:
+    """The job's end as a launcher reported it: the last ``job_failure`` placed in time.
+
+    (First cut: which rank started it and how it spread is the chain analysis's job.)
+    """
+    failures = [l for l in links if l.kind == LinkKind.JOB_FAILURE and l.ts_ns is not None]
+    return max(failures, key=lambda l: l.ts_ns) if failures else None
+
+
 def anomalies(store, incident_id: str) -> list[Link]:
     from .detectors import run as metric_detectors
     links = oom_kills(store, incident_id) + typed_events(store, incident_id)

@@ -8,8 +8,8 @@ from .links import Link
 SCHEMA = "aftertrace.report/1"
 ANALYSIS_VERSION = "0.1"
 
-NOT_YET = ("failure identification and causal chains are not implemented in this version of "
-           "aftertrace; anomalies list what the parsers read")
+NOT_YET = ("causal chains are not implemented in this version of aftertrace: the failure is the launcher's "
+           "report of the job's end, and the findings list what the data shows, with lead times before it")
 
 
 def _iso(dt) -> str | None:
@@ -58,7 +58,7 @@ def build(store, incident_id: str, anomalies: list[Link], failure: Link | None =
     f_ts = failure.ts_ns if failure else None
     chains = chains or []
     notes = list(notes or [])
-    if failure is None and not chains:
+    if not chains:
         notes.append(NOT_YET)
     return {
         "schema": SCHEMA,

@@ -291,8 +291,9 @@ class Service(Queries):
         if any(e.method == clocks.UPTIME_METHOD for e in entries):
             notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
         anomalies = findings.anomalies(self.store, iid) + clocks.skew_links(entries)
-        rep = report_mod.build(self.store, iid, anomalies, notes=notes,
-                               time_zone={"zone": tz, "from": tz_from})
+        failure = findings.terminal_failure(anomalies)
+        rep = report_mod.build(self.store, iid, [a for a in anomalies if a is not failure], failure=failure,
+                               notes=notes, time_zone={"zone": tz, "from": tz_from})
         (folder / "report.json").write_text(json.dumps(rep, indent=2))
         progress("analyze", 1, 1)
         return rep

@@ -98,3 +98,14 @@ def test_flamegraph_of_rank0_before_the_kill_shows_the_leak(report, tmp_path):
     r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"], "-o", str(html)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "<svg" not in html.read_text() and '"tree"' in html.read_text()
+
+
+def test_failure_and_lead_times(report):
+    rep = report[0]
+    f = rep["failure"]
+    assert f["kind"] == "job_failure" and "root cause rank 0" in f["summary"] and "pid 17988" in f["summary"]
+    lead = {a["kind"]: a["lead_s"] for a in rep["anomalies"] if a["lead_s"] is not None}
+    # the quota was cut 31.8 s before torchrun reported the failure; the throttle is seen in the
+    # snapshot after the cut (0.5 s apart), at 31.6 s
+    assert 31.0 < lead["cpu_throttle"] < 32.3
+    assert 0 < lead["oom_kill"] < 1.0 and lead["memory_growth"] > lead["oom_kill"]
