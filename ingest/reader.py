@@ -190,7 +190,9 @@ class Head:
     def from_bytes(cls, rel: str, data: bytes, complete: bool = True) -> "Head":
         h = cls(path=rel, data=data, complete=complete)
         sample = data[:8192]
-        if b"\x00" in sample:
+        # A text log may carry a stray NUL or a garbage line (a crash mid-write): only a
+        # sample that is mostly not text is binary.
+        if sample.count(b"\x00") > len(sample) * 0.01:
             h.binary = True
         elif sample:
             # Lots of non-text bytes that are not valid UTF-8 either: binary.

@@ -237,3 +237,11 @@ def test_a_crashing_detector_does_not_hide_the_file_from_other_parsers():
     head = head_of(DATA / "dmesg" / RAW_DMESG[0])
     det = Registry([_Crashing, DmesgRawParser]).detect(head)
     assert det.parser is DmesgRawParser
+
+
+def test_a_garbage_line_with_nul_bytes_does_not_make_a_log_binary(reg, tmp_path):
+    text = (DATA / "dmesg" / RAW_DMESG[0]).read_bytes()
+    p = tmp_path / "dmesg.txt"
+    p.write_bytes(text[:200] + b"\n\x00\x00\xff garbage \xfe\x00\n" + text[200:])
+    det = reg.detect(head_of(p))
+    assert det.parser is DmesgRawParser
