@@ -172,12 +172,10 @@ def _current_boot_journal(store, incident_id: str, anchors: list[Anchor]) -> lis
     facts = store.query(
         """SELECT COALESCE(f.host, s.host, '') AS host, f.value FROM facts f JOIN sources s USING (incident_id, source_id)
            WHERE f.incident_id = ? AND f.key = 'boot_id' AND s.kind = 'host_info'""", [incident_id])
-    current = {f["host"]: f["value"].strip() for f in facts}
-    for r in sorted(rows, key=lambda r: r["wall_ns"]):
-        current.setdefault(r["host"] + "\0latest", r["boot_id"])
-        current[r["host"] + "\0latest"] = r["boot_id"]
+    stated = {f["host"]: f["value"].strip() for f in facts}
+    latest = {r["host"]: r["boot_id"] for r in sorted(rows, key=lambda r: r["wall_ns"])}
     keep = {(r["path"], r["line"]) for r in rows
-            if r["boot_id"] == current.get(r["host"], current.get(r["host"] + "\0latest"))}
+            if r["boot_id"] == stated.get(r["host"], latest[r["host"]])}
     return [a for a in anchors if a.name != "journal" or (a.source, a.line) in keep]
 
 
@@ -354,10 +352,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         only = next(iter(hosts - {""}))
         by_host.setdefault(only, []).extend(by_host[""])
     from .clock_collectives import host_offsets
-    try:
-        cross = {h.host: h for h in host_offsets(store, incident_id)}
-    except Exception:   # no Kineto tables / nothing to match: no cross-host estimate
-        cross = {}
+    cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
     entries = []
     for d in sorted(doms, key=lambda d: (d["host"], d["domain"])):

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ingest import __version__
 from ingest.bundle import IntakeError
-from web.present import group_sources
+from web.present import clock_text, group_sources
 
 from .settings import Settings
 from .store import StoreError
@@ -64,18 +64,6 @@ def _fmt_bytes(n: int | None) -> str:
     return str(n)
 
 
-def _clock_text(c: dict | None) -> str:
-    if not c:
-        return "-"
-    if c["domain"] == "none":
-        return "no times"
-    if c["offset_s"] is None:
-        return f"{c['domain']}: unplaced"
-    unc = c["uncertainty_s"]
-    u = "±?" if unc is None else (f"±{unc * 1000:.0f} ms" if unc < 1 else f"±{unc:.1f} s")
-    return f"{c['domain']} {u}"
-
-
 def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> None:
     inc = rep["incident"]
     console.print(f"[bold]aftertrace[/bold] incident [bold]{escape(inc['id'])}[/bold] "
@@ -97,7 +85,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
         t.add_row(escape(s["path"]), s["kind"], escape(s["host"] or "-"),
                   "-" if s["rank"] is None else str(s["rank"]),
                   f"[{colors.get(s['status'], 'white')}]{s['status']}[/]",
-                  str(s["records"] or 0), str(s["issues"] or 0), _clock_text(s["clock"]))
+                  str(s["records"] or 0), str(s["issues"] or 0), clock_text(s["clock"]))
     console.print(t)
 
     console.print()
@@ -257,11 +245,7 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
     except NotFoundError as e:
         err.print(f"aftertrace: {escape(str(e))}")
         return 2
-    rows = svc.store.query(
-        """SELECT c.host, c.domain, c.offset_ns, c.uncertainty_ns, c.method, c.evidence,
-                  (SELECT count(*) FROM sources s WHERE s.incident_id = c.incident_id
-                     AND COALESCE(s.host, '') = c.host AND s.clock_domain = c.domain) AS sources
-           FROM clock_map c WHERE c.incident_id = ? ORDER BY c.host, c.domain""", [iid])
+    rows = svc.clock_table(iid)
     t = Table(title=f"Clocks of incident {iid}: utc = raw + offset", title_justify="left")
     for c in ("host", "domain", "offset", "uncertainty", "sources", "method"):
         t.add_column(c, overflow="fold")

@@ -21,6 +21,15 @@ class Queries:
             raise NotFoundError(f"no incident {ref!r}")
         raise NotFoundError(f"{ref!r} matches {len(rows)} incidents; give more of the id")
 
+    def clock_table(self, incident_id: str) -> list[dict]:
+        """clock_map rows of the incident with the number of sources each one places."""
+        return self.store.query(
+            """SELECT c.host, c.domain, c.offset_ns, c.uncertainty_ns, c.method, c.evidence,
+                      (SELECT count(*) FROM sources s WHERE s.incident_id = c.incident_id
+                         AND COALESCE(s.host, '') = c.host AND s.clock_domain = c.domain) AS sources
+               FROM clock_map c WHERE c.incident_id = ? ORDER BY c.host, c.domain""",
+            [self.resolve_incident(incident_id)])
+
     def flamegraph(self, incident_id: str, start: str | None = None, end: str | None = None,
                    host: str | None = None, pid: int | None = None, comm: str | None = None,
                    event: str | None = None, weight: str = "samples",
@@ -36,17 +45,16 @@ class Queries:
             base = fg.Filter(fg.parse_time(baseline_start), fg.parse_time(baseline_end), host or None, pid,
                              comm or None, event or None, weight)
         root = fg.build(self.store, incident_id, f, base)
-        unplaced = self.store.query(
-            "SELECT count(*) AS n FROM samples WHERE incident_id = ? AND ts_utc_ns IS NULL", [incident_id])[0]["n"]
         span = self.store.query(
-            "SELECT min(ts_utc_ns) AS a, max(ts_utc_ns) AS b, count(*) AS n FROM samples WHERE incident_id = ?",
-            [incident_id])[0]
+            """SELECT min(ts_utc_ns) AS a, max(ts_utc_ns) AS b, count(*) AS n,
+                      count(*) FILTER (WHERE ts_utc_ns IS NULL) AS unplaced
+               FROM samples WHERE incident_id = ?""", [incident_id])[0]
         return {
             "incident": incident_id,
             "filter": {"start": fmt_utc(f.start_ns), "end": fmt_utc(f.end_ns), "host": f.host, "pid": f.pid,
                        "comm": f.comm, "event": f.event, "weight": weight},
             "baseline": None if base is None else {"start": fmt_utc(base.start_ns), "end": fmt_utc(base.end_ns)},
-            "samples_total": span["n"], "samples_unplaced": unplaced,
+            "samples_total": span["n"], "samples_unplaced": span["unplaced"],
             "time_range": {"start": fmt_utc(span["a"]), "end": fmt_utc(span["b"])},
             "tree": root.to_json(diff=base is not None),
             "folded": fg.folded(root, diff=base is not None),

@@ -373,7 +373,7 @@ class Service(Queries):
                     elif row["key"] == "utc_offset":
                         offsets.append((row["value"], r.rel))
         for z, rel in zones:
-            if "/" in z or tzinfo_for(z) is not None and z.upper() in ("UTC", "GMT", "UCT"):
+            if "/" in z or z.upper() in ("UTC", "GMT", "UCT"):   # IANA names and UTC are unambiguous
                 return z, f"date/timedatectl output ({rel})"
         for o, rel in offsets:
             return o, f"UTC offset in date output ({rel})"

@@ -13,7 +13,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ingest import __version__
 
-from .present import group_sources
+from .present import clock_text, group_sources
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -23,19 +23,7 @@ _env = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)),
                    autoescape=select_autoescape(["html", "xml"], default=True))
 
 
-def _clock(c):
-    if not c:
-        return "-"
-    if c["domain"] == "none":
-        return "no times"
-    if c.get("offset_s") is None:
-        return f"{c['domain']}: unplaced"
-    u = c.get("uncertainty_s")
-    us = "±?" if u is None else (f"±{u * 1000:.0f} ms" if u < 1 else f"±{u:.1f} s")
-    return f"{c['domain']} {us}"
-
-
-_env.filters["clock"] = _clock
+_env.filters["clock"] = clock_text
 
 
 def _render(name: str, **ctx) -> str:

@@ -29,3 +29,16 @@ def group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
                         issues=sum(i["issues"] or 0 for i in items),
                         error=Counter(i["error"] for i in items).most_common(1)[0][0]))
     return sorted(out, key=lambda s: s["path"])
+
+
+def clock_text(c: dict | None) -> str:
+    """A source's clock placement in a few characters: 'boot ±1 ms', 'wall ±?', 'boot: unplaced'."""
+    if not c:
+        return "-"
+    if c["domain"] == "none":
+        return "no times"
+    if c.get("offset_s") is None:
+        return f"{c['domain']}: unplaced"
+    u = c.get("uncertainty_s")
+    us = "±?" if u is None else (f"±{u * 1000:.0f} ms" if u < 1 else f"±{u:.1f} s")
+    return f"{c['domain']} {us}"
