@@ -7,6 +7,7 @@ kept as evidence.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from .links import Evidence, Link, LinkKind, Provenance
@@ -88,21 +89,146 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
         out.append(Link(kind=LinkKind(r["kind"]), ts_ns=r["ts_utc_ns"], summary=summary, source=r["path"],
                         host=r["host"], rank=r["rank"], pid=r["pid"],
                         evidence=(Evidence(r["path"], r["line"], r["text"] or ""),),
-                        provenance=Provenance.READ, confidence=1.0, uncertainty_ns=r["uncertainty_ns"]))
+                        provenance=Provenance.READ, confidence=1.0, uncertainty_ns=r["uncertainty_ns"],
+                        attrs=_scalar_attrs(attrs)))
+    return out
+
+
+def _scalar_attrs(attrs: dict) -> tuple[tuple[str, object], ...]:
+    """The parser's attrs that a chain rule may read: scalars only, long texts left out."""
+    return tuple((k, v) for k, v in attrs.items()
+                 if k != "summary" and (v is None or isinstance(v, (bool, int, float))
+                                        or (isinstance(v, str) and len(v) <= 2000)))
+
+
+def merge_duplicates(links: list[Link]) -> list[Link]:
+    """One finding per fact: the same exception or exit is often in the bundle twice (a worker's
+    ``stderr.log`` and the launcher's combined ``--tee`` capture), and one copy may carry a far
+    better time than the other (a timestamped neighbour line vs. "somewhere after line N").
+
+    Copies are the same kind, host, rank and summary with overlapping time windows
+    (:meth:`Link.timing_ns`). The merged finding keeps every copy's evidence, the pid where a
+    copy knew it, and the time of the copy with the narrowest window; when the windows overlap
+    only in part, the time becomes the middle of their intersection.
+    """
+    out: list[Link] = []
+    for l in links:
+        w = l.timing_ns()
+        for i, m in enumerate(out):
+            if (m.kind != l.kind or m.host != l.host or m.rank != l.rank or m.summary != l.summary
+                    or m.kind == LinkKind.OOM_KILL or (m.pid and l.pid and m.pid != l.pid)):
+                continue
+            mw = m.timing_ns()
+            if (w is None) != (mw is None):
+                continue
+            if w is not None and (w[0] > mw[1] or mw[0] > w[1]):
+                continue
+            out[i] = _merge_pair(m, l)
+            break
+        else:
+            out.append(l)
+    return out
+
+
+def _merge_pair(a: Link, b: Link) -> Link:
+    wa, wb = a.timing_ns(), b.timing_ns()
+    best = a
+    if wa is not None and (wb[1] - wb[0]) < (wa[1] - wa[0]):
+        best = b
+    other = b if best is a else a
+    attrs = dict(other.attrs)
+    attrs.update(dict(best.attrs))
+    ts = best.ts_ns
+    if wa is not None:
+        lo, hi = max(wa[0], wb[0]), min(wa[1], wb[1])
+        if (lo, hi) != best.timing_ns() and lo <= hi:
+            ts = (lo + hi) // 2
+            attrs.update(ts_lo_ns=lo, ts_hi_ns=hi, ts_bound="between")
+            attrs.pop("ts_resolution_ns", None)
+    seen = set()
+    ev = []
+    for e in best.evidence + other.evidence:
+        if (e.source, e.line) not in seen:
+            seen.add((e.source, e.line))
+            ev.append(e)
+    return dataclasses.replace(best, ts_ns=ts, pid=best.pid or other.pid, evidence=tuple(ev),
+                               attrs=tuple(attrs.items()),
+                               confidence=max(a.confidence, b.confidence))
+
+
+def refine_launcher_times(store, incident_id: str, links: list[Link]) -> list[Link]:
+    """Sharper times for a launcher's failure report.
+
+    torchrun's ChildFailedError block gives each failure's time in whole seconds
+    (``time : 2026-11-29_13:28:56``), but the lines it logged while reacting carry
+    milliseconds: ``Sending process P closing signal SIGTERM`` and ``failed (exitcode: -9)
+    local_rank: 0 (pid: P)``. Within that whole second, the job failure becomes the first of
+    those lines (when the launcher acted on the failure); a worker it stopped, the line that
+    stopped it; the failed worker's window ends there (it died before the launcher noticed).
+    """
+    rows = store.query(
+        """SELECT e.ts_utc_ns AS ts, e.name, TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT) AS pid,
+                  COALESCE(e.host, s.host) AS host
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND e.name IN ('worker_failed', 'closing_signal') AND e.ts_utc_ns IS NOT NULL
+           ORDER BY e.ts_utc_ns""", [incident_id])
+    if not rows:
+        return links
+    out = []
+    for l in links:
+        res = l.attr("ts_resolution_ns")
+        if not isinstance(res, int) or l.ts_ns is None or l.kind not in (
+                LinkKind.JOB_FAILURE, LinkKind.SIGNAL_KILL, LinkKind.PROCESS_EXIT):
+            out.append(l)
+            continue
+        near = [r for r in rows if l.ts_ns <= r["ts"] < l.ts_ns + res and (not l.host or not r["host"]
+                                                                           or r["host"] == l.host)]
+        if not near:
+            out.append(l)
+            continue
+        attrs = {k: v for k, v in l.attrs if k != "ts_resolution_ns"}
+        ts = l.ts_ns
+        own_stop = [r for r in near if r["name"] == "closing_signal" and r["pid"] == l.pid and l.pid]
+        if l.kind == LinkKind.JOB_FAILURE:
+            ts = near[0]["ts"]
+        elif own_stop and l.attr("root_cause") is False:
+            ts = own_stop[0]["ts"]
+        else:
+            attrs.update(ts_lo_ns=l.ts_ns, ts_hi_ns=near[0]["ts"], ts_bound="between")
+            ts = (l.ts_ns + near[0]["ts"]) // 2
+        out.append(dataclasses.replace(l, ts_ns=ts, attrs=tuple(attrs.items())))
     return out
 
 
 def terminal_failure(links: list[Link]) -> Link | None:
-    """The job's end as a launcher reported it: the last ``job_failure`` placed in time.
+    """The job's end: the launcher's failure report (the last ``job_failure`` placed in time);
+    without one, the last fatal finding (a panic, a rank killed or crashed or exiting, a
+    collective timeout, an OOM kill, an uncaught exception). Which rank *started* it is the
+    chain analysis's answer, not this one's: a launcher names the first rank that reported a
+    failure, often a peer that timed out waiting for the one that stopped."""
+    placed = [l for l in links if l.ts_ns is not None]
+    failures = [l for l in placed if l.kind == LinkKind.JOB_FAILURE]
+    if failures:
+        return max(failures, key=lambda l: l.ts_ns)
+    from .chain_rules import STOPPED, role
+    fatal = [l for l in placed if l.kind in FATAL_KINDS and role(l) != STOPPED]
+    if fatal:
+        return max(fatal, key=lambda l: (l.ts_ns, FATAL_KINDS.index(l.kind)))
+    # Nothing placed in time (a lone kernel log without clock anchors): the last fatal finding
+    # as listed, so the report still says what ended the job, without a time or a chain.
+    unplaced = [l for l in links if l.ts_ns is None and l.kind in FATAL_KINDS and role(l) != STOPPED]
+    return unplaced[-1] if unplaced else None
 
-    (First cut: which rank started it and how it spread is the chain analysis's job.)
-    """
-    failures = [l for l in links if l.kind == LinkKind.JOB_FAILURE and l.ts_ns is not None]
-    return max(failures, key=lambda l: l.ts_ns) if failures else None
+
+# Kinds that end a process or a job, the most final last (ties at the same time go to it).
+FATAL_KINDS = (LinkKind.PYTHON_EXCEPTION, LinkKind.COLLECTIVE_MISMATCH, LinkKind.COLLECTIVE_TIMEOUT,
+               LinkKind.NCCL_INIT_FAILURE, LinkKind.OOM_KILL, LinkKind.SEGFAULT, LinkKind.PROCESS_EXIT,
+               LinkKind.SIGNAL_KILL, LinkKind.KERNEL_PANIC)
 
 
 def anomalies(store, incident_id: str) -> list[Link]:
     from .detectors import run as metric_detectors
     links = oom_kills(store, incident_id) + typed_events(store, incident_id)
+    links = refine_launcher_times(store, incident_id, links)
     links = metric_detectors(store, incident_id, links)
     return sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0))

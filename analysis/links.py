@@ -41,6 +41,10 @@ class LinkKind(str, Enum):
     LINK_DOWN = "link_down"
 
 
+# A time known only as "after this line" (no later timestamped line in the file): how late it may be.
+AFTER_BOUND_NS = 600_000_000_000
+
+
 class Provenance(str, Enum):
     READ = "read"          # stated by the data (a kernel line saying it killed pid N)
     INFERRED = "inferred"  # concluded by aftertrace (a rate crossing a threshold)
@@ -69,6 +73,34 @@ class Link:
     provenance: Provenance = Provenance.READ
     confidence: float = 1.0
     uncertainty_ns: int | None = None
+    # What the parser or detector knew beyond the summary, as (key, value) pairs (the event's
+    # attrs: exit code, signal, exception type, root_cause flag, ...). Read with ``attr``.
+    attrs: tuple[tuple[str, object], ...] = ()
+    entity: str | None = None          # what it is about beyond host/rank/pid: a cgroup, a comm, a bus id
+
+    def attr(self, key: str, default=None):
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    def timing_ns(self) -> tuple[int, int] | None:
+        """(earliest, latest) UTC ns this link may have happened: clock uncertainty, a time
+        interpolated between two timestamped lines (``ts_lo_ns``/``ts_hi_ns``), a coarse
+        resolution (``ts_resolution_ns``: a launcher's whole seconds), all widened in."""
+        if self.ts_ns is None:
+            return None
+        u = self.uncertainty_ns or 0
+        lo, hi = self.ts_ns - u, self.ts_ns + u
+        tlo, thi = self.attr("ts_lo_ns"), self.attr("ts_hi_ns")
+        if isinstance(tlo, int) and isinstance(thi, int):
+            lo, hi = min(lo, tlo - u), max(hi, thi + u)
+        res = self.attr("ts_resolution_ns")
+        if isinstance(res, int):
+            hi = max(hi, self.ts_ns + res + u)
+        if self.attr("ts_bound") == "after":
+            hi = max(hi, self.ts_ns + AFTER_BOUND_NS)
+        return lo, hi
 
     def to_json(self, failure_ts_ns: int | None = None) -> dict:
         lead = None
@@ -88,4 +120,6 @@ class Link:
             "provenance": self.provenance.value,
             "confidence": self.confidence,
             "uncertainty_s": None if self.uncertainty_ns is None else self.uncertainty_ns / 1e9,
+            "entity": self.entity,
+            "time_window": None if (w := self.timing_ns()) is None else [w[0] / 1e9, w[1] / 1e9],
         }

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from .links import Link
+from . import chains, narrative, progress
+from .rootcause import RootCause
 
 SCHEMA = "aftertrace.report/1"
-ANALYSIS_VERSION = "0.1"
+ANALYSIS_VERSION = "0.2"
 
-NOT_YET = ("causal chains are not implemented in this version of aftertrace: the failure is the launcher's "
-           "report of the job's end, and the findings list what the data shows, with lead times before it")
+NO_CHAIN = ("no causal chain: no earlier finding could be connected to the failure by a known way "
+            "failures propagate (see the findings and their lead times)")
 
 
 def _iso(dt) -> str | None:
@@ -51,24 +52,29 @@ def sources_json(store, incident_id: str) -> list[dict]:
     return out
 
 
-def build(store, incident_id: str, anomalies: list[Link], failure: Link | None = None,
-          chains: list[dict] | None = None, notes: list[str] | None = None,
+def build(store, incident_id: str, rc: RootCause, notes: list[str] | None = None,
           time_zone: dict | None = None) -> dict:
     inc = store.query("SELECT * FROM incidents WHERE incident_id = ?", [incident_id])[0]
+    failure = rc.failure
     f_ts = failure.ts_ns if failure else None
-    chains = chains or []
     notes = list(notes or [])
-    if not chains:
-        notes.append(NOT_YET)
+    if failure is not None and not rc.chains:
+        notes.append(NO_CHAIN)
+    origin = rc.chains[0].origin if rc.chains else None
     return {
         "schema": SCHEMA,
         "incident": {"id": incident_id, "title": inc["title"], "bundle_sha256": inc["bundle_sha256"],
                      "created_at": _iso(inc["created_at"]), "bundle_name": inc["bundle_name"]},
         "generator": {"name": "aftertrace", "analysis_version": ANALYSIS_VERSION},
         "time_zone": time_zone or {"zone": inc["time_zone"], "from": inc["time_zone_source"]},
+        "summary": rc.summary,
         "sources": sources_json(store, incident_id),
         "failure": failure.to_json(f_ts) if failure else None,
-        "anomalies": [a.to_json(f_ts) for a in anomalies],
-        "chains": chains,
+        "origin": origin.to_json(f_ts) if origin else None,
+        "launcher_root_cause": None if rc.launcher_root_cause is None else {"rank": rc.launcher_root_cause},
+        "victims": [v.to_json(f_ts) for v in rc.victims],
+        "anomalies": [a.to_json(f_ts) for a in rc.anomalies],
+        "chains": [chains.chain_json(c, f_ts, narrative.chain_line(c, failure)) for c in rc.chains],
+        "progress": progress.progress_json(rc.ranks),
         "notes": notes,
     }

@@ -104,12 +104,21 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
         for e in a["evidence"][:2]:
             first = (e["text"] or "").split("\n", 1)[0]
             console.print(f"      [dim]{escape(e['source'])}:{e['line']}: {escape(first[:160])}[/dim]")
-    if rep["chains"]:
-        console.print("[bold]Causal chains[/bold]:")
-        for c in rep["chains"]:
-            console.print(f"  score {c['score']:.2f}: {escape(c['summary'])}")
-    else:
-        console.print("[bold]Causal chains[/bold]: none yet")
+    console.print()
+    console.print(f"[bold]What happened[/bold]: {escape(rep.get('summary') or '')}")
+    for i, c in enumerate(rep["chains"]):
+        console.print()
+        console.print(f"[bold]{'Most likely chain' if i == 0 else f'Alternative {i}'}[/bold] "
+                      f"(score {c['score']:.2f})")
+        for j, l in enumerate(c["links"]):
+            where = " ".join(x for x in (l["host"] and f"host {l['host']}",
+                                          l["rank"] is not None and f"rank {l['rank']}",
+                                          l["pid"] and f"pid {l['pid']}") if x)
+            lead = f" ({l['lead_s']:.1f} s before)" if l.get("lead_s") is not None and j < len(c["links"]) - 1 else ""
+            console.print(f"  {j + 1}. {l['time']}{lead}  [bold]{l['kind']}[/bold]  {escape(where)}")
+            console.print(f"       {escape(l['summary'])}")
+            if j < len(c["edges"]):
+                console.print(f"       [blue]↓ {escape(c['edges'][j]['because'])}[/blue]")
     for n in rep.get("notes", []):
         console.print(f"[dim]note: {escape(n)}[/dim]")
 
@@ -235,6 +244,30 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
     return 0
 
 
+def cmd_report(args, console: Console, err: Console) -> int:
+    from web import report_render
+    from .queries import NotFoundError
+    settings, svc = _service(args, err)
+    if svc is None:
+        return 3
+    try:
+        rep = svc.get_report(svc.resolve_incident(args.incident))
+    except NotFoundError as e:
+        err.print(f"aftertrace: {escape(str(e))}")
+        return 2
+    fmt = args.format or {"md": "md", "html": "html", "htm": "html"}.get(
+        (args.output or "").rsplit(".", 1)[-1].lower(), "json")
+    text = (json.dumps(rep, indent=2) + "\n" if fmt == "json" else
+            report_render.markdown(rep) if fmt == "md" else report_render.html(rep))
+    if not args.output or args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    with open(args.output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    console.print(f"{fmt} report of incident {rep['incident']['id']} written to {escape(args.output)}")
+    return 0
+
+
 def cmd_clocks(args, console: Console, err: Console) -> int:
     from .queries import NotFoundError
     settings, svc = _service(args, err)
@@ -310,6 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
     fgp.add_argument("--baseline-end", help="differential flame graph: baseline window end")
     common(fgp)
     fgp.set_defaults(func=cmd_flamegraph)
+
+    rp = sub.add_parser("report", help="the root-cause report of an incident (json, md or html)")
+    rp.add_argument("incident", help="incident id (or a unique prefix)")
+    rp.add_argument("--format", choices=("json", "md", "html"),
+                    help="default: from the output file's extension, else json")
+    rp.add_argument("-o", "--output", help="file to write (default: stdout)")
+    common(rp)
+    rp.set_defaults(func=cmd_report)
 
     ck = sub.add_parser("clocks", help="per host and clock domain: offset to UTC, uncertainty, method")
     ck.add_argument("incident", help="incident id (or a unique prefix)")

@@ -31,7 +31,7 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 
-from analysis import clocks, findings, report as report_mod
+from analysis import clocks, report as report_mod, rootcause
 from ingest import attribution
 from ingest.bundle import (Extracted, IntakeError, RawBundle, extract, sniff_kind, store_raw,
                            store_stream)
@@ -290,9 +290,8 @@ class Service(Queries):
         entries = clocks.align(self.store, iid)
         if any(e.method == clocks.UPTIME_METHOD for e in entries):
             notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
-        anomalies = findings.anomalies(self.store, iid) + clocks.skew_links(entries)
-        failure = findings.terminal_failure(anomalies)
-        rep = report_mod.build(self.store, iid, [a for a in anomalies if a is not failure], failure=failure,
+        rc = rootcause.analyze(self.store, iid, clocks.skew_links(entries))
+        rep = report_mod.build(self.store, iid, rc,
                                notes=notes, time_zone={"zone": tz, "from": tz_from})
         (folder / "report.json").write_text(json.dumps(rep, indent=2))
         progress("analyze", 1, 1)

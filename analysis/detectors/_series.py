@@ -108,6 +108,13 @@ def episodes(values: list[float], thr: float, gap: int = 2, min_points: int = 2)
     return out
 
 
+def onset_window(s: Series, a: int) -> tuple[tuple[str, object], ...]:
+    """Link attrs saying the change happened between the snapshot before the onset and the onset."""
+    if a == 0 or s.ts_utc[a - 1] is None or s.ts_utc[a] is None:
+        return ()
+    return (("ts_lo_ns", s.ts_utc[a - 1]), ("ts_hi_ns", s.ts_utc[a]), ("ts_bound", "between"))
+
+
 def theil_sen(xs: list[float], ys: list[float]) -> float:
     """Median of the pairwise slopes: a line fit that a few odd points do not move."""
     slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs))

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from analysis.links import Link, LinkKind, Provenance
 
-from ._series import by_entity, entity_name, episodes, evidence, fmt_bytes, hms, load, theil_sen, threshold
+from ._series import (by_entity, entity_name, episodes, evidence, fmt_bytes,
+                      hms, load, onset_window, theil_sen, threshold)
 
 K, ABS_MIN = 4.0, 8 * 1024 * 1024
 MIN_GAIN_OF_LIMIT, NEAR_LIMIT = 0.10, 0.80
@@ -99,5 +100,6 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
                       (t1, entity, "memory.usage_bytes"), (t0, entity, "memory.limit_bytes")]
             out.append(Link(kind=LinkKind.MEMORY_GROWTH, ts_ns=g.ts_utc[a], summary=text, source=g.source,
                             host=host, evidence=evidence(g, wanted, zone), provenance=Provenance.INFERRED,
-                            confidence=0.9 if limit else 0.6, uncertainty_ns=g.uncertainty_ns))
+                            confidence=0.9 if limit else 0.6, uncertainty_ns=g.uncertainty_ns,
+                            attrs=onset_window(g, a), entity=entity))
     return out

@@ -46,7 +46,8 @@ def test_analyze_single_gz_file_and_json(tmp_path):
     assert (src["path"], src["kind"], src["status"], src["records"]) == ("dmesg.txt.gz", "dmesg", "parsed", 2)
     assert rep["anomalies"][0]["pid"] == 4242
     assert "dmesg.txt.gz" in r.stdout and "oom_kill" in r.stdout
-    # what is not there yet is said, not hidden
-    assert "Causal chains: none yet" in r.stdout
+    # a lone OOM kill is the failure; that nothing explains it is said, not hidden
+    assert rep["failure"]["kind"] == "oom_kill" and rep["chains"] == []
+    assert "no causal chain" in r.stdout
     r2 = run("incidents", home=tmp_path / "h")
     assert rep["incident"]["id"] in r2.stdout

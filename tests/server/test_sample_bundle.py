@@ -32,7 +32,15 @@ def summarize(rep: dict) -> dict:
         "anomalies": [{"kind": a["kind"], "host": a["host"], "pid": a["pid"], "time": a["time"],
                        "evidence": [[e["source"], e["line"]] for e in a["evidence"]]} for a in rep["anomalies"]],
         "failure": rep["failure"],
-        "chains": len(rep["chains"]),
+        "summary": rep["summary"],
+        "chains": [{"score": c["score"], "origin": c["origin"], "lead_s": c["lead_s"],
+                    "links": [[l["kind"], l["rank"], l["pid"], l["time"]] for l in c["links"]],
+                    "edges": [[e["because"], e["provenance"]] for e in c["edges"]],
+                    "consequences": [[x["kind"], x["rank"], x["time"]] for x in c["consequences"]]}
+                   for c in rep["chains"]],
+        "victims": [[v["kind"], v["rank"], v["pid"], v["time"]] for v in rep["victims"]],
+        "progress": [{k: p[k] for k in ("rank", "pid", "last_step", "last_step_time", "last_alive_time")}
+                     for p in rep["progress"]],
         "time_zone": rep["time_zone"],
     }
 

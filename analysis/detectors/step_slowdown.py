@@ -1,0 +1,125 @@
+"""step_slowdown: a rank's training steps became much slower than its own earlier steps.
+
+Series: per rank, the step times it reported (``step_time=`` of its step log lines, the
+parser's ``step_time_s``), else the time between consecutive step lines; Kineto's
+``ProfilerStep#N`` durations when the logs have no steps. The baseline is the rank's own
+quiet level (``_series.quiet_baseline``: median and robust sigma of the first quarter or of
+the whole series, whichever is lower). A step is *slow* above
+``max(RATIO x median, median + K x sigma, median + ABS_MIN_S)``; an episode needs
+``MIN_POINTS`` slow steps (joined over at most 2 normal ones) unless it runs to the last step.
+Needs ``MIN_STEPS`` steps. The finding is stamped when the first slow step began (its log
+time minus its step time), with a window back to the start of the last normal step (a change
+during that step makes it only a little slower), and cites both step lines.
+
+Example (the sample bundle, rank 0): steps took a median 0.13 s; from step 47 at 13:28:24.6
+(0.3 s after the cgroup's CPU quota was cut to 0.3 CPUs) they took 1.3-3.1 s.
+"""
+from __future__ import annotations
+
+import statistics
+
+from analysis.links import Evidence, Link, LinkKind, Provenance
+
+from ._series import episodes, hms, quiet_baseline
+
+RATIO, K, ABS_MIN_S = 2.0, 6.0, 0.05
+MIN_POINTS, MIN_STEPS = 3, 8
+
+
+def _series(store, incident_id: str) -> dict[tuple, list[dict]]:
+    """Per (host, rank): step rows oldest first, each {ts, step, dt (s or None), path, line, text, pid}."""
+    out: dict[tuple, list[dict]] = {}
+    # Text logs: one ``metrics`` row per step line and value (metric step / step_time, entity 'rank N').
+    for r in store.query(
+            """SELECT COALESCE(m.host, s.host) AS host,
+                      TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
+                      m.ts_utc_ns AS ts, s.path,
+                      max(CASE WHEN m.metric = 'step' THEN m.value END) AS step,
+                      max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt
+               FROM metrics m JOIN sources s USING (incident_id, source_id)
+               WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
+                 AND m.ts_utc_ns IS NOT NULL
+               GROUP BY ALL ORDER BY 1, 2, 3""", [incident_id]):
+        if r["rank"] is None or r["step"] is None:
+            continue
+        r["step"] = int(r["step"])
+        r["line"], r["pid"] = None, None
+        r["text"] = f"step={r['step']}" + (f" step_time={r['dt']:.3f}s" if r["dt"] is not None else "")
+        out.setdefault((r["host"], r["rank"]), []).append(r)
+    if not out:      # older stores: one ``step`` event per step line
+        for r in store.query(
+                """SELECT COALESCE(e.host, s.host) AS host, COALESCE(e.rank, s.rank) AS rank, e.pid,
+                          e.ts_utc_ns AS ts, e.line, e.text, s.path,
+                          TRY_CAST(json_extract_string(e.attrs, '$.step') AS BIGINT) AS step,
+                          TRY_CAST(json_extract_string(e.attrs, '$.step_time_s') AS DOUBLE) AS dt
+                   FROM events e JOIN sources s USING (incident_id, source_id)
+                   WHERE e.incident_id = ? AND e.name = 'step' AND e.ts_utc_ns IS NOT NULL
+                     AND COALESCE(e.rank, s.rank) IS NOT NULL
+                   ORDER BY 1, 2, e.ts_utc_ns, e.line""", [incident_id]):
+            out.setdefault((r["host"], r["rank"]), []).append(r)
+    # The same line captured twice (a worker's stderr.log and the launcher's --tee copy): once.
+    for key, rows in out.items():
+        seen, keep = set(), []
+        for r in rows:
+            if (r["step"], r["ts"]) not in seen:
+                seen.add((r["step"], r["ts"]))
+                keep.append(r)
+        out[key] = keep
+    if not out:
+        for r in store.query(
+                """SELECT COALESCE(st.host, s.host) AS host, st.rank, st.pid, st.step,
+                          st.ts_raw_ns + st.dur_ns + c.offset_ns AS ts, st.dur_ns / 1e9 AS dt,
+                          NULL AS line, st.name AS text, s.path
+                   FROM steps st JOIN sources s USING (incident_id, source_id)
+                   JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
+                        AND c.domain = s.clock_domain
+                   WHERE st.incident_id = ? AND st.rank IS NOT NULL AND st.name LIKE 'ProfilerStep#%'
+                     AND c.offset_ns IS NOT NULL AND st.dur_ns IS NOT NULL
+                   ORDER BY 1, 2, ts""", [incident_id]):
+            out.setdefault((r["host"], r["rank"]), []).append(r)
+    return out
+
+
+def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
+    found = []
+    for (host, rank), rows in _series(store, incident_id).items():
+        if len(rows) < MIN_STEPS:
+            continue
+        if sum(r["dt"] is not None for r in rows) >= 0.8 * len(rows):
+            rows = [r for r in rows if r["dt"] is not None]
+            vals = [float(r["dt"]) for r in rows]
+        else:
+            vals = [(q["ts"] - p["ts"]) / 1e9 for p, q in zip(rows, rows[1:])]
+            rows = rows[1:]
+        if len(vals) < MIN_STEPS:
+            continue
+        med, sigma = quiet_baseline(vals)
+        thr = max(RATIO * med, med + K * sigma, med + ABS_MIN_S)
+        eps = episodes(vals, thr, gap=2, min_points=MIN_POINTS)
+        if not eps:
+            continue
+        a, b = eps[0]
+        slow = statistics.median(vals[a:b + 1])
+        first = rows[a]
+        start = first["ts"] - int(vals[a] * 1e9)
+        before = rows[a - 1] if a > 0 else None
+        text = (f"Training steps of rank {rank} slowed down: a median {slow:.3g} s per step from step "
+                f"{first['step']} (began ~{hms(start)}) against {med:.3g} s before "
+                f"({slow / med:.0f}x)" if med > 0 else
+                f"Training steps of rank {rank} slowed down to {slow:.3g} s from step {first['step']}")
+        text += f", over {b - a + 1} step{'s' if b > a else ''}"
+        if b == len(vals) - 1:
+            text += " up to its last reported step"
+        # The change may have come during the last normal step (which it made a little slower).
+        window = ()
+        if before is not None and a > 0:
+            window = (("ts_lo_ns", before["ts"] - int(vals[a - 1] * 1e9)), ("ts_hi_ns", start),
+                      ("ts_bound", "between"))
+        ev = tuple(Evidence(r["path"], r["line"], r["text"] or "") for r in (before, first) if r is not None)
+        found.append(Link(kind=LinkKind.STEP_SLOWDOWN, ts_ns=start, summary=text, source=first["path"],
+                          host=host, rank=rank, pid=first.get("pid"), evidence=ev,
+                          provenance=Provenance.INFERRED,
+                          confidence=0.9 if slow > 3 * thr / RATIO else 0.75,
+                          attrs=(("baseline_s", med), ("slow_s", slow), ("first_slow_step", first["step"]))
+                          + window))
+    return found

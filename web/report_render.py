@@ -1,0 +1,103 @@
+"""The report as a document: Markdown (for tickets and chat) and a self-contained HTML file
+(styles inlined, no scripts, nothing fetched). Both render the ``aftertrace.report/1`` JSON;
+nothing here computes. Strings from the bundle are escaped: HTML through Jinja2's autoescape,
+Markdown by backslash-escaping the characters Markdown would interpret and fencing raw lines."""
+from __future__ import annotations
+
+import re
+
+from .pages import STATIC_DIR, _env
+from .present import group_sources
+
+# What Markdown would interpret in running text: emphasis, code, links, HTML, tables, strike-through;
+# an underscore only at a word edge (CommonMark ignores intraword ones, as in file_names).
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
+def md_escape(s) -> str:
+    text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), str(s if s is not None else "")).replace("\n", " ")
+    return ("\\" + text) if text[:1] in "#+-=" and text else text
+
+
+def _fence(text: str) -> str:
+    text = text or ""
+    ticks = "```"
+    while ticks in text:
+        ticks += "`"
+    return f"{ticks}text\n{text}\n{ticks}"
+
+
+def _where(l: dict) -> str:
+    bits = [f"host {l['host']}" if l.get("host") else None,
+            f"rank {l['rank']}" if l.get("rank") is not None else None,
+            f"pid {l['pid']}" if l.get("pid") else None]
+    return ", ".join(b for b in bits if b)
+
+
+def _lead(l: dict) -> str:
+    return f" ({l['lead_s']:.1f} s before the failure)" if l.get("lead_s") is not None else ""
+
+
+def markdown(rep: dict) -> str:
+    inc = rep["incident"]
+    out = [f"# aftertrace report: {md_escape(inc['title'])}", "",
+           f"Incident `{inc['id']}`, bundle `{md_escape(inc.get('bundle_name'))}` "
+           f"(sha256 `{inc['bundle_sha256']}`), analysed {inc['created_at']}. Times are UTC.", "",
+           "## What happened", "", md_escape(rep.get("summary", "")), ""]
+    f = rep.get("failure")
+    if f:
+        out += [f"**Failure** {f['time']} — {md_escape(f['summary'])}", ""]
+        out += [f"- `{md_escape(e['source'])}:{e['line']}`" for e in f["evidence"][:3]] + [""]
+    lrc, o = rep.get("launcher_root_cause"), rep.get("origin")
+    if lrc and o and o.get("rank") is not None and lrc["rank"] != o["rank"]:
+        out += [f"**Note:** the launcher named rank {lrc['rank']} as the root cause (the first failure it "
+                f"observed); the chain shows it was a victim of rank {o['rank']}.", ""]
+    for i, c in enumerate(rep.get("chains", [])):
+        title = "Most likely chain" if i == 0 else f"Alternative {i}"
+        out += [f"## {title} (score {c['score']:.2f})", ""]
+        for j, l in enumerate(c["links"]):
+            out.append(f"{j + 1}. **{l['time']}**{_lead(l)} `{l['kind']}` {md_escape(_where(l))} — "
+                       f"{md_escape(l['summary'])} *({l['provenance']})*")
+            for e in l["evidence"][:2]:
+                first = (e["text"] or "").split("\n", 1)[0][:300]
+                out.append(f"   - `{md_escape(e['source'])}:{e['line']}`: {md_escape(first)}")
+            if j < len(c["edges"]):
+                ed = c["edges"][j]
+                out.append(f"   - ↓ {md_escape(ed['because'])} ({ed['provenance']}, strength {ed['strength']:.2f})")
+        if c.get("consequences"):
+            out += ["", "Also explained by this chain:", ""]
+            out += [f"- {x['time']} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"
+                    for x in c["consequences"]]
+        out.append("")
+    if rep.get("victims"):
+        out += ["## Also affected", ""]
+        out += [f"- {v['time']} `{v['kind']}` {md_escape(_where(v))} — {md_escape(v['summary'])}"
+                for v in rep["victims"]] + [""]
+    if rep.get("progress"):
+        out += ["## Progress per rank", "", "| rank | host | pid | last step | last own line | last sign of life | ended |",
+                "|---:|---|---:|---|---|---|---|"]
+        for p in rep["progress"]:
+            step = f"{p['last_step']} at {p['last_step_time']}" if p["last_step"] is not None else "-"
+            ended = "; ".join(f"{e['kind']} {e['time']}" for e in p["ended"]) or "-"
+            out.append(f"| {p['rank']} | {md_escape(p['host'] or '-')} | {p['pid'] or '-'} | {step} | "
+                       f"{p['last_line_time'] or '-'} | {p['last_alive_time'] or '-'} | {md_escape(ended)} |")
+        out.append("")
+    out += [f"## Findings ({len(rep['anomalies'])})", ""]
+    for a in rep["anomalies"]:
+        out.append(f"- **{a['time'] or 'unplaced'}**{_lead(a)} `{a['kind']}` {md_escape(_where(a))} — "
+                   f"{md_escape(a['summary'])}")
+    out += ["", f"## Sources ({len(rep['sources'])})", "", "| path | kind | host | rank | status | records | issues |",
+            "|---|---|---|---:|---|---:|---:|"]
+    for s in group_sources(rep["sources"], limit=60):
+        out.append(f"| {md_escape(s['path'])} | {s['kind']} | {md_escape(s['host'] or '-')} | "
+                   f"{'-' if s['rank'] is None else s['rank']} | {s['status']} | {s['records'] or 0} | {s['issues'] or 0} |")
+    if rep.get("notes"):
+        out += ["", "## Notes", ""] + [f"- {md_escape(n)}" for n in rep["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def html(rep: dict) -> str:
+    css = (STATIC_DIR / "app.css").read_text(encoding="utf-8")
+    from ingest import __version__
+    return _env.get_template("report_standalone.html").render(
+        rep=rep, css=css, version=__version__, sources=group_sources(rep["sources"], limit=60))
