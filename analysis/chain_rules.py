@@ -8,7 +8,8 @@ within ``window_s`` seconds, between findings of the same ``scope``:
 * ``JOB`` — any two ranks or hosts of the job (a rank that stopped and the peer that timed out
   waiting for it).
 
-``prior`` is how often the propagation happens when both are present (a judgement written
+``min_lead_s`` is for build-ups that take time (slow steps piling up buffers): a cause
+that leads by less cannot have built it up. ``prior`` is how often the propagation happens when both are present (a judgement written
 down here, 0..1); ``why`` is the plain-words reason shown in the report. ``ORIGIN`` says how
 plausible each kind is as the *first* cause — high for things that happen to a job from outside
 (throttling, a GPU Xid, a signal from outside), low for symptoms that are usually caused by
@@ -41,6 +42,7 @@ class Rule:
     prior: float
     window_s: float
     why: str
+    min_lead_s: float = 0.0   # the cause must lead by this much (a build-up takes time)
 
 
 # Roles beyond the kind: see role().
@@ -70,7 +72,10 @@ RULES: tuple[Rule, ...] = (
     _R("cpu_throttle", "cpu_pressure", H, 0.7, 120, "throttled tasks wait for CPU time, which is what CPU pressure measures"),
     _R("cpu_throttle", "memory_growth", H, 0.5, 900,
        "throttled consumers fall behind and buffers fill (memory grows while the job is throttled)"),
-    _R("step_slowdown", "memory_growth", H, 0.5, 900, "slow steps let queued batches and buffers pile up"),
+    _R("step_slowdown", "memory_growth", H, 0.5, 900, "slow steps let queued batches and buffers pile up",
+       min_lead_s=5.0),
+    _R("memory_growth", "step_slowdown", H, 0.5, 900,
+       "allocating and faulting in the growing memory (and reclaim near the limit) slows the steps"),
     _R("cpu_pressure", "memory_growth", H, 0.3, 900, "starved consumers let buffers pile up"),
     _R("cpu_throttle", "rank_stalled", H, 0.5, 900, "a throttled rank can stop making progress"),
     _R("cpu_throttle", "hung_task", H, 0.5, 900, "throttled tasks blocked long enough trigger the hung-task watchdog"),
@@ -79,7 +84,8 @@ RULES: tuple[Rule, ...] = (
     _R("straggler", "collective_timeout", J, 0.6, 1800, "peers wait for the straggler in collectives"),
     _R("step_slowdown", "collective_timeout", J, 0.4, 1800, "peers wait for the slow rank in collectives"),
     _R("step_slowdown", "oom_kill", H, 0.4, 900,
-       "slow steps let queued batches and buffers pile up until the OOM killer steps in (memory not observed)"),
+       "slow steps let queued batches and buffers pile up until the OOM killer steps in (memory not observed)",
+       min_lead_s=5.0),
     _R("memory_growth", "memory_pressure", H, 0.6, 900, "memory near the limit makes the kernel reclaim"),
     _R("memory_growth", "oom_kill", H, 0.9, 900, "memory growing to the cgroup limit ends in an OOM kill"),
     _R("memory_pressure", "oom_kill", H, 0.7, 900, "reclaim that cannot keep up ends in an OOM kill"),

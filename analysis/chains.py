@@ -119,6 +119,8 @@ def _edge(rule: Rule, c: Link, e: Link, hosts: set) -> Edge | None:
     if cw is None or ew is None or cw[0] > ew[1]:
         return None
     lead = e.ts_ns - c.ts_ns
+    if rule.min_lead_s and lead < rule.min_lead_s * 1e9:
+        return None
     window = rule.window_s * 1e9
     if lead > window + (cw[1] - cw[0]) + (ew[1] - ew[0]):
         return None

@@ -108,11 +108,13 @@ def episodes(values: list[float], thr: float, gap: int = 2, min_points: int = 2)
     return out
 
 
-def onset_window(s: Series, a: int) -> tuple[tuple[str, object], ...]:
-    """Link attrs saying the change happened between the snapshot before the onset and the onset."""
-    if a == 0 or s.ts_utc[a - 1] is None or s.ts_utc[a] is None:
+def onset_window(s: Series, a: int, onset: int | None = None) -> tuple[tuple[str, object], ...]:
+    """Link attrs saying the change happened between the snapshot before point ``a`` and the
+    onset (``onset``, default ``a``)."""
+    onset = a if onset is None else onset
+    if a == 0 or s.ts_utc[a - 1] is None or s.ts_utc[onset] is None:
         return ()
-    return (("ts_lo_ns", s.ts_utc[a - 1]), ("ts_hi_ns", s.ts_utc[a]), ("ts_bound", "between"))
+    return (("ts_lo_ns", s.ts_utc[a - 1]), ("ts_hi_ns", s.ts_utc[onset]), ("ts_bound", "between"))
 
 
 def theil_sen(xs: list[float], ys: list[float]) -> float:

@@ -4,11 +4,18 @@ Series: ``memory.growth_bytes_per_s`` (d usage / dt between snapshots; usage is 
 ``memory.usage_in_bytes`` or v2 ``memory.current``) per cgroup. A snapshot is *rising* when
 growth exceeds ``max(8 MiB/s, median + 4 sigma)`` of the cgroup's own series. Rising
 snapshots at most 2 apart form an episode, and episodes with no release of memory between them
-(usage never fell more than 1 % below its running peak — a leak that allocates in steps) are one episode. An episode is a finding when it is heading for
+(usage never fell more than 1 % below its running peak — a leak that allocates in steps) are one
+episode, except after a start-up episode (one that began in a cgroup holding under 64 MiB: a job
+filling an empty cgroup is starting, and its later growth is judged on its own). An episode is a finding when it is heading for
 the limit: it gained at least 10 % of the limit AND ended within 20 % of the limit, or was
 followed (within 2 snapshots) by an OOM or limit hit in the cgroup's counters. Without a
 known limit, an episode must gain 256 MiB and at least double the usage; no projection is
 made then.
+
+Acceleration: within an episode, where growth sped up at least 2.5-fold (the best single split
+of its rates into two levels, 3 snapshots each at least), the finding is stamped where the
+faster growth began (the split is known to one snapshot: its window starts a snapshot
+earlier) and says since when the slower growth had been going on.
 
 Projection: the slope is the Theil-Sen line through (time, usage) of the episode; the limit
 is reached at ``t_onset + (limit - usage at onset) / slope``. The finding is stamped at the
@@ -25,6 +32,8 @@ from ._series import (by_entity, entity_name, episodes, evidence, fmt_bytes,
 K, ABS_MIN = 4.0, 8 * 1024 * 1024
 MIN_GAIN_OF_LIMIT, NEAR_LIMIT = 0.10, 0.80
 NO_LIMIT_GAIN = 256 * 1024 * 1024
+SPEEDUP, MIN_PART = 2.5, 3
+EMPTY_BYTES = 64 * 1024 * 1024       # a cgroup holding less than this has no job running in it yet
 EVENTS = ("memory.oom_kill_delta", "memory.oom_delta", "memory.failcnt_delta", "memory.max_hits_delta")
 
 
@@ -48,6 +57,36 @@ def _no_release(u, g, end: int, start: int) -> bool:
     return True
 
 
+def _startup(u, uidx: dict, t_first_rising: int) -> bool:
+    """An episode that filled a (nearly) empty cgroup: a job starting, not a leak. Later
+    growth is a new episode even with no release in between."""
+    i = uidx.get(t_first_rising)
+    return i is not None and i > 0 and u.values[i - 1] < EMPTY_BYTES
+
+
+def _acceleration(rates: list[float], a: int, b: int) -> tuple[int, tuple[int, float] | None]:
+    """Where growth within an episode sped up: the one split of its rates into an early and a
+    late part that leaves the least squared error (two constant levels), taken when the late
+    part grows at least ``SPEEDUP`` times as fast as the early one and both have
+    ``MIN_PART`` snapshots. Returns (the onset to report, (early onset, early mean rate) or None).
+    A job that grows a little (caches, a profiler cycle) and then starts to leak is stamped
+    where the leak began."""
+    xs = rates[a:b + 1]
+    n = len(xs)
+    if n < 2 * MIN_PART:
+        return a, None
+
+    def sse(v):
+        m = sum(v) / len(v)
+        return sum((x - m) ** 2 for x in v)
+    best = min(range(MIN_PART, n - MIN_PART + 1), key=lambda k: sse(xs[:k]) + sse(xs[k:]))
+    early, late = xs[:best], xs[best:]
+    me, ml = sum(early) / len(early), sum(late) / len(late)
+    if ml >= SPEEDUP * max(me, 1.0):
+        return a + best, (a, me)
+    return a, None
+
+
 def detect(store, incident_id: str, zone: str | None) -> list[Link]:
     groups = by_entity(load(store, incident_id, ["memory.growth_bytes_per_s", "memory.usage_bytes",
                                                  "memory.limit_bytes", *EVENTS]))
@@ -61,13 +100,14 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
         uidx = {t: i for i, t in enumerate(u.ts_raw)}
         eps: list[tuple[int, int]] = []
         for a, b in episodes(g.values, thr, gap=2, min_points=1):
-            if eps and _no_release(u, g, eps[-1][1], a):
+            if eps and _no_release(u, g, eps[-1][1], a) and not _startup(u, uidx, g.ts_raw[eps[-1][0]]):
                 eps[-1] = (eps[-1][0], b)
             else:
                 eps.append((a, b))
         for a, b in eps:
             if a == b and b != len(g.values) - 1:
                 continue
+            a, early = _acceleration(g.values, a, b)
             t0, t1 = g.ts_raw[a], g.ts_raw[b]
             i0, i1 = uidx.get(t0), uidx.get(t1)
             if i0 is None or i1 is None or i0 == 0:
@@ -96,10 +136,13 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
                          f"{eta:.1f} s after onset (~{hms(hit)}); headroom at onset {fmt_bytes(limit - onset_usage)}")
             if event:
                 text += "; the cgroup's counters show the limit hit / an OOM right after"
+            if early is not None:
+                text += (f"; it had been growing more slowly ({fmt_bytes(early[1])}/s) since "
+                         f"{hms(g.ts_utc[early[0]])}")
             wanted = [(u.ts_raw[i0 - 1], entity, "memory.usage_bytes"), (t0, entity, "memory.usage_bytes"),
                       (t1, entity, "memory.usage_bytes"), (t0, entity, "memory.limit_bytes")]
             out.append(Link(kind=LinkKind.MEMORY_GROWTH, ts_ns=g.ts_utc[a], summary=text, source=g.source,
                             host=host, evidence=evidence(g, wanted, zone), provenance=Provenance.INFERRED,
                             confidence=0.9 if limit else 0.6, uncertainty_ns=g.uncertainty_ns,
-                            attrs=onset_window(g, a), entity=entity))
+                            attrs=onset_window(g, a - 1 if early is not None else a, a), entity=entity))
     return out

@@ -8,8 +8,9 @@ the whole series, whichever is lower). A step is *slow* above
 ``max(RATIO x median, median + K x sigma, median + ABS_MIN_S)``; an episode needs
 ``MIN_POINTS`` slow steps (joined over at most 2 normal ones) unless it runs to the last step.
 Needs ``MIN_STEPS`` steps. The finding is stamped when the first slow step began (its log
-time minus its step time), with a window back to the start of the last normal step (a change
-during that step makes it only a little slower), and cites both step lines.
+time minus its step time), with a window from the start of the last normal step (a change
+during that step makes it only a little slower) to the end of the first slow one, and cites
+both step lines.
 
 Example (the sample bundle, rank 0): steps took a median 0.13 s; from step 47 at 13:28:24.6
 (0.3 s after the cgroup's CPU quota was cut to 0.3 CPUs) they took 1.3-3.1 s.
@@ -110,10 +111,12 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
         text += f", over {b - a + 1} step{'s' if b > a else ''}"
         if b == len(vals) - 1:
             text += " up to its last reported step"
-        # The change may have come during the last normal step (which it made a little slower).
+        # The change came during the last normal step (which it made only a little slower) or
+        # during the first slow step (which it made slow): between the start of the one and the
+        # end of the other.
         window = ()
         if before is not None and a > 0:
-            window = (("ts_lo_ns", before["ts"] - int(vals[a - 1] * 1e9)), ("ts_hi_ns", start),
+            window = (("ts_lo_ns", before["ts"] - int(vals[a - 1] * 1e9)), ("ts_hi_ns", first["ts"]),
                       ("ts_bound", "between"))
         ev = tuple(Evidence(r["path"], r["line"], r["text"] or "") for r in (before, first) if r is not None)
         found.append(Link(kind=LinkKind.STEP_SLOWDOWN, ts_ns=start, summary=text, source=first["path"],

@@ -140,3 +140,23 @@ def test_flamegraph_route_and_page(client):
     page = client.get(f"/incidents/{iid}/flamegraph")
     assert page.status_code == 200 and '"value": 1315' in page.text
     assert f'/incidents/{iid}/flamegraph' in client.get(f"/incidents/{iid}").text
+
+
+def test_root_cause_views_escape_bundle_strings(client):
+    from web import report_render
+    evil = "<b>evil</b>"
+    line = OOM_LINE.replace("(python)", f"({evil})")
+    data = _tgz({"node-1/host/anchors.txt": b"7000.00 9000.00\n1764417073.000000000\n",
+                 "node-1/dmesg.txt": f"[ 7000.000000] start\n{line}\n".encode()})
+    iid = client.post("/api/incidents", files={"bundle": ("x.tgz", data)}).json()["id"]
+    assert _wait(client, iid)["status"] == "done"
+    rep = client.get(f"/api/incidents/{iid}/report").json()
+    # a lone OOM kill: it is the failure, nothing explains it, and the report says so
+    assert rep["failure"]["kind"] == "oom_kill" and evil in rep["failure"]["summary"]
+    assert rep["chains"] == [] and any("no causal chain" in n for n in rep["notes"])
+    assert "The job failed at" in rep["summary"]
+    for html in (client.get(f"/incidents/{iid}").text, report_render.html(rep)):
+        assert evil not in html and "&lt;b&gt;evil&lt;/b&gt;" in html
+        assert 'id="rootcause"' in html
+    md = report_render.markdown(rep)
+    assert evil not in md and "\\<b\\>evil\\</b\\>" in md

@@ -51,3 +51,26 @@ def test_analyze_single_gz_file_and_json(tmp_path):
     assert "no causal chain" in r.stdout
     r2 = run("incidents", home=tmp_path / "h")
     assert rep["incident"]["id"] in r2.stdout
+
+
+def test_report_command_hang_in_three_formats(tmp_path):
+    from pathlib import Path
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "logs-hang"
+    h = tmp_path / "h"
+    r = run("analyze", str(sample), "--json", str(tmp_path / "r.json"), home=h)
+    assert r.returncode == 0, r.stderr
+    iid = json.loads((tmp_path / "r.json").read_text())["incident"]["id"]
+    # the terminal summary tells the story: rank 1 stopped, rank 0 (blamed by torchrun) waited for it
+    assert "Most likely chain" in r.stdout and "rank_stalled" in r.stdout
+    assert "The launcher's root cause, rank 0, was a victim" in r.stdout
+    md = run("report", iid[:6], "-o", str(tmp_path / "r.md"), home=h)
+    assert md.returncode == 0, md.stderr
+    text = (tmp_path / "r.md").read_text()
+    assert text.startswith("# aftertrace report: logs-hang")
+    assert "`rank_stalled` host vm, rank 1, pid 32413" in text
+    assert "injecting fault hang at step 5" in text       # the stalled rank's last line, as evidence
+    html = run("report", iid, "--format", "html", home=h)
+    assert html.returncode == 0 and html.stdout.startswith("<!doctype html>") and 'id="chain-1"' in html.stdout
+    js = json.loads(run("report", iid, home=h).stdout)
+    assert js["origin"]["kind"] == "rank_stalled" and js["launcher_root_cause"] == {"rank": 0}
+    assert run("report", "nope", home=h).returncode == 2
