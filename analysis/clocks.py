@@ -43,8 +43,19 @@ A dmesg line ``[ 1200.000000] ...`` is then placed at 1764417038.685 s UTC
 (2025-11-29T11:50:38.685Z), +- 10 ms (5 ms truncation plus up to 5 ms between
 the two reads).
 
+Drift: a local clock can run at a slightly different rate from wall time (printk's clock
+is not slewed by NTP; a VM's clock may be paused). When the chosen method has anchors in
+two windows at least 10 s apart (a collector's readings at the start and at the end), the
+rate is measured (:func:`drift_fit`) and applied when it exceeds twice its own uncertainty:
+then ``utc = raw + offset + drift_ppm * 1e-6 * raw`` with ``offset`` the offset at local
+time 0. Example (``test_clocks.py``): uptime+date pairs at boot times 1 000 s and 37 000 s
+(10 h apart, +-10 ms each) whose offsets differ by 1.8 s give +50.0 ppm +- 0.56 ppm, applied;
+a record at 19 000 s is placed 0.9 s later than the first pair alone would put it. The
+sample's two pairs are 53.6 s apart: +-373 ppm, far too coarse, so nothing is applied and
+the report says so.
+
 The full method (dmesg -T pairs, perf reference time, shared pid deaths,
-cross-rank collectives, drift, skew findings) extends this module.
+cross-rank collectives, skew findings) extends this module.
 """
 from __future__ import annotations
 
@@ -90,13 +101,15 @@ class ClockEntry:
     evidence: tuple = field(default=())
     conflicts: tuple = field(default=())      # other anchors that disagree beyond the uncertainties
     others: tuple = field(default=())         # (method, offset, uncertainty) of the methods not chosen
+    drift_ppm: float | None = None            # applied: utc = raw + offset + drift_ppm * 1e-6 * raw
+    drift: dict | None = None                 # the measurement, applied or not (see drift_fit)
 
     def row(self, incident_id: str) -> dict:
         return {"incident_id": incident_id, "host": self.host, "domain": self.domain,
-                "offset_ns": self.offset_ns, "drift_ppm": None,
+                "offset_ns": self.offset_ns, "drift_ppm": self.drift_ppm,
                 "uncertainty_ns": self.uncertainty_ns, "method": self.method,
                 "evidence": json.dumps({"used": list(self.evidence), "other_methods": list(self.others),
-                                        "conflicts": list(self.conflicts)})}
+                                        "conflicts": list(self.conflicts), "drift": self.drift})}
 
 
 def collect_anchors(store, incident_id: str) -> list[Anchor]:
@@ -272,6 +285,41 @@ class Estimate:
     offset_ns: int
     uncertainty_ns: int
     evidence: tuple = field(default=())
+    anchors: tuple = field(default=())
+
+
+DRIFT_MIN_SPAN_NS = 10_000_000_000   # anchors closer together than this cannot measure a rate
+
+
+def drift_fit(anchors) -> dict | None:
+    """The rate error of the local clock against wall time, from anchors of one method taken
+    in two separated windows (the earlier and the later half, by local time).
+
+    drift = (offset_late - offset_early) / (t_late - t_early), known to
+    +- (u_early + u_late) / (t_late - t_early), where each window's offset is the median of its
+    anchors and u the best stated uncertainty in it. It is applied only when it exceeds twice
+    its own uncertainty; otherwise the measurement is reported and the offset stays constant.
+    Returns None when the anchors span less than ``DRIFT_MIN_SPAN_NS``.
+    """
+    xs = sorted(anchors, key=lambda a: a.local_ns)
+    if len(xs) < 2 or xs[-1].local_ns - xs[0].local_ns < DRIFT_MIN_SPAN_NS:
+        return None
+    mid = statistics.median(a.local_ns for a in xs)
+    early = [a for a in xs if a.local_ns <= mid] or xs[:1]
+    late = [a for a in xs if a.local_ns > mid] or xs[-1:]
+    t1, t2 = statistics.median(a.local_ns for a in early), statistics.median(a.local_ns for a in late)
+    o1, o2 = statistics.median(a.offset_ns for a in early), statistics.median(a.offset_ns for a in late)
+    u1, u2 = min(a.uncertainty_ns for a in early), min(a.uncertainty_ns for a in late)
+    span = t2 - t1
+    if span < DRIFT_MIN_SPAN_NS:
+        return None
+    ppm = (o2 - o1) / span * 1e6
+    unc = (u1 + u2) / span * 1e6
+    applied = abs(ppm) > 2 * unc
+    return {"ppm": round(ppm, 3), "uncertainty_ppm": round(unc, 3), "span_s": round(span / 1e9, 3),
+            "windows": len(early) + len(late), "applied": applied,
+            # offset at local time 0 with the drift, and the residual uncertainty at the anchors
+            "offset0_ns": int(o1 - ppm * 1e-6 * t1), "uncertainty_ns": int(max(u1, u2))}
 
 
 def _median_estimate(method: str, rank: int, anchors: list[Anchor], floor_ns: int) -> Estimate:
@@ -281,7 +329,7 @@ def _median_estimate(method: str, rank: int, anchors: list[Anchor], floor_ns: in
     best = min(a.uncertainty_ns for a in anchors)
     return Estimate(method, rank, med, max(floor_ns, best, spread),
                     tuple({"source": a.source, "line": a.line, "offset_ns": a.offset_ns,
-                           "uncertainty_ns": a.uncertainty_ns} for a in anchors))
+                           "uncertainty_ns": a.uncertainty_ns} for a in anchors), tuple(anchors))
 
 
 def boot_estimates(anchors: list[Anchor]) -> list[Estimate]:
@@ -308,14 +356,20 @@ def solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
         return ClockEntry(host, CLOCK_BOOT, None, None,
                           "none: no uptime+date pair or btime for this host; boot-clock times cannot be placed")
     best = min(ests, key=lambda e: e.rank)
+    # Conflicts are judged at the anchors' own times, where every method measured.
     conflicts = tuple(
         {"method": e.method, "offset_ns": e.offset_ns, "uncertainty_ns": e.uncertainty_ns,
          "difference_ns": e.offset_ns - best.offset_ns, "evidence": e.evidence[:3]}
         for e in ests if e is not best
         and abs(e.offset_ns - best.offset_ns) > e.uncertainty_ns + best.uncertainty_ns + CONFLICT_SLACK_NS)
+    others = tuple((e.method, e.offset_ns, e.uncertainty_ns) for e in ests if e is not best)
+    drift = drift_fit(best.anchors)
+    if drift and drift["applied"]:
+        return ClockEntry(host, CLOCK_BOOT, drift["offset0_ns"], drift["uncertainty_ns"],
+                          best.method + f", drift {drift['ppm']:+.1f} ppm", best.evidence,
+                          conflicts=conflicts, others=others, drift_ppm=drift["ppm"], drift=drift)
     return ClockEntry(host, CLOCK_BOOT, best.offset_ns, best.uncertainty_ns, best.method, best.evidence,
-                      conflicts=conflicts,
-                      others=tuple((e.method, e.offset_ns, e.uncertainty_ns) for e in ests if e is not best))
+                      conflicts=conflicts, others=others, drift=drift)
 
 
 def skew_links(entries: list[ClockEntry]) -> list:
@@ -380,6 +434,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     for table in ("events", "samples", "metrics"):
         cur.execute(
             f"""UPDATE {table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
+                                         + CAST(COALESCE(c.drift_ppm, 0) * 1e-6 * t.ts_raw_ns AS BIGINT)
                 FROM sources s, clock_map c
                 WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
                   AND c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')

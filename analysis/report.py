@@ -27,7 +27,7 @@ def sources_json(store, incident_id: str) -> list[dict]:
     rows = store.query(
         """SELECT s.source_id, s.path, s.kind, s.format, s.host, s.rank, s.pid, s.status, s.records,
                   s.issues, s.error, s.clock_domain, s.bytes, s.host_from, s.rank_from,
-                  c.offset_ns, c.uncertainty_ns, c.method
+                  c.offset_ns, c.uncertainty_ns, c.method, c.drift_ppm
            FROM sources s LEFT JOIN clock_map c
              ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '') AND c.domain = s.clock_domain
            WHERE s.incident_id = ? ORDER BY s.path""", [incident_id])
@@ -38,7 +38,7 @@ def sources_json(store, incident_id: str) -> list[dict]:
             clock = {"domain": r["clock_domain"],
                      "offset_s": None if r["offset_ns"] is None else r["offset_ns"] / 1e9,
                      "uncertainty_s": None if r["uncertainty_ns"] is None else r["uncertainty_ns"] / 1e9,
-                     "method": r["method"]}
+                     "method": r["method"], "drift_ppm": r["drift_ppm"]}
         elif r["kind"] == "host_info":
             clock = {"domain": "none", "offset_s": None, "uncertainty_s": None,
                      "method": "clock anchors and host facts (used to place the other sources)"}

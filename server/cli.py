@@ -296,6 +296,11 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
             ev = json.loads(r["evidence"] or "{}")
         except ValueError:
             continue
+        d = ev.get("drift") if isinstance(ev, dict) else None
+        if d:
+            verdict = "applied" if d["applied"] else "not applied (not larger than twice its uncertainty)"
+            console.print(f"  {escape(r['host'] or '-')}/{r['domain']}: drift {d['ppm']:+.3f} ppm "
+                          f"±{d['uncertainty_ppm']:.3f} ppm, measured over {d['span_s']:.1f} s — {verdict}")
         others = ev.get("other_methods", []) if isinstance(ev, dict) else []
         bad = {c["method"] for c in ev.get("conflicts", [])} if isinstance(ev, dict) else set()
         for method, off, unc in others:

@@ -32,7 +32,7 @@ def test_docstring_worked_example(svc, tmp_path):
     assert fmt_utc(ev[0]["ts_utc_ns"]) == "2025-11-29T11:50:38.685000Z"
     src = {s["path"]: s for s in rep["sources"]}
     assert src["node-1/dmesg.txt"]["clock"] == {"domain": "boot", "offset_s": 1764415838.685,
-                                                "uncertainty_s": 0.01, "method": "uptime+date"}
+                                                "uncertainty_s": 0.01, "method": "uptime+date", "drift_ppm": None}
 
 
 def test_uptime_and_date_in_two_files_of_one_folder(svc, tmp_path):
@@ -175,3 +175,31 @@ def test_no_anchor_but_a_shared_death(svc, tmp_path):
     true_s = truth["events"]["oom_kill_seen"]["epoch_ns"] / 1e9 - 0.013
     err = abs(oom["ts"] - true_s)
     assert err < 1.0 and err <= oom["uncertainty_s"]
+
+
+def test_drift_from_two_windows_is_measured_and_applied(svc, tmp_path):
+    """The drift example of analysis/clocks.py's docstring: pairs 10 h apart, offsets 1.8 s apart."""
+    b = tmp_path / "bundle" / "node-1"
+    for name, up, wall in (("start", "1000.00", "1764417073.250000000"),
+                           ("end", "37000.00", "1764453075.050000000")):   # +36000 s of uptime, +36001.8 s of wall
+        (b / "host" / name).mkdir(parents=True)
+        (b / "host" / name / "anchors.txt").write_text(f"{up} 0.00\n{wall}\n")
+    (b / "dmesg.txt").write_text("[19000.000000] half way\n")
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    (cm,) = svc.store.query("SELECT offset_ns, drift_ppm, uncertainty_ns, method, evidence FROM clock_map "
+                            "WHERE incident_id = ?", [iid])
+    import json
+    d = json.loads(cm["evidence"])["drift"]
+    assert d["applied"] and d["ppm"] == pytest.approx(50.0, abs=0.01) and d["uncertainty_ppm"] < 1.0
+    assert cm["drift_ppm"] == pytest.approx(50.0, abs=0.01) and "drift +50.0 ppm" in cm["method"]
+    (ev,) = svc.store.query("SELECT ts_utc_ns FROM events WHERE incident_id = ?", [iid])
+    first_pair_only = 1764417073.250 - 1000.005 + 19000.0
+    assert ev["ts_utc_ns"] / 1e9 == pytest.approx(first_pair_only + 0.9, abs=0.002)
+
+
+def test_drift_too_coarse_to_apply_is_reported_not_applied():
+    a = [Anchor("h", "uptime_date:1", 1_078_935_000_000, 1_795_958_886_830_382_383 + 0, 10_000_000, "s"),
+         Anchor("h", "uptime_date:2", 1_132_535_000_000, 1_795_958_940_425_026_587, 10_000_000, "s")]
+    e = solve_boot("h", a)
+    assert e.drift_ppm is None and e.drift is not None and not e.drift["applied"]
+    assert e.drift["span_s"] == pytest.approx(53.6) and e.drift["uncertainty_ppm"] == pytest.approx(373.1, abs=0.1)
