@@ -147,6 +147,21 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         except ValueError as e:
             raise ApiError(400, "bad_request", str(e)) from None
 
+    @app.get("/api/incidents/{incident_id}/timeline", summary="Lanes and metrics of a time window")
+    def api_timeline(incident_id: str, start: str | None = None, end: str | None = None,
+                     lanes: str | None = None, metrics: str | None = None, max_events: int = 1500, bins: int = 400):
+        try:
+            return svc.timeline(incident_id, start, end, lanes, metrics, max_events, bins)
+        except LookupError as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        except ValueError as e:
+            raise ApiError(400, "bad_request", str(e)) from None
+
+    @app.get("/vendor/plotly.min.js", include_in_schema=False)
+    def plotly_js():
+        return FileResponse(pages.plotly_js_path(), media_type="application/javascript",
+                            headers={"Cache-Control": "public, max-age=86400"})
+
     # -- HTML ------------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index():
@@ -188,6 +203,14 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                                 status_code=404 if isinstance(e, LookupError) else 400)
         diff = fg["baseline"] is not None
         return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}", flame_subtitle(fg), diff)
+
+    @app.get("/incidents/{incident_id}/timeline", response_class=HTMLResponse, include_in_schema=False)
+    def timeline_page(incident_id: str):
+        try:
+            inc = svc.get_incident(incident_id)
+        except NotFound as e:
+            return HTMLResponse(pages.error_page(404, str(e)), status_code=404)
+        return pages.timeline_page(inc)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

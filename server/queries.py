@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from analysis import flamegraph as fg
+from analysis import timeline as tl
 from ingest.timeparse import fmt_utc
 
 
@@ -59,3 +60,47 @@ class Queries:
             "tree": root.to_json(diff=base is not None),
             "folded": fg.folded(root, diff=base is not None),
         }
+
+    def timeline(self, incident_id: str, start: str | None = None, end: str | None = None,
+                 lanes: str | None = None, metrics: str | None = None, max_events: int = 1500,
+                 bins: int = 400) -> dict:
+        """Lanes and metric series of a time window (default: from 30 s before the best chain's
+        origin to 15 s after the failure, else the whole incident), with the report's findings
+        to mark on it."""
+        incident_id = self.resolve_incident(incident_id)
+        rep = None
+        try:
+            rep = self.get_report(incident_id)
+        except LookupError:
+            pass
+        s_ns, e_ns = fg.parse_time(start), fg.parse_time(end)
+        lo, hi = tl.bounds(self.store, incident_id)
+        if rep and (s_ns is None or e_ns is None):
+            f = rep.get("failure") or {}
+            o = rep.get("origin") or {}
+            if f.get("ts") is not None:
+                e_ns = e_ns if e_ns is not None else round((f["ts"] + 15) * 1e9)
+                first = o.get("ts") if o.get("ts") is not None else f["ts"] - 60
+                s_ns = s_ns if s_ns is not None else round((first - 30) * 1e9)
+        s_ns = s_ns if s_ns is not None else lo
+        e_ns = e_ns if e_ns is not None else hi
+        if s_ns is None or e_ns is None:
+            raise ValueError("nothing in this incident could be placed in time")
+        if e_ns <= s_ns:
+            e_ns = s_ns + 1_000_000_000
+        w = tl.Window(s_ns, e_ns, max(10, min(max_events, 20_000)), max(20, min(bins, 2000)),
+                      lanes=tuple(x for x in (lanes or "").split(",") if x),
+                      metrics=tuple(x for x in metrics.split(",") if x) if metrics else tl.DEFAULT_METRICS)
+        out = tl.window(self.store, incident_id, w)
+        out["incident"] = incident_id
+        out["start"], out["end"] = fmt_utc(s_ns), fmt_utc(e_ns)
+        out["bounds"] = {"start": fmt_utc(lo), "end": fmt_utc(hi)}
+        on_chain = set()
+        if rep and rep.get("chains"):
+            on_chain = {(l["kind"], l["ts"], l["rank"], l["pid"]) for l in rep["chains"][0]["links"]}
+        out["findings"] = [
+            {"ts_ns": int(a["ts"] * 1e9), "time": a["time"], "kind": a["kind"], "host": a["host"], "rank": a["rank"],
+             "pid": a["pid"], "summary": a["summary"], "lead_s": a.get("lead_s"),
+             "on_chain": (a["kind"], a["ts"], a["rank"], a["pid"]) in on_chain}
+            for a in (rep or {}).get("anomalies", []) if a.get("ts") is not None]
+        return out

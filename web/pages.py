@@ -45,5 +45,15 @@ def incident_page(incident: dict, report: dict | None, all_files: bool = False) 
                    grouped=len(rows) < len(report["sources"]) if report else False)
 
 
+def timeline_page(incident: dict) -> str:
+    return _render("timeline.html", inc=incident)
+
+
+def plotly_js_path() -> Path:
+    """plotly.js as shipped inside the plotly Python package: served by the app, no CDN."""
+    import plotly
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
 def error_page(status: int, message: str) -> str:
     return _render("error.html", status=status, message=message)
