@@ -8,6 +8,10 @@ Inputs, concatenated from real files to the target size:
   CPU, ``--tee 3`` prefixes, c10 INFO lines, tracebacks, ChildFailedError blocks) and the
   oom-after-throttle bundle's torchrun.log (steps).
 
+Rows written: ``events`` (meaningful lines one each; repetitive NCCL INFO lines, step lines and
+plain log lines collapsed to one event per process/device or rank, see ``ingest.formats.applog``)
+and ``metrics`` (one row per step line and value: step, loss, step_time).
+
 The comparison is what a user would run instead: a plain Python loop over the lines that
 applies one regex per line (the NCCL header, or a timestamp) — far less work than the parser.
 Each row also gives ``cpu_s``, the process's CPU seconds (all threads): on a shared machine it
@@ -44,7 +48,8 @@ r = parse_file(ParseJob({path!r}, "bench.log", out, time_zone="UTC"))
 dt, cpu = time.perf_counter() - t, time.process_time() - c
 shutil.rmtree(out)
 RESULT = dict(tool="aftertrace " + str(r.format) + " -> Parquet parts", seconds=dt, status=r.status,
-              events=r.counts.get("events"), interpolated=r.attrs.get("interpolated_events"), cpu_s=round(cpu, 2))
+              events=r.counts.get("events"), metrics=r.counts.get("metrics"),
+              interpolated=r.attrs.get("interpolated_events"), cpu_s=round(cpu, 2))
 """
 LOOP = """
 import re, time
@@ -64,7 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     args = ap.parse_args()
-    compare("logs", ".log", SOURCES, [PARSE, LOOP], args.mb, ("events", "matched", "cpu_s"), rx=LOOP_RX)
+    compare("logs", ".log", SOURCES, [PARSE, LOOP], args.mb, ("events", "metrics", "matched", "cpu_s"), rx=LOOP_RX)
 
 if __name__ == "__main__":
     main()

@@ -224,12 +224,16 @@ STACKS = Table(
 
 METRICS = Table(
     "metrics",
-    "Time series: cgroup counters and their rates, pressure, GPU metrics.",
+    "Time series: cgroup counters and their rates, pressure, GPU metrics; training progress read from "
+    "text logs (nccl_log/app_log sources: one row per step line and value, metric step | loss | "
+    "step_time, entity 'rank N'; each rank's last step line is also an event, named step).",
     (
         _INC, _SRC,
         _c("host", "VARCHAR", "-", "host (null: the source's host)"),
-        _c("entity", "VARCHAR", "-", "what is measured: cgroup path, device, 'host'"),
-        _c("metric", "VARCHAR", "-", "metric name, e.g. cpu.stat:nr_throttled", False),
+        _c("entity", "VARCHAR", "-", "what is measured: cgroup path, device, 'host', 'rank N' (text logs; null: "
+           "rank unknown)"),
+        _c("metric", "VARCHAR", "-", "metric name, e.g. cpu.stat:nr_throttled; step (count), loss, step_time (s)",
+           False),
         _c("ts_raw_ns", "BIGINT", "ns", "sample time on the source's clock"),
         _c("ts_utc_ns", "BIGINT", "ns", "sample time in UTC after alignment", True, True),
         _c("value", "DOUBLE", "see unit", "the value"),

@@ -40,9 +40,32 @@ Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
    local rank 0; its ``[rank0]`` lines say which global rank that is), else for
    NCCL lines the rank of the pid's largest communicator.
 
-Events (one per line or block) carry host/rank/pid/tid, ``ts_raw_ns`` (wall
-clock), ``ts_interpolated``, category = family, name, kind for findings with
-``attrs.summary``, severity, the 1-based line and the raw text.
+Events carry host/rank/pid/tid, ``ts_raw_ns`` (wall clock), ``ts_interpolated``,
+category = family, name, kind for findings with ``attrs.summary``, severity, the
+1-based line and the raw text. What is one event and what is counted:
+
+* One event per line (or block): everything that says something — NCCL version,
+  communicator Init/Destroy/Abort, ``comm ... nNodes``, channel counts, NET/bootstrap
+  lines, error returns and init failures, WARN/TRACE/CALL lines, every MESSAGES match
+  (timeouts, desync, mismatches, Flight Recorder, gloo, elastic failures), tracebacks
+  and ChildFailedError blocks, and every timed line at warning level or above.
+* Collapsed (one event per group, for the whole file: the group's *last* line, with
+  ``attrs.collapsed`` = the class, ``lines`` = how many lines it stands for,
+  ``first_line``/``last_line`` and ``first_ts_ns`` when the first line's time is known):
+
+  - ``coll`` (NCCL COLL lines, name ``nccl_coll`` with the last call's fields), ``op``
+    (tuning and proxy lines, name ``nccl_op``) and ``topo`` (every other INFO line:
+    channels, rings, trees, connections, proxy setup...; name ``nccl_topology``, with
+    ``transports`` seen and the number of ``channels``), per (class, host, pid, cudaDev).
+    Untimed ones are dropped right after the wrapper step (``nccl.collapse_info``), before
+    any regex extraction; their count travels with the line that stands for them.
+  - ``step``: every step/progress line is ``metrics`` rows (``step``, ``loss``,
+    ``step_time``; entity ``rank N``), and each rank's last step line is the ``step`` event.
+  - ``log``: timed lines of the families below warning level that match nothing specific,
+    per rank (null: the launcher's own lines): the count and the last line.
+
+  The raw file stays in the bundle; ``line`` numbers point into it. ``line_families`` in
+  the source attrs counts the lines read per family (events and collapsed lines).
 """
 from __future__ import annotations
 
@@ -59,8 +82,8 @@ from ..model import CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
 from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, interpolate, local_epoch_ns
-from .nccl import (INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS, nccl_frame,
-                   nccl_line_count, warn_class)
+from .nccl import (COLLAPSED_NAMES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS,
+                   collapse_info, nccl_frame, nccl_line_count, warn_class)
 
 NS = 1_000_000_000
 MAX_CARRY_ROWS = 200_000
@@ -161,6 +184,7 @@ STEP_FIELDS = (r"(?i)(?:\bloss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d
 LOSS = r"(?i)\b(?:lm )?loss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)"
 STEP_TIME = (r"(?i)(?:step_time\s*[=:]\s*(?P<step_time_s>[\d.]+)\s*s|elapsed time per iteration \(ms\):\s*"
              r"(?P<iter_ms>[\d.]+))")
+_LOWER = {rx: rx.removeprefix("(?i)") for rx in (STEP, LOSS, STEP_TIME)}
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
 EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?:: ?(?P<exc_msg>.*))?$"
 _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
@@ -178,7 +202,7 @@ TB_CHAIN = ("During handling of the above exception, another exception occurred:
             "The above exception was the direct cause of the following exception:")
 FATAL_START = "Fatal Python error: "
 BLOCK_ROW = (r"^(?:$|\s|Traceback \(|Fatal Python error|Current thread|Thread 0x|Extension modules|Stack \(most"
-             r"|During handling|The above exception|=+$|-+$|Failures:|Root Cause|\[\d+\]:$|.* FAILED$"
+             r"|During handling|The above exception|=+$|-+$|Failures:|Root Cause|\[\d+\]:$"
              r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b)")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in | in )(?P<func>.*)$')
 EXC = re.compile(EXC_LINE)
@@ -226,6 +250,9 @@ class _State:
     other_lines: int = 0
     coll_lines: int = 0
     context_line: int | None = None     # a row re-read only as interpolation context
+    collapse_floor: int | None = None   # (the same, while a chunk's lines are collapsed)
+    pending: dict = field(default_factory=dict)   # NCCL lines dropped early, by the line standing for them
+    stash: dict = field(default_factory=dict)     # collapse group -> its count and last event
     interpolated: int = 0
     timed: int = 0
     garbage: int = 0
@@ -236,8 +263,15 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
     # WRAP is all-optional and anchored: on a line without a wrapper it matches the empty string
     # at once (every first token of WRAP needs the WRAP_START prefix), so body = line there.
     base = df.select("lineno", "line")
-    if base.select(pl.col("line").str.contains(WRAP_START).any()).item():
+    has = base.select(pl.col("line").str.contains(WRAP_START)).to_series()
+    if has.all():
         base = extract_prefix(base, "line", WRAP, "body")
+    elif has.any():
+        # the regex only on the lines that have a wrapper (the others: body = line, no fields)
+        w = extract_prefix(base.filter(has), "line", WRAP, "body").drop("lineno", "line")
+        i = has.arg_true()
+        base = base.with_columns(*(_scatter(base.height, i, w[c]).alias(c) for c in w.columns if c != "body"),
+                                 pl.coalesce(_scatter(base.height, i, w["body"]), pl.col("line")).alias("body"))
     else:
         base = base.with_columns(*(pl.lit(None, pl.String).alias(c) for c in (
             "ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank")), pl.col("line").alias("body"))
@@ -281,14 +315,11 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
     out: list[pl.DataFrame] = []
     rest = base
     # NCCL first (header may sit anywhere in the line).
-    nc, n_coll = nccl_frame(rest)
-    st.coll_lines += n_coll
-    if n_coll:
-        rest = rest.filter(~pl.col("body").str.contains(" opCount ", literal=True)
-                           | pl.col("lineno").is_in(nc["lineno"].implode()))
+    nc = nccl_frame(rest)
     if not nc.is_empty():
-        out.extend(_nccl_events(rest.filter(pl.col("lineno").is_in(nc["lineno"].implode())), nc, st))
-        rest = rest.filter(~pl.col("lineno").is_in(nc["lineno"].implode()))
+        isn = rest.select(pl.col("lineno").is_in(nc["lineno"].implode())).to_series()
+        out.extend(_nccl_events(rest.filter(isn), nc, st))
+        rest = rest.filter(~isn)
     bare = rest.filter(pl.col("body").str.starts_with("NCCL version "))
     if not bare.is_empty():
         b = bare.with_columns(pl.col("body").str.extract(r"^NCCL version (\d+\.\d+\.\d+(?:[+-][a-z]+[\d.]*)?)", 1).alias("version"))
@@ -298,12 +329,13 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
     for fam, (test, rx) in FAMILIES.items():
         if rest.is_empty():
             break
-        m = rest.filter(pl.col("body").str.contains(test))
-        if m.is_empty():
+        hit = rest.select(pl.col("body").str.contains(test)).to_series()
+        if not hit.any():
             continue
+        m = rest.filter(hit)
         g = extract_prefix(m, "body", rx)
         out.append(_timed_family(g, fam))
-        rest = rest.filter(~pl.col("lineno").is_in(m["lineno"].implode()))
+        rest = rest.filter(~hit)
     if not rest.is_empty():
         hint = pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))
         p = rest.filter(hint)
@@ -409,69 +441,95 @@ def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.Da
 
 # ---------------------------------------------------------------------------------------------
 def _messages(ev: pl.DataFrame) -> pl.DataFrame:
-    """Apply MESSAGES + step/rank extraction to the non-NCCL message texts."""
-    # NCCL rows pass through untouched: set aside, not tested by every expression below
-    is_nccl = (pl.col("category") == "nccl").fill_null(False)
-    nccl_rows = ev.filter(is_nccl) if ev.select(is_nccl.any()).item() else None
-    if nccl_rows is not None:
-        ev = ev.filter(~is_nccl)
-    ev = ev.with_columns(pl.coalesce(pl.col("msg"), pl.col("body")).alias("_m"))
-    parts, rest = [], ev
-    mask_nccl = pl.col("category") == "nccl"
+    """Apply MESSAGES + step/rank extraction to the non-NCCL message texts.
+
+    The regexes run on narrow frames (row number + text) of the rows that can match, and their
+    results go back by row number in one step: the wide frame is filtered once, at the end.
+    """
+    n = ev.height
+    m, cat = pl.col("_m"), pl.col("category")
+    # NCCL rows are not tested (their grammar is applied in _nccl_events)
+    narrow = ev.lazy().with_row_index("_i").filter(cat.fill_null("") != "nccl").select(
+        "_i", cat, pl.coalesce(pl.col("msg"), pl.col("body")).alias("_m"), pl.col("body")).collect()
+    names, kinds, fas, idx = [], [], [], []
     # lone exception lines (a traceback whose header is not in the file)
-    exc = rest.filter((pl.col("category") == "plain") & pl.col("body").str.contains(EXC_LINE))
+    exc = narrow.filter((cat == "plain") & pl.col("body").str.contains(EXC_LINE))
     if not exc.is_empty():
         x = exc.with_columns(pl.col("body").str.extract_groups(EXC_LINE).alias("x")).unnest("x")
-        x = x.with_columns(name=pl.lit("exception"), kind=pl.lit("python_exception"),
-                           attrs=_merge_json(pl.col("attrs"), _json_attrs(x, ["exc", "exc_msg"])))
-        parts.append(x.drop("exc", "exc_msg"))
-        rest = rest.filter(~pl.col("lineno").is_in(x["lineno"].implode()))
-    said = ~mask_nccl & pl.col("_m").str.contains(_MESSAGE_ANY)
-    if rest.select(said.any()).item():
-        cand, rest = rest.filter(said), rest.filter(~said)
-    else:
-        cand = rest.clear()
+        idx.append(x["_i"])
+        fas.append(x.select(_json_attrs(x, ["exc", "exc_msg"])).to_series())
+        names.append(pl.repeat("exception", x.height, eager=True, dtype=pl.String))
+        kinds.append(pl.repeat("python_exception", x.height, eager=True, dtype=pl.String))
+        narrow = narrow.filter(~pl.col("_i").is_in(x["_i"].implode()))
+    cand = narrow.filter(m.str.contains(_MESSAGE_ANY))
     for name, kind, lit, rx, ints in MESSAGES:
         if cand.is_empty():
             break
-        m = cand.filter(pl.col("_m").str.contains(lit, literal=True))
-        if m.is_empty():
+        hit = cand.select(m.str.contains(lit, literal=True)).to_series()
+        if not hit.any():
             continue
-        x = m.with_columns(pl.col("_m").str.extract_groups(rx).alias("x")).unnest("x")
+        x = cand.filter(hit).with_columns(m.str.extract_groups(rx).alias("x")).unnest("x")
         fields = re.findall(r"\?P<(\w+)>", rx)
-        ok = pl.any_horizontal([pl.col(f).is_not_null() for f in fields])
-        x = x.filter(ok)
+        x = x.filter(pl.any_horizontal([pl.col(f).is_not_null() for f in fields]))
         if x.is_empty():
             continue
-        x = x.with_columns(name=pl.lit(name), kind=pl.lit(kind, pl.String),
-                           attrs=_merge_json(pl.col("attrs"), _json_attrs(x, fields, ints)))
-        parts.append(x.drop(fields))
-        cand = cand.filter(~pl.col("lineno").is_in(x["lineno"].implode()))
-    rest = pl.concat([rest, cand], how="vertical_relaxed") if not cand.is_empty() else rest
-    # steps / progress
-    cand = rest.filter(~mask_nccl & pl.col("_m").str.contains(r"(?i)step|iteration"))
+        idx.append(x["_i"])
+        fas.append(x.select(_json_attrs(x, fields, ints)).to_series())
+        names.append(pl.repeat(name, x.height, eager=True, dtype=pl.String))
+        kinds.append(pl.repeat(kind, x.height, eager=True, dtype=pl.String))
+        cand = cand.filter(~pl.col("_i").is_in(x["_i"].implode()))
+    said = pl.concat(idx) if idx else pl.Series("_i", [], dtype=pl.UInt32)
+    out = {}
+    if idx:
+        out["_n"] = _scatter(n, said, pl.concat(names))
+        out["_k"] = _scatter(n, said, pl.concat(kinds))
+        out["_fa"] = _scatter(n, said, pl.concat(fas))
+    # steps / progress (rows no message matched)
+    cand = narrow.filter(m.str.contains(r"(?i)step|iteration"))
+    if idx and not cand.is_empty():
+        cand = cand.filter(~pl.col("_i").is_in(said.implode()))
+    step_i = None
     if not cand.is_empty():
-        x = cand.with_columns(pl.col("_m").str.extract_groups(STEP).alias("x")).unnest("x")
+        # (the case-insensitive patterns run as case-sensitive ones on the lowercased text: faster)
+        low = m.str.to_lowercase()
+        x = cand.with_columns(low.str.extract_groups(_LOWER[STEP]).alias("x")).unnest("x")
         x = x.filter(pl.col("step").is_not_null() | pl.col("iter").is_not_null() | pl.col("step2").is_not_null())
         if not x.is_empty():
             x = x.with_columns(
-                pl.coalesce("step", "iter", "step2").cast(pl.Int64).alias("step"),
-                pl.coalesce("total", "total2").cast(pl.Int64).alias("total_steps"),
-                pl.col("_m").str.extract(LOSS, 1).cast(pl.Float64, strict=False).alias("loss"),
-                pl.col("_m").str.extract_groups(STEP_TIME).alias("x2")).unnest("x2")
-            x = x.with_columns(
+                low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
+                low.str.extract_groups(_LOWER[STEP_TIME]).alias("x2")).unnest("x2")
+            # step lines are collapsed (see _collapse_rows): the values stay columns, the attrs
+            # object is only written for the line that remains an event
+            x = x.select(
+                "_i", pl.coalesce("step", "iter", "step2").cast(pl.Int64).alias("_step"),
+                pl.coalesce("total", "total2").cast(pl.Int64).alias("_total"), "_loss",
                 pl.coalesce(pl.col("step_time_s").cast(pl.Float64, strict=False),
-                            pl.col("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("step_time_s"))
-            x = x.with_columns(name=pl.lit("step"), attrs=_merge_json(
-                pl.col("attrs"), _json_attrs(x, ["step", "total_steps", "loss", "step_time_s"])))
-            parts.append(x.drop("iter", "step2", "total", "total2", "iter_ms", "total_steps", "loss",
-                                "step_time_s"))
-            rest = rest.filter(~pl.col("lineno").is_in(x["lineno"].implode()))
-    # plain lines that matched nothing specific are not events
-    rest = rest.filter(pl.col("category") != "plain")
-    out = pl.concat(parts + [rest], how="diagonal_relaxed") if parts else rest
-    out = out.drop("_m")
-    return out if nccl_rows is None else pl.concat([out, nccl_rows], how="diagonal_relaxed")
+                            pl.col("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime"))
+            step_i = x["_i"]
+            for c in ("_step", "_total", "_loss", "_stime"):
+                out[c] = _scatter(n, step_i, x[c])
+    if not out:
+        return ev.filter(cat.fill_null("") != "plain").with_columns(
+            pl.when((cat != "nccl") & (pl.col("sev").is_null() | pl.col("sev").is_in(["info", "debug", "notice"])))
+            .then(pl.lit("log")).otherwise(pl.col("_cls")).alias("_cls"))
+    ev = ev.with_columns(**out)
+    for c in ("_n", "_k", "_fa", "_step"):
+        if c not in ev.columns:
+            ev = ev.with_columns(pl.lit(None, pl.Int64 if c == "_step" else pl.String).alias(c))
+    is_step = pl.col("_step").is_not_null()
+    matched = pl.col("_n").is_not_null() | is_step
+    # plain lines that matched nothing specific are not events; timed lines that said nothing
+    # specific below warning level are collapsed per rank (class "log", see _collapse_rows)
+    low_sev = pl.col("sev").is_null() | pl.col("sev").is_in(["info", "debug", "notice"])
+    ev = ev.filter((cat.fill_null("") != "plain") | matched).with_columns(
+        pl.when(pl.col("_n").is_not_null()).then(pl.col("_n")).when(is_step).then(pl.lit("step"))
+        .otherwise(pl.col("name")).alias("name"),
+        pl.when(pl.col("_n").is_not_null()).then(pl.col("_k")).otherwise(pl.col("kind")).alias("kind"),
+        _merge_json(pl.col("attrs"), pl.col("_fa")).alias("attrs"),
+        pl.when(is_step).then(pl.lit("step"))
+        .when(~matched & (cat != "nccl") & low_sev).then(pl.lit("log"))
+        .otherwise(pl.col("_cls")).alias("_cls"))
+    return ev.drop("_n", "_k", "_fa")
 
 
 def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
@@ -494,7 +552,9 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
     blocks, consumed, open_at = [], set(), None
     # only rows that can belong to a block are walked (tracebacks are contiguous in their stream)
     first = int(starts["lineno"].min())
-    maybe = base.filter((pl.col("lineno") >= first) & pl.col("body").str.contains(BLOCK_ROW))
+    # (lines ending in " FAILED" are tested apart: a ".* FAILED$" branch scans every line to its end)
+    maybe = base.filter((pl.col("lineno") >= first) & (pl.col("body").str.contains(BLOCK_ROW)
+                                                       | pl.col("body").str.ends_with(" FAILED")))
     for stream in starts["stream"].unique().to_list():
         rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
         linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
@@ -764,13 +824,17 @@ def _failure_text(f: dict, short: bool = False) -> str:
 def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Events of one chunk, and the raw rows to carry into the next chunk."""
     base = _wrap(df)
+    base, kept = collapse_info(base, st.pending, st.collapse_floor)
+    if kept is not None:
+        df = df.filter(kept)
     blocks, consumed, open_at = _blocks(base, final)
-    lines_for_fams = base.filter(~pl.col("lineno").is_in(list(consumed))) if consumed else base
+    lines_for_fams = base.filter(~pl.col("lineno").is_in(pl.Series(list(consumed), dtype=pl.Int64).implode())) \
+        if consumed else base
     fams = _families(lines_for_fams, st)
     frames = [f for f in fams if not f.is_empty()]
     keep = [c for c in ("lineno", "line", "body", "stream", "wrank", "tee", "srun", "ray_pid", "repeated",
                         "category", "host", "pid", "tid", "dev", "rank", "sev", "t_y", "t_mo", "t_d", "t_hms",
-                        "t_frac", "t_res", "t_off", "msg", "name", "kind", "attrs")]
+                        "t_frac", "t_res", "t_off", "msg", "name", "kind", "attrs", "_cls")]
     if frames:
         ev = pl.concat([f.select([c for c in keep if c in f.columns]) for f in frames], how="diagonal_relaxed")
         ev = _messages(ev)
@@ -798,8 +862,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
     # what waits for the next chunk: rows after the last timed row, and any open block
     carry_from = None
     if not final:
-        timed = ev.filter(pl.col("ts").is_not_null())
-        last_timed = timed["lineno"].max() if not timed.is_empty() else None
+        last_timed = ev.select(pl.col("lineno").filter(pl.col("ts").is_not_null()).max()).item()
         if last_timed is None:
             carry_from = int(df["lineno"].min())
         elif int(ev["lineno"].max()) > last_timed:
@@ -813,8 +876,8 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         ev = ev.filter(pl.col("lineno") < carry_from)
         # the last timed row before the cut travels along as context (the lower bound of the
         # interpolation) and is dropped again before the next chunk is emitted
-        ctx_row = ev.filter(pl.col("ts").is_not_null() & ~pl.col("category").is_in(["launcher", "traceback"]))[
-            "lineno"].max()
+        ctx_row = ev.select(pl.col("lineno").filter(
+            pl.col("ts").is_not_null() & ~pl.col("category").is_in(["launcher", "traceback"])).max()).item()
         start = carry_from if ctx_row is None else int(ctx_row)
         st.context_line = None if ctx_row is None else int(ctx_row)
         carry = df.filter(pl.col("lineno") >= start)
@@ -884,7 +947,8 @@ def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     ev = ev.with_columns(pl.coalesce(own, pl.col("_said"), pl.col("srun").cast(pl.Int64, strict=False))
                          .alias("rank")).drop("_said")
     # stream -> rank / pid learnt from lines that state them (worker streams only)
-    ws = ev.filter((pl.col("stream").fill_null("") != "|||") & (pl.col("stream").fill_null("") != ""))
+    ws = ev.lazy().select("stream", "rank", "category", "pid", "body").filter(
+        (pl.col("stream").fill_null("") != "|||") & (pl.col("stream").fill_null("") != "")).collect()
     for s, r in ws.filter(pl.col("rank").is_not_null()).group_by("stream").agg(
             pl.col("rank").first()).iter_rows():
         st.stream_rank.setdefault(s, r)
@@ -1027,7 +1091,73 @@ OUT_COLS = ("host", "rank", "pid", "tid", "ts_raw_ns", "ts_interpolated", "categ
 _EV_SCHEMA = {"host": pl.String, "rank": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "dev": pl.String, "ts": pl.Int64,
               "res": pl.Int64, "category": pl.String, "name": pl.String, "kind": pl.String, "sev": pl.String,
               "attrs": pl.String, "msg": pl.String, "body": pl.String, "stream": pl.String, "wrank": pl.String,
-              "srun": pl.String, "repeated": pl.Int32}
+              "srun": pl.String, "repeated": pl.Int32, "_cls": pl.String, "_step": pl.Int64, "_total": pl.Int64,
+              "_loss": pl.Float64, "_stime": pl.Float64}
+_NCCL_CLASSES = list(COLLAPSED_NAMES)
+_STEP_FIELDS = {"_step": "step", "_total": "total_steps", "_loss": "loss", "_stime": "step_time_s"}
+
+
+def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
+    """Collapsed rows of a chunk (``_cls`` set): step metrics, group counts; returns each group's last row.
+
+    Groups: NCCL classes per (class, host, pid, cudaDev); steps and plain log lines per rank.
+    Every step line becomes ``metrics`` rows (step, loss, step_time). The count, the first line
+    and time of each group accumulate in ``st.stash`` over the whole file; the group's last row
+    (returned, with ``_g``) is the one event written for it at the end (``_finish``).
+    """
+    s = lambda c: pl.col(c).cast(pl.String).fill_null("")
+    is_nccl = pl.col("_cls").is_in(_NCCL_CLASSES)
+    cl = cl.with_columns(pl.when(is_nccl).then(pl.concat_str([s("_cls"), s("host"), s("pid"), s("dev")], separator="|"))
+                         .otherwise(pl.concat_str([s("_cls"), s("rank")], separator="|")).alias("_g"))
+    steps = cl.filter(pl.col("_cls") == "step")
+    if not steps.is_empty():
+        m = steps.select("host", pl.when(pl.col("rank").is_not_null()).then(
+            pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)])).alias("entity"),
+            pl.col("ts").alias("ts_raw_ns"), "_step", "_loss", "_stime")
+        parts = [m.select("host", "entity", "ts_raw_ns", pl.lit("step").alias("metric"),
+                          pl.col("_step").cast(pl.Float64).alias("value"), pl.lit("count").alias("unit"))]
+        for col, metric, unit in (("_loss", "loss", "-"), ("_stime", "step_time", "s")):
+            v = m.filter(pl.col(col).is_not_null())
+            if not v.is_empty():
+                parts.append(v.select("host", "entity", "ts_raw_ns", pl.lit(metric).alias("metric"),
+                                      pl.col(col).alias("value"), pl.lit(unit).alias("unit")))
+        sink.add_frame("metrics", pl.concat(parts).filter(pl.col("value").is_not_null()))
+    agg = cl.group_by("_g", maintain_order=True).agg(
+        pl.col("_cls").first(), pl.len().alias("n"), pl.col("lineno").min().alias("first"),
+        pl.col("ts").sort_by("lineno").first().alias("first_ts"), pl.col("lineno").max().alias("last"))
+    for k, v in cl.group_by("category").len().iter_rows():
+        st.families[k] = st.families.get(k, 0) + v
+    # lines dropped before parsing (NCCL INFO) count for the row that stood for them
+    extra: dict = {}
+    if st.pending:
+        for g, ln in cl.filter(pl.col("lineno").is_in(list(st.pending))).select("_g", "lineno").iter_rows():
+            p = st.pending.pop(ln)
+            e = extra.setdefault(g, {"n": 0, "via": set(), "chan": set()})
+            e["n"] += p["n"]
+            e["via"] |= p["via"]
+            e["chan"] |= p["chan"]
+    for g, cls, n, first, first_ts, last in agg.iter_rows():
+        e = st.stash.get(g)
+        if e is None:
+            e = st.stash[g] = {"cls": cls, "n": 0, "first": None, "first_ts": None, "via": set(), "chan": set(),
+                               "row": None, "last": -1}
+        x = extra.get(g)
+        e["n"] += n + (x["n"] if x else 0)
+        if x:
+            st.families["nccl"] = st.families.get("nccl", 0) + x["n"]
+        if e["first"] is None or first < e["first"]:
+            e["first"], e["first_ts"] = first, first_ts
+        if x:       # (its lines lie between the group's first and last line: never the first)
+            e["via"] |= x["via"]
+            e["chan"] |= x["chan"]
+    reps = cl.filter(pl.col("lineno").is_in(agg["last"].implode()))
+    reps = reps.with_columns(pl.when(is_nccl & (pl.col("_cls") != "coll")).then(
+        pl.col("_cls").replace_strict(COLLAPSED_NAMES, default=None)).otherwise(pl.col("name")).alias("name"))
+    if reps.select((pl.col("_cls") == "step").any()).item():
+        sj = pl.struct([pl.col(c).alias(a) for c, a in _STEP_FIELDS.items()]).struct.json_encode()
+        reps = reps.with_columns(pl.when(pl.col("_cls") == "step").then(_merge_json(pl.col("attrs"), sj))
+                                 .otherwise(pl.col("attrs")).alias("attrs"))
+    return reps
 
 
 def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
@@ -1036,7 +1166,20 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
     ev = interpolate(ev, "ts", "res")
     if st.context_line is not None:
         ev = ev.filter(pl.col("lineno") > st.context_line)
+    has_cls = pl.col("_cls").is_not_null()
+    reps = None
+    if ev.select(has_cls.any()).item():
+        cl, ev = ev.filter(has_cls), ev.filter(~has_cls)
+        st.hosts.update(h for h in cl["host"].unique().to_list() if h)
+        st.ranks.update(r for r in cl["rank"].unique().to_list() if r is not None)
+        st.pids.update(p for p in cl.filter(pl.col("category") != "elastic")["pid"].unique().to_list()
+                       if p is not None)
+        reps = _collapse_rows(cl, st, sink)
     ev = _typed(ev, st)
+    if reps is not None:
+        ev = pl.concat([ev, reps], how="diagonal_relaxed")
+    else:
+        ev = ev.with_columns(pl.lit(None, pl.String).alias("_g"))
     # the time bounds, the resolution of typed rows and Ray's repeat count are appended to the
     # attrs object in one merge (the members without braces, joined; null ones left out)
     bounds = pl.when(pl.col("ts_interp")).then(pl.concat_str([
@@ -1058,23 +1201,55 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
         pl.col("ts").alias("ts_raw_ns"), pl.col("ts_interp").alias("ts_interpolated"),
         pl.col("category"), pl.col("name").fill_null(pl.col("category")), pl.col("kind"),
         pl.col("sev").alias("severity"), pl.col("lineno").alias("line"),
-        pl.col("line").str.slice(0, 4000).alias("text"), pl.col("attrs"))
-    # bookkeeping for the source attrs / facts
+        pl.col("line").str.slice(0, 4000).alias("text"), pl.col("attrs"), pl.col("_g"))
+    if reps is not None:
+        for r in out.filter(pl.col("_g").is_not_null()).iter_rows(named=True):
+            e = st.stash[r.pop("_g")]
+            if r["line"] > e["last"]:
+                e["last"], e["row"] = r["line"], r
+        out = out.filter(pl.col("_g").is_null())
+    out = out.drop("_g")
+    _count(out, st)
+    st.hosts.update(h for h in out["host"].unique().to_list() if h)
+    st.ranks.update(r for r in out["rank"].unique().to_list() if r is not None)
+    st.pids.update(p for p in out.filter(pl.col("category") != "elastic")["pid"].unique().to_list() if p is not None)
+    sink.add_frame("events", out)
+
+
+def _count(out: pl.DataFrame, st: _State) -> None:
+    """Bookkeeping of written events for the source attrs (time coverage, lines per family)."""
     st.timed += int(out["ts_raw_ns"].is_not_null().sum() - out["ts_interpolated"].sum())
     st.interpolated += int(out["ts_interpolated"].sum())
     for k, v in out.group_by("category").len().iter_rows():
         st.families[k] = st.families.get(k, 0) + v
-    st.hosts.update(h for h in out["host"].unique().to_list() if h)
-    st.ranks.update(r for r in out["rank"].unique().to_list() if r is not None)
-    st.pids.update(p for p in out.filter(pl.col("category") != "elastic")["pid"].unique().to_list() if p is not None)
-    steps = out.filter(pl.col("name") == "step")
-    if not steps.is_empty():
-        # the last step line of each rank (ranks in order of first appearance)
-        last = steps.group_by("rank", maintain_order=True).agg(pl.col("line", "ts_raw_ns", "attrs").last())
-        for rank, line, ts, attrs in last.select("rank", "line", "ts_raw_ns", "attrs").iter_rows():
-            a = json.loads(attrs)
-            st.last_step[rank] = {"step": a.get("step"), "line": line, "ts_raw_ns": ts}
-    sink.add_frame("events", out)
+
+
+def _collapsed_events(st: _State) -> pl.DataFrame | None:
+    """The one event of each collapse group (its last line), with what it stands for in attrs."""
+    rows = []
+    for g, e in st.stash.items():
+        r = e["row"]
+        if r is None:
+            continue
+        a = json.loads(r["attrs"]) if r["attrs"] else {}
+        a.update(collapsed=e["cls"], lines=e["n"], first_line=e["first"], last_line=r["line"])
+        if e["first_ts"] is not None:
+            a["first_ts_ns"] = e["first_ts"]
+        if e["cls"] == "topo":
+            a["transports"] = sorted(e["via"])
+            a["channels"] = len(e["chan"])
+        rows.append(dict(r, attrs=json.dumps(a, default=str, separators=(",", ":"))))
+        if e["cls"] == "step":
+            st.last_step[r["rank"]] = {"step": a.get("step"), "line": r["line"], "ts_raw_ns": r["ts_raw_ns"]}
+        elif e["cls"] == "coll":
+            st.coll_lines += e["n"]
+    if not rows:
+        return None
+    rows.sort(key=lambda r: r["line"])
+    schema = {"host": pl.String, "rank": pl.Int32, "pid": pl.Int64, "tid": pl.Int64, "ts_raw_ns": pl.Int64,
+              "ts_interpolated": pl.Boolean, "category": pl.String, "name": pl.String, "kind": pl.String,
+              "severity": pl.String, "line": pl.Int64, "text": pl.String, "attrs": pl.String}
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def parse_log(ctx: ParseContext) -> None:
@@ -1100,6 +1275,7 @@ def parse_log(ctx: ParseContext) -> None:
         if carry is not None:
             df = pl.concat([carry, df])
         ctx_line, st.context_line = st.context_line, None
+        st.collapse_floor = ctx_line
         ev, carry = _chunk_events(df, st, final=nxt is None)
         new_ctx, st.context_line = st.context_line, ctx_line
         if ev.width > 1 and not ev.is_empty():
@@ -1107,7 +1283,7 @@ def parse_log(ctx: ParseContext) -> None:
         st.context_line = new_ctx
         pending = nxt
     if carry is not None and not carry.is_empty():
-        ctx_line = st.context_line
+        ctx_line = st.collapse_floor = st.context_line
         ev, _ = _chunk_events(carry, st, final=True)
         st.context_line = ctx_line
         if ev.width > 1 and not ev.is_empty():
@@ -1117,6 +1293,11 @@ def parse_log(ctx: ParseContext) -> None:
 
 def _finish(ctx: ParseContext, st: _State) -> None:
     sink = ctx.sink
+    last = _collapsed_events(st)
+    if last is not None:
+        st.timed += int(last["ts_raw_ns"].is_not_null().sum() - last["ts_interpolated"].sum())
+        st.interpolated += int(last["ts_interpolated"].sum())
+        sink.add_frame("events", last)
     # Worker failures the launcher reported but never summarised (no ChildFailedError block).
     for lineno, a in st.pending_failed:
         if a.get("worker_pid") not in st.block_pids:
@@ -1157,6 +1338,8 @@ def _finish(ctx: ParseContext, st: _State) -> None:
         ctx.attrs["hosts"] = sorted(st.hosts)[:64]
     if st.garbage:
         ctx.attrs["garbage_lines"] = st.garbage
+    if st.pending:      # (dropped NCCL lines whose standing-in line never became an event)
+        ctx.attrs["nccl_collapsed_unattributed"] = sum(p["n"] for p in st.pending.values())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,11 @@ return chains (``file.cc:123 -> 3``). WARN lines are classified by
 chain of a process that passes through ``init.cc``/``bootstrap.cc`` is typed
 ``nccl_init_failure``.
 
+Repetitive INFO lines are not one event each (see :func:`collapse_info` and the
+"Collapsed" list in :mod:`.applog`): per (host, pid, cudaDev), the COLL lines, the
+per-operation tuning/proxy lines and the other INFO lines (topology: channels, rings,
+trees, connections) are each one event on their last line, counting the others.
+
 The parser itself is the shared log engine in :mod:`.applog`: a file holding
 NCCL lines *and* launcher/training lines is read line by line by the same code,
 whichever of the two source kinds claimed it. This module claims a file
@@ -171,25 +176,101 @@ class NcclLogParser(Parser):
         parse_log(ctx)
 
 
-def nccl_frame(base: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+# -- collapsed INFO lines -----------------------------------------------------------------------
+# INFO lines that stay one event each: a literal of INFO_GRAMMAR (less the per-channel entries),
+# or an error return ``file.cc:123 -> 3``. Every other INFO line is repetitive (one per
+# collective, per proxy operation, per channel/peer connection) and is collapsed.
+# (anchored at the message's start: one cheap test per line; Init/Destroy/Abort/topology lines all
+# start with "comm 0x", "[Rank N] comm 0x" or "<api> comm 0x")
+INFO_KEEP = (r"^(?:NCCL version|Init timings|Connected all |NET/|Using network |Bootstrap|cudaDriverVersion"
+             r"|comm |\[Rank \d+\] comm |\w+ comm 0x|\d+ coll channels|[\w./\-]+:\d+ -> \d)")
+# per-operation lines (classes "coll": COLL calls, "op": tuning and proxy lines); the rest is "topo"
+OP_LITERALS = (" Bytes -> Algo ", "opId=", "ncclPollProxyResponse", "Received and initiated operation")
+COLLAPSED_NAMES = {"coll": "nccl_coll", "op": "nccl_op", "topo": "nccl_topology"}
+
+
+def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple[pl.DataFrame, pl.Series | None]:
+    """Mark the repetitive NCCL INFO lines of a chunk and drop those their group's ends stand for.
+
+    A group is (class, header text ``host:pid:tid [dev]``). Its first line (for the first time)
+    and its last line (the last activity) go on through the parser with ``_cls`` set; the lines
+    between are dropped here and added up in ``pending[last line]`` (count, transports and
+    channel numbers of topology lines), which :mod:`.applog` folds into the one event per
+    (class, process, device). Lines with their own time (``[time] host:...``), spliced lines
+    and lines at or before ``floor`` (the previous chunk's context row) are never dropped.
+    Returns the chunk with ``_cls`` and the mask of the rows kept (None: all).
+    """
+    none = base.with_columns(pl.lit(None, pl.String).alias("_cls"))
+    info = pl.col("body").str.contains(" NCCL INFO ", literal=True)
+    if floor is not None:
+        info = info & (pl.col("lineno") > floor)
+    m, sp = pl.col("_m"), pl.col("body").str.splitn(" NCCL INFO ", 2)
+    # (str.find counts bytes, str.slice characters: a literal split is exact on any text)
+    x = (base.lazy().with_row_index("_i").filter(info)
+         .select("_i", "lineno", sp.struct.field("field_0").alias("_k"), sp.struct.field("field_1").alias("_m"))
+         .filter(~m.str.contains(INFO_KEEP) & ~m.str.contains(" NCCL ", literal=True))   # (spliced lines stay)
+         .with_columns(pl.when(m.str.contains(" opCount ", literal=True)).then(pl.lit("coll"))
+                       .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit("op"))
+                       .otherwise(pl.lit("topo")).alias("_cls"))
+         .collect())
+    if x.is_empty():
+        return none, None
+    out = base.with_columns(_scatter_str(base.height, x["_i"], x["_cls"]).alias("_cls"))
+    d = x.filter(~pl.col("_k").str.starts_with("["))       # (lines with a time of their own stay)
+    if d.is_empty():
+        return out, None
+    # per group (one hash pass): its first line (kept: the first time), last line (kept: the
+    # event) and size; the lines between are dropped and counted for the last one
+    grp = ["_cls", "_k"]
+    agg = d.group_by(grp).agg(pl.col("lineno").min().alias("_first"), pl.col("lineno").max().alias("_rep"),
+                              pl.len().alias("_n"))
+    new: dict = {}
+    for rep, first, n in agg.select("_rep", "_first", "_n").iter_rows():
+        if n > 2 or rep == first:
+            new[rep] = {"n": n - (1 if rep == first else 2), "via": set(), "chan": set()}
+    topo = d.filter((pl.col("_cls") == "topo") & m.str.starts_with("Channel "))
+    if not topo.is_empty():
+        t = topo.group_by("_k").agg(m.str.extract(r" via (\S+)", 1).drop_nulls().unique().alias("via"),
+                                    m.str.extract(r"^Channel (\d+)", 1).cast(pl.Int32, strict=False)
+                                    .drop_nulls().unique().alias("chan"))
+        t = t.join(agg.filter(pl.col("_cls") == "topo").select("_k", "_rep"), on="_k")
+        for _k, via, chan, rep in t.iter_rows():
+            e = new.setdefault(rep, {"n": 0, "via": set(), "chan": set()})
+            e["via"] |= set(via)
+            e["chan"] |= set(chan)
+    if pending:
+        # last lines of an earlier chunk that were carried into this one: what they stood for
+        # passes to the last line of their group now
+        back = d.filter(pl.col("lineno").is_in(list(pending))).select("lineno", *grp).join(agg, on=grp)
+        for ln, rep in back.select("lineno", "_rep").iter_rows():
+            p = pending.pop(ln)
+            e = new.setdefault(rep, {"n": 0, "via": set(), "chan": set()})
+            e["n"] += p["n"]
+            e["via"] |= p["via"]
+            e["chan"] |= p["chan"]
+    pending.update(new)
+    ends = pl.concat([agg["_first"], agg["_rep"]])
+    drop = d.filter(~pl.col("lineno").is_in(ends.implode()))["_i"]
+    if drop.is_empty():
+        return out, None
+    mask = pl.Series("_keep", [True], dtype=pl.Boolean).extend_constant(True, base.height - 1).scatter(drop, False)
+    return out.filter(mask), mask
+
+
+def _scatter_str(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
+    out = pl.Series("_cls", [], dtype=pl.String).extend_constant(None, n)
+    return out.scatter(idx, values) if len(idx) else out
+
+
+def nccl_frame(base: pl.DataFrame) -> pl.DataFrame:
     """NCCL rows of a chunk: header fields + ``msg`` + ``spliced`` (lost fragments).
 
-    COLL lines (``AllReduce: opCount ...``, one per collective call, millions in a long run)
-    are not all kept: per process and device only the chunk's last one is (the last
-    collective a rank entered is what matters after a hang); the number is returned.
+    (The repetitive INFO lines were collapsed before, by :func:`collapse_info`.)
     """
     from .applog import extract_prefix
     cand = base.filter(pl.col("body").str.contains("NCCL ", literal=True))
     if cand.is_empty():
-        return cand, 0
-    coll = pl.col("body").str.contains(" opCount ", literal=True)
-    n_coll = 0
-    if cand.select(coll.any()).item():
-        cc = cand.filter(coll).with_columns(
-            pl.col("body").str.splitn(" NCCL ", 2).struct.field("field_0").alias("_k"))
-        n_coll = len(cc)
-        last = cc.group_by("_k").agg(pl.col("lineno").max())["lineno"]
-        cand = cand.filter(~coll | pl.col("lineno").is_in(last.implode()))
+        return cand
     # Most lines start with the header: cut them with string operations (regex captures over
     # whole lines are the slow part); the rest (time/tag prefixes, run-in or spliced lines)
     # go through the header search.
@@ -227,7 +308,7 @@ def nccl_frame(base: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         if c not in g.columns:
             g = g.with_columns(pl.lit(None, pl.String).alias(c))
     if g.is_empty():     # (both parts hold only lines with a level)
-        return g, n_coll
+        return g
     g = g.with_columns(pl.col("msg").fill_null(""))
     spliced = pl.col("msg").str.contains(" NCCL ", literal=True) & pl.col("msg").str.contains(SPLICE_MARK)
     if g.select(spliced.any()).item():
@@ -247,7 +328,7 @@ def nccl_frame(base: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("dev").cast(pl.Int32, strict=False),
         pl.col("trace_ms").cast(pl.Float64, strict=False),
         pl.col("nts").str.extract(r"\.(\d+)$").alias("nts_frac"))
-    return g, n_coll
+    return g
 
 
 PARSERS = (NcclLogParser,)

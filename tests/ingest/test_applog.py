@@ -32,6 +32,14 @@ def by_line(res: SourceResult) -> dict[int, dict]:
     return {e["line"]: e for e in events(res)}
 
 
+def metrics(res: SourceResult) -> list[dict]:
+    import pyarrow.parquet as pq
+    out = []
+    for f in res.parts.get("metrics", []):
+        out += pq.read_table(f).to_pylist()
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in APP.iterdir() if p.suffix == ".log"))
 def test_recorded_logs_are_app_logs(name):
     det = default_registry().detect(Head.read(APP / name, name))
@@ -46,14 +54,29 @@ def test_oom_sample_torchrun_log(tmp_path):
     e1 = ev[1]
     assert (e1["category"], e1["pid"], e1["severity"], e1["ts_raw_ns"]) == (
         "elastic", 17983, "warning", ns(2026, 11, 29, 13, 28, 8, 902_000_000))
-    # [default0]: worker line: Python logging, rank from "[rank0]", pid from its own "pid=" line
-    e5 = ev[5]
-    assert (e5["category"], e5["rank"], e5["pid"], e5["ts_raw_ns"]) == (
-        "dated", 0, 17988, ns(2026, 11, 29, 13, 28, 11, 298_000_000))
-    assert (ev[6]["rank"], ev[6]["pid"]) == (1, 17989)
-    step = ev[7]
-    assert (step["name"], step["rank"], step["attrs"]["step"], step["attrs"]["loss"],
-            step["attrs"]["step_time_s"]) == ("step", 0, 0, 2.3112, 0.150)
+    # [default0]: worker lines (Python logging, Kineto USDT) that say nothing specific: one event per
+    # rank, its last line, counting the others; rank from "[rank0]", pid from the "pid=" line (5)
+    logs = {e["rank"]: e for e in ev.values() if e["attrs"].get("collapsed") == "log"}
+    assert sorted(logs) == [0, 1] and 5 not in ev and 6 not in ev
+    l0, l1 = logs[0], logs[1]
+    assert (l0["line"], l0["category"], l0["pid"], l0["attrs"]["lines"], l0["attrs"]["first_line"]) == (
+        250, "usdt", 17988, 25, 5)
+    assert l0["attrs"]["first_ts_ns"] == ns(2026, 11, 29, 13, 28, 11, 298_000_000)
+    assert (l1["line"], l1["pid"], l1["attrs"]["first_line"]) == (248, 17989, 6)
+    # every step line is a metrics row (step, loss, step_time) of its rank; the last one an event
+    m = metrics(res)
+    steps = [r for r in m if r["metric"] == "step"]
+    assert len(steps) == 98 + 99 and len(m) == 3 * len(steps)
+    assert [(r["entity"], r["value"], r["ts_raw_ns"]) for r in m[:1]] == [
+        ("rank 0", 0.0, ns(2026, 11, 29, 13, 28, 13, 648_000_000))]
+    first0 = {r["metric"]: r["value"] for r in m if r["entity"] == "rank 0"
+              and r["ts_raw_ns"] == ns(2026, 11, 29, 13, 28, 13, 648_000_000)}
+    assert first0 == {"step": 0.0, "loss": 2.3112, "step_time": 0.150}
+    step = ev[254]
+    assert (step["name"], step["rank"], step["pid"], step["attrs"]["step"], step["attrs"]["loss"],
+            step["attrs"]["step_time_s"], step["attrs"]["lines"], step["attrs"]["first_line"]) == (
+        "step", 0, 17988, 97, 2.3077, 2.883, 98, 7)
+    assert [e["line"] for e in ev.values() if e["name"] == "step"] == [254, 255]
     # the closing signal and the worker failure line of the launcher
     close = next(e for e in ev.values() if e["name"] == "closing_signal")
     assert (close["pid"], close["attrs"]["worker_pid"], close["attrs"]["signal"]) == (17983, 17989, "SIGTERM")
@@ -176,8 +199,10 @@ def test_watchdog_timeouts_new_and_old_formats(tmp_path):
 
 def test_local_times_use_the_bundle_zone(tmp_path):
     res = parse(APP / "hang_rank0_stderr.log", tmp_path, zone="America/New_York")
-    first = next(e for e in events(res) if e["category"] == "dated")
-    assert first["ts_raw_ns"] == ns(2026, 11, 29, 18, 40, 44, 822_000_000)    # 13:40:44,822 EST = 18:40 UTC
+    # rank 0's plain lines are one event; the first of them (line 5) is the first dated line
+    first = next(e for e in events(res) if e["attrs"].get("collapsed") == "log" and e["rank"] == 0)
+    assert first["attrs"]["first_line"] == 5
+    assert first["attrs"]["first_ts_ns"] == ns(2026, 11, 29, 18, 40, 44, 822_000_000)  # 13:40:44,822 EST
     assert res.attrs["time_zone"] == "America/New_York"
 
 
@@ -195,8 +220,10 @@ def test_srun_labels_and_iso_timestamps(tmp_path):
     res = parse(p, tmp_path)
     evs = events(res)
     assert res.rank == 1 and all(e["rank"] == 1 for e in evs)
-    first = next(e for e in evs if e["category"] == "dated")
-    assert first["ts_raw_ns"] == ns(2026, 11, 29, 12, 40, 44, 825_000_000)    # 13:40:44.825+01:00
+    step = next(e for e in evs if e["name"] == "step")
+    assert step["attrs"]["first_ts_ns"] == ns(2026, 11, 29, 12, 40, 47, 673_000_000)    # 13:40:47.673+01:00
+    assert metrics(res)[0]["ts_raw_ns"] == step["attrs"]["first_ts_ns"]
+    assert {r["entity"] for r in metrics(res)} == {"rank 1"}
 
 
 def test_log_split_over_chunks_gives_the_same_events(tmp_path, monkeypatch):
@@ -210,3 +237,33 @@ def test_log_split_over_chunks_gives_the_same_events(tmp_path, monkeypatch):
     key = lambda e: (e["line"], e["name"], e["kind"], e["ts_raw_ns"], e["ts_interpolated"],
                      e["attrs"].get("ts_lo_ns"), e["attrs"].get("ts_hi_ns"))
     assert [key(e) for e in parts] == [key(e) for e in whole]
+    # Collapsed groups span the whole file (their event is the group's last line in the file).
+    # Step groups match exactly; plain lines are grouped by rank, so the early lines of a stream
+    # whose rank the tiny chunks did not know yet count for the rank-less group: same total.
+    group = lambda e: (e["line"], e["attrs"]["lines"], e["attrs"]["first_line"], e["attrs"].get("first_ts_ns"))
+    assert [group(e) for e in parts if e["name"] == "step"] == [group(e) for e in whole if e["name"] == "step"]
+    assert sum(1 for e in whole if e["attrs"].get("collapsed")) == 5
+    n = lambda evs: sum(e["attrs"]["lines"] for e in evs if e["attrs"].get("collapsed"))
+    assert n(parts) == n(whole)
+
+
+def test_step_and_plain_lines_are_collapsed_per_rank(tmp_path):
+    res = parse(APP / "torchrun_hang.log", tmp_path)
+    raw = (APP / "torchrun_hang.log").read_text().splitlines()
+    ev = by_line(res)
+    # the last step line of each rank is an event; every step line is a metrics row
+    step_lines = {r: [i for i, t in enumerate(raw, 1) if f"[rank{r}] train: step=" in t] for r in (0, 1)}
+    last = {e["rank"]: e for e in ev.values() if e["name"] == "step"}
+    assert {r: e["line"] for r, e in last.items()} == {r: ls[-1] for r, ls in step_lines.items()} == {0: 90, 1: 91}
+    assert [last[r]["attrs"]["lines"] for r in (0, 1)] == [len(step_lines[0]), len(step_lines[1])] == [5, 5]
+    m = [r for r in metrics(res) if r["metric"] == "step"]
+    assert sorted((r["entity"], r["value"]) for r in m) == sorted(
+        (f"rank {r}", float(i)) for r in (0, 1) for i in range(5))
+    # plain lines: per rank (and the launcher, rank None) the count and the last line
+    logs = {e["rank"]: e for e in ev.values() if e["attrs"].get("collapsed") == "log"}
+    assert {r: (e["line"], e["attrs"]["lines"]) for r, e in logs.items()} == {0: (81, 10), 1: (84, 10),
+                                                                              None: (185, 31)}
+    assert logs[None]["text"] == raw[184]
+    # a warning is not collapsed, and no step / log line is an event of its own
+    assert ev[92]["severity"] == "warning" and "injecting fault" in ev[92]["text"]
+    assert not [e for e in ev.values() if e["name"] == "step" and e["line"] not in (90, 91)]

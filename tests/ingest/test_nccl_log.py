@@ -150,9 +150,16 @@ def test_spliced_lines_of_two_processes_keep_the_last_complete_header(tmp_path):
     # line 8 holds fragments of both processes; its last complete header is rank 1's Trees line
     assert (ev[8]["name"], ev[8]["pid"], ev[8]["attrs"]["spliced"]) == ("nccl_trees", 803564, 3)
     assert ev[1]["name"] == "nccl_cuda_driver" and ev[1]["attrs"]["cuda_driver"] == 12020
-    assert ev[10]["name"] == "nccl_connection" and ev[10]["attrs"]["transport"] == "SHM/direct/direct"
+    # the topology lines of rank 1's process (P2P Chunksize, two channel connections, threadThresholds)
+    # are one summary event on the last of them
+    topo = ev[14]
+    assert (topo["name"], topo["pid"], topo["rank"], topo["kind"]) == ("nccl_topology", 803564, 1, None)
+    a = topo["attrs"]
+    assert (a["collapsed"], a["lines"], a["first_line"], a["last_line"]) == ("topo", 4, 9, 14)
+    assert (a["transports"], a["channels"]) == (["SHM/direct/direct"], 2)
+    assert not {9, 10, 11} & set(ev)
     assert 16 not in ev          # the tail fragment " p2p channels, ..." is not a line of any grammar
-    assert res.host == "ljm" and res.records == 16
+    assert res.host == "ljm" and res.records == 13
 
 
 def test_ray_prefix_and_repeat_suffix(tmp_path):
@@ -204,6 +211,24 @@ def test_nccl_tests_log_version_and_coll_lines_are_summarised(tmp_path):
     # one process drives both GPUs: ranks are told apart by the cudaDev of each line
     ln = {e["line"]: e for e in ev}
     assert [(ln[i]["attrs"]["cuda_dev"], ln[i]["rank"]) for i in (25, 26)] == [(0, 0), (1, 1)]
+    # per-operation lines: one nccl_op event per (process, cudaDev), the last one, counting the rest
+    per_op = (" Bytes -> Algo ", "opId=", "ncclPollProxyResponse", "Received and initiated operation")
+    ops = {0: [], 1: []}
+    for i, t in enumerate(raw, 1):
+        if " NCCL INFO " in t and " opCount " not in t and any(p in t for p in per_op):
+            ops[int(t.split("[", 1)[1].split("]", 1)[0])].append(i)
+    got = {e["attrs"]["dev"]: e for e in ev if e["name"] == "nccl_op"}
+    assert sorted(got) == [0, 1]
+    for dev, lines in ops.items():
+        a = got[dev]["attrs"]
+        assert (got[dev]["line"], a["lines"], a["first_line"], a["last_line"]) == (lines[-1], len(lines), lines[0],
+                                                                                  lines[-1])
+        assert got[dev]["rank"] == dev
+    # no line is lost: every NCCL line read is an event or counted by one
+    nccl = [e for e in ev if e["category"] == "nccl"]
+    assert sum(e["attrs"].get("lines", 1) for e in nccl) == res.attrs["line_families"]["nccl"]
+    assert res.attrs["line_families"]["nccl"] == sum(1 for t in raw if " NCCL " in t)
+    assert len(nccl) < 60 < len(raw) // 50
 
 
 def test_nccl_226_time_prefix_and_230_func_variants(tmp_path):
@@ -254,3 +279,72 @@ def test_garbage_and_undecodable_lines_are_counted_and_skipped(tmp_path):
     assert res.status == "partial" and res.issues == 2
     assert res.attrs["garbage_lines"] == 1
     assert sum(1 for e in events(res) if e["kind"] == "nccl_warn") == 3
+
+
+def _per_op_log(n: int) -> str:
+    """A synthetic NCCL INFO log in the format of the real ones above: one init, n collectives on
+    each of two GPUs of one process (COLL, tuning and proxy lines), then a WARN."""
+    out = []
+    for dev in (0, 1):
+        out += [f"host-a:100:10{dev} [{dev}] NCCL INFO comm 0x{dev + 1} rank {dev} nranks 2 cudaDev {dev} "
+                f"busId {dev + 1}000 - Init START",
+                f"host-a:100:10{dev} [{dev}] NCCL INFO Channel 00/02 :    0   1",
+                f"host-a:100:10{dev} [{dev}] NCCL INFO Channel 00/0 : {dev}[{dev}] -> {1 - dev}[{1 - dev}] via P2P/IPC",
+                f"host-a:100:10{dev} [{dev}] NCCL INFO Channel 01/0 : {dev}[{dev}] -> {1 - dev}[{1 - dev}] "
+                f"[send] via NET/IB/0",
+                f"host-a:100:10{dev} [{dev}] NCCL INFO comm 0x{dev + 1} rank {dev} nranks 2 cudaDev {dev} "
+                f"busId {dev + 1}000 - Init COMPLETE"]
+    for i in range(n):
+        for dev in (0, 1):
+            out += [f"host-a:100:10{dev} [{dev}] NCCL INFO AllReduce: opCount {i:x} sendbuff 0x7f00 recvbuff 0x7f00 "
+                    f"count 2 datatype 7 op 0 root 0 comm 0x{dev + 1} [nranks=2] stream 0x55",
+                    f"host-a:100:10{dev} [{dev}] NCCL INFO AllReduce: 8 Bytes -> Algo RING proto LL channel{{Lo..Hi}}"
+                    f"={{0..0}}",
+                    f"host-a:100:12{dev} [{dev}] NCCL INFO proxyProgressAsync opId=0x{i:x} op.type=1 op.reqBuff=0x0"
+                    f" op.respSize=16 done=1"]
+    out.append("host-a:100:120 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer "
+               "10.2.0.5<33092> with error 12")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("chunk", [None, 4096])
+def test_per_operation_lines_collapse_to_the_last_one_per_process_and_device(tmp_path, monkeypatch, chunk):
+    import ingest.lines as lines_mod
+    if chunk:       # small chunks: the kept lines travel over many chunk ends (their counts with them)
+        monkeypatch.setattr(lines_mod, "CHUNK_BYTES", chunk)
+    p = tmp_path / "nccl.log"
+    p.write_text(_per_op_log(200))
+    res = parse(p, tmp_path)
+    ev = events(res)
+    assert res.kind == "nccl_log" and res.status == "parsed"
+    n0 = 10      # lines before the collectives
+    last = n0 + 200 * 6
+    assert [(e["line"], e["name"]) for e in ev] == [
+        (1, "nccl_comm_init"), (4, "nccl_topology"), (5, "nccl_comm_init"), (6, "nccl_comm_init"),
+        (9, "nccl_topology"), (10, "nccl_comm_init"), (last - 5, "nccl_coll"), (last - 3, "nccl_op"),
+        (last - 2, "nccl_coll"), (last, "nccl_op"), (last + 1, "nccl_warn")]
+    by = {(e["name"], e["attrs"]["dev"]): e for e in ev}
+    assert sorted(by) == [("nccl_coll", 0), ("nccl_coll", 1), ("nccl_comm_init", 0), ("nccl_comm_init", 1),
+                          ("nccl_op", 0), ("nccl_op", 1), ("nccl_topology", 0), ("nccl_topology", 1),
+                          ("nccl_warn", 0)]
+    # the last collective of each GPU, with its fields, and how many there were
+    c0, c1 = by["nccl_coll", 0], by["nccl_coll", 1]
+    assert (c0["line"], c0["attrs"]["op_count"], c0["attrs"]["lines"], c0["attrs"]["first_line"]) == (
+        last - 5, "c7", 200, n0 + 1)
+    assert (c1["line"], c1["attrs"]["lines"], c1["rank"], c1["pid"]) == (last - 2, 200, 1, 100)
+    # tuning + proxy lines (two threads of the process): one event per GPU, the last line
+    o0, o1 = by["nccl_op", 0], by["nccl_op", 1]
+    assert (o0["line"], o0["attrs"]["lines"], o0["attrs"]["first_line"], o0["attrs"]["collapsed"]) == (
+        last - 3, 400, n0 + 2, "op")
+    assert (o1["line"], o1["attrs"]["lines"], o1["tid"], o1["rank"]) == (last, 400, 121, 1)
+    assert o1["text"].startswith("host-a:100:121 [1] NCCL INFO proxyProgressAsync opId=0xc7 ")
+    # topology: ring + two connections per GPU
+    t0 = by["nccl_topology", 0]["attrs"]
+    assert (t0["lines"], t0["first_line"], t0["last_line"], t0["transports"], t0["channels"]) == (
+        3, 2, 4, ["NET/IB/0", "P2P/IPC"], 2)
+    # meaningful lines are untouched
+    w = by["nccl_warn", 0]
+    assert (w["line"], w["kind"], w["attrs"]["warn_class"], w["tid"]) == (last + 1, "nccl_warn", "network_ib", 120)
+    assert [e["attrs"]["phase"] for e in ev if e["name"] == "nccl_comm_init"] == ["START", "COMPLETE"] * 2
+    assert res.attrs["nccl_coll_lines"] == 400 and res.attrs["line_families"]["nccl"] == last + 1
+    assert sum(e["attrs"].get("lines", 1) for e in ev) == last + 1

@@ -1,0 +1,106 @@
+"""The web UI in a real browser (Playwright driving Debian's Chromium) against a real server:
+upload the sample bundle, wait for the analysis, read the chain, zoom the timeline to a chain
+link, open the flame graph of that window. Screenshots of every page go to
+``tests/artifacts/`` (ignored by git) to be looked at.
+
+Needs the ``chromium`` package (``.ci/run`` installs it); without it the test is skipped,
+saying so.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable (apt-get install chromium)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    port = _free_port()
+    env = dict(os.environ, AFTERTRACE_HOME=str(home))
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    import urllib.request
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise AssertionError("server did not start: " + (proc.stdout.read() if proc.stdout else ""))
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+def _shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_path):
+    bundle = tmp_path / "oom-after-throttle.tgz"
+    with tarfile.open(bundle, "w:gz") as tf:
+        tf.add(ROOT / "sample_traces" / "oom-after-throttle", arcname="oom-after-throttle")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server + "/")
+    assert "Upload a crash bundle" in page.content()
+    page.set_input_files("input[name=bundle]", str(bundle))
+    page.fill("input[name=title]", "browser test <b>bold</b>")
+    page.click("button[type=submit]")
+    # the incident page refreshes itself until the analysis is done
+    page.wait_for_selector("#rootcause", timeout=120_000)
+    _shot(page, "1-incident-report")
+    assert "<b>bold</b>" not in page.content()                 # the title is shown as text
+    assert page.inner_text("h2 >> nth=0") == "browser test <b>bold</b>"
+    summary = page.inner_text(".summary")
+    assert "It started 31.7 s before the failure" in summary and "CPU throttling" in summary
+    chain = page.inner_text("#chain-1")
+    for kind in ("cpu_throttle", "memory_growth", "oom_kill", "signal_kill", "job_failure"):
+        assert kind in chain
+
+    page.click("text=timeline")
+    page.wait_for_selector("#timeline .main-svg", timeout=60_000)
+    page.wait_for_function("document.getElementById('status').textContent.includes('lanes')")
+    _shot(page, "2-timeline")
+    assert page.locator("button.chainlink").count() == 5
+    page.click("button.chainlink >> nth=2")                   # the OOM kill at 13:28:55.760
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('2026-11-29T13:28:50')")
+    _shot(page, "3-timeline-zoomed-to-oom-kill")
+    status = page.inner_text("#status")
+    assert status.startswith("2026-11-29T13:28:50.760") and "– 2026-11-29T13:29:00.760" in status
+
+    page.click("#flame-link")
+    page.wait_for_load_state()
+    _shot(page, "4-flame-graph-of-the-window")
+    text = page.content()
+    assert "13:28:50.760" in text and "python3" in text
