@@ -119,6 +119,13 @@ def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankP
         p.last_step, p.last_step_ns = r["step"], r["ts"]
         p.last_step_ev = Evidence(r["path"], r["line"], r["text"] or "")
         p.step_time_s = r["med"]
+    # Step times from the text logs' metrics (every step line; the events keep only the last).
+    for r in q("""SELECT TRY_CAST(regexp_extract(entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
+                         median(value) AS med
+                  FROM metrics WHERE incident_id = ? AND metric = 'step_time' AND entity LIKE 'rank %'
+                  GROUP BY 1""", [incident_id]):
+        if r["rank"] is not None and r["rank"] in ranks:
+            ranks[r["rank"]].step_time_s = r["med"]
     # ... and Kineto's ProfilerStep#N markers.
     for r in q(f"""SELECT st.rank, max(st.step) AS step, max(st.ts_raw_ns + COALESCE(st.dur_ns, 0) + c.offset_ns) AS ts
                    FROM steps st JOIN sources s USING (incident_id, source_id) {_UTC}

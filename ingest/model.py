@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -238,6 +238,9 @@ METRICS = Table(
         _c("ts_utc_ns", "BIGINT", "ns", "sample time in UTC after alignment", True, True),
         _c("value", "DOUBLE", "see unit", "the value"),
         _c("unit", "VARCHAR", "-", "unit of value (ns, us, bytes, count, percent, ...)"),
+        # (last: stores made before schema 2 get it by ALTER TABLE ... ADD COLUMN, at the end)
+        _c("line", "BIGINT", "line", "1-based line of the file the value was read from (text logs; null: "
+           "snapshot files, whose files are the evidence)"),
     ),
 )
 

@@ -28,7 +28,13 @@ class StoreBusy(StoreError):
 
 # Migrations from version N to N+1, as functions of a cursor. Version 1 is the
 # initial schema created from the model.
-MIGRATIONS: dict[int, Callable[[Any], None]] = {}
+def _v1_metrics_line(cur) -> None:
+    """Schema 2: ``metrics.line`` (text-log metrics cite their line)."""
+    cur.execute("ALTER TABLE metrics ADD COLUMN IF NOT EXISTS line BIGINT")
+
+
+# MIGRATIONS[v] brings a store from schema v to v + 1.
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line}
 
 
 class Store:

@@ -36,7 +36,7 @@ def _series(store, incident_id: str) -> dict[tuple, list[dict]]:
                       TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
                       m.ts_utc_ns AS ts, s.path,
                       max(CASE WHEN m.metric = 'step' THEN m.value END) AS step,
-                      max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt
+                      max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt, max(m.line) AS line
                FROM metrics m JOIN sources s USING (incident_id, source_id)
                WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
                  AND m.ts_utc_ns IS NOT NULL
@@ -44,8 +44,9 @@ def _series(store, incident_id: str) -> dict[tuple, list[dict]]:
         if r["rank"] is None or r["step"] is None:
             continue
         r["step"] = int(r["step"])
-        r["line"], r["pid"] = None, None
-        r["text"] = f"step={r['step']}" + (f" step_time={r['dt']:.3f}s" if r["dt"] is not None else "")
+        r["pid"] = None
+        r["text"] = (f"step={r['step']}" + (f" step_time={r['dt']:.3f}s" if r["dt"] is not None else "")
+                     + " (the values read from this line)")
         out.setdefault((r["host"], r["rank"]), []).append(r)
     if not out:      # older stores: one ``step`` event per step line
         for r in store.query(

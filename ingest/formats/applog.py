@@ -1113,14 +1113,14 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
     if not steps.is_empty():
         m = steps.select("host", pl.when(pl.col("rank").is_not_null()).then(
             pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)])).alias("entity"),
-            pl.col("ts").alias("ts_raw_ns"), "_step", "_loss", "_stime")
+            pl.col("ts").alias("ts_raw_ns"), pl.col("lineno").alias("line"), "_step", "_loss", "_stime")
         parts = [m.select("host", "entity", "ts_raw_ns", pl.lit("step").alias("metric"),
-                          pl.col("_step").cast(pl.Float64).alias("value"), pl.lit("count").alias("unit"))]
+                          pl.col("_step").cast(pl.Float64).alias("value"), pl.lit("count").alias("unit"), "line")]
         for col, metric, unit in (("_loss", "loss", "-"), ("_stime", "step_time", "s")):
             v = m.filter(pl.col(col).is_not_null())
             if not v.is_empty():
                 parts.append(v.select("host", "entity", "ts_raw_ns", pl.lit(metric).alias("metric"),
-                                      pl.col(col).alias("value"), pl.lit(unit).alias("unit")))
+                                      pl.col(col).alias("value"), pl.lit(unit).alias("unit"), "line"))
         sink.add_frame("metrics", pl.concat(parts).filter(pl.col("value").is_not_null()))
     agg = cl.group_by("_g", maintain_order=True).agg(
         pl.col("_cls").first(), pl.len().alias("n"), pl.col("lineno").min().alias("first"),

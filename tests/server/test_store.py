@@ -116,3 +116,17 @@ def test_busy_store_gives_a_clear_error(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_schema_1_store_gains_metrics_line(tmp_path):
+    """A store written by schema 1 (no metrics.line) is migrated in place and keeps its rows."""
+    s = Store(tmp_path / "a.duckdb")
+    cur = s.cursor()
+    cur.execute("ALTER TABLE metrics DROP COLUMN line")
+    cur.execute("INSERT INTO metrics (incident_id, source_id, metric, value) VALUES ('i', 1, 'm', 2.5)")
+    cur.execute("UPDATE aftertrace_meta SET value = '1' WHERE key = 'schema_version'")
+    s.close()
+    s2 = Store(tmp_path / "a.duckdb")
+    assert s2.schema_version() == SCHEMA_VERSION >= 2
+    assert s2.query("SELECT metric, value, line FROM metrics") == [{"metric": "m", "value": 2.5, "line": None}]
+    assert [c["name"] for c in s2.query("SELECT name FROM pragma_table_info('metrics')")][-1] == "line"
