@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -378,10 +378,27 @@ FLOWS = Table(
     ),
 )
 
+SHARES = Table(
+    "shares",
+    "Read-only links to one incident's report (/r/{token}). Only a hash of the token is kept: the "
+    "link is shown once, when it is made.",
+    (
+        _c("share_id", "VARCHAR", "-", "public id: the first 16 hex digits of the token's SHA-256", False),
+        _c("token_sha256", "VARCHAR", "-", "SHA-256 of the token (hex)", False),
+        _c("incident_id", "VARCHAR", "-", "the one incident the link shows", False),
+        _c("created_ns", "BIGINT", "ns", "when the link was made (UTC)", False),
+        _c("note", "VARCHAR", "-", "a note shown on the shared page"),
+        _c("window_start_ns", "BIGINT", "ns", "timeline window to point at, UTC (optional)"),
+        _c("window_end_ns", "BIGINT", "ns", "end of that window (optional)"),
+        _c("revoked_ns", "BIGINT", "ns", "when it was revoked, UTC (null: live)"),
+    ),
+    primary_key=("share_id",),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
-        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS,
+        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES,
     )
 }
 

@@ -8,6 +8,7 @@ uses one envelope::
 from __future__ import annotations
 
 import logging
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingest import __version__
@@ -23,6 +25,7 @@ from ingest.bundle import IntakeError
 from web import pages
 
 from .service import NotFound, Service
+from .shares import ShareNotFound
 from .settings import Settings
 
 log = logging.getLogger("aftertrace")
@@ -40,6 +43,12 @@ def envelope(status: int, code: str, message: str) -> JSONResponse:
 
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
           413: "too_large", 422: "invalid_request", 500: "internal_error"}
+
+
+class ShareRequest(BaseModel):
+    note: str | None = None
+    start: str | None = None      # optional timeline window to point at (ISO-8601 UTC or epoch s)
+    end: str | None = None
 
 
 def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
@@ -102,9 +111,20 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         return {"id": sub.incident_id, "status": "queued", "url": f"/incidents/{sub.incident_id}",
                 "existing": sub.existed}
 
+    def _writer(request: Request, form_token: str | None = None) -> None:
+        """API writes need the bearer token when AFTERTRACE_TOKEN is set (the upload form sends it as a field)."""
+        if not settings.api_token:
+            return
+        auth = request.headers.get("authorization", "")
+        given = auth[7:] if auth.lower().startswith("bearer ") else form_token
+        if not given or not secrets.compare_digest(given.encode(), settings.api_token.encode()):
+            raise ApiError(401, "unauthorized", "this server needs 'Authorization: Bearer <token>' for writes "
+                                                "(AFTERTRACE_TOKEN)")
+
     # -- API -------------------------------------------------------------------------------
     @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle")
     async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
+        _writer(request)
         cl = request.headers.get("content-length")
         return _submit(bundle, title, int(cl) if cl and cl.isdigit() else None)
 
@@ -157,6 +177,48 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         except ValueError as e:
             raise ApiError(400, "bad_request", str(e)) from None
 
+    @app.post("/api/incidents/{incident_id}/shares", status_code=201, summary="Make a read-only link to the report")
+    def api_share(incident_id: str, request: Request, body: ShareRequest | None = None):
+        _writer(request)
+        body = body or ShareRequest()
+        try:
+            return svc.create_share(incident_id, body.note, body.start, body.end)
+        except NotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        except ValueError as e:
+            raise ApiError(400, "bad_request", str(e)) from None
+
+    @app.get("/api/incidents/{incident_id}/shares", summary="The incident's share links (without their tokens)")
+    def api_shares(incident_id: str):
+        try:
+            return {"shares": svc.list_shares(incident_id)}
+        except NotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+
+    @app.delete("/api/incidents/{incident_id}/shares/{share_id}", summary="Revoke a share link by its id")
+    def api_revoke_by_id(incident_id: str, share_id: str, request: Request):
+        _writer(request)
+        try:
+            return svc.revoke_share(share_id=share_id, incident_id=incident_id)
+        except ShareNotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+
+    @app.delete("/api/shares/{token}", summary="Revoke a share link")
+    def api_revoke(token: str, request: Request):
+        _writer(request)
+        try:
+            return svc.revoke_share(token=token)
+        except ShareNotFound as e:
+            raise ApiError(404, "not_found", str(e)) from None
+
+    @app.get("/api/shared/{token}", summary="What a share link shows: the share and the report")
+    def api_shared(token: str):
+        try:
+            share, rep = svc.shared(token)
+        except (ShareNotFound, NotFound) as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        return {"share": share, "report": rep}
+
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js():
         return FileResponse(pages.plotly_js_path(), media_type="application/javascript",
@@ -165,12 +227,14 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     # -- HTML ------------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index():
-        return pages.index_page(svc.list_incidents())
+        return pages.index_page(svc.list_incidents(), needs_token=bool(settings.api_token))
 
     @app.post("/upload", include_in_schema=False)
-    async def html_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
+    async def html_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None),
+                          token: str | None = Form(None)):
         cl = request.headers.get("content-length")
         try:
+            _writer(request, token)
             out = _submit(bundle, title, int(cl) if cl and cl.isdigit() else None)
         except ApiError as e:
             return HTMLResponse(pages.error_page(e.status, e.message), status_code=e.status)
@@ -188,7 +252,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                 rep = svc.get_report(incident_id)
             except NotFound:
                 rep = None
-        return pages.incident_page(inc, rep, all_files=all)
+        return pages.incident_page(inc, rep, all_files=all, needs_token=bool(settings.api_token))
 
     @app.get("/incidents/{incident_id}/flamegraph", response_class=HTMLResponse, include_in_schema=False)
     def flamegraph_page(incident_id: str, start: str | None = None, end: str | None = None,
@@ -211,6 +275,16 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         except NotFound as e:
             return HTMLResponse(pages.error_page(404, str(e)), status_code=404)
         return pages.timeline_page(inc)
+
+    @app.get("/r/{token}", response_class=HTMLResponse, include_in_schema=False)
+    def shared_page(token: str):
+        from web import report_render
+        try:
+            share, rep = svc.shared(token)
+        except (ShareNotFound, NotFound):
+            return HTMLResponse(pages.error_page(404, "This link does not exist or was revoked."), status_code=404)
+        return HTMLResponse(report_render.html(rep, share=share),
+                            headers={"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"})
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

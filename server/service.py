@@ -43,6 +43,7 @@ from ingest.timeparse import tzinfo_for
 
 from .queries import Queries
 from .settings import Settings
+from .shares import Shares
 from .store import Store
 
 MANIFEST = "aftertrace-manifest.json"
@@ -88,7 +89,7 @@ def _strip_common_root(members) -> str | None:
     return root
 
 
-class Service(Queries):
+class Service(Queries, Shares):
     def __init__(self, settings: Settings, store: Store | None = None):
         self.settings = settings
         self.store = store or Store(settings.db_path)

@@ -31,12 +31,14 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     analysis_threads: int = 1        # background analyses at once (server)
+    api_token: str | None = None     # when set, API writes need "Authorization: Bearer <token>"
 
     @classmethod
     def from_env(cls, home: str | os.PathLike | None = None, db: str | os.PathLike | None = None,
                  **kw) -> "Settings":
         h = Path(home).expanduser() if home else default_home()
         d = Path(db).expanduser() if db else h / "aftertrace.duckdb"
+        kw.setdefault("api_token", os.environ.get("AFTERTRACE_TOKEN") or None)
         return cls(home=h, db_path=d, **kw)
 
     def with_(self, **kw) -> "Settings":

@@ -33,8 +33,13 @@ def _v1_metrics_line(cur) -> None:
     cur.execute("ALTER TABLE metrics ADD COLUMN IF NOT EXISTS line BIGINT")
 
 
+def _v2_shares(cur) -> None:
+    """Schema 3: the ``shares`` table (read-only report links)."""
+    cur.execute(TABLES["shares"].ddl())
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares}
 
 
 class Store:

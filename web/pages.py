@@ -30,11 +30,11 @@ def _render(name: str, **ctx) -> str:
     return _env.get_template(name).render(version=__version__, **ctx)
 
 
-def index_page(incidents: list[dict]) -> str:
-    return _render("index.html", incidents=incidents)
+def index_page(incidents: list[dict], needs_token: bool = False) -> str:
+    return _render("index.html", incidents=incidents, needs_token=needs_token)
 
 
-def incident_page(incident: dict, report: dict | None, all_files: bool = False) -> str:
+def incident_page(incident: dict, report: dict | None, all_files: bool = False, needs_token: bool = False) -> str:
     counts = Counter(s["status"] for s in report["sources"]) if report else Counter()
     rows = []
     if report:
@@ -42,7 +42,7 @@ def incident_page(incident: dict, report: dict | None, all_files: bool = False) 
                 else group_sources(report["sources"], limit=60))
     has_perf = bool(report) and any(s["kind"] == "perf_script" and s["records"] for s in report["sources"])
     return _render("incident.html", inc=incident, rep=report, counts=counts, rows=rows, has_perf=has_perf,
-                   grouped=len(rows) < len(report["sources"]) if report else False)
+                   grouped=len(rows) < len(report["sources"]) if report else False, needs_token=needs_token)
 
 
 def timeline_page(incident: dict) -> str:

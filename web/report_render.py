@@ -96,8 +96,10 @@ def markdown(rep: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def html(rep: dict) -> str:
+def html(rep: dict, share: dict | None = None) -> str:
+    """The standalone report; with ``share``, as the read-only page of a share link (its note and
+    window shown, nothing linking elsewhere)."""
     css = (STATIC_DIR / "app.css").read_text(encoding="utf-8")
     from ingest import __version__
     return _env.get_template("report_standalone.html").render(
-        rep=rep, css=css, version=__version__, sources=group_sources(rep["sources"], limit=60))
+        rep=rep, css=css, version=__version__, sources=group_sources(rep["sources"], limit=60), share=share)

@@ -160,3 +160,51 @@ def test_root_cause_views_escape_bundle_strings(client):
         assert 'id="rootcause"' in html
     md = report_render.markdown(rep)
     assert evil not in md and "\\<b\\>evil\\</b\\>" in md
+
+
+def test_share_link_lifecycle(client):
+    data = _tgz({"node-1/dmesg.txt": f"[ 7000.000000] start\n{OOM_LINE}\n".encode()})
+    iid = client.post("/api/incidents", files={"bundle": ("x.tgz", data)}).json()["id"]
+    assert _wait(client, iid)["status"] == "done"
+    r = client.post(f"/api/incidents/{iid}/shares", json={"note": "look at <this>"})
+    assert r.status_code == 201, r.text
+    sh = r.json()
+    token = sh["token"]
+    assert sh["url"] == f"/r/{token}" and len(token) >= 43            # 256 random bits, base64url
+    listed = client.get(f"/api/incidents/{iid}/shares").json()["shares"]
+    assert [s["share_id"] for s in listed] == [sh["share_id"]] and "token" not in listed[0]
+    page = client.get(f"/r/{token}")
+    assert page.status_code == 200 and 'id="rootcause"' in page.text
+    assert "look at &lt;this&gt;" in page.text and "<this>" not in page.text
+    assert 'href="/' not in page.text                                    # nothing else reachable from it
+    assert page.headers["referrer-policy"] == "no-referrer"
+    twin = client.get(f"/api/shared/{token}").json()
+    assert twin["share"]["note"] == "look at <this>" and twin["report"]["incident"]["id"] == iid
+    # the store keeps a hash, never the token
+    store = client.app.state.service.store
+    assert token not in str(store.query("SELECT * FROM shares"))
+    r = client.delete(f"/api/shares/{token}")
+    assert r.status_code == 200 and r.json()["revoked_at"]
+    assert client.get(f"/r/{token}").status_code == 404
+    assert client.get(f"/api/shared/{token}").status_code == 404
+    assert client.get(f"/r/{token[:-2]}xx").status_code == 404
+    assert client.delete("/api/shares/nope").status_code == 404
+    bad = client.post(f"/api/incidents/{iid}/shares", json={"start": "2026-01-01T00:00:00Z"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_request"
+    assert client.post("/api/incidents/nope/shares", json={}).status_code == 404
+
+
+def test_bearer_token_guards_writes(settings):
+    s = settings.with_(api_token="s3cret")
+    with TestClient(create_app(s)) as c:
+        data = _tgz({"dmesg.txt": f"{OOM_LINE}\n".encode()})
+        r = c.post("/api/incidents", files={"bundle": ("a.tgz", data)})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+        r = c.post("/api/incidents", files={"bundle": ("a.tgz", data)}, headers={"Authorization": "Bearer s3cret"})
+        assert r.status_code == 201
+        iid = r.json()["id"]
+        _wait(c, iid)
+        assert c.get(f"/api/incidents/{iid}/report").status_code == 200      # reads stay open
+        assert c.post(f"/api/incidents/{iid}/shares", json={}).status_code == 401
+        assert c.post("/upload", files={"bundle": ("a.tgz", data)}).status_code == 401
+        assert 'name="token"' in c.get("/").text

@@ -1,6 +1,7 @@
 """The web UI in a real browser (Playwright driving Debian's Chromium) against a real server:
 upload the sample bundle, wait for the analysis, read the chain, zoom the timeline to a chain
-link, open the flame graph of that window. Screenshots of every page go to
+link, open the flame graph of that window, make a share link, open it in a fresh browser
+context, revoke it and see it refused. Screenshots of every page go to
 ``tests/artifacts/`` (ignored by git) to be looked at.
 
 Needs the ``chromium`` package (``.ci/run`` installs it); without it the test is skipped,
@@ -104,3 +105,28 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     _shot(page, "4-flame-graph-of-the-window")
     text = page.content()
     assert "13:28:50.760" in text and "python3" in text
+
+    # share: make a link on the report page, open it where nothing else is logged in, revoke it
+    page.go_back()
+    page.go_back()
+    page.wait_for_selector("#share-form")
+    page.fill("#share-form input[name=note]", "rank 0 OOM-killed after throttling <i>see chain</i>")
+    page.click("#share-form button[type=submit]")
+    page.wait_for_selector("#share-url")
+    url = page.get_attribute("#share-url", "href")
+    assert url.startswith("/r/")
+    _shot(page, "5-share-made")
+    other = browser.new_context()
+    shared = other.new_page()
+    shared.goto(server + url)
+    _shot(shared, "6-shared-report")
+    assert "Shared read-only report" in shared.inner_text("#share-banner")
+    assert "<i>see chain</i>" in shared.inner_text("#share-banner")          # shown as text
+    assert "It started 31.7 s before the failure" in shared.inner_text(".summary >> nth=1")
+    assert shared.locator("a").count() == 0                                   # no way to the rest of the app
+    page.click("button.revoke")
+    page.wait_for_function("document.querySelector('#share-list tbody').textContent.includes('revoked')")
+    r = shared.goto(server + url)
+    assert r.status == 404 and "revoked" in shared.content()
+    _shot(shared, "7-revoked-link")
+    other.close()

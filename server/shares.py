@@ -1,0 +1,82 @@
+"""Read-only links to one incident's report (service layer; no FastAPI here).
+
+A link is ``/r/{token}``: 32 random bytes from :mod:`secrets` (256 bits), URL-safe base64.
+The store keeps only the token's SHA-256 and a public ``share_id`` (its first 16 hex
+digits) to list and revoke links by; the token itself is returned once, when the link is
+made. A revoked or unknown token gets the same "not found" (nothing tells them apart).
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+
+from analysis.flamegraph import parse_time
+from ingest.timeparse import fmt_utc
+
+
+class ShareNotFound(LookupError):
+    pass
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Shares:
+    """Mixed into :class:`server.service.Service`; uses ``self.store`` and ``get_incident``."""
+
+    def create_share(self, incident_id: str, note: str | None = None, start: str | None = None,
+                     end: str | None = None) -> dict:
+        inc = self.get_incident(incident_id)
+        s_ns, e_ns = parse_time(start), parse_time(end)
+        if (s_ns is None) != (e_ns is None) or (s_ns is not None and e_ns <= s_ns):
+            raise ValueError("a shared window needs both start and end, end after start")
+        if note is not None and len(note) > 2000:
+            raise ValueError("the note is longer than 2000 characters")
+        token = secrets.token_urlsafe(32)
+        h = _hash(token)
+        self.store.insert_rows("shares", [{
+            "share_id": h[:16], "token_sha256": h, "incident_id": inc["id"],
+            "created_ns": time.time_ns(), "note": note or None,
+            "window_start_ns": s_ns, "window_end_ns": e_ns, "revoked_ns": None}])
+        return {"token": token, "url": f"/r/{token}", "share_id": h[:16], "incident": inc["id"]}
+
+    def list_shares(self, incident_id: str) -> list[dict]:
+        inc = self.get_incident(incident_id)
+        rows = self.store.query(
+            """SELECT share_id, created_ns, note, window_start_ns, window_end_ns, revoked_ns FROM shares
+               WHERE incident_id = ? ORDER BY created_ns""", [inc["id"]])
+        return [self._share_json(r) for r in rows]
+
+    def revoke_share(self, token: str | None = None, share_id: str | None = None,
+                     incident_id: str | None = None) -> dict:
+        if token:
+            rows = self.store.query("SELECT * FROM shares WHERE token_sha256 = ?", [_hash(token)])
+        else:
+            rows = self.store.query("SELECT * FROM shares WHERE share_id = ? AND incident_id = ?",
+                                    [share_id or "", incident_id or ""])
+        if not rows:
+            raise ShareNotFound("no such share link")
+        r = rows[0]
+        if r["revoked_ns"] is None:
+            now = time.time_ns()
+            self.store.cursor().execute("UPDATE shares SET revoked_ns = ? WHERE share_id = ?", [now, r["share_id"]])
+            r["revoked_ns"] = now
+        return self._share_json(r)
+
+    def shared(self, token: str) -> tuple[dict, dict]:
+        """(share, report) for a live token; ShareNotFound otherwise."""
+        rows = self.store.query("SELECT * FROM shares WHERE token_sha256 = ? AND revoked_ns IS NULL",
+                                [_hash(token)])
+        if not rows:
+            raise ShareNotFound("this link does not exist or was revoked")
+        share = self._share_json(rows[0])
+        return share, self.get_report(rows[0]["incident_id"])
+
+    @staticmethod
+    def _share_json(r: dict) -> dict:
+        return {"share_id": r["share_id"], "created_at": fmt_utc(r["created_ns"]), "note": r["note"],
+                "window": None if r["window_start_ns"] is None else
+                {"start": fmt_utc(r["window_start_ns"]), "end": fmt_utc(r["window_end_ns"])},
+                "revoked_at": fmt_utc(r["revoked_ns"])}
