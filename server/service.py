@@ -130,7 +130,12 @@ class Service(Queries, Shares):
         rows = self.store.query(
             """SELECT i.incident_id AS id, i.title, i.status, i.error, i.bundle_name, i.bundle_bytes,
                       i.created_at, i.analyzed_at, i.duration_s,
-                      (SELECT count(*) FROM sources s WHERE s.incident_id = i.incident_id) AS sources
+                      (SELECT count(*) FROM sources s WHERE s.incident_id = i.incident_id) AS sources,
+                      json_extract_string(i.report, '$.failure.time') AS failure_time,
+                      json_extract_string(i.report, '$.failure.kind') AS failure_kind,
+                      json_extract_string(i.report, '$.origin.kind') AS origin_kind,
+                      json_extract_string(i.report, '$.origin.summary') AS origin_summary,
+                      TRY_CAST(json_extract(i.report, '$.origin.lead_s') AS DOUBLE) AS origin_lead_s
                FROM incidents i ORDER BY i.created_at DESC""")
         for r in rows:
             for k in ("created_at", "analyzed_at"):

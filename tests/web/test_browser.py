@@ -130,3 +130,10 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     assert r.status == 404 and "revoked" in shared.content()
     _shot(shared, "7-revoked-link")
     other.close()
+
+    # the incident list tells the failure and where it started
+    page.goto(server + "/")
+    row = page.inner_text("#incidents tbody tr >> nth=0")
+    _shot(page, "8-incident-list")
+    assert "2026-11-29T13:28:56.147" in row and "job_failure" in row
+    assert "cpu_throttle" in row and "31.7 s before" in row
