@@ -46,60 +46,98 @@ def bounds(store, incident_id: str) -> tuple[int | None, int | None]:
     return r["a"], r["b"]
 
 
-# host / source / rank-or-process. A rank's Kineto traces (one file per profiler cycle) are one lane.
-_LANE = """concat_ws(' / ', COALESCE(e.host, s.host, '?'),
-             CASE WHEN s.kind = 'torch_trace' THEN 'torch_trace' ELSE s.path END,
-             CASE WHEN COALESCE(e.rank, s.rank) IS NOT NULL THEN 'rank ' || COALESCE(e.rank, s.rank)::VARCHAR END)"""
+def _lane(src: dict, host, rank) -> tuple[str, str, str, int | None, str | None]:
+    """(lane id, host, source label, rank, source kind) of events of one source with this host/rank.
+    host / source / rank; a rank's Kineto traces (a file per profiler cycle) are one lane."""
+    host = host if host is not None else src["host"]
+    rank = rank if rank is not None else src["rank"]
+    label = "torch_trace" if src["kind"] == "torch_trace" else src["path"]
+    parts = [host or "?", label] + ([f"rank {rank}"] if rank is not None else [])
+    return " / ".join(parts), host, label, rank, src["kind"]
 
 
 def window(store, incident_id: str, w: Window) -> dict:
+    """Grouping and filtering happen on plain columns (source id, host, rank); lane labels are
+    made from the few groups afterwards, so a window over millions of events stays one scan."""
     if w.end_ns <= w.start_ns:
         raise ValueError("the window's end must be after its start")
-    base = f"""FROM events e JOIN sources s USING (incident_id, source_id)
-               WHERE e.incident_id = ? AND e.ts_utc_ns IS NOT NULL
-                 AND e.ts_utc_ns < ? AND e.ts_utc_ns + COALESCE(e.dur_ns, 0) >= ?"""
-    args = [incident_id, w.end_ns, w.start_ns]
-    lane_rows = store.query(
-        f"""SELECT {_LANE} AS lane, COALESCE(e.host, s.host) AS host,
-                   CASE WHEN s.kind = 'torch_trace' THEN 'torch_trace' ELSE s.path END AS path, s.kind AS source_kind,
-                   COALESCE(e.rank, s.rank) AS rank,
-                   count(*) AS n, count(e.kind) AS typed
-            {base} GROUP BY ALL ORDER BY typed DESC, n DESC, lane""", args)
+    srcs = {r["source_id"]: r for r in store.query(
+        "SELECT source_id, path, kind, host, rank FROM sources WHERE incident_id = ?", [incident_id])}
+    longest = store.query("SELECT COALESCE(max(dur_ns), 0) AS d FROM events WHERE incident_id = ? AND dur_ns > 0",
+                          [incident_id])[0]["d"]
+    # ts >= start - longest lets the store skip row groups by their time ranges; the exact
+    # overlap test follows
+    cond = """e.incident_id = ? AND e.ts_utc_ns >= ? AND e.ts_utc_ns < ?
+              AND e.ts_utc_ns + COALESCE(e.dur_ns, 0) >= ?"""
+    args = [incident_id, w.start_ns - longest, w.end_ns, w.start_ns]
+    groups = store.query(f"""SELECT e.source_id, e.host, e.rank, count(*) AS n, count(e.kind) AS typed
+                             FROM events e WHERE {cond} GROUP BY ALL""", args)
+    lanes_by_id: dict[str, dict] = {}
+    keys: dict[tuple, str] = {}
+    for g in groups:
+        src = srcs.get(g["source_id"])
+        if src is None:
+            continue
+        lid, host, label, rank, kind = _lane(src, g["host"], g["rank"])
+        lane = lanes_by_id.setdefault(lid, {"id": lid, "host": host, "source": label, "source_kind": kind,
+                                            "rank": rank, "count": 0, "typed": 0})
+        lane["count"] += g["n"]
+        lane["typed"] += g["typed"]
+        keys[(g["source_id"], g["host"], g["rank"])] = lid
+    lane_rows = sorted(lanes_by_id.values(), key=lambda l: (-l["typed"], -l["count"], l["id"]))
     if w.lanes:
         keep = set(w.lanes)
-        lane_rows = [r for r in lane_rows if r["lane"] in keep]
+        lane_rows = [l for l in lane_rows if l["id"] in keep]
     total_lanes = len(lane_rows)
     lane_rows = lane_rows[:w.max_lanes]
-    sparse = [r["lane"] for r in lane_rows if r["n"] <= w.max_events]
-    dense = [r["lane"] for r in lane_rows if r["n"] > w.max_events]
+    shown = {l["id"] for l in lane_rows}
+    sparse = {l["id"] for l in lane_rows if l["count"] <= w.max_events}
+    dense = shown - sparse
+
+    def key_filter(ids: set) -> tuple[str, list]:
+        ks = [k for k, lid in keys.items() if lid in ids]
+        return ("""JOIN (SELECT unnest(?) AS k_src, unnest(?) AS k_host, unnest(?) AS k_rank) k
+                   ON e.source_id = k.k_src AND e.host IS NOT DISTINCT FROM k.k_host
+                   AND e.rank IS NOT DISTINCT FROM k.k_rank""",
+                [[k[0] for k in ks], [k[1] for k in ks], [k[2] for k in ks]])
+
     events: dict[str, list] = {}
     if sparse:
+        join, kargs = key_filter(sparse)
         for r in store.query(
-                f"""SELECT {_LANE} AS lane, e.ts_utc_ns AS ts, e.dur_ns AS dur, e.name, e.kind, e.severity,
-                           e.line, left(e.text, {TEXT_CHARS}) AS text, s.path AS source
-                    {base} AND {_LANE} IN (SELECT unnest(?)) ORDER BY e.ts_utc_ns""", args + [sparse]):
-            events.setdefault(r.pop("lane"), []).append(r)
-    binned: dict[str, list] = {}
+                f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank, e.ts_utc_ns AS ts, e.dur_ns AS dur,
+                           e.name, e.kind, e.severity, e.line, left(e.text, {TEXT_CHARS}) AS text
+                    FROM events e {join} WHERE {cond} ORDER BY e.ts_utc_ns""", kargs + args):
+            sid = r.pop("source_id")
+            lid = keys[(sid, r.pop("e_host"), r.pop("e_rank"))]
+            r["source"] = srcs[sid]["path"]
+            events.setdefault(lid, []).append(r)
+    binned: dict[str, dict] = {}
     if dense:
+        join, kargs = key_filter(dense)
         width = max(1, (w.end_ns - w.start_ns) // w.bins)
         for r in store.query(
-                f"""SELECT {_LANE} AS lane, (e.ts_utc_ns - ?) // ? AS b, count(*) AS n, mode(e.name) AS name,
+                f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank,
+                           greatest(0, (e.ts_utc_ns - ?) // ?) AS b, count(*) AS n, mode(e.name) AS name,
                            count(e.kind) AS typed
-                    {base} AND {_LANE} IN (SELECT unnest(?)) GROUP BY ALL ORDER BY lane, b""",
-                [w.start_ns, width] + args + [dense]):
-            lane = r.pop("lane")
-            b = max(0, r.pop("b"))
-            r["ts"] = w.start_ns + b * width
-            r["dur"] = width
-            binned.setdefault(lane, []).append(r)
+                    FROM events e {join} WHERE {cond} GROUP BY ALL""", [w.start_ns, width] + kargs + args):
+            lid = keys[(r.pop("source_id"), r.pop("e_host"), r.pop("e_rank"))]
+            cell = binned.setdefault(lid, {}).setdefault(r["b"], {"ts": w.start_ns + r["b"] * width, "dur": width,
+                                                                 "n": 0, "name": r["name"], "typed": 0, "_top": 0})
+            cell["n"] += r["n"]
+            cell["typed"] += r["typed"]
+            if r["n"] > cell["_top"]:
+                cell["_top"], cell["name"] = r["n"], r["name"]
     lanes = []
-    for r in lane_rows:
-        lane = {"id": r["lane"], "host": r["host"], "source": r["path"], "source_kind": r["source_kind"],
-                "rank": r["rank"], "count": r["n"], "typed": r["typed"]}
-        if r["lane"] in events:
-            lane["events"] = events[r["lane"]]
+    for l in lane_rows:
+        lane = dict(l)
+        if l["id"] in sparse:
+            lane["events"] = events.get(l["id"], [])
         else:
-            lane["bins"] = binned.get(r["lane"], [])
+            cells = sorted(binned.get(l["id"], {}).values(), key=lambda c: c["ts"])
+            for c in cells:
+                c.pop("_top")
+            lane["bins"] = cells
         lanes.append(lane)
     return {"start_ns": w.start_ns, "end_ns": w.end_ns, "lanes": lanes, "lanes_total": total_lanes,
             "metrics": _metrics(store, incident_id, w),

@@ -61,6 +61,15 @@ class Queries:
             "folded": fg.folded(root, diff=base is not None),
         }
 
+    def _bounds(self, incident_id: str) -> tuple[int | None, int | None]:
+        """The incident's placed time range, computed once per incident and analysis."""
+        cache = self.__dict__.setdefault("_bounds_cache", {})
+        stamp = self.store.query("SELECT analyzed_at FROM incidents WHERE incident_id = ?", [incident_id])
+        key = (incident_id, stamp[0]["analyzed_at"] if stamp else None)
+        if key not in cache:
+            cache[key] = tl.bounds(self.store, incident_id)
+        return cache[key]
+
     def timeline(self, incident_id: str, start: str | None = None, end: str | None = None,
                  lanes: str | None = None, metrics: str | None = None, max_events: int = 1500,
                  bins: int = 400) -> dict:
@@ -74,7 +83,7 @@ class Queries:
         except LookupError:
             pass
         s_ns, e_ns = fg.parse_time(start), fg.parse_time(end)
-        lo, hi = tl.bounds(self.store, incident_id)
+        lo, hi = self._bounds(incident_id)
         if rep and (s_ns is None or e_ns is None):
             f = rep.get("failure") or {}
             o = rep.get("origin") or {}
