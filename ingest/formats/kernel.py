@@ -22,8 +22,9 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
 --------------------------------------------------------------
 0. Pipelining: the next chunk is read and turned into records on a worker
    thread (``records_ahead``) while the engine works on this one, and each
-   chunk's plain events are written to Parquet on another while the next is
-   parsed; sink calls stay in their sequential order (see ``_write_events``).
+   chunk's plain events frame (with the subsystem names of step 5) is built
+   and written to Parquet on another while the next is parsed; sink calls stay
+   in their sequential order (see ``_write_events``).
 1. Bad lines (neither record, continuation, meta nor blank) are counted as
    ``bad_line`` issues with their line numbers; parsing goes on.
 2. Boots: a record starts a new boot when the format says so (``boot_mark``),
@@ -56,7 +57,8 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
 5. Every record is one event (category ``kernel``, or ``syslog`` for other
    programs' lines in syslog files), written with one bulk ``add_frame`` per
    chunk (the subsystem ``name`` is cut with literal finds where a test shows
-   that this equals ``SUBSYS``'s capture, see ``subsystem``); the typed
+   that this equals ``SUBSYS``'s capture, once per distinct message head, see
+   ``subsystem``); the typed
    events (``kind`` set, ``attrs.summary`` the human sentence,
    ``attrs.signature`` and ``attrs.signatures_version``) replace
    their plain rows and are written at the end, when their reports are
@@ -103,6 +105,7 @@ BODY = (r"^(?:\s|Call Trace:|Call trace:|<TASK>|</TASK>|<IRQ>|</IRQ>|RIP:|RSP:|R
 # be followed by "(...)" or "[pid]" or holds non-ASCII word characters.
 _SUBSYS_ASCII = r"^[A-Za-z](?-u:[\w.\-/ ]){0,38}: "
 _SUBSYS_OTHER = r"^[A-Za-z][\w.\-/ ]{0,39}(?:[(\[]|: )"
+_OTHER = "\x00"   # subsystem(): a head that needs the full SUBSYS capture (no name holds a NUL)
 _BODY = (pl.col("msg").str.contains(BODY) | pl.col("cont")).alias("body")
 STACK_NEEDLES = tuple(dict.fromkeys(s.needle for s in ks.SIGNATURES if s.report == "stack"))
 # every signature needle in one regex: a literal alternation (SIMD prefilter), faster than contains_any
@@ -163,17 +166,47 @@ def extract_distinct(s: pl.Series, pattern: str) -> pl.Series:
     ``--decode`` prefixes: capture extraction is the slow part)."""
     u = s.drop_nulls().unique()
     if len(u) == 0:
-        return pl.Series(s.name, [None] * len(s), dtype=pl.String)
+        return null_strings(len(s), s.name)
     return s.replace_strict(u, u.str.extract(pattern, 1), default=None, return_dtype=pl.String)
 
 
+def null_strings(n: int, name: str = "") -> pl.Series:
+    """A String series of ``n`` nulls (without a Python list of ``n`` Nones)."""
+    return pl.repeat(None, n, dtype=pl.String, eager=True).alias(name)
+
+
 def subsystem(msg: pl.Series) -> pl.Series:
-    """``msg.str.extract(SUBSYS, 1)``, the same values (see ``_SUBSYS_ASCII``)."""
-    simple = msg.str.contains(_SUBSYS_ASCII)
+    """``msg.str.extract(SUBSYS, 1)``, the same values (see ``_SUBSYS_ASCII``).
+
+    Both tests look at no more than the first 42 characters (``_SUBSYS_ASCII`` matches at most 41,
+    ``_SUBSYS_OTHER`` 42), and kernel messages repeat their beginnings (device and driver names), so
+    they run once per distinct 42-character head and the answer is mapped back to the rows; the
+    full ``SUBSYS`` capture runs on the rows whose head may hold "(...)", "[pid]" or non-ASCII names.
+    """
+    key = msg.str.slice(0, 42)
+    m = pl.col("k")
+    simple = m.str.contains(_SUBSYS_ASCII)
     # find gives a byte offset and slice counts characters: equal here, the name is ASCII
-    out = pl.select(pl.when(simple).then(msg.str.slice(0, msg.str.find(": ", literal=True)))).to_series()
-    other = _scatter(~simple, simple, lambda m: m.str.contains(_SUBSYS_OTHER), msg) & ~simple
-    return _scatter(other, out, lambda m: m.str.extract(SUBSYS, 1), msg).alias("subsys")
+    heads = key.unique().to_frame("k").select(
+        m, pl.when(simple).then(m.str.slice(0, m.str.find(": ", literal=True)))
+        .when(m.str.contains(_SUBSYS_OTHER)).then(pl.lit(_OTHER)).alias("v"))
+    name = key.replace_strict(heads["k"], heads["v"], default=None, return_dtype=pl.String)
+    other = (name == _OTHER).fill_null(False)
+    return _scatter(other, name, lambda v: v.str.extract(SUBSYS, 1), msg).alias("subsys")
+
+
+def candidates(rec: pl.DataFrame) -> pl.DataFrame:
+    """The record frame with the per-row candidate columns: ``hit`` (a signature needle),
+    ``oom_part`` and ``stack_head``."""
+    ok, kern, msg = pl.col("ok"), pl.col("kern"), pl.col("msg")
+    rec = rec.with_columns(
+        (kern & ok & msg.str.contains(NEEDLES_RE)).alias("hit"),
+        (kern & ok & msg.str.contains(OOM_PART)).alias("oom_part"),
+    )
+    # stack heads are hits with a stack signature's needle: tested on the hit rows only
+    hit = rec["hit"]
+    return rec.with_columns(_scatter(hit, hit, lambda m: m.str.contains_any(list(STACK_NEEDLES)), rec["msg"])
+                            .alias("stack_head"))
 
 
 @dataclass
@@ -207,14 +240,14 @@ class KernelEngine:
         self._pending: Future | None = None
 
     # -- the chunk's plain events are written while the next chunk is parsed -----------------
-    def _write_events(self, frame: pl.DataFrame) -> None:
-        """Hand one chunk's events to the sink on a worker thread (Parquet writing releases the GIL).
-        Every other sink call waits for it first (``_join_write``), so the sink sees the same calls in
-        the same order as without the thread."""
+    def _write_events(self, job) -> None:
+        """Run ``job`` (build one chunk's events frame and hand it to the sink) on a worker thread:
+        Polars and Parquet writing release the GIL. Every other sink call waits for it first
+        (``_join_write``), so the sink sees the same calls in the same order as without the thread."""
         self._join_write()
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="kernel-events")
-        self._pending = self._writer.submit(self.sink.add_frame, "events", frame)
+        self._pending = self._writer.submit(job)
 
     def _join_write(self) -> None:
         pending, self._pending = self._pending, None
@@ -252,15 +285,7 @@ class KernelEngine:
         rec = _keep(df, df["ok"] | df["cont"])
         if len(rec) == 0:
             return
-        ok, kern, msg = pl.col("ok"), pl.col("kern"), pl.col("msg")
-        rec = rec.with_columns(
-            (kern & ok & msg.str.contains(NEEDLES_RE)).alias("hit"),
-            (kern & ok & msg.str.contains(OOM_PART)).alias("oom_part"),
-        )
-        # stack heads are hits with a stack signature's needle: tested on the hit rows only
-        hit = rec["hit"]
-        rec = rec.with_columns(_scatter(hit, hit, lambda m: m.str.contains_any(list(STACK_NEEDLES)), rec["msg"])
-                               .alias("stack_head"))
+        rec = candidates(rec)
         rec = self._boots(rec)
         self._python_pass(rec)
 
@@ -317,9 +342,13 @@ class KernelEngine:
         typed_lines: set[int] = set()
         cols = sel.columns
         i_body, i_hit, i_oom, i_head = (cols.index(c) for c in ("_body", "hit", "oom_part", "stack_head"))
-        for v in sel.iter_rows():     # tuples: most candidates are report bodies, which need no dict
+        for v in sel.rows():     # tuples: most candidates are report bodies, which need no dict
             if v[i_body] and not (v[i_hit] or v[i_oom] or v[i_head]):
-                self._body(v[0], v[2], v[1])
+                rep = self.open_stack      # self._body, inlined (the hottest line of a crash-dense log)
+                if rep is not None and v[0] == rep.last_line + 1:
+                    rep.last_line = v[0]
+                    if len(rep.stack) < MAX_STACK:
+                        rep.stack.append(v[2].strip() if v[2] else v[1].strip())
                 continue
             t = self._row(dict(zip(cols, v)))
             if t is not None:
@@ -520,11 +549,8 @@ class KernelEngine:
     # -- output ------------------------------------------------------------------------------
     def _emit_plain(self, recs: pl.DataFrame, typed_lines: set[int]) -> None:
         self.records += len(recs)
-        if typed_lines:
-            recs = recs.filter(~pl.col("lineno").is_in(list(typed_lines)))
-        if len(recs) == 0:
+        if len(recs) == 0 or len(typed_lines) >= len(recs):   # typed lines are some of these rows
             return
-        recs = recs.with_columns(subsystem(recs["msg"]))
         name = pl.when(pl.col("kern")).then(pl.col("subsys").fill_null("kernel")).otherwise(
             pl.col("ident").fill_null("syslog"))
         if bool(recs["new_boot"].any()) or bool((recs["boot"] > 0).any()):
@@ -549,11 +575,23 @@ class KernelEngine:
             cols[-1] = pl.coalesce(ctx_attr, boot_attr).alias("attrs")
         if self.parser.per_line_host:
             cols.append(pl.col("host"))
-        self._write_events(recs.select(cols))
+        keep = ~recs["lineno"].is_in(list(typed_lines)) if typed_lines else None
+
+        def job() -> None:
+            # on the writer thread (the reading thread is the busiest, the engine's the least):
+            # the subsystem name, the events frame, then the typed rows are left out (filtering
+            # the narrow frame copies less than filtering the record frame)
+            r = recs if "subsys" in recs.columns else recs.with_columns(subsystem(recs["msg"]))
+            out = r.select(cols)
+            self.sink.add_frame("events", out if keep is None else out.filter(keep))
+
+        self._write_events(job)
         if self.parser.per_line_host:
-            self.hosts.update(h for h in recs["host"].unique().to_list() if h)
+            hosts = recs["host"] if keep is None else recs["host"].filter(keep)
+            self.hosts.update(h for h in hosts.unique().to_list() if h)
         if self.kernel_version is None:
-            first = (recs["kern"] & recs["msg"].str.starts_with("Linux version ")).arg_true()
+            banner = recs["kern"] & recs["msg"].str.starts_with("Linux version ")
+            first = (banner if keep is None else banner & keep).arg_true()
             if len(first):
                 self.kernel_version = recs["msg"][first[0]].split()[2]
                 self._join_write()
@@ -701,11 +739,17 @@ def frame(df: pl.DataFrame, ok, ts, msg, sev=None, cont=None, meta=None, kern=No
           ident=None, ipid=None, boot_mark=None) -> pl.DataFrame:
     """Build the record frame from expressions (see module doc); missing parts get defaults."""
     none_s = pl.lit(None, pl.String)
+    if cont is None:   # the default continuation test runs on the lines that are not records only
+        df = df.with_columns(ok.fill_null(False).alias("_ok_"))
+        not_ok = ~df["_ok_"]
+        cont = _scatter(not_ok, pl.repeat(False, len(df), eager=True),
+                        lambda lines: lines.str.contains(r"^\s+\S").fill_null(False), df["line"])
+        df = df.with_columns(_cont_=cont)
+        ok, cont = pl.col("_ok_"), pl.col("_cont_")
     return df.select(
         pl.col("lineno"), pl.col("line"), pl.col("bad_utf8"),
         ok.fill_null(False).alias("ok"),
-        (cont if cont is not None else (pl.col("line").str.contains(r"^\s+\S") & ~ok.fill_null(False)))
-        .fill_null(False).alias("cont"),
+        cont.fill_null(False).alias("cont"),
         (meta if meta is not None else pl.lit(False)).fill_null(False).alias("meta"),
         ts.cast(pl.Int64).alias("ts"),
         (sev if sev is not None else none_s).cast(pl.String).alias("sev"),

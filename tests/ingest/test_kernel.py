@@ -470,3 +470,64 @@ def test_garbage_is_counted_and_skipped(tmp_path):
     assert [(i["line"], i["kind"]) for i in rows(res, "parse_issues")] == [
         (11, "undecodable"), (11, "bad_line"), (21, "bad_line")]
     assert res.issues == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# the fast paths of the vectorised prefix split give what the general ones give
+
+
+def _records(parser_cls, lines: list[str]):
+    import polars as pl
+    df = pl.DataFrame({"lineno": list(range(1, len(lines) + 1)), "line": lines, "bad_utf8": [False] * len(lines)})
+    return parser_cls().records(df, None)
+
+
+def test_iso_constant_columns_equal_per_row_columns():
+    """One --decode width and one UTC offset per chunk: fields at constant columns. A chunk that mixes
+    them takes the per-row path; the rows both share must come out the same."""
+    from ingest.formats.dmesg import DmesgIsoParser
+    same = ["kern  :info  : 2026-11-29T13:38:49,486513+01:00 Linux version 5.15.0",
+            "kern  :err   : 2026-02-30T13:38:49,000001+01:00 feb 30 still reads",
+            "kern  :warn  : 2026-11-29T24:00:00,000002+01:00  two spaces, one kept",
+            "kern  :crit  : 2026-11-29T13:38:50,000003+01:00",
+            "user  :notice: 2026-11-29T13:38:51,000004+01:00 w\u00e4rme: non-ASCII",
+            "kern  :info  : not a record",
+            "   indented continuation"]
+    fast = _records(DmesgIsoParser, same)
+    for extra in ("2026-11-29T13:38:52,000000-0530 no --decode, another offset",
+                  "kern  :info  : 2026-11-29T13:38:52,000000+00:00 another offset"):
+        slow = _records(DmesgIsoParser, same + [extra]).head(len(same))
+        assert slow.equals(fast)
+    assert fast["ts"].to_list()[:2] == [
+        (calendar.timegm((2026, 11, 29, 13, 38, 49)) - 3600) * NS + 486513000,
+        (calendar.timegm((2026, 3, 2, 13, 38, 49)) - 3600) * NS + 1000]
+    assert fast["msg"].to_list()[2:5] == [" two spaces, one kept", "", "w\u00e4rme: non-ASCII"]
+    assert fast["sev"].to_list()[:6] == ["info", "err", "warn", "crit", "notice", None]
+    assert fast["ok"].to_list() == [True] * 5 + [False] * 2
+
+
+def test_raw_stamp_fields():
+    """Seconds as one float where the fraction has 6 digits, integer fields otherwise (ns printk);
+    the one optional space after "]"; <N> and --decode prefixes."""
+    from ingest.formats.dmesg import DmesgRawParser
+    rec = _records(DmesgRawParser, [
+        "[    0.000001] a", "[1234567.999999]b", "[    1.000000123]  ns", "<6>[ 4294967.295000] c",
+        "kern  :warn  : [   12.500000] d", "+[    2.000000] e", "[    3.000000]", "garbage"])
+    assert rec["ts"].to_list() == [1000, 1234567999999000, 1000000123, 4294967295000000, 12500000000,
+                                   2000000000, 3000000000, None]
+    assert rec["msg"].to_list() == ["a", "b", " ns", "c", "d", "e", "", "garbage"]
+    assert rec["sev"].to_list() == [None, None, None, "6", "warn", None, None, None]
+
+
+def test_subsystem_equals_the_capture():
+    """kernel.subsystem answers per distinct 42-character head; SUBSYS's capture is the reference."""
+    import polars as pl
+
+    from ingest.formats.kernel import SUBSYS, subsystem
+    msgs = ["pcieport 0000:00:1c.1: AER: x", "pci 0000:d7: on NUMA node 5", "NVRM: Xid", "sched: RT",
+            "eth0 (unregistering): link down", "systemd[1]: started", "nvidia-modeset[42]: x",
+            "w\u00e4rme (x): thermal", "\u00e9l\u00e8ve: x", "a" * 39 + ": 39", "a" * 40 + ": 40",
+            "b" * 38 + " (" + "c" * 40 + "): long", "eth0 (foo: bar): colon in parens", "x[12345678]: pid",
+            "no subsystem here", "", "1abc: digit first", "a/b.c-d e: ok", "Killed process 1 (x)"] * 3
+    s = pl.Series("msg", msgs)
+    assert subsystem(s).to_list() == s.str.extract(SUBSYS, 1).to_list()
