@@ -60,14 +60,15 @@ from ingest.registry import default_registry
 path, work = sys.argv[1], sys.argv[2]
 reg = default_registry()            # imports every format module once: not part of a file's cost
 s = Store(work + '/s.duckdb')       # schema creation: likewise
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 r = parse_file(ParseJob(path, path.rsplit('/', 1)[-1], work + '/parts'), reg)
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 for t in PARSER_TABLES:
     s.load_parts(t, r.parts.get(t, []), 'bench', 1)
 s.close()
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 print(json.dumps({"parse_s": t1 - t0, "load_s": t2 - t1, "total_s": t2 - t0, "status": r.status,
+                  "parse_cpu_s": c1 - c0, "load_cpu_s": c2 - c1, "cpu_s": c2 - c0,
                   "events": r.counts.get("events"), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -82,12 +83,12 @@ from ingest.registry import default_registry
 path, work = sys.argv[1], sys.argv[2]
 reg = default_registry()
 s = Store(work + '/s.duckdb')
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 with open(path, 'rb') as f:
     n = sum(len(c.events) for c in EventReader(f))
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 r = parse_file(ParseJob(path, path.rsplit('/', 1)[-1], work + '/parts'), reg)
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 load = {}
 for t in PARSER_TABLES:
     if r.parts.get(t):
@@ -95,7 +96,9 @@ for t in PARSER_TABLES:
         s.load_parts(t, r.parts[t], 'bench', 1)
         load[t] = time.perf_counter() - a
 s.close()
+c3 = time.process_time()
 print(json.dumps({"read_decode_s": t1 - t0, "parse_s": t2 - t1, "load_s": load, "events_read": n,
+                  "cpu_s": {"read_decode": c1 - c0, "parse": c2 - c1, "load": c3 - c2},
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -105,10 +108,10 @@ logging.disable(logging.WARNING)
 from hta.common.trace_parser import parse_trace_dataframe
 from hta.configs.parser_config import ParserConfig
 import pandas
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 meta, df, sym = parse_trace_dataframe(sys.argv[1], ParserConfig())
 t1 = time.perf_counter()
-print(json.dumps({"total_s": t1 - t0, "events": len(df),
+print(json.dumps({"total_s": t1 - t0, "cpu_s": time.process_time() - c0, "events": len(df),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -204,11 +207,12 @@ def stages(path: Path) -> int:
         return 1
     load = sum(r["load_s"].values())
     print(f"{path.name}: {mb:.1f} MB, {r['events_read']} events, peak RSS {r['rss_mb']:.0f} MB")
-    for label, sec in (("stream + decode (EventReader alone)", r["read_decode_s"]),
-                       ("parse_file (decode, columns, Parquet parts)", r["parse_s"]),
-                       ("DuckDB load (Store.load_parts)", load),
-                       ("into the store (parse + load)", r["parse_s"] + load)):
-        print(f"  {label:45s} {sec:6.2f} s  {mb / sec:6.0f} MB/s")
+    cpu = r["cpu_s"]
+    for label, sec, c in (("stream + decode (EventReader alone)", r["read_decode_s"], cpu["read_decode"]),
+                          ("parse_file (decode, columns, Parquet parts)", r["parse_s"], cpu["parse"]),
+                          ("DuckDB load (Store.load_parts)", load, cpu["load"]),
+                          ("into the store (parse + load)", r["parse_s"] + load, cpu["parse"] + cpu["load"])):
+        print(f"  {label:45s} {sec:6.2f} s  {mb / sec:6.0f} MB/s  cpu {c:5.2f} s")
     for t, sec in sorted(r["load_s"].items(), key=lambda x: -x[1]):
         print(f"    load {t:12s} {sec:6.2f} s")
     return 0
@@ -235,14 +239,18 @@ def write(out: str, rows, a) -> None:
         "HolisticTraceAnalysis 0.5.0 in its own venv. Best of the runs; RSS = peak resident memory of "
         "the process.",
         "",
-        "| file | MB | aftertrace MB/s (parse only) | aftertrace peak RSS MB | HTA MB/s | HTA peak RSS MB | events (aftertrace / HTA rows) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "MB/s into the store counts parse + load; cpu s = CPU seconds of the process (all its threads, "
+        "DuckDB's included), parse + load.",
+        "",
+        "| file | MB | aftertrace MB/s into the store (parse only) | aftertrace cpu s (parse + load) | aftertrace peak RSS MB | HTA MB/s | HTA cpu s | HTA peak RSS MB | events (aftertrace / HTA rows) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     tot_mb = tot_at = tot_ht = 0.0
     for name, mb, at, ht in rows:
         lines.append(f"| {name} | {mb:.1f} | {_mbps(mb, at)} ({_mbps(mb, at, 'parse_s')}) | "
-                     f"{at.get('rss_mb', 0):.0f} | {_mbps(mb, ht)} | {ht.get('rss_mb', 0):.0f} | "
-                     f"{at.get('events')} / {ht.get('events')} |")
+                     f"{at.get('cpu_s', 0):.2f} ({at.get('parse_cpu_s', 0):.2f} + {at.get('load_cpu_s', 0):.2f}) | "
+                     f"{at.get('rss_mb', 0):.0f} | {_mbps(mb, ht)} | {ht.get('cpu_s', 0):.2f} | "
+                     f"{ht.get('rss_mb', 0):.0f} | {at.get('events')} / {ht.get('events')} |")
         if "total_s" in at and "total_s" in ht:
             tot_mb += mb
             tot_at += at["total_s"]

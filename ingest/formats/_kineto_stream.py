@@ -118,10 +118,11 @@ class Ev(msgspec.Struct, gc=False):
 _TYPED = msgspec.json.Decoder(list[Ev])
 
 
-def _parse_array(body: bytes):
-    """Events of ``[body]``: :class:`Ev` s (fast path), or plain values when some event does not
-    fit the typed form (the parser sorts those out one by one); None when it is not JSON."""
-    data = b"[" + body + b"]"
+def _parse_array(body: bytes, lo: int = 0, hi: int | None = None):
+    """Events of ``[body[lo:hi]]``: :class:`Ev` s (fast path), or plain values when some event does
+    not fit the typed form (the parser sorts those out one by one); None when it is not JSON.
+    The bracketed text is built with one copy of the bytes (no slice, no intermediate concat)."""
+    data = b"".join((b"[", memoryview(body)[lo:hi], b"]"))
     try:
         return _TYPED.decode(data), True
     except msgspec.ValidationError:
@@ -156,7 +157,7 @@ def _complete_events(buf: bytes, pos: int, hi: int):
             k, nxt = _boundary_before(buf, p, h)
             if k < 0:
                 break
-            evs, t = _parse_array(buf[p:k + 1])
+            evs, t = _parse_array(buf, p, k + 1)
             if evs is not None:
                 break
             h = k                        # a false candidate: look before it
@@ -176,7 +177,7 @@ def _complete_events(buf: bytes, pos: int, hi: int):
     if p == pos:
         return None
     if not typed:
-        out, typed = _parse_array(buf[pos:end])
+        out, typed = _parse_array(buf, pos, end)
     return out, typed, p
 
 
@@ -299,7 +300,7 @@ class EventReader:
             while k >= 0 and rest[k] in _WS:
                 k -= 1
             if k >= 0 and rest[k] == 0x7D:
-                evs, typed = _parse_array(rest[:k + 1])
+                evs, typed = _parse_array(rest, 0, k + 1)
                 if evs is not None:
                     yield Chunk(evs, base + pos, typed)
                     out.closed = True

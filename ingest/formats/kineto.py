@@ -60,10 +60,8 @@ from __future__ import annotations
 import bisect
 import io
 import re
-from array import array
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
-from itertools import accumulate
 from pathlib import PurePosixPath
 
 import msgspec
@@ -137,14 +135,20 @@ def _attrs(evs: list) -> pa.Array:
     can only be whitespace between JSON tokens (newlines inside strings are escaped), so the
     indentation of pretty-printed files is dropped safely."""
     raws = [e.args for e in evs]
-    lens = list(map(len, raws))
+    lens = [0]
+    lens += map(len, raws)
     data = b"".join(raws)
-    offsets = array("q" if len(data) >> 31 else "i", accumulate(lens, initial=0))
-    valid = pa.array([n > 0 for n in lens]).buffers()[1] if 0 in lens else None
-    arr = pa.Array.from_buffers(pa.large_string() if len(data) >> 31 else pa.string(), len(raws),
-                                [valid, pa.py_buffer(offsets), pa.py_buffer(data)])
+    big = len(data) >> 31
+    offsets = pc.cumulative_sum(pa.array(lens, type=pa.int64() if big else pa.int32()))
+    valid = None                     # null where the event had no args
+    if 0 in lens[1:]:
+        has = pc.not_equal(offsets[1:], offsets[:-1])
+        valid = (has if has.offset == 0 else pa.array([n > 0 for n in lens[1:]])).buffers()[1]
+    arr = pa.Array.from_buffers(pa.large_string() if big else pa.string(), len(raws),
+                                [valid, offsets.buffers()[1], pa.py_buffer(data)])
     try:
-        arr.validate(full=True)
+        if not data.isascii():      # ASCII is valid UTF-8 (the common case: a fast check)
+            arr.validate(full=True)
     except pa.ArrowInvalid:     # not UTF-8: fails as the text cast always did
         arr = pl.Series([bytes(r) or None for r in raws], dtype=pl.Binary).cast(pl.String).to_arrow()
     if b"\n" in data:

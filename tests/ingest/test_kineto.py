@@ -117,6 +117,38 @@ def test_every_event_keeps_its_raw_args(tmp_path):
                                                                     .to_integral_value())
 
 
+def test_events_parts_are_whole_row_groups_in_file_order(tmp_path, monkeypatch):
+    """Many small chunks are gathered into parts of whole DuckDB row groups (the store loads
+    those in parallel); rows stay in file order and every event keeps its args (non-ASCII
+    text, an empty object and no args at all included)."""
+    import ingest.formats._kineto_stream as stream
+    import ingest.sink as sink
+    monkeypatch.setattr(sink, "ROW_GROUP", 64)
+    monkeypatch.setattr(stream.EventReader.__init__, "__defaults__", (4096,))
+    evs = []
+    for i in range(1000):
+        e = {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": 1000.5 + i, "dur": 1}
+        if i % 11 == 0:
+            e["args"] = {}
+        elif i % 5:
+            e["args"] = {"External id": i, "note": "größe {x}" if i % 7 == 0 else "x"}
+        evs.append(e)
+        if i % 100 == 0:   # a flow end between the events: chunks that are not all spans
+            evs.append({"ph": "s", "cat": "ac2g", "id": i, "pid": 1, "tid": 2, "ts": 1000.5 + i})
+    p = tmp_path / "t.pt.trace.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+                             "traceEvents": evs}, ensure_ascii=False, indent=1), encoding="utf-8")
+    res = parse(p, tmp_path)
+    assert res.status == "parsed", res.error
+    sizes = [pq.ParquetFile(f).metadata.num_rows for f in res.parts["events"]]
+    assert len(sizes) > 1 and sum(sizes) == 1000 and all(n % 64 == 0 for n in sizes[:-1])
+    ev = rows(res, "events")
+    spans = [e for e in evs if e["ph"] == "X"]
+    assert [r["name"] for r in ev] == [e["name"] for e in spans]
+    assert [json.loads(r["attrs"]) if r["attrs"] is not None else None for r in ev] == [e.get("args") for e in spans]
+    assert res.counts["flows"] == 10
+
+
 @pytest.mark.parametrize("path,truth", [(REC0, "gloo2_truth_rank0.json"), (REC1, "gloo2_truth_rank1.json")])
 def test_recorded_gloo_job_identity_and_wall_clock(path, truth, tmp_path):
     t = json.loads((DATA / truth).read_text())
