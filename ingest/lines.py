@@ -2,10 +2,11 @@
 
 Line-oriented parsers that must be fast (>= 150 MB/s) do not loop over lines in
 Python: they read the decompressed stream in large chunks, cut each chunk at its
-last newline, and let Polars' CSV reader split it into a one-column frame (a
-separator byte that does not occur in the chunk is chosen, quoting is off, so
-every line arrives verbatim; ``\\r\\n`` endings lose the ``\\r``). Parsing is
-then regex extraction over columns.
+last newline, and split it into a one-column frame: with Arrow's ``split_pattern``
+over the chunk's own bytes when they are valid UTF-8 (checked by Arrow), else with
+Polars' CSV reader in lossy mode (a separator byte that does not occur in the chunk
+is chosen, quoting is off, so every line arrives verbatim). ``\\r\\n`` endings lose
+the ``\\r``. Parsing is then regex extraction over columns.
 
 Memory is bounded by ``chunk_bytes`` (plus the frame built from it), never by
 the file.
@@ -13,9 +14,12 @@ the file.
 from __future__ import annotations
 
 import io
+import struct
 from typing import Iterator
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 CHUNK_BYTES = 32 * 1024 * 1024
 _SEPARATORS = (b"\x01", b"\x02", b"\x03", b"\x04", b"\x05", b"\x06", b"\x07", b"\x08", b"\x0e", b"\x0f")
@@ -31,6 +35,9 @@ def _split(buf: bytes, complete: bool, blank_as_null: bool) -> tuple[pl.Series, 
     cut = len(buf) if complete else buf.rfind(b"\n") + 1
     if cut == 0:
         return pl.Series("line", [], dtype=pl.String), 0
+    fast = _split_arrow(buf, cut, blank_as_null)
+    if fast is not None:
+        return fast, cut
     sep = next((c for c in _SEPARATORS if c not in buf), None)
     if sep is None:   # every candidate byte occurs: fall back to Python's split
         lines = buf[:cut].split(b"\n")
@@ -38,20 +45,35 @@ def _split(buf: bytes, complete: bool, blank_as_null: bool) -> tuple[pl.Series, 
             lines.pop()
         s = pl.Series("line", [ln.rstrip(b"\r").decode("utf-8", "replace") for ln in lines], dtype=pl.String)
         return s, cut
-    valid = buf.isascii()          # fast path: plain ASCII is valid UTF-8
-    if not valid:
-        try:
-            buf.decode("utf-8")
-            valid = True
-        except UnicodeDecodeError:
-            pass
+    # (Arrow found bytes that are not UTF-8: read lossily, U+FFFD for each bad sequence)
     df = pl.read_csv(io.BytesIO(buf), has_header=False, separator=sep.decode(), quote_char=None,
-                     new_columns=["line"], schema={"line": pl.String},
-                     encoding="utf8" if valid else "utf8-lossy", infer_schema=False)
+                     new_columns=["line"], schema={"line": pl.String}, encoding="utf8-lossy", infer_schema=False)
     s = df.get_column("line")
     if cut < len(buf):
         s = s.slice(0, len(s) - 1)      # the partial last line
     return (s if blank_as_null else s.fill_null("")), cut
+
+
+def _split_arrow(buf: bytes, cut: int, blank_as_null: bool) -> pl.Series | None:
+    """The common case, about 3x cheaper than the CSV reader: split ``buf[:cut]`` at newlines
+    with Arrow (no copy of the chunk) and let Arrow's UTF-8 check validate it. None when the
+    bytes are not valid UTF-8 (the caller then reads them lossily)."""
+    data = pa.py_buffer(buf)
+    offsets = pa.py_buffer(struct.pack("<2q", 0, cut))
+    arr = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, data])
+    parts = pc.split_pattern(arr, b"\n").flatten()
+    if len(parts) and cut and buf[cut - 1:cut] == b"\n":
+        parts = parts.slice(0, len(parts) - 1)     # after the last newline: nothing
+    try:
+        text = parts.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        return None
+    s = pl.Series("line", text)
+    if b"\r" in buf:
+        s = s.str.strip_suffix("\r")
+    if blank_as_null:
+        s = pl.select(pl.when(s != "").then(s).alias("line")).to_series()
+    return s
 
 
 def line_frames(stream, chunk_bytes: int = CHUNK_BYTES, blank_as_null: bool = False) -> Iterator[pl.DataFrame]:
