@@ -431,7 +431,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     cur = store.cursor()
     cur.execute("DELETE FROM clock_map WHERE incident_id = ?", [incident_id])
     store.insert_rows("clock_map", [e.row(incident_id) for e in entries])
-    for table in ("events", "samples", "metrics"):
+    for table in ("events", "samples", "metrics", "collectives", "steps"):
         cur.execute(
             f"""UPDATE {table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
                                          + CAST(COALESCE(c.drift_ppm, 0) * 1e-6 * t.ts_raw_ns AS BIGINT)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -342,6 +342,8 @@ COLLECTIVES = Table(
         _c("stream", "BIGINT", "-", "GPU stream (kernels)"),
         _c("external_id", "BIGINT", "-", "Kineto External id (links CPU op, runtime call and kernel)"),
         _c("correlation", "BIGINT", "-", "CUPTI/roctracer correlation id (kernels)"),
+        # (last: stores made before schema 4 get it by ALTER TABLE ... ADD COLUMN, at the end)
+        _c("ts_utc_ns", "BIGINT", "ns", "start in UTC after alignment (filled by analysis)", True, True),
     ),
 )
 
@@ -359,6 +361,8 @@ STEPS = Table(
         _c("name", "VARCHAR", "-", "marker as written", False),
         _c("ts_raw_ns", "BIGINT", "ns", "start on the source's clock", False),
         _c("dur_ns", "BIGINT", "ns", "duration"),
+        # (last: stores made before schema 4 get it by ALTER TABLE ... ADD COLUMN, at the end)
+        _c("ts_utc_ns", "BIGINT", "ns", "start in UTC after alignment (filled by analysis)", True, True),
     ),
 )
 

@@ -38,8 +38,14 @@ def _v2_shares(cur) -> None:
     cur.execute(TABLES["shares"].ddl())
 
 
+def _v3_kineto_utc(cur) -> None:
+    """Schema 4: ``collectives.ts_utc_ns`` and ``steps.ts_utc_ns`` (queryable by aligned time)."""
+    for t in ("collectives", "steps"):
+        cur.execute(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS ts_utc_ns BIGINT")
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc}
 
 
 class Store:

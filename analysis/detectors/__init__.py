@@ -4,6 +4,7 @@
 * ``pressure`` — ``cpu_pressure`` / ``memory_pressure`` from PSI stall-time rates.
 * ``memory_growth`` — memory heading for the cgroup limit, with the projected time to hit it.
 * ``step_slowdown`` — a rank's steps much slower than its own earlier ones (log step lines).
+* ``straggler`` — a rank whose steps take longer than its peers' same steps.
 * ``oom_events`` — OOM kills counted by the cgroup (merged into kernel-log OOM findings).
 
 Each compares a series with the incident's own quiet level (median and MAD of the series;
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from analysis.links import Link
 
-from . import cpu_throttle, memory_growth, oom_events, pressure, step_slowdown
+from . import cpu_throttle, memory_growth, oom_events, pressure, step_slowdown, straggler
 from ._series import time_zone
 
 
@@ -21,7 +22,7 @@ def run(store, incident_id: str, existing: list[Link]) -> list[Link]:
     """``existing`` findings plus what the metric detectors find (OOM counters merged in)."""
     zone = time_zone(store, incident_id)
     found: list[Link] = []
-    for mod in (cpu_throttle, pressure, memory_growth, step_slowdown):
+    for mod in (cpu_throttle, pressure, memory_growth, step_slowdown, straggler):
         found += mod.detect(store, incident_id, zone)
     new, updated = oom_events.detect(store, incident_id, zone, existing)
     return updated + found + new

@@ -203,3 +203,21 @@ def test_drift_too_coarse_to_apply_is_reported_not_applied():
     e = solve_boot("h", a)
     assert e.drift_ppm is None and e.drift is not None and not e.drift["applied"]
     assert e.drift["span_s"] == pytest.approx(53.6) and e.drift["uncertainty_ppm"] == pytest.approx(373.1, abs=0.1)
+
+
+def test_kineto_collectives_and_steps_get_utc_times(svc, tmp_path):
+    import shutil
+    from pathlib import Path
+    data = Path(__file__).resolve().parents[1] / "data" / "torch_trace"
+    b = tmp_path / "bundle" / "node-1"
+    b.mkdir(parents=True)
+    for f in sorted(data.glob("*.json*"))[:4]:
+        shutil.copy(f, b / f.name)
+    iid, rep = _analyze(svc, tmp_path / "bundle")
+    for table in ("collectives", "steps"):
+        rows = svc.store.query(
+            f"""SELECT t.ts_raw_ns, t.ts_utc_ns, c.offset_ns FROM {table} t JOIN sources s USING (incident_id, source_id)
+                JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
+                 AND c.domain = s.clock_domain WHERE t.incident_id = ?""", [iid])
+        assert rows, table
+        assert all(r["ts_utc_ns"] == r["ts_raw_ns"] + r["offset_ns"] for r in rows), table

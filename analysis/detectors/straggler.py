@@ -1,0 +1,84 @@
+"""straggler: a rank whose steps take clearly longer than its peers' same steps.
+
+Series: the step times each rank reported (``step_time`` metrics of the text logs, entity
+``rank N``, with the ``step`` number read from the same line). For every step number reported
+by at least two ranks, a rank's *ratio* is its step time over the median of the other ranks'
+times for that step. A rank straggles when its ratio is at least ``RATIO`` for ``MIN_STEPS``
+steps in a row (joined over at most one step below); the finding is stamped when the first
+of those steps began and cites the rank's step lines there. In synchronous data parallel
+training every rank waits for the slowest at each all-reduce, so ranks that print the time of
+the whole step all look alike; the detector speaks when ranks time their own compute (or run
+asynchronously) and one of them falls behind.
+"""
+from __future__ import annotations
+
+import statistics
+
+from analysis.links import Evidence, Link, LinkKind, Provenance
+
+from ._series import hms
+
+RATIO, MIN_STEPS = 1.3, 5
+
+
+def _steps(store, incident_id: str) -> dict[int, dict[int, dict]]:
+    rows = store.query(
+        """SELECT TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
+                  COALESCE(m.host, s.host) AS host, s.path, m.ts_utc_ns AS ts, max(m.line) AS line,
+                  max(CASE WHEN m.metric = 'step' THEN m.value END) AS step,
+                  max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt
+           FROM metrics m JOIN sources s USING (incident_id, source_id)
+           WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
+             AND m.ts_utc_ns IS NOT NULL
+           GROUP BY ALL""", [incident_id])
+    out: dict[int, dict[int, dict]] = {}
+    for r in rows:
+        if r["rank"] is None or r["step"] is None or r["dt"] is None:
+            continue
+        out.setdefault(r["rank"], {}).setdefault(int(r["step"]), r)   # a line seen twice counts once
+    return out
+
+
+def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
+    by_rank = _steps(store, incident_id)
+    if len(by_rank) < 2:
+        return []
+    found = []
+    for rank, steps in sorted(by_rank.items()):
+        ratios: list[tuple[int, float]] = []
+        for n in sorted(steps):
+            peers = [by_rank[q][n]["dt"] for q in by_rank if q != rank and n in by_rank[q]]
+            if not peers:
+                continue
+            med = statistics.median(peers)
+            if med > 0:
+                ratios.append((n, steps[n]["dt"] / med))
+        run: list[int] = []
+        best: list[int] = []
+        low = 0
+        for i, (_, ratio) in enumerate(ratios):
+            if ratio >= RATIO:
+                run.append(i)
+                low = 0
+            elif run and low == 0:
+                low = 1
+            else:
+                if len(run) > len(best):
+                    best = run
+                run, low = [], 0
+        if len(run) > len(best):
+            best = run
+        if len(best) < MIN_STEPS:
+            continue
+        first = steps[ratios[best[0]][0]]
+        slow = statistics.median(ratios[i][1] for i in best)
+        start = first["ts"] - int(first["dt"] * 1e9)
+        text = (f"rank {rank} straggled: its steps took {slow:.1f}x the median of its peers' same steps "
+                f"for {len(best)} steps from step {ratios[best[0]][0]} (began ~{hms(start)})")
+        ev = tuple(Evidence(steps[ratios[i][0]]["path"], steps[ratios[i][0]]["line"],
+                            f"step={ratios[i][0]} step_time={steps[ratios[i][0]]['dt']:.3f}s "
+                            f"({ratios[i][1]:.1f}x the peers' median)") for i in best[:2])
+        found.append(Link(kind=LinkKind.STRAGGLER, ts_ns=start, summary=text, source=first["path"],
+                          host=first["host"], rank=rank, evidence=ev, provenance=Provenance.INFERRED,
+                          confidence=0.8, attrs=(("ratio", slow), ("steps", len(best)))))
+    return found
