@@ -108,7 +108,7 @@ def summary(failure: Link | None, chains: list[Chain], victims: list[Link]) -> s
         if failure is not None and failure.ts_ns is not None and o.ts_ns is not None:
             d = (failure.ts_ns - o.ts_ns) / 1e9
             lead = f" {d:.1f} s before the failure" if d >= 0.05 else " at the failure itself"
-        where = f" on host {o.host}" if o.host else ""
+        where = f" on host {o.host}" if o.host and f" on {o.host}" not in phrase(o) else ""
         parts.append(f"It started{lead}{where} with {phrase(o)} at {_t(o.ts_ns)}.")
         mids = [l for l in ch.links[1:] if l is not failure]
         if mids:
