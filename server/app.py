@@ -252,7 +252,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                 rep = svc.get_report(incident_id)
             except NotFound:
                 rep = None
-        return pages.incident_page(inc, rep, all_files=all, needs_token=bool(settings.api_token))
+        issues = svc.parse_issues(incident_id, 200) if rep else []
+        return pages.incident_page(inc, rep, all_files=all, needs_token=bool(settings.api_token), issues=issues)
 
     @app.get("/incidents/{incident_id}/flamegraph", response_class=HTMLResponse, include_in_schema=False)
     def flamegraph_page(incident_id: str, start: str | None = None, end: str | None = None,

@@ -34,7 +34,8 @@ def index_page(incidents: list[dict], needs_token: bool = False) -> str:
     return _render("index.html", incidents=incidents, needs_token=needs_token)
 
 
-def incident_page(incident: dict, report: dict | None, all_files: bool = False, needs_token: bool = False) -> str:
+def incident_page(incident: dict, report: dict | None, all_files: bool = False, needs_token: bool = False,
+                  issues: list[dict] | None = None) -> str:
     counts = Counter(s["status"] for s in report["sources"]) if report else Counter()
     rows = []
     if report:
@@ -42,7 +43,8 @@ def incident_page(incident: dict, report: dict | None, all_files: bool = False, 
                 else group_sources(report["sources"], limit=60))
     has_perf = bool(report) and any(s["kind"] == "perf_script" and s["records"] for s in report["sources"])
     return _render("incident.html", inc=incident, rep=report, counts=counts, rows=rows, has_perf=has_perf,
-                   grouped=len(rows) < len(report["sources"]) if report else False, needs_token=needs_token)
+                   grouped=len(rows) < len(report["sources"]) if report else False, needs_token=needs_token,
+                   issues=issues or [])
 
 
 def timeline_page(incident: dict) -> str:

@@ -208,3 +208,16 @@ def test_bearer_token_guards_writes(settings):
         assert c.post(f"/api/incidents/{iid}/shares", json={}).status_code == 401
         assert c.post("/upload", files={"bundle": ("a.tgz", data)}).status_code == 401
         assert 'name="token"' in c.get("/").text
+
+
+def test_incident_page_lists_skipped_lines_with_their_numbers(client):
+    lines = [f"[    {i}.000000] line {i}" for i in range(1, 40)]
+    lines[20] = "[ garbage <script>x</script> \xff"
+    data = _tgz({"node-1/dmesg.txt": ("\n".join(lines) + "\n").encode("latin-1")})
+    iid = client.post("/api/incidents", files={"bundle": ("x.tgz", data)}).json()["id"]
+    assert _wait(client, iid)["status"] == "done"
+    issues = client.get(f"/api/incidents/{iid}/issues").json()["issues"]
+    assert issues and issues[0]["path"] == "node-1/dmesg.txt" and issues[0]["line"] == 21
+    html = client.get(f"/incidents/{iid}").text
+    assert 'id="issues"' in html and "node-1/dmesg.txt:21" in html
+    assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html

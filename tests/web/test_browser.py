@@ -81,6 +81,14 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     # the incident page refreshes itself until the analysis is done
     page.wait_for_selector("#rootcause", timeout=120_000)
     _shot(page, "1-incident-report")
+    # the report page, opened afresh, is usable within the 2 s the issue asks for
+    t0 = time.monotonic()
+    page.goto(page.url)
+    page.wait_for_selector("#chain-1", state="visible")
+    report_s = time.monotonic() - t0
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "timings.txt").write_text(f"report page load to visible chain: {report_s:.3f} s\n")
+    assert report_s < 2.0, report_s
     assert "<b>bold</b>" not in page.content()                 # the title is shown as text
     assert page.inner_text("h2 >> nth=0") == "browser test <b>bold</b>"
     summary = page.inner_text(".summary")
