@@ -8,6 +8,10 @@ text); a denser lane ships ``bins`` equal-width buckets instead (count, most com
 whether a typed finding is in it) — the browser never receives every event. Lanes holding
 typed findings come first, then the busiest, at most ``max_lanes``.
 
+Wide windows (buckets of a second or more) are answered from ``event_bins``, the events
+counted per lane and UTC second after clock alignment (:func:`build_bins`), so their cost
+does not grow with the number of events; narrower windows read the events themselves.
+
 Metric series (cgroup CPU throttling, memory against its limit, pressure stall, GPU
 utilisation, step times from the logs) are reduced to at most ``bins`` points each: the
 maximum of each bucket, which keeps spikes visible.
@@ -56,6 +60,27 @@ def _lane(src: dict, host, rank) -> tuple[str, str, str, int | None, str | None]
     return " / ".join(parts), host, label, rank, src["kind"]
 
 
+BIN_NS = 1_000_000_000
+
+
+def build_bins(store, incident_id: str) -> int:
+    """Fill ``event_bins``: placed events counted per (source, host, rank) and UTC second.
+    Run after clock alignment; returns the rows written."""
+    cur = store.cursor()
+    cur.execute("DELETE FROM event_bins WHERE incident_id = ?", [incident_id])
+    cur.execute(
+        f"""INSERT INTO event_bins
+            SELECT incident_id, source_id, host, rank, ts_utc_ns // {BIN_NS} AS sec, count(*) AS n,
+                   count(kind) AS typed, mode(name) AS name
+            FROM events WHERE incident_id = ? AND ts_utc_ns IS NOT NULL
+            GROUP BY incident_id, source_id, host, rank, sec""", [incident_id])
+    return store.query("SELECT count(*) AS n FROM event_bins WHERE incident_id = ?", [incident_id])[0]["n"]
+
+
+def _has_bins(store, incident_id: str) -> bool:
+    return bool(store.query("SELECT 1 AS x FROM event_bins WHERE incident_id = ? LIMIT 1", [incident_id]))
+
+
 def window(store, incident_id: str, w: Window) -> dict:
     """Grouping and filtering happen on plain columns (source id, host, rank); lane labels are
     made from the few groups afterwards, so a window over millions of events stays one scan."""
@@ -70,8 +95,17 @@ def window(store, incident_id: str, w: Window) -> dict:
     cond = """e.incident_id = ? AND e.ts_utc_ns >= ? AND e.ts_utc_ns < ?
               AND e.ts_utc_ns + COALESCE(e.dur_ns, 0) >= ?"""
     args = [incident_id, w.start_ns - longest, w.end_ns, w.start_ns]
-    groups = store.query(f"""SELECT e.source_id, e.host, e.rank, count(*) AS n, count(e.kind) AS typed
-                             FROM events e WHERE {cond} GROUP BY ALL""", args)
+    width = max(1, (w.end_ns - w.start_ns) // w.bins)
+    # Wide windows (bins of a second or more) count from the per-second table: seconds that
+    # overlap the window, events attributed to the second they start in.
+    wide = width >= BIN_NS and _has_bins(store, incident_id)
+    sec_args = [incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS]
+    if wide:
+        groups = store.query("""SELECT source_id, host, rank, sum(n) AS n, sum(typed) AS typed FROM event_bins
+                                WHERE incident_id = ? AND sec BETWEEN ? AND ? GROUP BY ALL""", sec_args)
+    else:
+        groups = store.query(f"""SELECT e.source_id, e.host, e.rank, count(*) AS n, count(e.kind) AS typed
+                                 FROM events e WHERE {cond} GROUP BY ALL""", args)
     lanes_by_id: dict[str, dict] = {}
     keys: dict[tuple, str] = {}
     for g in groups:
@@ -81,8 +115,8 @@ def window(store, incident_id: str, w: Window) -> dict:
         lid, host, label, rank, kind = _lane(src, g["host"], g["rank"])
         lane = lanes_by_id.setdefault(lid, {"id": lid, "host": host, "source": label, "source_kind": kind,
                                             "rank": rank, "count": 0, "typed": 0})
-        lane["count"] += g["n"]
-        lane["typed"] += g["typed"]
+        lane["count"] += int(g["n"])
+        lane["typed"] += int(g["typed"])
         keys[(g["source_id"], g["host"], g["rank"])] = lid
     lane_rows = sorted(lanes_by_id.values(), key=lambda l: (-l["typed"], -l["count"], l["id"]))
     if w.lanes:
@@ -113,21 +147,31 @@ def window(store, incident_id: str, w: Window) -> dict:
             r["source"] = srcs[sid]["path"]
             events.setdefault(lid, []).append(r)
     binned: dict[str, dict] = {}
-    if dense:
+    if dense and wide:
         join, kargs = key_filter(dense)
-        width = max(1, (w.end_ns - w.start_ns) // w.bins)
-        for r in store.query(
+        rows = store.query(
+            f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank,
+                       greatest(0, (e.sec * {BIN_NS} - ?) // ?) AS b, sum(e.n) AS n,
+                       arg_max(e.name, e.n) AS name, sum(e.typed) AS typed
+                FROM event_bins e {join} WHERE e.incident_id = ? AND e.sec BETWEEN ? AND ?
+                GROUP BY ALL""", [w.start_ns, width] + kargs + sec_args)
+    elif dense:
+        join, kargs = key_filter(dense)
+        rows = store.query(
                 f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank,
                            greatest(0, (e.ts_utc_ns - ?) // ?) AS b, count(*) AS n, mode(e.name) AS name,
                            count(e.kind) AS typed
-                    FROM events e {join} WHERE {cond} GROUP BY ALL""", [w.start_ns, width] + kargs + args):
-            lid = keys[(r.pop("source_id"), r.pop("e_host"), r.pop("e_rank"))]
-            cell = binned.setdefault(lid, {}).setdefault(r["b"], {"ts": w.start_ns + r["b"] * width, "dur": width,
-                                                                 "n": 0, "name": r["name"], "typed": 0, "_top": 0})
-            cell["n"] += r["n"]
-            cell["typed"] += r["typed"]
-            if r["n"] > cell["_top"]:
-                cell["_top"], cell["name"] = r["n"], r["name"]
+                    FROM events e {join} WHERE {cond} GROUP BY ALL""", [w.start_ns, width] + kargs + args)
+    else:
+        rows = []
+    for r in rows:
+        lid = keys[(r.pop("source_id"), r.pop("e_host"), r.pop("e_rank"))]
+        cell = binned.setdefault(lid, {}).setdefault(r["b"], {"ts": w.start_ns + r["b"] * width, "dur": width,
+                                                             "n": 0, "name": r["name"], "typed": 0, "_top": 0})
+        cell["n"] += int(r["n"])
+        cell["typed"] += int(r["typed"])
+        if r["n"] > cell["_top"]:
+            cell["_top"], cell["name"] = r["n"], r["name"]
     lanes = []
     for l in lane_rows:
         lane = dict(l)

@@ -53,6 +53,10 @@ def main() -> int:
                          (f"ts_raw_ns + k * {span}" if c == "ts_raw_ns" else c) for c in mcols)
         cur.execute(f"""INSERT INTO metrics SELECT {msel} FROM metrics, range(1, {copies + 1}) AS r(k)
                         WHERE incident_id = ? AND ts_utc_ns IS NOT NULL""", [iid])
+        from analysis.timeline import build_bins
+        t1 = time.perf_counter()
+        nb = build_bins(st, iid)
+        print(f"event_bins rebuilt for the scaled incident: {nb:,} rows in {time.perf_counter() - t1:.1f} s")
         total = st.query("SELECT count(*) AS n, min(ts_utc_ns) AS a, max(ts_utc_ns) AS b FROM events "
                          "WHERE incident_id = ?", [iid])[0]
         print(f"scaled: {total['n']:,} events over {(total['b'] - total['a']) / 3.6e12:.1f} h "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -382,6 +382,21 @@ FLOWS = Table(
     ),
 )
 
+EVENT_BINS = Table(
+    "event_bins",
+    "Events counted per timeline lane and UTC second (written by analysis after clock alignment): "
+    "wide timeline windows are answered from here instead of every event.",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "events.host as stored (null: the source's host)"),
+        _c("rank", "INTEGER", "-", "events.rank as stored (null: the source's rank)"),
+        _c("sec", "BIGINT", "s", "UTC second of the events' start (ts_utc_ns // 1e9)", False),
+        _c("n", "BIGINT", "count", "events starting in that second", False),
+        _c("typed", "BIGINT", "count", "of which typed findings (events.kind set)", False),
+        _c("name", "VARCHAR", "-", "the most common event name in that second"),
+    ),
+)
+
 SHARES = Table(
     "shares",
     "Read-only links to one incident's report (/r/{token}). Only a hash of the token is kept: the "
@@ -402,7 +417,7 @@ SHARES = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
-        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES,
+        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS,
     )
 }
 
@@ -410,7 +425,7 @@ TABLES: dict[str, Table] = {
 PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts",
                  "collectives", "steps", "flows")
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
-INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map",)
+INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "event_bins")
 
 
 def describe() -> str:

@@ -31,7 +31,7 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 
-from analysis import clocks, report as report_mod, rootcause
+from analysis import clocks, report as report_mod, rootcause, timeline
 from ingest import attribution
 from ingest.bundle import (Extracted, IntakeError, RawBundle, extract, sniff_kind, store_raw,
                            store_stream)
@@ -294,6 +294,7 @@ class Service(Queries, Shares):
 
         progress("analyze", 0, 1)
         entries = clocks.align(self.store, iid)
+        timeline.build_bins(self.store, iid)
         if any(e.method == clocks.UPTIME_METHOD for e in entries):
             notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
         rc = rootcause.analyze(self.store, iid, clocks.skew_links(entries))

@@ -44,8 +44,15 @@ def _v3_kineto_utc(cur) -> None:
         cur.execute(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS ts_utc_ns BIGINT")
 
 
+def _v4_event_bins(cur) -> None:
+    """Schema 5: ``event_bins`` (per-lane, per-second counts for wide timeline windows); stores
+    analysed before it answer wide windows from the events until analysed again."""
+    cur.execute(TABLES["event_bins"].ddl())
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
+                                                4: _v4_event_bins}
 
 
 class Store:

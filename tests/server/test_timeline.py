@@ -69,3 +69,15 @@ def test_timeline_errors_and_page(client):
     js = c.get("/vendor/plotly.min.js")
     assert js.status_code == 200 and len(js.content) > 1_000_000 and b"plotly" in js.content[:2000].lower()
     assert "innerHTML" not in c.get("/static/timeline.js").text     # bundle text only via textContent
+
+
+def test_wide_window_from_the_per_second_bins_matches_the_events(client):
+    c, iid = client
+    params = {"start": "2026-11-29T13:28:00Z", "end": "2026-11-29T13:29:00Z"}
+    wide = c.get(f"/api/incidents/{iid}/timeline", params=dict(params, bins=20)).json()      # 3 s buckets
+    narrow = c.get(f"/api/incidents/{iid}/timeline", params=dict(params, bins=2000)).json()  # 30 ms buckets
+    # whole-second edges: the window starts and ends on a second, so both count the same events
+    assert {l["id"]: l["count"] for l in wide["lanes"]} == {l["id"]: l["count"] for l in narrow["lanes"]}
+    perf = next(l for l in wide["lanes"] if l["id"] == "vm / vm/perf/perf.script.txt.gz")
+    assert sum(b["n"] for b in perf["bins"]) == perf["count"] and len(perf["bins"]) <= 20
+    assert all(b["dur"] == 3_000_000_000 for b in perf["bins"])
