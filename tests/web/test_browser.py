@@ -108,6 +108,35 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     status = page.inner_text("#status")
     assert status.startswith("2026-11-29T13:28:50.760") and "– 2026-11-29T13:29:00.760" in status
 
+    assert page.locator("#flame-diff-link").count() == 1          # against the start of the recording
+    # share this window (from the timeline), then check the shared page names the window
+    page.fill("#share-window input[name=note]", "the OOM kill")
+    page.click("#share-window button[type=submit]")
+    page.wait_for_selector("#share-window-url")
+    window_url = page.get_attribute("#share-window-url", "href")
+    ctx = browser.new_context()
+    p2 = ctx.new_page()
+    p2.goto(server + window_url)
+    assert "Look at 2026-11-29T13:28:50.760" in p2.inner_text("#share-banner")
+    ctx.close()
+    # brush: select a stretch of time with the mouse; its flame graph opens
+    page.click("#brush")
+    box = page.locator("#timeline .nsewdrag").first.bounding_box()
+    y = box["y"] + box["height"] * 0.5
+    page.mouse.move(box["x"] + box["width"] * 0.30, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.45, y, steps=8)
+    page.mouse.move(box["x"] + box["width"] * 0.60, y, steps=8)
+    page.mouse.up()
+    page.wait_for_url("**/flamegraph?start=*", timeout=15_000)
+    _shot(page, "3b-flame-graph-of-a-brushed-window")
+    assert "samples of" in page.content()
+    page.go_back()
+    page.wait_for_selector("#timeline .main-svg")
+    page.wait_for_function("document.getElementById('status').textContent.includes('lanes')")
+    page.click("button.chainlink >> nth=2")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('2026-11-29T13:28:50')")
+
     page.click("#flame-link")
     page.wait_for_load_state()
     _shot(page, "4-flame-graph-of-the-window")
@@ -115,8 +144,8 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     assert "13:28:50.760" in text and "python3" in text
 
     # share: make a link on the report page, open it where nothing else is logged in, revoke it
-    page.go_back()
-    page.go_back()
+    page.goto(server + "/")
+    page.click("#incidents a >> nth=0")
     page.wait_for_selector("#share-form")
     page.fill("#share-form input[name=note]", "rank 0 OOM-killed after throttling <i>see chain</i>")
     page.click("#share-form button[type=submit]")
@@ -132,8 +161,10 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     assert "<i>see chain</i>" in shared.inner_text("#share-banner")          # shown as text
     assert "It started 31.7 s before the failure" in shared.inner_text(".summary >> nth=1")
     assert shared.locator("a").count() == 0                                   # no way to the rest of the app
-    page.click("button.revoke")
-    page.wait_for_function("document.querySelector('#share-list tbody').textContent.includes('revoked')")
+    row = page.locator("#share-list tbody tr", has_text="rank 0 OOM-killed")
+    row.locator("button.revoke").click()
+    page.wait_for_function("[...document.querySelectorAll('#share-list tbody tr')].some("
+                           "tr => tr.textContent.includes('rank 0 OOM-killed') && tr.textContent.includes('revoked'))")
     r = shared.goto(server + url)
     assert r.status == 404 and "revoked" in shared.content()
     _shot(shared, "7-revoked-link")

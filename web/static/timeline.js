@@ -12,7 +12,7 @@
   const KIND_COLOR = {oom_kill: "#b3261e", signal_kill: "#b3261e", job_failure: "#000", process_exit: "#8a1c14",
     cpu_throttle: "#e07b00", memory_growth: "#7b3fa0", step_slowdown: "#2a5db0", rank_stalled: "#c2185b",
     collective_timeout: "#c2185b", python_exception: "#8a1c14"};
-  let first = null;
+  let first = null, current = null;
 
   function esc(s) {
     return String(s == null ? "" : s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
@@ -87,11 +87,23 @@
     statusEl.textContent = `${d.start} – ${d.end} · ${d.lanes.length} of ${d.lanes_total} lanes · ` +
       `${d.metrics.length} metric series · ${d.unplaced_events} events could not be placed in time`;
     flame.textContent = "";
+    const fg = `/incidents/${encodeURIComponent(iid)}/flamegraph?start=${encodeURIComponent(d.start)}&end=${encodeURIComponent(d.end)}`;
     const a = document.createElement("a");
-    a.href = `/incidents/${encodeURIComponent(iid)}/flamegraph?start=${encodeURIComponent(d.start)}&end=${encodeURIComponent(d.end)}`;
-    a.textContent = "Flame graph of this window";
-    a.id = "flame-link";
+    a.href = fg; a.textContent = "Flame graph of this window"; a.id = "flame-link";
     flame.appendChild(a);
+    // differential: this window against as long a stretch at the start of the recording (its quiet period)
+    if (d.bounds && d.bounds.start) {
+      const b0 = nsOf(d.bounds.start.replace("Z", "")), len = d.end_ns - d.start_ns;
+      if (b0 + len <= d.start_ns) {
+        const diff = document.createElement("a");
+        diff.href = fg + `&baseline_start=${encodeURIComponent(iso(b0))}&baseline_end=${encodeURIComponent(iso(b0 + len))}`;
+        diff.textContent = "differential flame graph against the start of the recording";
+        diff.id = "flame-diff-link";
+        flame.appendChild(document.createTextNode(" · "));
+        flame.appendChild(diff);
+      }
+    }
+    current = d;
   }
 
   function drawChain(d) {
@@ -127,6 +139,30 @@
       if (ev["xaxis.autorange"]) { load(first.start_ns, first.end_ns); return; }
       const a = ev["xaxis.range[0]"], b = ev["xaxis.range[1]"];
       if (a !== undefined && b !== undefined) load(nsOf(a), nsOf(b));
+    });
+    // brush: box-select a stretch of time and open its flame graph
+    document.getElementById("brush").addEventListener("click", () => {
+      Plotly.relayout(el, {dragmode: "select", selectdirection: "h"});
+      document.getElementById("brush-hint").textContent = "drag across the time you want";
+    });
+    el.on("plotly_selected", ev => {
+      if (!ev || !ev.range || !ev.range.x) return;
+      const a = iso(nsOf(ev.range.x[0])), b = iso(nsOf(ev.range.x[1]));
+      location.href = `/incidents/${encodeURIComponent(iid)}/flamegraph?start=${encodeURIComponent(a)}&end=${encodeURIComponent(b)}`;
+    });
+    document.getElementById("share-window").addEventListener("submit", async ev => {
+      ev.preventDefault();
+      const out = document.getElementById("share-window-out");
+      const note = ev.target.querySelector("input[name=note]").value;
+      const r = await fetch(`/api/incidents/${encodeURIComponent(iid)}/shares`, {method: "POST",
+        headers: {"Content-Type": "application/json"},
+        body: JSON.stringify({note: note || null, start: current.start, end: current.end})});
+      const d = await r.json();
+      out.textContent = "";
+      if (!r.ok) { out.textContent = d.error ? d.error.message : "error"; return; }
+      const a = document.createElement("a");
+      a.href = d.url; a.id = "share-window-url"; a.textContent = location.origin + d.url;
+      out.appendChild(a);
     });
     el.on("plotly_click", ev => {
       const p = ev.points[0];
