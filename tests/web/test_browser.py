@@ -96,6 +96,11 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     chain = page.inner_text("#chain-1")
     for kind in ("cpu_throttle", "memory_growth", "oom_kill", "signal_kill", "job_failure"):
         assert kind in chain
+    # evidence lines fold: the origin's are open, a middle link's open on a click
+    oom_ev = page.locator("#chain-1 details.evidence-lines >> nth=2")
+    assert oom_ev.get_attribute("open") is None
+    oom_ev.locator("summary").click()
+    assert "Killed process 17988" in oom_ev.inner_text()
 
     page.click("text=timeline")
     page.wait_for_selector("#timeline .main-svg", timeout=60_000)
