@@ -3,14 +3,15 @@ one-paragraph summary of the incident (what failed, where it started, how it spr
 else went down with it)."""
 from __future__ import annotations
 
+from ingest.timeparse import fmt_hms
+
 from .chain_rules import KILLED, PEER_ERROR, STOPPED, role
 from .chains import Chain
 from .links import Link, LinkKind as K
 
 
 def _t(ts: int | None) -> str:
-    from ingest.timeparse import fmt_utc
-    return fmt_utc(ts)[11:23] if ts is not None else "an unknown time"
+    return fmt_hms(ts, "an unknown time")
 
 
 def _who(l: Link) -> str:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ingest.timeparse import fmt_hms
+
 from .links import Evidence, Link, LinkKind, Provenance
 
 GAP_NS = 30_000_000_000
@@ -76,11 +78,6 @@ class RankProgress:
                 "median_step_s": self.step_time_s,
                 "ended": [{"kind": l.kind.value, "summary": l.summary, "time": fmt_utc(l.ts_ns)}
                           for l in self.ended]}
-
-
-def _fmt(ts: int | None) -> str:
-    from ingest.timeparse import fmt_utc
-    return fmt_utc(ts)[11:23] if ts is not None else "?"
 
 
 def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankProgress]:
@@ -223,7 +220,7 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
         need = max(GAP_NS, int(10 * (first.step_time_s or 0) * 1e9))
         if gap > need and first.rank not in failed:
             why = (f"its last sign of life is {gap / 1e9:.1f} s before any other rank's "
-                   f"(rank {nxt.rank} until {_fmt(nxt.last_alive_ns)})")
+                   f"(rank {nxt.rank} until {fmt_hms(nxt.last_alive_ns)})")
             return [_stall_link(first, why, 0.6)]
     return []
 
@@ -253,13 +250,13 @@ def after_last_sign_of_life(ranks: dict[int, RankProgress], links: list[Link]) -
 def _stall_link(p: RankProgress, why: str, conf: float) -> Link:
     bits = []
     if p.last_step is not None:
-        bits.append(f"last step {p.last_step} at {_fmt(p.last_step_ns)}")
+        bits.append(f"last step {p.last_step} at {fmt_hms(p.last_step_ns)}")
     if p.last_line_ns is not None:
-        bits.append(f"last line at {_fmt(p.last_line_ns)}")
+        bits.append(f"last line at {fmt_hms(p.last_line_ns)}")
     if p.last_collective_ns is not None:
-        bits.append(f"last collective {p.last_collective} at {_fmt(p.last_collective_ns)}")
+        bits.append(f"last collective {p.last_collective} at {fmt_hms(p.last_collective_ns)}")
     if p.last_cpu_ns is not None:
-        bits.append(f"last CPU sample at {_fmt(p.last_cpu_ns)}")
+        bits.append(f"last CPU sample at {fmt_hms(p.last_cpu_ns)}")
     pid = f" (pid {p.pid})" if p.pid else ""
     summary = f"rank {p.rank}{pid} stopped making progress: {', '.join(bits)}; {why}"
     ev = tuple(e for e in (p.last_step_ev, p.last_line_ev) if e is not None)

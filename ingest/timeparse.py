@@ -88,3 +88,8 @@ def fmt_utc(ns: int | None) -> str | None:
         return None
     sec, rem = divmod(int(ns), NS)
     return datetime.fromtimestamp(sec, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{rem // 1000:06d}Z"
+
+
+def fmt_hms(ns: int | None, unknown: str = "?") -> str:
+    """``HH:MM:SS.mmm`` of a UTC epoch-ns time (the time of day in summaries), ``unknown`` for None."""
+    return fmt_utc(ns)[11:23] if ns is not None else unknown

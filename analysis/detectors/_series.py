@@ -24,6 +24,7 @@ import statistics
 from dataclasses import dataclass
 
 from analysis.links import Evidence
+from ingest.timeparse import fmt_hms as hms  # noqa: F401 - the detectors' time of day
 
 
 @dataclass
@@ -145,12 +146,6 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     return str(n)
-
-
-def hms(ts_ns: int | None) -> str:
-    from ingest.timeparse import fmt_utc
-    t = fmt_utc(ts_ns)
-    return t[11:23] if t else "?"
 
 
 def entity_name(entity: str) -> str:

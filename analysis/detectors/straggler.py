@@ -16,7 +16,7 @@ import statistics
 
 from analysis.links import Evidence, Link, LinkKind, Provenance
 
-from ._series import hms
+from ._series import episodes, hms
 
 RATIO, MIN_STEPS = 1.3, 5
 
@@ -53,21 +53,11 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
             med = statistics.median(peers)
             if med > 0:
                 ratios.append((n, steps[n]["dt"] / med))
-        run: list[int] = []
-        best: list[int] = []
-        low = 0
-        for i, (_, ratio) in enumerate(ratios):
-            if ratio >= RATIO:
-                run.append(i)
-                low = 0
-            elif run and low == 0:
-                low = 1
-            else:
-                if len(run) > len(best):
-                    best = run
-                run, low = [], 0
-        if len(run) > len(best):
-            best = run
+        # runs of steps at or above RATIO, joined over one step below; the longest with MIN_STEPS of them
+        vals = [r for _, r in ratios]
+        runs = [[i for i in range(x, y + 1) if vals[i] >= RATIO]
+                for x, y in episodes(vals, RATIO - 1e-12, gap=1, min_points=1)]
+        best = max(runs, key=len, default=[])
         if len(best) < MIN_STEPS:
             continue
         first = steps[ratios[best[0]][0]]
