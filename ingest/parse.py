@@ -13,7 +13,7 @@ import traceback
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED
 from .reader import DecompressedLimit, Head, is_gzip
@@ -59,7 +59,11 @@ def detect_file(path: str, rel: str, registry: Registry | None = None):
     return registry.detect(head)
 
 
-def parse_file(job: ParseJob, registry: Registry | None = None) -> SourceResult:
+def parse_file(job: ParseJob, registry: Registry | None = None,
+               on_part: Callable[[str, Path], None] | None = None) -> SourceResult:
+    """Parse one file. With ``on_part``, each Parquet part is announced as soon as it is final
+    (see :class:`RowSink`), so the caller can load it while the parse goes on; a failed parse
+    then leaves its announced parts on disk (the caller drops the rows it loaded)."""
     t0 = time.perf_counter()
     registry = registry or default_registry()
     res = SourceResult(rel=job.rel)
@@ -84,7 +88,7 @@ def parse_file(job: ParseJob, registry: Registry | None = None) -> SourceResult:
         return res
 
     res.kind, res.format, res.clock_domain = parser_cls.kind, parser_cls.name, parser_cls.clock_domain
-    sink = RowSink(job.out_dir)
+    sink = RowSink(job.out_dir, on_part=on_part)
     ctx = ParseContext(p, job.rel, sink, max_bytes=job.max_bytes, time_zone=job.time_zone)
     parser = parser_cls()
     failed = None
@@ -102,7 +106,7 @@ def parse_file(job: ParseJob, registry: Registry | None = None) -> SourceResult:
         origin = f" ({Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
         failed = f"parser {parser_cls.name} failed{where}: {type(e).__name__}: {e}{origin}"
     try:
-        counts = sink.close()
+        counts = sink.close(announce=failed is None)
     except Exception as e:
         failed = failed or f"could not write parsed rows: {e}"
         counts = dict(sink.counts)
@@ -117,7 +121,7 @@ def parse_file(job: ParseJob, registry: Registry | None = None) -> SourceResult:
     res.attrs = ctx.attrs
     if failed:
         res.status, res.error = STATUS_FAILED, f"{job.rel}: {failed}"
-        for f in sink.files:
+        for f in sink.files if on_part is None else ():
             Path(f).unlink(missing_ok=True)
         return res
     res.counts = counts

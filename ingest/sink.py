@@ -11,13 +11,18 @@ Bulk producers (vectorised parsers) hand whole frames to :meth:`RowSink.add_fram
 are gathered into parts of whole DuckDB row groups (:data:`ROW_GROUP` rows): the store
 inserts such parts in parallel and without re-slicing them, which makes a load of many
 small frames about 1.5x faster. Rows keep the order in which they were added.
+
+Streaming: with ``on_part``, every part is announced (``on_part(table, path)``) as soon as
+it is written, so the pipeline can load it into the store while the parse goes on. A
+parser that may still rewrite its parts (Kineto's time base after the event array) calls
+:meth:`RowSink.hold` first; held parts are announced by :meth:`RowSink.close`.
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,7 +45,7 @@ def _clip(s: str | None, n: int) -> str | None:
 
 class RowSink:
     def __init__(self, out_dir: str | os.PathLike, batch_rows: int = 65536,
-                 max_issues: int = 10000):
+                 max_issues: int = 10000, on_part: Callable[[str, Path], None] | None = None):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.batch_rows = batch_rows
@@ -52,6 +57,9 @@ class RowSink:
         self.counts: dict[str, int] = {t: 0 for t in PARSER_TABLES}
         self.issues_total = 0          # issues seen, including ones beyond max_issues
         self.files: list[Path] = []
+        self.on_part = on_part
+        self.published = 0             # parts announced through on_part
+        self._held: list[tuple[str, Path]] | None = None
 
     # -- row appends -----------------------------------------------------------
     def add(self, table: str, **row: Any) -> None:
@@ -155,9 +163,29 @@ class RowSink:
         pq.write_table(tbl, path, compression=COMPRESSION, use_dictionary=dict_cols, write_statistics=False,
                        row_group_size=ROW_GROUP)
         self.files.append(path)
+        self._announce(table, path)
 
-    def close(self) -> dict[str, int]:
+    def _announce(self, table: str, path: Path) -> None:
+        if self.on_part is None:
+            return
+        if self._held is not None:
+            self._held.append((table, path))
+        else:
+            self.published += 1
+            self.on_part(table, path)
+
+    def hold(self) -> None:
+        """Announce no part until :meth:`close`: the parser may still rewrite them."""
+        if self._held is None:
+            self._held = []
+
+    def close(self, announce: bool = True) -> dict[str, int]:
+        """Write what is buffered and announce held parts (not when ``announce`` is false:
+        the parse failed and its rows are dropped)."""
         self.flush()
+        held, self._held = self._held or [], None
+        for table, path in held if announce else ():
+            self._announce(table, path)
         return dict(self.counts)
 
     @property

@@ -35,12 +35,13 @@ from analysis import clocks, report as report_mod, rootcause, timeline
 from ingest import attribution
 from ingest.bundle import (Extracted, IntakeError, RawBundle, extract, sniff_kind, store_raw,
                            store_stream)
-from ingest.model import PARSER_TABLES, STATUS_FAILED, STATUS_PARSED
+from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, parse_file
 from ingest.reader import Head
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
+from .loader import IncidentLoad
 from .queries import Queries
 from .settings import Settings
 from .shares import Shares
@@ -199,6 +200,14 @@ class Service(Queries, Shares):
         return rep
 
     def _run(self, inc: dict, progress: Progress) -> dict:
+        # One transaction loads the incident's rows, part by part while files are parsed.
+        load = IncidentLoad(self.store, inc["incident_id"])
+        try:
+            return self._pipeline(inc, progress, load)
+        finally:
+            load.abort()      # a no-op once committed
+
+    def _pipeline(self, inc: dict, progress: Progress, load: IncidentLoad) -> dict:
         iid = inc["incident_id"]
         folder = self.settings.incident_dir(iid)
         files_dir, work_dir = folder / "files", folder / "work"
@@ -253,16 +262,22 @@ class Service(Queries, Shares):
             (host_jobs if det.parser.kind == "host_info" else jobs).append(job)
         progress("detect", len(ok), len(ok))
 
+        # Source ids, known before the parse so that parts load while files are parsed:
+        # groups first, then every other member by path (the order of the sources rows).
+        sid_of = {g.rel: n for n, (_, g) in enumerate(groups, 1)}
+        for m in members:
+            if m.path not in in_group:
+                sid_of[m.path] = len(sid_of) + 1
         # Host info first: it tells the bundle's time zone for local-time strings.
         for job in host_jobs:
-            results[job.rel] = parse_file(job, self.registry)
+            results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
         tz, tz_from = self._time_zone(manifest, [results[j.rel] for j in host_jobs])
         tz_ok = tzinfo_for(tz) is not None
         if not tz_ok:
             notes.append(f"time zone {tz!r} ({tz_from}) is not known; local times were read as UTC")
         for job in jobs:
             job.time_zone = tz if tz_ok else "UTC"
-        self._parse_all(jobs, results, progress)
+        self._parse_all(jobs, results, progress, sid_of, load)
 
         # Sources: every member, parsed or not (a group's members: its one row).
         sizes = {m.path: m.size for m in members}
@@ -281,6 +296,7 @@ class Service(Queries, Shares):
             else:
                 r = results[m.path]
             sources.append(r)
+        assert [sid_of[r.rel] for r in sources] == list(range(1, len(sources) + 1)), "source ids out of order"
         att = [attribution.Attributable(r.rel, r.kind, content_host=r.host, content_rank=r.rank)
                for r in sources]
         manifest_hosts = {h: v.get("paths", []) for h, v in (manifest.get("hosts") or {}).items()
@@ -288,7 +304,7 @@ class Service(Queries, Shares):
         notes += attribution.resolve(att, manifest_hosts)
 
         progress("store", 0, 1)
-        self._load(iid, sources, att, tz, tz_from)
+        load.commit(lambda: self._finish_load(iid, sources, att, tz, tz_from))
         progress("store", 1, 1)
         shutil.rmtree(work_dir, ignore_errors=True)
 
@@ -304,14 +320,22 @@ class Service(Queries, Shares):
         progress("analyze", 1, 1)
         return rep
 
-    def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress) -> None:
+    def _parse_one(self, job: ParseJob, sid: int, load: IncidentLoad) -> SourceResult:
+        """Parse in this process, loading each part as soon as it is written."""
+        r = parse_file(job, self.registry, on_part=load.announcer(sid))
+        if r.status == STATUS_FAILED:
+            load.drop_source(sid)
+        return r
+
+    def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress,
+                   sid_of: dict[str, int], load: IncidentLoad) -> None:
         total = sum(Path(j.path).stat().st_size for j in jobs)
         n = len(jobs)
         progress("parse", 0, n)
         workers = min(self.settings.parse_workers, n)
         if workers <= 1 or total < self.settings.inline_bytes:
             for i, job in enumerate(jobs):
-                results[job.rel] = parse_file(job, self.registry)
+                results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
                 progress("parse", i + 1, n)
             return
         jobs = sorted(jobs, key=lambda j: -Path(j.path).stat().st_size)
@@ -320,38 +344,28 @@ class Service(Queries, Shares):
             for i, fut in enumerate(as_completed(futs)):
                 job = futs[fut]
                 try:
-                    results[job.rel] = fut.result()
+                    r = results[job.rel] = fut.result()
                 except Exception as e:  # the worker itself died
-                    results[job.rel] = SourceResult(job.rel, status=STATUS_FAILED,
-                                                    error=f"{job.rel}: parser process failed: {e!r}")
+                    r = results[job.rel] = SourceResult(job.rel, status=STATUS_FAILED,
+                                                        error=f"{job.rel}: parser process failed: {e!r}")
+                load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
                 progress("parse", i + 1, n)
 
-    def _load(self, iid: str, sources: list[SourceResult], att, tz: str, tz_from: str) -> None:
-        cur = self.store.cursor()
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            self.store.delete_incident_rows(iid)
-            rows = []
-            for sid, (r, a) in enumerate(zip(sources, att), 1):
-                rows.append({
-                    "incident_id": iid, "source_id": sid, "path": r.rel, "kind": r.kind, "format": r.format,
-                    "host": a.host, "rank": a.rank, "pid": r.pid, "clock_domain": r.clock_domain,
-                    "bytes": r.bytes, "bytes_read": r.bytes_read, "compressed": r.compressed,
-                    "records": r.records, "issues": r.issues, "status": r.status, "error": r.error,
-                    "host_from": a.host_from, "rank_from": a.rank_from, "parse_s": r.parse_s,
-                    "attrs": json.dumps(r.attrs) if r.attrs else None})
-            self.store.insert_rows("sources", rows)
-            for sid, r in enumerate(sources, 1):
-                for table in PARSER_TABLES:
-                    files = r.parts.get(table)
-                    if files:
-                        self.store.load_parts(table, files, iid, sid)
-            cur.execute("UPDATE incidents SET time_zone = ?, time_zone_source = ? WHERE incident_id = ?",
-                        [tz, tz_from, iid])
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+    def _finish_load(self, iid: str, sources: list[SourceResult], att, tz: str, tz_from: str) -> None:
+        """The last writes of the load's transaction (on its thread): the sources rows and the
+        incident's time zone. Every part is already inserted."""
+        rows = []
+        for sid, (r, a) in enumerate(zip(sources, att), 1):
+            rows.append({
+                "incident_id": iid, "source_id": sid, "path": r.rel, "kind": r.kind, "format": r.format,
+                "host": a.host, "rank": a.rank, "pid": r.pid, "clock_domain": r.clock_domain,
+                "bytes": r.bytes, "bytes_read": r.bytes_read, "compressed": r.compressed,
+                "records": r.records, "issues": r.issues, "status": r.status, "error": r.error,
+                "host_from": a.host_from, "rank_from": a.rank_from, "parse_s": r.parse_s,
+                "attrs": json.dumps(r.attrs) if r.attrs else None})
+        self.store.insert_rows("sources", rows)
+        self.store.cursor().execute("UPDATE incidents SET time_zone = ?, time_zone_source = ? WHERE incident_id = ?",
+                                    [tz, tz_from, iid])
 
     @staticmethod
     def _manifest(ex: Extracted) -> tuple[dict | None, list[str]]:

@@ -70,6 +70,10 @@ class Store:
                     "(is `aftertrace serve` running? stop it, pass another --db, or upload through the UI)"
                 ) from None
             raise StoreError(f"cannot open the store {self.path}: {msg}") from None
+        # Rows are never read back in insertion order (every query that needs an order says it), and
+        # keeping it makes DuckDB re-assemble inserted row groups at commit: the commit of a 232 MB
+        # Kineto trace's rows takes 0.25 s with it, 0.1 s without.
+        self._con.execute("SET preserve_insertion_order = false")
         self._local = threading.local()
         self._lock = threading.Lock()
         if not read_only:

@@ -210,6 +210,10 @@ class _SinkThread:
     def fact(self, *args, **kw) -> None:
         self._call(False, self.sink.fact, *args, **kw)
 
+    def hold(self) -> None:
+        """Announce no part until the end (see ``RowSink.hold``), in order with the other calls."""
+        self._call(False, self.sink.hold)
+
     def more_issues(self, n: int) -> None:
         """Issues counted but not stored one by one."""
         self._call(False, _more_issues, self.sink, n)
@@ -315,6 +319,7 @@ class _State:
             self.offset, self.time_base = 0, "absolute_epoch_us"
         else:
             self.offset, self.pending_rebase = 0, True
+            self.sink.hold()   # the parts are rewritten if baseTimeNanoseconds comes after the events
 
     def chunk(self, chunk: Chunk, out: Outcome) -> None:
         evs = chunk.events
@@ -551,6 +556,8 @@ class _State:
         cols = {"events": ("ts_raw_ns",), "metrics": ("ts_raw_ns",), "steps": ("ts_raw_ns",),
                 "collectives": ("ts_raw_ns",), "flows": ("src_ts_raw_ns", "dst_ts_raw_ns")}
         self.sink.flush()
+        if self.sink.published:
+            raise RuntimeError("parts to rebase were already announced to the loader")
         for f in self.sink.files:
             table = f.name.split(".")[0]
             if table not in cols:

@@ -370,3 +370,37 @@ def test_sample_bundle_ranks_pids_and_step_times(tmp_path):
     kill = truth["oom_kill"]["epoch_s_est"] * 1e9
     assert max(s["ts_raw_ns"] + s["dur_ns"] for s in by_rank[0]) < kill
     assert s94["ts_raw_ns"] > truth["leak"]["first_leak_epoch_ns"]
+
+
+def test_streamed_parts_of_a_late_time_base_are_announced_rebased(tmp_path, monkeypatch):
+    # Parts are loaded while the file is parsed; when baseTimeNanoseconds comes after the
+    # events, the parts written before it are rewritten, so none may be announced before.
+    from ingest import sink as sink_mod
+    from ingest.formats._kineto_stream import EventReader
+    monkeypatch.setattr(sink_mod, "ROW_GROUP", 64)                  # parts written mid-parse
+    monkeypatch.setattr(EventReader.__init__, "__defaults__", (4096,))   # many small chunks
+    path = DATA / "hta__nccl_data.excerpt.json.gz"
+    raw, doc = load(path)
+    announced = []
+
+    def on_part(table, part):      # read at announcement: what a loader would insert
+        if table == "events":
+            announced.extend(pq.read_table(part, columns=["ts_raw_ns"])["ts_raw_ns"].to_pylist())
+
+    res = parse_file(ParseJob(str(path), path.name, str(tmp_path / "out")), on_part=on_part)
+    assert res.status == "parsed" and len(res.parts["events"]) >= 2
+    exp = expected(doc)
+    assert len(announced) == exp["events"] and min(announced) == exp["first"] == 1716423322388068751
+    # a file with the base first streams its parts before the parse ends
+    first_seen = []
+    monkeypatch.setattr(sink_mod.RowSink, "close", _spy_close(sink_mod.RowSink.close, first_seen))
+    parse_file(ParseJob(str(REC0), REC0.name, str(tmp_path / "out2")),
+               on_part=lambda t, p: first_seen.append("part"))
+    assert first_seen.index("close") > 0, "no part was announced while the file was parsed"
+
+
+def _spy_close(close, log):
+    def spy(self, *a, **kw):
+        log.append("close")
+        return close(self, *a, **kw)
+    return spy
