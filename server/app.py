@@ -167,6 +167,21 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         except ValueError as e:
             raise ApiError(400, "bad_request", str(e)) from None
 
+    @app.get("/api/incidents/{incident_id}/export", summary="The incident as a file for other tools",
+             description="format: perfetto (.pftrace), chrome (merged Chrome trace JSON), folded/collapsed "
+                         "(collapsed stacks of a window), html (self-contained report with timeline and "
+                         "flame graph). start/end: a window, for folded and html.")
+    def api_export(incident_id: str, format: str = "perfetto", start: str | None = None, end: str | None = None):
+        from .exports import MEDIA_TYPES, normalize
+        try:
+            fmt = normalize(format)
+            path = svc.export_file(incident_id, fmt, start, end)
+        except (LookupError, NotFound) as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        except ValueError as e:
+            raise ApiError(400, "bad_request", str(e)) from None
+        return FileResponse(path, media_type=MEDIA_TYPES[fmt], filename=path.name)
+
     @app.get("/api/incidents/{incident_id}/timeline", summary="Lanes and metrics of a time window")
     def api_timeline(incident_id: str, start: str | None = None, end: str | None = None,
                      lanes: str | None = None, metrics: str | None = None, max_events: int = 1500, bins: int = 400):

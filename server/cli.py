@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ingest import __version__
@@ -244,6 +246,52 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
     return 0
 
 
+def cmd_export(args, console: Console, err: Console) -> int:
+    from .exports import FORMATS, normalize
+    from .queries import NotFoundError
+    from .service import NotFound
+    try:
+        fmt = normalize(args.format or {v: k for k, v in FORMATS.items()}.get(Path(args.output).suffix.lower(), ""))
+    except ValueError as e:
+        err.print(f"aftertrace: {escape(str(e))}")
+        return 2
+    settings, svc = _service(args, err)
+    if svc is None:
+        return 3
+    out = Path(args.output)
+    tmp = out.with_name(out.name + ".part")
+    t0 = time.monotonic()
+    try:
+        with Progress(TextColumn("exporting {task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+            task = bar.add_task(fmt, total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total or None)
+
+            with open(tmp, "wb") as fh:
+                stats = svc.export(args.incident, fmt, fh, args.start, args.end, progress)
+        os.replace(tmp, out)
+    except (NotFoundError, NotFound) as e:
+        err.print(f"aftertrace: {escape(str(e))}")
+        return 2
+    except ValueError as e:
+        err.print(f"aftertrace: bad argument: {escape(str(e))}")
+        return 2
+    except OSError as e:
+        err.print(f"aftertrace: cannot write {escape(str(out))}: {escape(e.strerror or str(e))}")
+        return 2
+    finally:
+        tmp.unlink(missing_ok=True)
+    size = out.stat().st_size
+    console.print(f"{fmt} export of incident {escape(svc.resolve_incident(args.incident))} written to "
+                  f"{escape(str(out))} ({size / 1e6:.1f} MB in {time.monotonic() - t0:.1f} s)")
+    shown = {k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "format"}
+    if shown:
+        console.print("  " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+    return 0
+
+
 def cmd_report(args, console: Console, err: Console) -> int:
     from web import report_render
     from .queries import NotFoundError
@@ -356,6 +404,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("-o", "--output", help="file to write (default: stdout)")
     common(rp)
     rp.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="the incident as a file for other tools: perfetto, chrome, folded, html")
+    ex.add_argument("incident", help="incident id (or a unique prefix)")
+    ex.add_argument("-o", "--output", required=True, help="file to write (.pftrace, .json, .folded, .html)")
+    ex.add_argument("--format", choices=("perfetto", "chrome", "folded", "collapsed", "html"),
+                    help="default: from the output file's extension")
+    ex.add_argument("--start", help="window start for folded/html: ISO-8601 UTC or epoch seconds "
+                                    "(html default: the report's window around the chain)")
+    ex.add_argument("--end", help="window end (exclusive)")
+    common(ex)
+    ex.set_defaults(func=cmd_export)
 
     ck = sub.add_parser("clocks", help="per host and clock domain: offset to UTC, uncertainty, method")
     ck.add_argument("incident", help="incident id (or a unique prefix)")

@@ -41,6 +41,7 @@ from ingest.reader import Head
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
+from .exports import Exports
 from .loader import IncidentLoad
 from .queries import Queries
 from .settings import Settings
@@ -90,7 +91,7 @@ def _strip_common_root(members) -> str | None:
     return root
 
 
-class Service(Queries, Shares):
+class Service(Queries, Shares, Exports):
     def __init__(self, settings: Settings, store: Store | None = None):
         self.settings = settings
         self.store = store or Store(settings.db_path)

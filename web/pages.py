@@ -51,6 +51,16 @@ def timeline_page(incident: dict) -> str:
     return _render("timeline.html", inc=incident)
 
 
+def script_json(obj) -> str:
+    """JSON to put inside a <script> element: "</script>", "<!--" and "&" cannot end or bend it."""
+    import json
+    return json.dumps(obj).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def static_text(name: str) -> str:
+    return (STATIC_DIR / name).read_text(encoding="utf-8")
+
+
 def plotly_js_path() -> Path:
     """plotly.js as shipped inside the plotly Python package: served by the app, no CDN."""
     import plotly

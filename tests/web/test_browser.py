@@ -7,6 +7,7 @@ context, revoke it and see it refused. Screenshots of every page go to
 Needs the ``chromium`` package (``.ci/run`` installs it); without it the test is skipped,
 saying so.
 """
+import json
 import os
 import shutil
 import socket
@@ -181,3 +182,34 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     _shot(page, "8-incident-list")
     assert "2026-11-29T13:28:56.147" in row and "job_failure" in row
     assert "cpu_throttle" in row and "31.7 s before" in row
+
+
+def test_exported_report_file_works_offline(browser, tmp_path):
+    """`aftertrace export ID -o r.html`: one file that draws the chain, the timeline and the flame
+    graph with no server and no network."""
+    env = dict(os.environ, AFTERTRACE_HOME=str(tmp_path / "home"))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "server.cli", *a], env=env, cwd=ROOT,
+                                    capture_output=True, text=True, timeout=300)
+    p = run("analyze", str(ROOT / "sample_traces" / "oom-after-throttle"), "--json", str(tmp_path / "rep.json"))
+    assert p.returncode == 0, p.stderr
+    iid = json.loads((tmp_path / "rep.json").read_text())["incident"]["id"]
+    out = tmp_path / "report.html"
+    p = run("export", iid, "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    ctx = browser.new_context(offline=True)
+    page = ctx.new_page()
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    fetched, errors = [], []
+    page.on("request", lambda r: r.url.startswith("file:") or fetched.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(out.as_uri())
+    page.wait_for_selector("#timeline .main-svg", timeout=30_000)
+    page.wait_for_selector("#fg svg rect")
+    assert fetched == [] and errors == []
+    assert page.locator("#chain-1").count() == 1
+    assert page.locator("#fg svg rect").count() > 100
+    assert "3811 samples" in page.inner_text("#fg-sub")
+    # the timeline draws the chain's findings; a click shows a line's evidence
+    assert page.locator("#timeline .scatterlayer .trace").count() >= 1
+    _shot(page, "7-exported-report-offline")
+    ctx.close()

@@ -1,0 +1,118 @@
+"""Exports through the service, the CLI and the HTTP route: folded stacks and the self-contained
+report on the real sample (Perfetto and Chrome traces: tests/analysis/test_export_*.py)."""
+import json
+import re
+import subprocess
+from datetime import datetime, timezone
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from server.app import create_app
+from server.exports import normalize
+from server.service import Service
+from server.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"
+
+
+def _ns(iso: str) -> int:
+    d = datetime.fromisoformat(iso).replace(tzinfo=timezone.utc)
+    return int(d.timestamp()) * 10**9 + d.microsecond * 1000
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    settings = Settings.from_env(home=tmp_path_factory.mktemp("home"))
+    svc = Service(settings)
+    sub = svc.submit_path(SAMPLE, title='sample "<script>alert(1)</script>"')
+    svc.analyze(sub.incident_id)
+    return settings, svc, sub.incident_id
+
+
+def test_folded_stacks_count_every_sample(analysed, tmp_path):
+    _, svc, iid = analysed
+    out = tmp_path / "s.folded"
+    with open(out, "wb") as fh:
+        stats = svc.export(iid, "collapsed", fh)
+    lines = out.read_text().splitlines()
+    total = svc.store.query("SELECT count(*) AS n FROM samples WHERE incident_id = ?", [iid])[0]["n"]
+    assert total == stats["samples"] == stats["samples_total"] == 3811
+    counts = []
+    for ln in lines:
+        stack, n = ln.rsplit(" ", 1)
+        assert stack and ";;" not in stack
+        counts.append(int(n))
+    assert sum(counts) == total and len(lines) == len(set(l.rsplit(" ", 1)[0] for l in lines))
+    # a window: only the samples in it (the OOM kill's 10 s)
+    with open(out, "wb") as fh:
+        st = svc.export(iid, "folded", fh, "2026-11-29T13:28:50.760Z", "2026-11-29T13:29:00.760Z")
+    in_window = svc.store.query(
+        "SELECT count(*) AS n FROM samples WHERE incident_id = ? AND ts_utc_ns >= ? AND ts_utc_ns < ?",
+        [iid, _ns("2026-11-29T13:28:50.760"), _ns("2026-11-29T13:29:00.760")])[0]["n"]
+    assert st["samples"] == in_window == sum(int(l.rsplit(" ", 1)[1]) for l in out.read_text().splitlines())
+    assert 0 < in_window < total
+
+
+def test_html_is_one_self_contained_file(analysed, tmp_path):
+    _, svc, iid = analysed
+    out = tmp_path / "r.html"
+    with open(out, "wb") as fh:
+        stats = svc.export(iid, "html", fh)
+    text = out.read_text()
+    assert stats["lanes"] >= 8 and stats["samples"] == 3811
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)       # nothing fetched
+    assert "Plotly" in text and "aftertraceTimeline" in text and "aftertraceFlame" in text
+    # the bundle's strings: escaped in the HTML, \u003c-escaped in the embedded JSON
+    assert "<script>alert(1)</script>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    data = text.split('<script id="embed-data" type="application/json">', 1)[1].split("</script>", 1)[0]
+    d = json.loads(data)
+    assert d["timeline"]["start"].startswith("2026-11-29T13:27:54") and d["flame"]["tree"]["value"] == 3811
+    assert {f["kind"] for f in d["timeline"]["findings"] if f["on_chain"]} >= {"cpu_throttle", "oom_kill"}
+
+
+def test_unknown_format_and_windows_are_refused(analysed):
+    _, svc, iid = analysed
+    with pytest.raises(ValueError, match="unknown export format 'svg'"):
+        normalize("svg")
+    with pytest.raises(ValueError, match="whole incident"):
+        svc.export(iid, "chrome", open("/dev/null", "wb"), start="2026-11-29T13:28:50Z")
+
+
+def test_http_route_sends_a_file_from_the_incident_folder(analysed):
+    settings, svc, iid = analysed
+    client = TestClient(create_app(settings, svc))
+    r = client.get(f"/api/incidents/{iid}/export", params={"format": "collapsed"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert f'filename="aftertrace-{iid}.folded"' in r.headers["content-disposition"]
+    assert sum(int(l.rsplit(" ", 1)[1]) for l in r.text.splitlines()) == 3811
+    assert (settings.incident_dir(iid) / "exports" / f"aftertrace-{iid}.folded").exists()
+    r = client.get(f"/api/incidents/{iid}/export", params={"format": "html"})
+    assert r.status_code == 200 and "aftertraceFlame" in r.text
+    r = client.get(f"/api/incidents/{iid}/export", params={"format": "svg"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+    r = client.get("/api/incidents/nope/export", params={"format": "html"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    page = client.get(f"/incidents/{iid}").text
+    assert f"/api/incidents/{iid}/export?format=perfetto" in page
+
+
+def test_cli_export(analysed, tmp_path):
+    settings, svc, iid = analysed
+    svc.store.close()     # the CLI opens the store itself
+    try:
+        out = tmp_path / "r.folded"
+        p = subprocess.run([sys.executable, "-m", "server.cli", "export", iid[:6], "-o", str(out),
+                            "--db", str(settings.db_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert "folded export of incident" in p.stdout and "samples 3811" in p.stdout
+        assert out.exists() and not out.with_name(out.name + ".part").exists()
+        p = subprocess.run([sys.executable, "-m", "server.cli", "export", iid, "-o", str(tmp_path / "x.svg"),
+                            "--db", str(settings.db_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 2 and "unknown export format" in p.stderr
+    finally:
+        svc.store.__init__(settings.db_path)

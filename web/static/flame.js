@@ -1,0 +1,67 @@
+// An SVG flame graph of a stack tree ({name, value, base?, children}), drawn in the page without
+// any library. Used by the standalone flame graph file and by the self-contained report. Frame
+// names come from the bundle: they are only ever set with textContent.
+(function () {
+  "use strict";
+  // D = {tree, title, subtitle, diff}; ids = {fg, tip, reset, search, title, sub}
+  function flame(D, ids) {
+    const $ = id => document.getElementById(id);
+    const ROW = 17, root = D.tree, diff = !!D.diff;
+    $(ids.title).textContent = D.title;
+    $(ids.sub).textContent = D.subtitle;
+    const tip = $(ids.tip);
+    let zoom = root, query = null;
+    // rows needed: only frames at least 0.3 px wide are drawn, so deeper thin stacks take no height
+    function depth(n, px) {
+      if (px < 0.3) return 0;
+      const per = px / Math.max(1, n.value || 0);
+      return 1 + Math.max(0, ...(n.children || []).map(c => depth(c, per * (c.value || 0))));
+    }
+    function color(n) {
+      if (diff) {
+        const a = (n.value || 0) / Math.max(1, root.value), b = (n.base || 0) / Math.max(1, root.base);
+        const d = Math.max(-1, Math.min(1, (a - b) / Math.max(a, b, 1e-9)));
+        const c = Math.round(255 - 160 * Math.abs(d));
+        return d >= 0 ? `rgb(255,${c},${c})` : `rgb(${c},${c},255)`;
+      }
+      let h = 0; for (const ch of n.name) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+      return `hsl(${10 + h % 40},${70 + h % 25}%,${55 + h % 15}%)`;
+    }
+    function draw() {
+      const host = $(ids.fg); host.textContent = "";
+      const W = host.clientWidth || 1200, H = depth(zoom, W) * ROW + 4;
+      const NS = "http://www.w3.org/2000/svg", svg = document.createElementNS(NS, "svg");
+      svg.setAttribute("width", W); svg.setAttribute("height", H);
+      const total = Math.max(1, zoom.value);
+      const re = query ? new RegExp(query) : null;
+      (function place(n, x, d) {
+        const w = W * (n.value || 0) / total; if (w < 0.3) return;
+        const y = H - (d + 1) * ROW;
+        const r = document.createElementNS(NS, "rect");
+        r.setAttribute("x", x); r.setAttribute("y", y); r.setAttribute("width", w); r.setAttribute("height", ROW - 1);
+        r.setAttribute("fill", color(n)); if (re && re.test(n.name)) r.classList.add("hit");
+        r.addEventListener("mousemove", e => {
+          const pct = (100 * (n.value || 0) / Math.max(1, root.value)).toFixed(2);
+          tip.textContent = n.name + " — " + n.value + " samples (" + pct + "%)" + (diff ? ", baseline " + (n.base || 0) : "");
+          tip.style.display = "block"; tip.style.left = (e.clientX + 12) + "px"; tip.style.top = (e.clientY + 12) + "px";
+        });
+        r.addEventListener("mouseleave", () => tip.style.display = "none");
+        r.addEventListener("click", () => { zoom = n; draw(); });
+        svg.appendChild(r);
+        if (w > 40) {
+          const t = document.createElementNS(NS, "text");
+          t.setAttribute("x", x + 3); t.setAttribute("y", y + ROW - 5);
+          const fit = Math.floor((w - 6) / 6.7); t.textContent = n.name.length > fit ? n.name.slice(0, Math.max(0, fit - 1)) + "…" : n.name;
+          svg.appendChild(t);
+        }
+        let cx = x; for (const c of (n.children || [])) { place(c, cx, d + 1); cx += W * (c.value || 0) / total; }
+      })(zoom, 0, 0);
+      host.appendChild(svg);
+    }
+    $(ids.reset).onclick = () => { zoom = root; draw(); };
+    $(ids.search).oninput = e => { try { query = e.target.value || null; new RegExp(query || ""); draw(); } catch (x) {} };
+    window.addEventListener("resize", draw);
+    draw();
+  }
+  window.aftertraceFlame = flame;
+})();
