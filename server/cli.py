@@ -286,7 +286,11 @@ def cmd_export(args, console: Console, err: Console) -> int:
     size = out.stat().st_size
     console.print(f"{fmt} export of incident {escape(svc.resolve_incident(args.incident))} written to "
                   f"{escape(str(out))} ({size / 1e6:.1f} MB in {time.monotonic() - t0:.1f} s)")
-    shown = {k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and k != "format"}
+    shown = {k: v for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+             and not k.endswith("_ns") and k != "bytes"}
+    for k, v in (stats.get("packets") or stats.get("events") or {}).items() if isinstance(
+            stats.get("packets") or stats.get("events"), dict) else ():
+        shown[k] = v
     if shown:
         console.print("  " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     return 0

@@ -1,0 +1,766 @@
+"""Perfetto protobuf trace (``.pftrace``) of a whole incident, on the aligned UTC clock.
+
+``write(store, incident_id, out, progress=None) -> stats`` streams the incident's rows into
+``out`` as ``TracePacket`` messages built with the ``perfetto`` package's protos
+(``perfetto.protos.perfetto.trace.perfetto_trace_pb2``). The writer is the package's
+:class:`~perfetto.trace_builder.proto_builder.StreamingTraceProtoBuilder` with one change:
+packets are collected into one ``Trace`` message per ``PACKETS_PER_WRITE`` packets before they
+are serialised (a ``Trace`` is one repeated field, so a run of ``Trace`` messages is one trace;
+the bytes are exactly those the builder writes packet by packet, for about two thirds of the
+CPU: no ``Trace`` and no copy per packet).
+
+Mapping (tracks: see :mod:`analysis.export`)
+-------------------------------------------
+==================  ===========================================================================
+store               Perfetto
+==================  ===========================================================================
+(clock)             a ``ClockSnapshot`` with BOOTTIME == REALTIME: packet timestamps are the
+                    store's ``ts_utc_ns`` unchanged, and the UI can show them as UTC
+host                a root ``TrackDescriptor`` named ``host <name>`` (children sorted by name)
+process / rank      a ``TrackDescriptor`` with a ``ProcessDescriptor`` (pid, ``<host>: rank R
+                    (pid P)``, labels ``host H`` / ``rank R``) whose ``parent_uuid`` is the
+                    host track (trace processor keeps process tracks at the top level and
+                    ignores the parent; the host is in the name)
+thread              ``ThreadDescriptor`` (pid, tid, name from perf's comm) under its process
+GPU stream, perf    child tracks of the process / thread (``sibling_merge_behavior`` NONE)
+  sched, steps,
+  collectives,
+  overlap lanes
+events              spans (``dur_ns`` not null): ``TYPE_SLICE_BEGIN`` at ``ts_utc_ns`` and
+                    ``TYPE_SLICE_END`` at ``ts_utc_ns + dur_ns`` on the span's lane; instants:
+                    ``TYPE_INSTANT``. Name and category interned (``event_names``,
+                    ``event_categories``). Debug annotations: ``source`` (path in the bundle,
+                    an interned string value), ``line``, ``kind``, ``severity``, ``text`` (cut
+                    to 500 characters), ``args`` (the attrs JSON as a dict: first 32 keys,
+                    nested values as JSON text), ``interpolated``, and ``dur_ns`` when the
+                    span was clamped or written as an instant
+metrics             one counter track per (entity, metric, unit), named ``<entity> <metric>
+                    (<unit>)`` with ``unit_name``; each value a ``TYPE_COUNTER`` packet
+                    (``double_counter_value``); NULL / non-finite values skipped and counted
+samples + stacks    ``PerfSample`` packets (pid, tid, cpu, ``callstack_iid``) on their own
+                    sequence, which interns ``function_names`` (frames as printed),
+                    ``mapping_paths`` and ``mappings`` (one per DSO), ``frames`` and
+                    ``callstacks`` (root frame first) as samples first need them; the UI shows
+                    them as CPU samples / flame graphs of the process and thread
+steps               slices ``step N`` on ``steps (cpu|gpu)`` of the rank's process
+collectives         slices ``<collective>`` on ``collectives (exec|call)`` (op, backend, pg,
+                    seq, ordinal, bytes, group size, device, stream as annotations)
+report              instants on ``aftertrace findings`` (anomalies and the failure) and on
+                    ``chain N: <origin>`` per causal chain (best first), with summary, host,
+                    rank, pid, source, lead, confidence, why the link follows the one before,
+                    and the evidence lines (an array of {source, line, text}); a flow
+                    (``flow_ids``) joins a chain's links in order
+==================  ===========================================================================
+
+Sequences and interning: sequence 1 holds the clock snapshot, every track descriptor and every
+track event; sequence 2 the perf samples. The first packet of each sequence has
+``first_packet_on_sequence``, ``previous_packet_dropped`` and ``SEQ_INCREMENTAL_STATE_CLEARED``;
+every packet that refers to interned data has ``SEQ_NEEDS_INCREMENTAL_STATE``; an interned
+entry is written in the first packet that uses it (the debug annotation names, a fixed list, all
+in the first packet). Tables are written one after the other, each in time order with its own
+slice ends (an END at t comes before anything that starts at t); trace processor sorts packets
+by time on import and keeps the file order of equal times.
+
+The same incident gives the same bytes (track uuids are hashes of stable keys, rows are read in
+a total order); the returned stats count packets per kind, tracks per kind, rows per table
+(exported, unplaced, clamped, overflowed), interned entries, the time range and the bytes.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import Counter
+from typing import BinaryIO, Callable
+
+import orjson
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+
+from . import (MAX_INTERNED, TEXT_MAX, Layout, Lanes, Track, arrow_table, clean, count_rows, cut, incident_exists,
+               iter_collectives, iter_events, iter_metrics, iter_samples, iter_steps, load_findings,
+               load_sources, parse_attrs, stable_uuid)
+
+PACKETS_PER_WRITE = 2048
+SEQ_EVENTS = 1
+SEQ_SAMPLES = 2
+_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+_BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
+_END = pb.TrackEvent.TYPE_SLICE_END
+_INSTANT = pb.TrackEvent.TYPE_INSTANT
+_COUNTER = pb.TrackEvent.TYPE_COUNTER
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_MAX_STACK_DEPTH = 4096
+
+
+class _BatchingBuilder(StreamingTraceProtoBuilder):
+    """``create_packet`` adds the packet to the pending ``Trace``; ``write_packet`` counts it and
+    writes the pending ``Trace`` once it holds ``PACKETS_PER_WRITE`` packets."""
+
+    def __init__(self, file: BinaryIO):
+        super().__init__(file)
+        self._trace = pb.Trace()
+        self._pending = 0
+        self.bytes = 0
+        self.packets: Counter = Counter()
+
+    def create_packet(self) -> pb.TracePacket:
+        return self._trace.packet.add()
+
+    def write_packet(self, packet: pb.TracePacket, kind: str = "other") -> None:  # noqa: ARG002
+        self.packets[kind] += 1
+        self._pending += 1
+        if self._pending >= PACKETS_PER_WRITE:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            data = self._trace.SerializeToString()
+            self._file.write(data)
+            self.bytes += len(data)
+            self._trace = pb.Trace()
+            self._pending = 0
+
+
+class _Interner:
+    """str -> iid for one kind of interned data of a sequence (iids from 1)."""
+
+    def __init__(self, limit: int = MAX_INTERNED):
+        self.ids: dict = {}
+        self.limit = limit
+
+    def get(self, value) -> tuple[int | None, bool]:
+        """(iid, whether it is new); (None, False) when the table is full."""
+        iid = self.ids.get(value)
+        if iid is not None:
+            return iid, False
+        if len(self.ids) >= self.limit:
+            return None, False
+        iid = len(self.ids) + 1
+        self.ids[value] = iid
+        return iid, True
+
+
+def _json(v) -> str:
+    try:
+        return orjson.dumps(v).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return str(v)
+
+
+def _add(add, iid: int | None, name: str | None, v) -> None:
+    """Append one debug annotation (``add`` is a repeated field's ``add``) holding ``v``: scalars
+    as such, strings cut to ``TEXT_MAX``, containers as JSON text; None is left out."""
+    key = {"name_iid": iid} if iid is not None else {"name": name}
+    t = type(v)
+    if t is str:
+        add(string_value=v if len(v) <= TEXT_MAX else cut(v), **key)
+    elif t is int:
+        if _INT64[0] <= v <= _INT64[1]:
+            add(int_value=v, **key)
+        else:
+            add(string_value=str(v), **key)
+    elif t is float:
+        if math.isfinite(v):
+            add(double_value=v, **key)
+        else:
+            add(string_value=str(v), **key)
+    elif t is bool:
+        add(bool_value=v, **key)
+    elif v is None:
+        return
+    else:
+        add(string_value=cut(_json(v)), **key)
+
+
+def _add_args(add, iid: int, args) -> None:
+    """The event's attrs: a dict annotation with one entry per key (nested values as JSON text),
+    or the text when it is no JSON object."""
+    if type(args) is not dict:
+        _add(add, iid, None, args)
+        return
+    if not args:
+        return
+    a = add(name_iid=iid)
+    entry = a.dict_entries.add
+    for k, v in args.items():
+        t = type(v)
+        if t is str:
+            entry(name=k, string_value=v if len(v) <= TEXT_MAX else cut(v))
+        elif t is int and _INT64[0] <= v <= _INT64[1]:
+            entry(name=k, int_value=v)
+        elif t is float and math.isfinite(v):
+            entry(name=k, double_value=v)
+        elif t is bool:
+            entry(name=k, bool_value=v)
+        elif v is not None:
+            entry(name=k, string_value=cut(v if t is str else _json(v)) if t in (dict, list) else str(v))
+
+
+def _deep_clean(v):
+    if isinstance(v, str):
+        return clean(v)
+    if isinstance(v, dict):
+        return {clean(str(k)): _deep_clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_deep_clean(x) for x in v]
+    return v
+
+
+class _StackTree:
+    """One perf source's stack prefix tree: parent and frame index per node (compact ``array``s
+    when the node ids are dense, else dicts), and the distinct frames as (name, dso)."""
+
+    def __init__(self, cur, incident_id: str, source_id: int):
+        tbl = arrow_table(cur, """
+            SELECT stack_id, COALESCE(parent_id, -1) AS parent_id,
+                   dense_rank() OVER (ORDER BY frame, dso NULLS FIRST) - 1 AS fk, frame, dso
+            FROM stacks WHERE incident_id = ? AND source_id = ?""", [incident_id, source_id])
+        ids = tbl.column("stack_id").to_pylist()
+        parents = tbl.column("parent_id").to_pylist()
+        fks = tbl.column("fk").to_pylist()
+        n = max(ids) + 1 if ids else 0
+        self.dense = n <= 4 * len(ids) + 1024 and (not ids or min(ids) >= 0)
+        if self.dense:
+            self.parent = array("q", [-2]) * n          # -2: no such node
+            self.fk = array("q", [0]) * n
+            for i, p, k in zip(ids, parents, fks):
+                self.parent[i] = p
+                self.fk[i] = k
+        else:
+            self.parent = dict(zip(ids, parents))
+            self.fk = dict(zip(ids, fks))
+        self.frames: list = [None] * ((max(fks) + 1) if fks else 0)
+        for k, f, d in zip(fks, tbl.column("frame").to_pylist(), tbl.column("dso").to_pylist()):
+            if self.frames[k] is None:
+                self.frames[k] = (f, d)
+
+    def path(self, leaf: int) -> list[int] | None:
+        """Frame indexes from the root to ``leaf`` (None: unknown node or a loop)."""
+        out = []
+        node = leaf
+        parent, fk = self.parent, self.fk
+        for _ in range(_MAX_STACK_DEPTH):
+            if self.dense:
+                if node < 0 or node >= len(parent) or parent[node] == -2:
+                    return None
+            elif node not in parent:
+                return None
+            out.append(fk[node])
+            node = parent[node]
+            if node < 0:
+                out.reverse()
+                return out
+        return None
+
+
+# Debug annotation names, interned once in the first packet of the event sequence.
+ANNOTATION_NAMES = (
+    "source", "line", "kind", "severity", "text", "args", "interpolated", "dur_ns", "marker",
+    "op", "backend", "pg", "seq", "ordinal", "bytes", "group_size", "device", "stream",
+    "summary", "role", "time", "host", "rank", "pid", "lead_s", "provenance", "confidence",
+    "uncertainty_s", "entity", "time_window", "because", "chain", "evidence",
+)
+_A = {n: i + 1 for i, n in enumerate(ANNOTATION_NAMES)}
+
+
+class _Exporter:
+    def __init__(self, store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None):
+        self.cur = store.cursor()
+        self.iid = incident_id
+        self.w = _BatchingBuilder(out)
+        self.progress = progress
+        self.sources = load_sources(self.cur, incident_id)
+        self.first_on_seq = {SEQ_EVENTS: True, SEQ_SAMPLES: True}
+        self.names = _Interner()
+        self.cats = _Interner()
+        self.src_strings = _Interner()
+        self.layout = Layout(self.cur, incident_id, self.sources, self._descriptor)
+        self.lanes = Lanes(self.layout)
+        self.stats_rows: dict = {}
+        self.t_min = None     # first start
+        self.t_max = None     # last start
+        self.t_end = None     # last end
+        self.done = 0
+        self.total = 0
+
+    # -- packets
+    def _packet(self, seq: int, needs_state: bool) -> pb.TracePacket:
+        pk = self.w.create_packet()
+        pk.trusted_packet_sequence_id = seq
+        if self.first_on_seq[seq]:
+            self.first_on_seq[seq] = False
+            pk.first_packet_on_sequence = True
+            pk.previous_packet_dropped = 1     # a bool on the wire (the bundled protos declare uint32)
+            pk.sequence_flags = _CLEARED | (_NEEDS if needs_state else 0)
+        elif needs_state:
+            pk.sequence_flags = _NEEDS
+        return pk
+
+    def _first_packet(self, ts: int) -> None:
+        """The clock snapshot (BOOTTIME == REALTIME at ``ts``), which also opens the event sequence
+        and interns the annotation names."""
+        pk = self._packet(SEQ_EVENTS, True)
+        pk.timestamp = ts
+        cs = pk.clock_snapshot
+        cs.clocks.add(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=ts)
+        cs.clocks.add(clock_id=pb.BUILTIN_CLOCK_REALTIME, timestamp=ts)
+        cs.primary_trace_clock = pb.BUILTIN_CLOCK_BOOTTIME
+        add = pk.interned_data.debug_annotation_names.add
+        for name, iid in _A.items():
+            add(iid=iid, name=name)
+        self.w.write_packet(pk, "clock_snapshot")
+
+    def _descriptor(self, t: Track) -> None:
+        pk = self._packet(SEQ_EVENTS, False)
+        td = pk.track_descriptor
+        td.uuid = t.uuid
+        if t.parent is not None:
+            td.parent_uuid = t.parent.uuid
+        if t.kind == "process":
+            td.process.pid = t.pid
+            td.process.process_name = clean(t.name)
+            td.process.process_labels.extend(clean(x) for x in t.labels)
+        elif t.kind == "thread":
+            td.thread.pid = t.pid
+            td.thread.tid = t.tid
+            td.thread.thread_name = clean(t.name)
+        else:
+            td.name = clean(t.name)
+            if t.kind == "counter":
+                td.counter.SetInParent()
+                if t.unit and t.unit != "-":
+                    td.counter.unit_name = clean(t.unit)
+            if t.kind == "host":
+                td.child_ordering = pb.TrackDescriptor.LEXICOGRAPHIC
+            elif t.kind == "findings":
+                td.child_ordering = pb.TrackDescriptor.EXPLICIT
+            if t.parent is not None:
+                td.sibling_merge_behavior = pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
+                if t.kind == "chain":
+                    td.sibling_order_rank = t.sort_index
+        self.w.write_packet(pk, "track_descriptor")
+
+    def _event(self, ts: int, typ: int, track_uuid: int, name: str | None, category: str | None,
+               ) -> tuple[pb.TracePacket, pb.TrackEvent]:
+        """A TrackEvent packet with its name and category interned (written by the caller)."""
+        pk = self._packet(SEQ_EVENTS, True)
+        pk.timestamp = ts
+        te = pk.track_event
+        te.type = typ
+        te.track_uuid = track_uuid
+        if name is None:
+            name = "(unnamed)"
+        iid, new = self.names.get(name)
+        if iid is None:
+            te.name = clean(name)
+        else:
+            te.name_iid = iid
+            if new:
+                pk.interned_data.event_names.add(iid=iid, name=clean(name))
+        if category:
+            ciid, cnew = self.cats.get(category)
+            if ciid is None:
+                te.categories.append(clean(category))
+            else:
+                te.category_iids.append(ciid)
+                if cnew:
+                    pk.interned_data.event_categories.add(iid=ciid, name=clean(category))
+        return pk, te
+
+    def _source(self, te: pb.TrackEvent, pk: pb.TracePacket, path: str) -> None:
+        siid, new = self.src_strings.get(path)
+        if siid is None:
+            te.debug_annotations.add(name_iid=_A["source"], string_value=clean(path))
+            return
+        te.debug_annotations.add(name_iid=_A["source"], string_value_iid=siid)
+        if new:
+            pk.interned_data.debug_annotation_string_values.add(iid=siid, str=clean(path).encode("utf-8"))
+
+    def _annotate(self, te: pb.TrackEvent, values: list[tuple[str, object]]) -> None:
+        """Append ``(name, value)`` annotations (names from ``ANNOTATION_NAMES``; ``args`` is the
+        attrs). Strings no encoder takes (lone surrogates) are replaced, never fatal."""
+        add = te.debug_annotations.add
+        n = len(te.debug_annotations)
+        try:
+            for k, v in values:
+                if k == "args":
+                    _add_args(add, _A[k], v)
+                else:
+                    _add(add, _A[k], None, v)
+        except (UnicodeEncodeError, ValueError):
+            del te.debug_annotations[n:]
+            for k, v in values:
+                v = _deep_clean(v)
+                if k == "args":
+                    _add_args(add, _A[k], v)
+                else:
+                    _add(add, _A[k], None, v)
+
+    def _end(self, ts: int, uuid: int) -> None:
+        pk = self._packet(SEQ_EVENTS, False)
+        pk.timestamp = ts
+        te = pk.track_event
+        te.type = _END
+        te.track_uuid = uuid
+        self.w.write_packet(pk, "slice_end")
+
+    def _time(self, first: int, last: int, end: int) -> None:
+        if self.t_min is None or first < self.t_min:
+            self.t_min = first
+        if self.t_max is None or last > self.t_max:
+            self.t_max = last
+        if self.t_end is None or end > self.t_end:
+            self.t_end = end
+
+    def _tick(self, n: int) -> None:
+        self.done += n
+        if self.progress:
+            self.progress(self.done, self.total)
+
+    # -- spans of one table, in time order, with their ends
+    def _spans(self, batches, row_fn, stats: dict) -> None:
+        """Feed each row to ``row_fn(row, push_end) -> (is_span, end)``; slice ends are written
+        in time order before any row that starts at or after them."""
+        heap: list = []
+        seq = [0]
+        pop, push = heapq.heappop, heapq.heappush
+        first = last = end_max = None
+
+        def push_end(end: int, uuid: int) -> None:
+            seq[0] += 1
+            push(heap, (end, seq[0], uuid))
+
+        spans = instants = 0
+        for batch in batches:
+            if not batch:
+                continue
+            for row in batch:
+                ts = row[0]
+                while heap and heap[0][0] <= ts:
+                    e, _, uuid = pop(heap)
+                    self._end(e, uuid)
+                is_span, end = row_fn(row, push_end)
+                if is_span:
+                    spans += 1
+                else:
+                    instants += 1
+                if end_max is None or end > end_max:
+                    end_max = end
+            if first is None:
+                first = batch[0][0]
+            last = batch[-1][0]
+            self._tick(len(batch))
+        while heap:
+            e, _, uuid = pop(heap)
+            self._end(e, uuid)
+        stats["spans"] += spans
+        stats["instants"] += instants
+        stats["exported"] += spans + instants
+        if first is not None:
+            self._time(first, last, end_max)
+
+    def _place(self, track: Track, ts: int, dur: int | None):
+        """(lane, end, odd): the lane of a span and its (clamped) end, ``odd`` the real duration
+        when the span was clamped or has to be written as an instant; (None, ts, None) for an
+        instant."""
+        if dur is None or dur < 0:
+            return None, ts, None
+        lane, end = self.lanes.place(track, ts, ts + dur)
+        if lane is None:
+            return None, ts, dur
+        return lane, end, (dur if end != ts + dur else None)
+
+    def events(self) -> None:
+        srcs = self.sources
+        event_track = self.layout.event_track
+        place = self._place
+        write = self.w.write_packet
+
+        def one(row, push_end):
+            (ts, dur, sid, host, rank, pid, tid, category, name, kind, severity, line, text, attrs, device, stream,
+             interp) = row
+            src = srcs[sid]
+            track = event_track(src, host, rank, pid, tid, category, device, stream)
+            lane, end, odd = place(track, ts, dur)
+            if lane is None:
+                pk, te = self._event(ts, _INSTANT, track.uuid, name, category)
+            else:
+                pk, te = self._event(ts, _BEGIN, lane.uuid, name, category)
+                push_end(end, lane.uuid)
+            self._source(te, pk, src.path)
+            vals = []
+            if line is not None:
+                vals.append(("line", line))
+            if kind is not None:
+                vals.append(("kind", kind))
+            if severity is not None:
+                vals.append(("severity", severity))
+            if text is not None:
+                vals.append(("text", text))
+            if attrs is not None:
+                vals.append(("args", parse_attrs(attrs)))
+            if interp:
+                vals.append(("interpolated", True))
+            if odd is not None:
+                vals.append(("dur_ns", odd))
+            if vals:
+                self._annotate(te, vals)
+            write(pk, "instant" if lane is None else "slice_begin")
+            return lane is not None, (end if lane is not None else ts + (odd or 0))
+
+        self._spans(iter_events(self.cur, self.iid), one, self.stats_rows["events"])
+
+    def steps(self) -> None:
+        srcs, layout, write = self.sources, self.layout, self.w.write_packet
+
+        def one(row, push_end):
+            ts, dur, sid, host, rank, pid, side, step, name = row
+            src = srcs[sid]
+            parent = layout.process_or_host(src, host, rank, pid)
+            track = layout.child(parent, "steps", f"steps ({side})", sort_index=1 << 43)
+            lane, end, odd = self._place(track, ts, dur)
+            pk, te = self._event(ts, _INSTANT if lane is None else _BEGIN, (lane or track).uuid, f"step {step}", "step")
+            if lane is not None:
+                push_end(end, lane.uuid)
+            self._source(te, pk, src.path)
+            self._annotate(te, [("marker", name)] + ([("dur_ns", odd)] if odd is not None else []))
+            write(pk, "instant" if lane is None else "slice_begin")
+            return lane is not None, end
+
+        self._spans(iter_steps(self.cur, self.iid), one, self.stats_rows["steps"])
+
+    def collectives(self) -> None:
+        srcs, layout, write = self.sources, self.layout, self.w.write_packet
+
+        def one(row, push_end):
+            (ts, dur, sid, host, rank, pid, role, backend, coll, op, pg, cseq, ordinal, nbytes, gsize, device,
+             stream) = row
+            src = srcs[sid]
+            parent = layout.process_or_host(src, host, rank, pid)
+            track = layout.child(parent, "collectives", f"collectives ({role})", sort_index=1 << 43)
+            lane, end, odd = self._place(track, ts, dur)
+            pk, te = self._event(ts, _INSTANT if lane is None else _BEGIN, (lane or track).uuid, coll, "collective")
+            if lane is not None:
+                push_end(end, lane.uuid)
+            self._source(te, pk, src.path)
+            vals = [(k, v) for k, v in (("op", op), ("backend", backend), ("pg", pg), ("seq", cseq),
+                                        ("ordinal", ordinal), ("bytes", nbytes), ("group_size", gsize),
+                                        ("device", device), ("stream", stream), ("dur_ns", odd)) if v is not None]
+            self._annotate(te, vals)
+            write(pk, "instant" if lane is None else "slice_begin")
+            return lane is not None, end
+
+        self._spans(iter_collectives(self.cur, self.iid), one, self.stats_rows["collectives"])
+
+    def metrics(self) -> None:
+        st = self.stats_rows["metrics"]
+        srcs, layout, write = self.sources, self.layout, self.w.write_packet
+        tracks: dict = {}
+        first = last = None
+        for batch in iter_metrics(self.cur, self.iid):
+            for ts, sid, host, entity, metric, value, unit in batch:
+                if value is None or not math.isfinite(value):
+                    st["skipped_values"] += 1
+                    continue
+                key = (sid, host, entity, metric, unit)
+                uuid = tracks.get(key)
+                if uuid is None:
+                    parent = layout.process_or_host(srcs[sid], host)
+                    label = f"{entity} {metric}" if entity else metric
+                    if unit and unit != "-":
+                        label = f"{label} ({unit})"
+                    uuid = tracks[key] = layout.child(parent, "counter", label, entity, metric, unit, unit=unit,
+                                                      sort_index=1 << 44).uuid
+                pk = self._packet(SEQ_EVENTS, False)
+                pk.timestamp = ts
+                te = pk.track_event
+                te.type = _COUNTER
+                te.track_uuid = uuid
+                te.double_counter_value = value
+                write(pk, "counter")
+                st["exported"] += 1
+                if first is None:
+                    first = ts
+                last = ts
+            self._tick(len(batch))
+        if first is not None:
+            self._time(first, last, last)
+
+    def findings(self) -> None:
+        items, chains, unplaced = self._findings
+        st = self.stats_rows["findings"]
+        st["unplaced"] = unplaced
+        if not items:
+            return
+        root = self.layout.findings()
+        chain_tracks = {}
+        flows = {}
+        for ci, ch in enumerate(chains):
+            label = f"chain {ci + 1}: {ch.get('origin') or 'chain'}"
+            score = ch.get("score")
+            if isinstance(score, (int, float)) and not isinstance(score, bool):
+                label += f" (score {score:g})"
+            chain_tracks[ci] = self.layout.child(root, "chain", label, ci, sort_index=ci)
+            flows[ci] = stable_uuid("chain-flow", self.iid, ci)
+        last_link = {f.chain: i for i, f in enumerate(items) if f.chain is not None}
+        for i, f in enumerate(items):
+            track = root if f.chain is None else chain_tracks[f.chain]
+            pk, te = self._event(f.ts_ns, _INSTANT, track.uuid, f.kind, "aftertrace.finding")
+            link = f.link
+            vals: list = [("summary", f.summary)]
+            for k in ("role", "time", "host", "rank", "pid", "source", "lead_s", "provenance", "confidence",
+                      "uncertainty_s", "entity"):
+                v = link.get(k)
+                if v is not None and not isinstance(v, (dict, list)):
+                    vals.append((k, v))
+            if isinstance(link.get("time_window"), list):
+                vals.append(("time_window", _json(link["time_window"])))
+            if f.because:
+                vals.append(("because", f.because))
+            if f.chain is not None:
+                vals.append(("chain", f"{f.chain + 1}: {chains[f.chain].get('summary') or ''}"))
+                (te.terminating_flow_ids if i == last_link[f.chain] else te.flow_ids).append(flows[f.chain])
+            self._annotate(te, vals)
+            ev = [e for e in link.get("evidence") or [] if isinstance(e, dict)]
+            if ev:
+                a = te.debug_annotations.add(name_iid=_A["evidence"])
+                for e in ev:
+                    item = a.array_values.add()
+                    for k in ("source", "line", "text"):
+                        if e.get(k) is not None:
+                            _add(item.dict_entries.add, None, k, _deep_clean(e[k]))
+            self.w.write_packet(pk, "instant")
+            st["chain_links" if f.chain is not None else "findings"] += 1
+        self._tick(len(items))
+        self._time(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
+
+    @staticmethod
+    def _intern_stack(idata, tree: "_StackTree", path: list[int], cs_iid: int, fnames: _Interner,
+                      mpaths: _Interner, maps: _Interner, frames: _Interner) -> None:
+        """Write the callstack ``cs_iid`` (and the frames, names and mappings it needs that were
+        not written yet) into ``idata``."""
+        frame_ids = []
+        for k in path:
+            fname, dso = tree.frames[k]
+            fr_iid, fr_new = frames.get((fname, dso))
+            if fr_new:
+                fn_iid, fn_new = fnames.get(fname)
+                if fn_new:
+                    idata.function_names.add(iid=fn_iid, str=(clean(fname) or "").encode("utf-8"))
+                m_iid, m_new = maps.get(dso or "")
+                if m_new:
+                    parts = [x for x in (dso or "[unknown]").split("/") if x] or [dso or "?"]
+                    path_ids = []
+                    for part in parts:
+                        pp_iid, pp_new = mpaths.get(part)
+                        if pp_new:
+                            idata.mapping_paths.add(iid=pp_iid, str=clean(part).encode("utf-8"))
+                        path_ids.append(pp_iid)
+                    idata.mappings.add(iid=m_iid, path_string_ids=path_ids)
+                idata.frames.add(iid=fr_iid, function_name_id=fn_iid, mapping_id=m_iid)
+            frame_ids.append(fr_iid)
+        idata.callstacks.add(iid=cs_iid, frame_ids=frame_ids)
+
+    def samples(self) -> None:
+        st = self.stats_rows["samples"]
+        cur = self.cur
+        sids = [r[0] for r in cur.execute(
+            "SELECT DISTINCT source_id FROM samples WHERE incident_id = ? AND stack_id IS NOT NULL "
+            "AND ts_utc_ns >= 0 ORDER BY 1", [self.iid]).fetchall()]
+        trees = {sid: _StackTree(cur, self.iid, sid) for sid in sids}
+        fnames, mpaths, maps, frames, stacks = (_Interner(1 << 62) for _ in range(5))
+        layout, srcs = self.layout, self.sources
+        for batch in iter_samples(cur, self.iid):
+            for ts, sid, host, pid, tid, cpu, _comm, _event, _period, stack_id in batch:
+                src = srcs[sid]
+                h = host if host is not None else (src.host or "")
+                p = layout.pid_of(h, pid, tid)
+                th = layout.thread(h, p, tid if tid is not None and tid >= 0 else p) if p is not None else None
+                cs_iid, new_stack, path = None, False, None
+                if stack_id is None:
+                    st["no_stack"] += 1
+                elif sid in trees:
+                    cs_iid, new_stack = stacks.get((sid, stack_id))
+                    if new_stack:
+                        path = trees[sid].path(stack_id)
+                        if path is None:
+                            del stacks.ids[(sid, stack_id)]
+                            cs_iid, new_stack = None, False
+                    if cs_iid is None:
+                        st["bad_stack"] += 1
+                pk = self._packet(SEQ_SAMPLES, cs_iid is not None)
+                if new_stack:
+                    self._intern_stack(pk.interned_data, trees[sid], path, cs_iid, fnames, mpaths, maps, frames)
+                pk.timestamp = ts
+                ps = pk.perf_sample
+                if cpu is not None and cpu >= 0:
+                    ps.cpu = cpu
+                if th is not None:
+                    ps.pid = th.pid
+                    ps.tid = th.tid
+                if cs_iid is not None:
+                    ps.callstack_iid = cs_iid
+                self.w.write_packet(pk, "perf_sample")
+                st["exported"] += 1
+            if batch:
+                self._time(batch[0][0], batch[-1][0], batch[-1][0])
+            self._tick(len(batch))
+        st["interned_callstacks"] = len(stacks.ids)
+        st["interned_frames"] = len(frames.ids)
+        st["interned_function_names"] = len(fnames.ids)
+        st["interned_mappings"] = len(maps.ids)
+
+    def run(self) -> dict:
+        counts = count_rows(self.cur, self.iid)
+        zero = {"exported": 0}
+        self.stats_rows = {
+            "events": dict(zero, spans=0, instants=0, unplaced=counts["events"][1]),
+            "steps": dict(zero, spans=0, instants=0, unplaced=counts["steps"][1]),
+            "collectives": dict(zero, spans=0, instants=0, unplaced=counts["collectives"][1]),
+            "metrics": dict(zero, skipped_values=0, unplaced=counts["metrics"][1]),
+            "samples": dict(zero, no_stack=0, bad_stack=0, unplaced=counts["samples"][1]),
+            "findings": {"findings": 0, "chain_links": 0, "unplaced": 0},
+        }
+        self._findings = load_findings(self.cur, self.iid)
+        self.total = sum(v[0] for v in counts.values()) + len(self._findings[0])
+        first = self.cur.execute("""
+            SELECT MIN(t) FROM (
+                SELECT MIN(ts_utc_ns) FILTER (ts_utc_ns >= 0) AS t FROM events WHERE incident_id = $i
+                UNION ALL SELECT MIN(ts_utc_ns) FILTER (ts_utc_ns >= 0) FROM samples WHERE incident_id = $i
+                UNION ALL SELECT MIN(ts_utc_ns) FILTER (ts_utc_ns >= 0) FROM metrics WHERE incident_id = $i)""",
+                                 {"i": self.iid}).fetchall()[0][0]
+        self._first_packet(first if first is not None and first >= 0 else 0)
+        self.events()
+        self.steps()
+        self.collectives()
+        self.metrics()
+        self.findings()
+        self.samples()
+        self.w.flush()
+        lanes = self.lanes
+        self.stats_rows["events"].update(clamped=lanes.clamped, overflowed=lanes.overflowed,
+                                         as_instant=lanes.as_instant)
+        return {
+            "format": "perfetto",
+            "incident_id": self.iid,
+            "bytes": self.w.bytes,
+            "packets": dict(sorted(self.w.packets.items()), total=sum(self.w.packets.values())),
+            "tracks": dict(sorted(self.layout.counts.items()), total=len(self.layout.tracks)),
+            "rows": self.stats_rows,
+            "interned": {"event_names": len(self.names.ids), "categories": len(self.cats.ids),
+                         "annotation_names": len(_A), "source_paths": len(self.src_strings.ids)},
+            "pids_remapped": self.layout.remapped,
+            "first_ts_ns": self.t_min,
+            "last_ts_ns": self.t_max,
+            "end_ts_ns": self.t_end,
+            "time_range_ns": None if self.t_min is None else [self.t_min, self.t_end],
+        }
+
+
+def write(store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Write the incident as a Perfetto trace to ``out``; returns what was written (see the module doc)."""
+    if not incident_exists(store.cursor(), incident_id):
+        raise KeyError(f"no incident {incident_id!r}")
+    return _Exporter(store, incident_id, out, progress).run()
