@@ -352,15 +352,21 @@ def stage_export(quick: bool) -> list[dict]:
     if not path.exists():
         raise RuntimeError("bench/bench_export.py is missing")
     n = 1_000_000 if quick else 10_000_000
-    p = subprocess.run([sys.executable, str(path), "--events", str(n), "--json"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=1500)
+    p = subprocess.run([sys.executable, str(path), "--events", str(n), "--memory-limit", "2GB"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=1500)
     if p.returncode != 0:
         raise RuntimeError((p.stderr or p.stdout).strip().splitlines()[-1:])
     rows = []
-    for r in json.loads(p.stdout.strip().splitlines()[-1]):
-        rows.append(row("export", f"{r['events'] / 1e6:.1f} M events", f"aftertrace export --format {r['format']}",
-                        r["seconds"], "s", rss=r.get("rss_mb"), note=f"{r.get('mb', 0):.0f} MB written; "
-                        f"{r['events'] / r['seconds'] / 1e6:.2f} M events/s"))
+    for line in p.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        rows.append(row("export", f"{r['events'] / 1e6:.1f} M events (+ metrics, samples)",
+                        f"aftertrace export --format {r['tool']}", r["seconds"], "s", rss=r["peak_rss_mib"],
+                        note=f"{r['MB']:.0f} MB written; {r['events/s'] / 1e3:.0f} k events/s; "
+                             "DuckDB memory_limit 2GB"))
+    if len(rows) != 2:
+        raise RuntimeError(f"expected 2 export rows, got {len(rows)}")
     return rows
 
 
