@@ -18,7 +18,8 @@ Order of work (nothing a user gave is ever lost):
    pointing outside is refused), device files and FIFOs are refused, files are
    created with ``O_EXCL|O_NOFOLLOW``, and limits on member count, bytes per
    member and total decompressed bytes stop decompression bombs. Each refused
-   member is reported with its reason; the others are unaffected.
+   member is reported with its reason; the others are unaffected. Every member has its own
+   path (a repeated name is shown as ``name (copy N)``).
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
 CHUNK = 1 << 20
+MAX_NAME_HEADER = 64 * 1024         # GNU long name / pax header of one tar member (tarfile reads it whole)
+MAX_NAME_HEADERS = 64 * 1024**2     # all of them in one archive (tarfile keeps every member's name)
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def sniff_kind(path: Path) -> tuple[str, str | None]:
         try:
             with opener(path, "rb") as f:
                 inner = f.read(512)
-        except (OSError, EOFError, lzma.LZMAError):
+        except (OSError, EOFError, lzma.LZMAError, zlib.error, RuntimeError):   # damaged at its start
             inner = b""
         if _is_tar_header(inner):
             return "tar", comp
@@ -400,7 +403,8 @@ def _link_member(rel: str, target: str, hard: bool) -> Member:
         t = None if target.startswith("/") else safe_relpath(
             os.path.normpath(f"{base}/{target}") if base != "." else os.path.normpath(target))
     if t is None:
-        return Member(rel, 0, "refused", f"refused: link to {target!r} points outside the bundle")
+        shown = target if len(target) <= 200 else target[:200] + "..."
+        return Member(rel, 0, "refused", f"refused: link to {shown!r} points outside the bundle")
     return Member(rel, 0, "alias", f"link to {t} inside the bundle (not created; the target is read instead)")
 
 
@@ -429,7 +433,38 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits(),
         target = dest / name
         shutil.copyfile(raw.raw_path, target)
         out.members.append(Member(name, target.stat().st_size, "ok", "", target))
+    _unique_paths(out.members)
     return out
+
+
+def _unique_paths(members: list[Member]) -> None:
+    """One row per path, and every path valid text.
+
+    A name with bytes that are not UTF-8 (tarfile and the file system hand them over as lone
+    surrogates, which the store cannot hold) is shown with ``\\xNN`` escapes; the file on disk
+    keeps its name. A refused or aliased member whose name repeats another member's (a
+    duplicate, a link and a file of the same name, the same '../' name twice) is shown as
+    ``name (copy N)``; extracted files are named first, so they keep their names.
+    """
+    taken: set[str] = set()
+    for first in (True, False):
+        for m in members:
+            if m.ok != first:
+                continue
+            m.path = _text(m.path)
+            if m.path in taken:
+                n = 2
+                while f"{m.path} (copy {n})" in taken:
+                    n += 1
+                m.path = f"{m.path} (copy {n})"
+            taken.add(m.path)
+
+
+def _text(name: str) -> str:
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:      # a surrogate that is not an escaped byte
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _skip_noise(rel: str) -> bool:
@@ -503,8 +538,8 @@ def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracte
         except (NotImplementedError, RuntimeError) as err:   # zip: unsupported compression, password
             out.members.append(Member(rel, 0, "refused", f"refused: cannot be read ({err})"))
             continue
-        except OSError as err:
-            out.members.append(Member(rel, 0, "refused", f"refused: {err}"))
+        except OSError as err:   # the member's path is the row's; the server's folders are not shown
+            out.members.append(Member(rel, 0, "refused", f"refused: {err.strerror or err}"))
             continue
         seen.add(rel)
         out.members.append(Member(rel, n, "ok", "", path))
@@ -523,11 +558,38 @@ def _use_in_place(path: str, size: int, budget: _Budget) -> tuple[Path, int]:
     return Path(path), size
 
 
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile reads a GNU long name or a pax header into memory whatever its declared size: a
+    small tar.gz can declare a name of gigabytes. Refuse such headers before they are read."""
+
+    def _check_header_size(self, tf):
+        if self.size > MAX_NAME_HEADER:
+            raise tarfile.SubsequentHeaderError(
+                f"a member's name/extended header declares {self.size} bytes (limit {MAX_NAME_HEADER})")
+        seen = getattr(tf, "_name_header_bytes", 0) + self.size
+        if seen > MAX_NAME_HEADERS:
+            raise tarfile.SubsequentHeaderError(
+                f"the members' name/extended headers exceed {MAX_NAME_HEADERS} bytes in all")
+        tf._name_header_bytes = seen
+
+    def _proc_gnulong(self, tf):
+        self._check_header_size(tf)
+        return super()._proc_gnulong(tf)
+
+    def _proc_pax(self, tf):
+        self._check_header_size(tf)
+        return super()._proc_pax(tf)
+
+
 def _tar_entries(tf: tarfile.TarFile, out: Extracted) -> Iterator[_Entry]:
     while True:
         try:
             ti = tf.next()
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        except RecursionError:   # tarfile follows chained extended headers recursively
+            out.stopped = (f"the archive is damaged after {len(out.members)} members: "
+                           "too many chained extended headers")
+            return
+        except (tarfile.TarError, OSError, EOFError, zlib.error, RuntimeError) as e:   # (bz2: RuntimeError)
             out.stopped = f"the archive is damaged after {len(out.members)} members: {e}"
             return
         if ti is None:
@@ -546,8 +608,8 @@ def _tar_entries(tf: tarfile.TarFile, out: Extracted) -> Iterator[_Entry]:
 def _extract_tar(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted,
                  local_root: str | None = None) -> None:
     try:
-        tf = tarfile.open(raw.raw_path, "r:*")
-    except (tarfile.TarError, OSError, EOFError) as e:
+        tf = tarfile.open(raw.raw_path, "r:*", tarinfo=_BoundedTarInfo)
+    except (tarfile.TarError, OSError, EOFError, zlib.error, RuntimeError) as e:   # (RecursionError: chained headers)
         out.stopped = f"the archive cannot be opened: {e}"
         return
     with tf:
@@ -564,7 +626,8 @@ def _zip_entries(zf: zipfile.ZipFile) -> Iterator[_Entry]:
         mode = zi.external_attr >> 16
         if stat.S_ISLNK(mode):
             try:
-                target = zf.read(zi)[:4096].decode("utf-8", "replace")
+                with zf.open(zi) as f:       # not zf.read: the member may be a bomb
+                    target = f.read(4096).decode("utf-8", "replace")
             except Exception:
                 target = "?"
             yield _Entry(zi.filename, "symlink", link=target)
@@ -579,7 +642,7 @@ def _zip_entries(zf: zipfile.ZipFile) -> Iterator[_Entry]:
 def _extract_zip(raw: RawBundle, dest: Path, budget: _Budget, out: Extracted) -> None:
     try:
         zf = zipfile.ZipFile(raw.raw_path)
-    except (zipfile.BadZipFile, OSError) as e:
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as e:   # (a name flagged UTF-8 that is not)
         out.stopped = f"the archive cannot be opened: {e}"
         return
     with zf:

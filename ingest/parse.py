@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED
-from .reader import DecompressedLimit, Head, is_gzip
+from .reader import STREAM_ENDS, DecompressedLimit, Head, is_gzip
 from .registry import ParseContext, Registry, default_registry
 from .sink import RowSink
 
@@ -94,12 +94,10 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
     failed = None
     try:
         parser.parse(ctx)
-    except DecompressedLimit as e:
-        ctx.truncated = f"stopped: {e}"
-    except EOFError:
-        ctx.truncated = "the compressed stream is truncated (the file ends early); rows before the cut were kept"
-    except (gzip.BadGzipFile, zlib.error) as e:
-        ctx.truncated = f"the compressed stream is damaged ({e}); rows before the damage were kept"
+        if ctx.stream_error is not None:       # the lines ended early; the parser finished with them
+            ctx.truncated = _stream_end(ctx.stream_error)
+    except STREAM_ENDS as e:
+        ctx.truncated = _stream_end(e)
     except Exception as e:  # a parser bug or an input it could not survive
         where = f" at line {ctx.lineno}" if getattr(ctx, "lineno", None) else ""
         tb = traceback.extract_tb(e.__traceback__)
@@ -141,16 +139,28 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
     return res
 
 
+def _stream_end(e: Exception) -> str:
+    if isinstance(e, DecompressedLimit):
+        return f"stopped: {e}"
+    if isinstance(e, EOFError):
+        return "the compressed stream is truncated (the file ends early); rows before the cut were kept"
+    return f"the compressed stream is damaged ({e}); rows before the damage were kept"
+
+
 def _first_issue(sink: RowSink) -> str:
     try:
         import pyarrow.parquet as pq
         files = [f for f in sink.files if f.name.startswith("parse_issues.")]
         if not files:
             return ""
-        t = pq.read_table(files[0], columns=["line", "message"]).slice(0, 1).to_pylist()
+        t = pq.read_table(files[0], columns=["line", "byte_offset", "message"]).slice(0, 1).to_pylist()
         if t:
-            ln = t[0]["line"]
-            return f" (first at line {ln}: {t[0]['message']})" if ln else f" (first: {t[0]['message']})"
+            ln, off = t[0]["line"], t[0]["byte_offset"]
+            if ln:
+                return f" (first at line {ln}: {t[0]['message']})"
+            if off is not None:     # (JSON traces name the byte where the bad event's chunk starts)
+                return f" (first at byte {off}: {t[0]['message']})"
+            return f" (first: {t[0]['message']})"
     except Exception:
         pass
     return ""

@@ -22,6 +22,10 @@ class DecompressedLimit(Exception):
     """Raised when a file decompresses to more bytes than allowed."""
 
 
+# how reading a file can end before its end: a cut or damaged gzip stream, the size limit
+STREAM_ENDS = (EOFError, zlib.error, gzip.BadGzipFile, DecompressedLimit)
+
+
 class _Limited(io.RawIOBase):
     """Counts bytes read from a stream; raises DecompressedLimit past ``limit``."""
 
@@ -99,9 +103,13 @@ class _GunzipRaw(io.RawIOBase):
             src = self._d.unconsumed_tail or self._pending
             if not self._d.unconsumed_tail:
                 self._pending = b""
+            before = self._d.copy()
             try:
                 self._out = self._d.decompress(src, max(want, 65536))
             except zlib.error as e:
+                # zlib drops what this call decompressed before the damage: feed the same input
+                # again in small pieces, from the state before the call, to hand it out anyway
+                self._out = _until_damage(before, src)
                 self._error = gzip.BadGzipFile(f"damaged gzip data: {e}")
                 return
 
@@ -123,6 +131,16 @@ class _GunzipRaw(io.RawIOBase):
             self._f.close()
         finally:
             super().close()
+
+
+def _until_damage(d, src: bytes, piece: int = 256) -> bytes:
+    out = []
+    for i in range(0, len(src), piece):
+        try:
+            out.append(d.decompress(src[i:i + piece]))
+        except zlib.error:
+            break
+    return b"".join(out)
 
 
 def is_gzip(path: str | os.PathLike) -> bool:

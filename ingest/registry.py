@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator
 
 from .model import CLOCK_DOMAINS
-from .reader import Head, iter_lines, open_binary
+from .reader import STREAM_ENDS, Head, iter_lines, open_binary
 from .sink import RowSink
 
 
@@ -64,6 +64,7 @@ class ParseContext:
         self.truncated: str | None = None      # why the file ended early, if it did
         self.bytes_read = 0
         self.lineno = 0                        # last line handed out by lines()
+        self.stream_error: Exception | None = None   # why the lines ended early (see lines())
         self._stream = None
 
     def open(self):
@@ -89,12 +90,18 @@ class ParseContext:
                                     line=row["lineno"], text=row["line"][:200])
                 self.sink.issues_total += max(0, len(bad) - room)   # counted, not stored
                 yield df
+        except STREAM_ENDS as e:
+            self.stream_error = e
         finally:
             self.bytes_read = stream.raw.count
             stream.close()
 
     def lines(self) -> Iterator[tuple[int, str]]:
-        """(lineno, text) for every line; undecodable lines are counted as issues."""
+        """(lineno, text) for every line; undecodable lines are counted as issues.
+
+        A compressed stream that is cut or damaged, or the decompressed-size limit, ends the lines
+        (here and in :meth:`line_frames`) as if the file ended there: the parser finishes with the
+        lines it got, and ``stream_error`` says why they ended (``parse_file`` reports it)."""
         stream = self.open()
 
         def bad(lineno: int, raw: bytes) -> None:
@@ -105,6 +112,8 @@ class ParseContext:
             for lineno, text in iter_lines(stream, bad):
                 self.lineno = lineno
                 yield lineno, text
+        except STREAM_ENDS as e:
+            self.stream_error = e
         finally:
             self.bytes_read = stream.raw.count
             stream.close()
@@ -199,6 +208,9 @@ class Registry:
         if not head.data:
             return Detection(None, "empty file")
         if head.binary:
+            if head.data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+                return Detection(None, "UTF-16 text (it starts with a byte-order mark); aftertrace reads UTF-8 "
+                                       "text: convert it with iconv -f UTF-16 -t UTF-8")
             return Detection(None, "binary data (not a text format aftertrace reads)")
         tried, errors = [], []
         for p in self.parsers:

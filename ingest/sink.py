@@ -143,14 +143,44 @@ class RowSink:
             return
         self._flush_frames(table)         # frames added before these rows are written before them
         schema = TABLES[table].arrow_schema()
-        arrays = [pa.array(buf[f.name], type=f.type) for f in schema]
+        arrays = [self._array(table, buf, f) for f in schema]
         self._write(table, pa.table(arrays, schema=schema))
         for v in buf.values():
             v.clear()
 
+    def _array(self, table: str, buf: dict[str, list], f: pa.Field) -> pa.Array:
+        """The column's values as Arrow; a number that does not fit the column's type (a
+        corrupted line with a 30-digit pid) is dropped from its row and counted as an issue."""
+        values = buf[f.name]
+        try:
+            return pa.array(values, type=f.type)
+        except (OverflowError, pa.ArrowInvalid):
+            if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)):
+                raise
+        hi = (1 << (f.type.bit_width - 1)) if pa.types.is_integer(f.type) else None
+        lines = buf.get("line")
+        fixed = []
+        for i, v in enumerate(values):
+            if isinstance(v, int) and not isinstance(v, bool):
+                if hi is None:
+                    try:
+                        v = float(v)
+                    except OverflowError:
+                        v = None
+                elif not -hi <= v < hi:
+                    v = None
+                if v is None and table != "parse_issues":
+                    self.issue("out_of_range", f"{f.name}: number too large for a {f.type} column; left out",
+                               line=lines[i] if lines else None, text=str(values[i])[:60])
+            fixed.append(v)
+        return pa.array(fixed, type=f.type)
+
     def flush(self, table: str | None = None) -> None:
         """Write everything buffered (of one table, or of all)."""
-        for t in [table] if table else list({**self._frames, **self._buf}):
+        # (parse_issues last: writing the other tables may add issues, see _array)
+        tables = [table] if table else [t for t in {**self._frames, **self._buf} if t != "parse_issues"] + \
+            ["parse_issues"]
+        for t in tables:
             self._flush_frames(t)
             self._flush_rows(t)
 

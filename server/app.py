@@ -69,6 +69,14 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static")
 
     # -- errors ------------------------------------------------------------------------
+    @app.middleware("http")
+    async def no_sniffing(request: Request, call_next):
+        # bundle text is served as text/plain or JSON (exports, issues): never let a browser
+        # guess HTML or script from it
+        response = await call_next(request)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
         return envelope(exc.status, exc.code, exc.message)
@@ -90,7 +98,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         log.exception("unhandled error on %s", request.url.path)
-        return envelope(500, "internal_error", f"{type(exc).__name__}: {exc}")
+        # the exception's text may carry paths, SQL or settings: it goes to the log, not the client
+        return envelope(500, "internal_error", "internal error (the details are in the server's log)")
 
     def _run(iid: str) -> None:
         try:

@@ -14,7 +14,10 @@ class Queries:
     """Mixed into :class:`server.service.Service`; uses ``self.store``."""
 
     def resolve_incident(self, ref: str) -> str:
-        """An incident id from an id or a unique prefix of one."""
+        """An incident id from an id or a unique prefix of one (ids are hex: anything else, LIKE's
+        wildcards included, names no incident)."""
+        if not ref or not all(c in "0123456789abcdef" for c in ref):
+            raise NotFoundError(f"no incident {ref!r}")
         rows = self.store.query("SELECT incident_id FROM incidents WHERE incident_id LIKE ? || '%'", [ref])
         if len(rows) == 1:
             return rows[0]["incident_id"]

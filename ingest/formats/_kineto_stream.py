@@ -125,7 +125,7 @@ def _parse_array(body: bytes, lo: int = 0, hi: int | None = None):
     data = b"".join((b"[", memoryview(body)[lo:hi], b"]"))
     try:
         return _TYPED.decode(data), True
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, RecursionError):   # (nested deeper than msgspec follows: orjson says)
         pass
     except msgspec.DecodeError:
         return None, False

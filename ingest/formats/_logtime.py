@@ -71,7 +71,13 @@ def local_epoch_ns(year: pl.Expr, month: pl.Expr, day: pl.Expr, hms: pl.Expr, fr
     h = hms.str.slice(0, 2).cast(pl.Int32, strict=False)
     mi = hms.str.slice(3, 2).cast(pl.Int32, strict=False)
     s = hms.str.slice(6, 2).cast(pl.Int32, strict=False)
-    naive = pl.datetime(year, month, day, h, mi, s, time_unit="ns")
+    # pl.datetime raises on an impossible date or time (a corrupted "13:40:99" or "Feb 30"): such
+    # pieces become null first (ns times exist for the years 1678..2261)
+    leap = ((year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))).cast(pl.Int32)
+    days = pl.when(month == 2).then(28 + leap).when(month.is_in([4, 6, 9, 11])).then(30).otherwise(31)
+    ok = (year.is_between(1678, 2261) & month.is_between(1, 12) & day.is_between(1, days)
+          & h.is_between(0, 23) & mi.is_between(0, 59) & s.is_between(0, 59))
+    naive = pl.datetime(pl.when(ok).then(year), month, day, h, mi, s, time_unit="ns")
     kind, val = _zone_kind(zone)
     if kind == "iana":
         naive = naive.dt.replace_time_zone(val, ambiguous="earliest", non_existent="null")

@@ -501,8 +501,8 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
             # step lines are collapsed (see _collapse_rows): the values stay columns, the attrs
             # object is only written for the line that remains an event
             x = x.select(
-                "_i", pl.coalesce("step", "iter", "step2").cast(pl.Int64).alias("_step"),
-                pl.coalesce("total", "total2").cast(pl.Int64).alias("_total"), "_loss",
+                "_i", pl.coalesce("step", "iter", "step2").cast(pl.Int64, strict=False).alias("_step"),
+                pl.coalesce("total", "total2").cast(pl.Int64, strict=False).alias("_total"), "_loss",
                 pl.coalesce(pl.col("step_time_s").cast(pl.Float64, strict=False),
                             pl.col("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime"))
             step_i = x["_i"]
@@ -567,7 +567,7 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
                 continue
             i = i0
             j, blk = (_walk_traceback if bodies[i] == TB_START else _walk_fatal)(bodies, i)
-            if j is None:           # ran off the chunk: wait for more lines
+            if j is None:           # ran off the chunk: wait for more lines (at the end: the block as it is)
                 if not final:
                     open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
                     break
@@ -591,8 +591,9 @@ def _walk_traceback(bodies: list[str], i: int):
             if f:
                 frames.append((f["file"], int(f["line"]), f["func"]))
             j += 1
-        if j >= n:
-            return None, {}
+        if j >= n:      # (at the end of the file: the traceback was cut off before its exception line)
+            return None, {"type": "traceback", "exc": None, "exc_msg": "traceback cut off (the file ends inside it)",
+                          "frames": frames}
         m = EXC.match(bodies[j])
         exc, msg = (m["exc"], m["exc_msg"] or "") if m else (bodies[j].split(":", 1)[0], bodies[j])
         j += 1
@@ -612,7 +613,7 @@ def _walk_traceback(bodies: list[str], i: int):
     if exc.endswith("ChildFailedError"):
         end = _walk_cfe(bodies, j)
         if end is None:
-            return None, {}
+            return None, blk
         blk["cfe"] = _parse_cfe(bodies[j:end], j - i)
         j = end
     return j, blk
@@ -711,7 +712,7 @@ def _walk_fatal(bodies: list[str], i: int):
             continue
         break
     else:
-        return None, {}
+        return None, {"type": "fatal", "what": what, "frames": frames}
     return j, {"type": "fatal", "what": what, "frames": frames}
 
 
@@ -740,7 +741,7 @@ def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
         attrs = {"exc_type": b["exc"], "exc_msg": b["exc_msg"], "frames": len(b["frames"]),
                  "last_frame": where.strip() or None}
         if cfe is None:
-            summary = f"{b['exc']}: {b['exc_msg']}".strip().rstrip(":")[:300] + where
+            summary = f"{b['exc'] or 'Python traceback'}: {b['exc_msg']}".strip().rstrip(":")[:300] + where
             kind, name = "python_exception", "traceback"
             said = _message_in(b["exc_msg"] or "")
             if said and said[1]:      # e.g. a gloo timeout or a collective mismatch raised as an exception
@@ -853,7 +854,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
             "attrs": [json.dumps(r["attrs"], default=str) for r in brows],
             "wrank": [None] * len(brows)}, schema_overrides={
             "lineno": pl.Int64, "rank": pl.Int64, "pid": pl.Int64, "ts": pl.Int64, "res": pl.Int64,
-            "host": pl.String, "wrank": pl.String, "kind": pl.String})
+            "host": pl.String, "wrank": pl.String, "kind": pl.String}, strict=False)   # (a 30-digit pid: null)
         ev = pl.concat([ev, bf], how="diagonal_relaxed") if ev.width > 1 else bf
     if ev.width <= 1 or ev.is_empty():
         carry = None if final else (df.filter(pl.col("lineno") >= open_at) if open_at else None)
@@ -1197,7 +1198,7 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
         pl.lit("{"), x, pl.lit("}")])).otherwise(pl.concat_str([a.str.slice(0, a.str.len_chars() - 1), pl.lit(","), x,
                                                                 pl.lit("}")]))).drop("_x")
     out = ev.select(
-        pl.col("host"), pl.col("rank").cast(pl.Int32), pl.col("pid"), pl.col("tid"),
+        pl.col("host"), pl.col("rank").cast(pl.Int32, strict=False), pl.col("pid"), pl.col("tid"),
         pl.col("ts").alias("ts_raw_ns"), pl.col("ts_interp").alias("ts_interpolated"),
         pl.col("category"), pl.col("name").fill_null(pl.col("category")), pl.col("kind"),
         pl.col("sev").alias("severity"), pl.col("lineno").alias("line"),

@@ -34,8 +34,8 @@ import polars as pl
 from ..model import CLOCK_BOOT, CLOCK_WALL
 from ..registry import ParseContext
 from ..timeparse import MONTH_RE, WEEKDAY_RE
-from .kernel import (DECODE_LEVELS, NS, KernelLogParser, _scatter, days_from_civil, extract_distinct, frame,
-                     null_strings, sec_usec_ns, wall_ns)
+from .kernel import (DECODE_LEVELS, MAX_SECONDS, NS, KernelLogParser, _scatter, days_from_civil, extract_distinct,
+                     frame, null_strings, sec_usec_ns, wall_ns)
 
 _DECODE = rf"(?:(\w+)\s*:\s*({DECODE_LEVELS})\s*: )?"
 RAW = rf"^[+ -]?(?:<(\d{{1,3}})>)?{_DECODE}\[\s*(\d+)\.(\d{{6,9}})\] ?(.*)$"
@@ -67,7 +67,7 @@ def _offset(text: str) -> tuple[int | None, int | None]:
 
 
 def _prio_sev(prio: pl.Expr) -> pl.Expr:
-    return (prio.cast(pl.Int64) % 8).cast(pl.String)
+    return (prio.cast(pl.Int64, strict=False) % 8).cast(pl.String)
 
 
 class DmesgRawParser(KernelLogParser):
@@ -90,7 +90,7 @@ class DmesgRawParser(KernelLogParser):
         # computed from the integer fields instead
         x = line.str.slice(lb + 1, rb - lb - 1).str.strip_chars_start().cast(pl.Float64, strict=False)
         space = (pl.col("_sp") == rb).fill_null(False).cast(pl.Int64)   # the one optional space after "]"
-        df = df.with_columns(_ts=pl.when(ok).then((x * 1e6).round().cast(pl.Int64) * 1000),
+        df = df.with_columns(_ts=pl.when(ok & (x < MAX_SECONDS)).then((x * 1e6).round().cast(pl.Int64) * 1000),
                              _msg=pl.when(ok).then(line.str.slice(rb + 1 + space)).otherwise(line))
         other = df["_ok"] & (df["_rb"] - df["_dot"] != 7)
         if other.any():
@@ -219,10 +219,11 @@ class DmesgKmsgParser(KernelLogParser):
     def records(self, df, ctx):
         g = pl.col("line").str.extract_groups(KMSG)
         prio, seq, usec, msg = (g.struct.field(f"{i}") for i in (1, 2, 3, 5))
-        seq_i = seq.cast(pl.Int64)
+        seq_i = seq.cast(pl.Int64, strict=False)
+        us = usec.cast(pl.Int64, strict=False)
         # a sequence number that goes backwards is a new boot (the ring buffer restarted)
-        return frame(df, ok=usec.is_not_null(), ts=usec.cast(pl.Int64) * 1000, msg=msg,
-                     sev=_prio_sev(prio), kern=prio.cast(pl.Int64) < 8,
+        return frame(df, ok=usec.is_not_null(), ts=pl.when(us < MAX_SECONDS * 1_000_000).then(us * 1000), msg=msg,
+                     sev=_prio_sev(prio), kern=prio.cast(pl.Int64, strict=False) < 8,
                      cont=pl.col("line").str.contains(r"^ \S"),
                      boot_mark=pl.lit(False)).with_columns(seq=seq_i).pipe(_kmsg_boots)
 

@@ -78,6 +78,7 @@ from ..lines import CHUNK_BYTES
 from ..lines import line_frames as _line_frames
 from ..model import CLOCK_BOOT
 from ..reader import Head
+from ..timeparse import MAX_SECONDS
 from ..registry import ParseContext, Parser
 from . import kernel_signatures as ks
 
@@ -751,21 +752,22 @@ def frame(df: pl.DataFrame, ok, ts, msg, sev=None, cont=None, meta=None, kern=No
         ok.fill_null(False).alias("ok"),
         cont.fill_null(False).alias("cont"),
         (meta if meta is not None else pl.lit(False)).fill_null(False).alias("meta"),
-        ts.cast(pl.Int64).alias("ts"),
+        ts.cast(pl.Int64, strict=False).alias("ts"),      # (a number too large for a time: untimed)
         (sev if sev is not None else none_s).cast(pl.String).alias("sev"),
         pl.coalesce(msg, pl.col("line")).alias("msg"),
         (kern if kern is not None else pl.lit(True)).fill_null(True).alias("kern"),
         (host if host is not None else none_s).alias("host"),
         (ident if ident is not None else none_s).alias("ident"),
-        (ipid if ipid is not None else pl.lit(None, pl.Int64)).cast(pl.Int64).alias("ipid"),
+        (ipid if ipid is not None else pl.lit(None, pl.Int64)).cast(pl.Int64, strict=False).alias("ipid"),
         (boot_mark if boot_mark is not None else pl.lit(False)).fill_null(False).alias("boot_mark"),
     )
 
 
 def sec_usec_ns(sec: pl.Expr, frac: pl.Expr) -> pl.Expr:
     """'1234' + '567890' (or 9 digits) -> ns."""
-    f = frac.str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64)
-    return sec.cast(pl.Int64) * NS + f
+    f = frac.str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64, strict=False)
+    s = sec.cast(pl.Int64, strict=False)
+    return pl.when(s < MAX_SECONDS).then(s * NS + f)    # (more digits than a clock has: no time)
 
 
 def days_from_civil(y: pl.Expr, m: pl.Expr, d: pl.Expr) -> pl.Expr:

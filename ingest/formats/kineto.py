@@ -58,6 +58,7 @@ What is read (reference: shared/reference/FORMATS.md section 2)
 from __future__ import annotations
 
 import bisect
+import json
 import io
 import re
 from collections import Counter, deque
@@ -81,6 +82,7 @@ from ._kineto_stream import Chunk, EventReader, Ev, Outcome
 
 FLOW_PART_ROWS = 1 << 16        # rows per Parquet part of the flows table
 ABSOLUTE_US = 1e15               # ts above this many microseconds is absolute epoch time
+MAX_TS_US = 4e15                # larger |ts| is no time (epoch us of the year 2096; ns would overflow soon after)
 KINETO_KEYS = ("schemaVersion", "baseTimeNanoseconds", "deviceProperties", "distributedInfo",
                "displayTimeUnit", "traceName")
 KINETO_CATS = frozenset({"cpu_op", "user_annotation", "kernel", "cuda_runtime", "cuda_driver",
@@ -115,8 +117,23 @@ def _coerce(v) -> Ev | None:
         if isinstance(x, (int, float)) and not isinstance(x, bool):
             kw[k] = float(x)
     if isinstance(v.get("args"), dict):
-        kw["args"] = msgspec.Raw(orjson.dumps(v["args"]))
+        kw["args"] = msgspec.Raw(_dumps(v["args"]))
     return Ev(**kw)
+
+
+def _dumps(v) -> bytes:
+    """orjson.dumps, or the standard library's for what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(v)
+    except TypeError:
+        return json.dumps(v, default=str).encode()
+
+
+def _base_ns(v) -> int | None:
+    """baseTimeNanoseconds when it is a number a time can have (not a corrupted 30-digit one)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < MAX_TS_US * 1000:
+        return int(v)
+    return None
 
 
 def _args(e: Ev) -> dict:
@@ -308,9 +325,9 @@ class _State:
 
     # -- per chunk -----------------------------------------------------------------
     def _time_base(self, out: Outcome, ts: pl.Series) -> None:
-        base = out.header.get("baseTimeNanoseconds")
-        if isinstance(base, (int, float)) and not isinstance(base, bool):
-            self.offset, self.time_base = int(base), "baseTimeNanoseconds"
+        base = _base_ns(out.header.get("baseTimeNanoseconds"))
+        if base is not None:
+            self.offset, self.time_base = base, "baseTimeNanoseconds"
             return
         tmin = ts.min()
         if tmin is None:
@@ -330,7 +347,7 @@ class _State:
                 e = v if type(v) is Ev else _coerce(v)
                 if e is None:
                     self.sink.issue("bad_event", f"event {i} of the chunk is not a trace event object",
-                                    text=orjson.dumps(v)[:200].decode("utf-8", "replace"),
+                                    text=_dumps(v)[:200].decode("utf-8", "replace"),
                                     byte_offset=chunk.offset)
                 else:
                     typed.append(e)
@@ -346,13 +363,15 @@ class _State:
             "ts": pl.Series([e.ts for e in evs], dtype=pl.Float64),
             "dur": pl.Series([e.dur for e in evs], dtype=pl.Float64),
         })
+        # a ts whose ns do not fit Int64 (a corrupted number) is no time: counted as an issue below
+        df = df.with_columns(ts=pl.when(pl.col("ts").abs() < MAX_TS_US).then(pl.col("ts")))
         if self.offset is None:
             self._time_base(out, df["ts"])
         off = self.offset or 0
         whole = pl.col("ts").floor()
         df = df.with_row_index("i").with_columns(
             ts_ns=(whole.cast(pl.Int64) * 1000 + ((pl.col("ts") - whole) * 1000).round().cast(pl.Int64) + off),
-            dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64),
+            dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64, strict=False),
             category=pl.col("cat").replace(CATEGORY_ALIASES),
         )
         phases = dict(df["ph"].value_counts().iter_rows())
@@ -454,7 +473,7 @@ class _State:
         value = a.get("name", a.get("labels", a.get("sort_index")))
         if row["name"] == "process_labels" and value == "CPU" and row["pid"] is not None:
             self.labelled_cpu.add(row["pid"])
-        self.sink.fact(f"kineto.{row['name']}", orjson.dumps(
+        self.sink.fact(f"kineto.{row['name']}", _dumps(
             {"pid": e.pid, "tid": e.tid, "value": value if value is not None else a}).decode())
 
     def _derived(self, row: dict, e: Ev) -> None:
@@ -584,11 +603,11 @@ class _State:
         meta = {**out.header, **out.trailer}
         self._write_derived()
         if self.pending_rebase or self.offset is None:
-            base = meta.get("baseTimeNanoseconds")
-            if isinstance(base, (int, float)) and not isinstance(base, bool):
+            base = _base_ns(meta.get("baseTimeNanoseconds"))
+            if base is not None:
                 self.time_base = "baseTimeNanoseconds"
                 if self.pending_rebase:
-                    self._rebase(int(base))
+                    self._rebase(base)
             elif self.pending_rebase:
                 self.time_base = "unknown"
                 ctx.clock_domain = CLOCK_PROCESS
@@ -611,7 +630,7 @@ class _State:
             r = di.get("rank")
             if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
                 ctx.rank = r
-            sink.fact("distributed_info", orjson.dumps(di).decode())
+            sink.fact("distributed_info", _dumps(di).decode())
             for k in ("rank", "world_size", "backend", "nccl_version", "pg_count"):
                 if k in di:
                     sink.fact(k, di[k])

@@ -137,7 +137,9 @@ NCCL_RESULT = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemErro
                4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
 INIT_FAILURE_FILES = ("init.cc", "bootstrap.cc")
 
-_DETECT = re.compile(r"(?:^|\S*?)[\w.\-]+:\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ )?(?:[\w./\-]+:\d+ )?"
+# (searched: the host may follow any junk; it starts where a run of host characters starts, so
+# that a long run without a header costs one pass, not one per character of it)
+_DETECT = re.compile(r"(?<![\w.\-])[\w.\-]+:\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ )?(?:[\w./\-]+:\d+ )?"
                      r"(?:\([^()]*\) )?NCCL (?:INFO|WARN|TRACE|CALL)\b")
 _DETECT_VERSION = re.compile(r"^NCCL version \d+\.\d+")
 
@@ -325,7 +327,8 @@ def nccl_frame(base: pl.DataFrame) -> pl.DataFrame:
     else:
         g = g.with_columns(pl.lit(0).alias("spliced"), (pl.col("pre") != "").alias("host_unsure"))
     g = g.with_columns(
-        pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("dev").cast(pl.Int32, strict=False),
+        pl.col("pid").cast(pl.Int64, strict=False), pl.col("tid").cast(pl.Int64, strict=False),
+        pl.col("dev").cast(pl.Int32, strict=False),
         pl.col("trace_ms").cast(pl.Float64, strict=False),
         pl.col("nts").str.extract(r"\.(\d+)$").alias("nts_frac"))
     return g

@@ -47,7 +47,7 @@ import polars as pl
 from ..model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
-from ..timeparse import NS, frac_to_ns
+from ..timeparse import MAX_SECONDS, NS, frac_to_ns
 
 # -- grammar --------------------------------------------------------------------------
 _PID = r"(?P<pid>-?\d+)(?:/(?P<tid>-?\d+))?"
@@ -380,20 +380,23 @@ class _State:
             ev=rest.str.slice(0, pl.col("q")).str.strip_chars(),
             payload=rest.str.slice(pl.col("q") + 1).str.strip_chars_start(),
         ).with_columns(e=pl.col("ev").str.extract_groups(EVENT)).unnest("e").drop("q", "ev")
-        unparsed = t.filter(pl.col("event").is_null() | pl.col("pid").is_null())
+        # a header whose numbers do not fit (a corrupted 30-digit pid or time) is a bad line too
+        sec = pl.col("sec").cast(pl.Int64, strict=False)
+        fits = (pl.col("pid").cast(pl.Int64, strict=False).is_not_null()
+                & (pl.col("sec").is_null() | (sec < MAX_SECONDS).fill_null(False)))
+        unparsed = t.filter(pl.col("event").is_null() | pl.col("pid").is_null() | ~fits)
         for lineno, line in unparsed.head(200).select("lineno", "line").iter_rows():
             self.sink.issue("bad_line", "not a perf script record header or stack frame", lineno, line)
         if len(unparsed) > 200:
             self.sink.issues_total += len(unparsed) - 200
-        t = t.filter(pl.col("event").is_not_null() & pl.col("pid").is_not_null())
+        t = t.filter(pl.col("event").is_not_null() & pl.col("pid").is_not_null() & fits)
         t = t.with_columns(
             comm=pl.col("comm").str.strip_chars(),
             pid=pl.col("pid").cast(pl.Int64),
-            tid=pl.col("tid").cast(pl.Int64),
-            cpu=pl.col("cpu").cast(pl.Int32),
-            ts_raw_ns=pl.col("sec").cast(pl.Int64) * NS
-            + pl.col("frac").str.pad_end(9, "0").cast(pl.Int64),
-            period=pl.col("period").cast(pl.Int64),
+            tid=pl.col("tid").cast(pl.Int64, strict=False),
+            cpu=pl.col("cpu").cast(pl.Int32, strict=False),
+            ts_raw_ns=sec * NS + pl.col("frac").str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64),
+            period=pl.col("period").cast(pl.Int64, strict=False),
             tracepoint=pl.col("event").str.contains(TRACEPOINT)
             & ~pl.col("event").str.split(":").list.last().str.contains(HW_MODIFIERS.pattern),
         ).with_columns(
@@ -510,10 +513,10 @@ class _State:
                 g = g.rename(dict(zip(names, [f"f_{n}" for n, _ in fields])))
                 for n, typ in fields:
                     c = pl.col(f"f_{n}")
-                    cols.append((c.cast(pl.Int64) if typ is int else c).alias(n))
+                    cols.append((c.cast(pl.Int64, strict=False) if typ is int else c).alias(n))
                 attrs = pl.struct(cols + [pl.col("stack_id")]).struct.json_encode()
                 subject = SUBJECT_PID.get(event)
-                pid = pl.col(f"f_{subject}").cast(pl.Int64) if subject else pl.col("pid")
+                pid = pl.col(f"f_{subject}").cast(pl.Int64, strict=False) if subject else pl.col("pid")
             else:
                 attrs = pl.struct(payload.alias("payload"), pl.col("stack_id")).struct.json_encode()
                 pid = pl.col("pid")
@@ -531,7 +534,7 @@ class _State:
     def _oncpu(self, g: pl.DataFrame) -> None:
         """On-CPU intervals: on each CPU, next_pid runs from its switch-in to the next switch."""
         sw = g.filter(pl.col("cpu").is_not_null() & pl.col("ts_raw_ns").is_not_null()).select(
-            "cpu", "ts_raw_ns", pl.col("f_next_pid").cast(pl.Int64).alias("tid"),
+            "cpu", "ts_raw_ns", pl.col("f_next_pid").cast(pl.Int64, strict=False).alias("tid"),
             pl.col("f_next_comm").alias("comm"), pl.col("lineno"))
         if sw.is_empty():
             return

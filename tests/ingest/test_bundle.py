@@ -397,8 +397,8 @@ def test_tar_links_devices_fifos_duplicates(tmp_path, bundles):
         ("dev/evil_null", "refused"),
         ("dev/evil_blk", "refused"),
         ("evil_fifo", "refused"),
-        ("good.txt", "refused"),
-        ("good.txt", "refused"),
+        ("good.txt (copy 2)", "refused"),       # one row per path (the sources table needs it)
+        ("good.txt (copy 3)", "refused"),
         ("sub/after.txt", "ok"),
     ]
     msg = {(m.path, i): m.message for i, m in enumerate(ex.members)}
@@ -410,7 +410,7 @@ def test_tar_links_devices_fifos_duplicates(tmp_path, bundles):
     assert msg[("dev/evil_null", 7)] == "refused: device file"
     assert msg[("dev/evil_blk", 8)] == "refused: device file"
     assert msg[("evil_fifo", 9)] == "refused: FIFO"
-    assert "duplicate" in msg[("good.txt", 10)] and "duplicate" in msg[("good.txt", 11)]
+    assert "duplicate" in msg[("good.txt (copy 2)", 10)] and "duplicate" in msg[("good.txt (copy 3)", 11)]
     assert (dest / "good.txt").read_bytes() == b"first copy\n"
     assert (dest / "sub" / "after.txt").read_bytes() == b"after\n"
     # no link, device or FIFO was created anywhere
@@ -506,7 +506,7 @@ def test_zip_hostile_members(tmp_path, bundles):
         ("sub/link_up", "refused"),
         ("sub/link_in", "alias"),
         ("evil_fifo", "refused"),
-        ("good.txt", "refused"),
+        ("good.txt (copy 2)", "refused"),
         ("sub/after.txt", "ok"),
     ]
     m = ex.members

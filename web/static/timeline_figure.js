@@ -24,19 +24,19 @@
 
 
   function figure(d) {
-    const lanes = d.lanes.map(l => l.id);
+    const lanes = d.lanes.map(l => esc(l.id));   // lane names are file paths: category labels are HTML too
     const traces = [];
     const spanX = [], spanY = [], ptX = [], ptY = [], ptText = [], ptCustom = [];
     const binX = [], binY = [], binS = [], binText = [];
     for (const l of d.lanes) {
       for (const e of (l.events || [])) {
-        if (e.dur && e.dur > 0) { spanX.push(xOf(e.ts), xOf(e.ts + e.dur), null); spanY.push(l.id, l.id, null); }
-        ptX.push(xOf(e.ts)); ptY.push(l.id);
+        if (e.dur && e.dur > 0) { spanX.push(xOf(e.ts), xOf(e.ts + e.dur), null); spanY.push(esc(l.id), esc(l.id), null); }
+        ptX.push(xOf(e.ts)); ptY.push(esc(l.id));
         ptText.push(esc((e.kind ? "[" + e.kind + "] " : "") + e.name + (e.line ? " (line " + e.line + ")" : "")));
         ptCustom.push([e.source || l.source, e.line, e.text || "", e.kind || "", e.name]);
       }
       for (const b of (l.bins || [])) {
-        binX.push(xOf(b.ts + b.dur / 2)); binY.push(l.id); binS.push(4 + Math.min(14, Math.log2(1 + b.n) * 2));
+        binX.push(xOf(b.ts + b.dur / 2)); binY.push(esc(l.id)); binS.push(4 + Math.min(14, Math.log2(1 + b.n) * 2));
         binText.push(esc(b.n + " events, mostly " + b.name + (b.typed ? " (" + b.typed + " findings)" : "")));
       }
     }
@@ -71,7 +71,7 @@
     metricNames.forEach((name, i) => {
       const ax = "yaxis" + (i + 2);
       const h = (1 - laneFrac) / nM;
-      layout[ax] = {domain: [h * (nM - 1 - i), h * (nM - i) - 0.02], title: {text: name, font: {size: 10}}, tickfont: {size: 9}};
+      layout[ax] = {domain: [h * (nM - 1 - i), h * (nM - i) - 0.02], title: {text: esc(name), font: {size: 10}}, tickfont: {size: 9}};
       for (const m of d.metrics.filter(m => family(m) === name)) {
         traces.push({type: "scattergl", mode: "lines", x: m.points.map(p => xOf(p[0])), y: m.points.map(p => p[1]),
           name: esc(m.id), yaxis: "y" + (i + 2), hovertemplate: esc(m.id) + ": %{y}<br>%{x}<extra></extra>"});

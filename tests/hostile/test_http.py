@@ -1,0 +1,362 @@
+"""Security of the HTTP API and pages (FastAPI TestClient): path parameters that try to reach
+other files, upload and decompressed-size limits, share tokens, HTML escaping of every bundle
+string on every page that shows one (and in the timeline figure the browser draws), no
+environment or traceback in any response, the optional bearer token for writes, and an
+OpenAPI-driven fuzz (schemathesis) with a small budget."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+import hostile_corpus as hc
+from hostile_corpus import LIMITS
+from server.app import create_app
+
+X, Y, J = hc.XSS
+PAYLOAD = X + Y + J
+CANARY = "aftertrace-canary-5f0d1e"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def client(hsettings, monkeypatch):
+    monkeypatch.setenv("AFTERTRACE_CANARY_SECRET", CANARY)
+    with TestClient(create_app(hsettings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def _wait(c, iid: str, timeout: float = 30) -> dict:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        st = c.get(f"/api/incidents/{iid}").json()
+        if st["status"] in ("done", "failed"):
+            return st
+        time.sleep(0.05)
+    raise AssertionError(f"analysis of {iid} did not finish")
+
+
+def _upload(c, data: bytes, filename: str = "bundle.tgz", title: str | None = None, headers=None) -> str:
+    r = c.post("/api/incidents", files={"bundle": (filename, data)}, data={"title": title} if title else None,
+               headers=headers or {})
+    assert r.status_code == 201, r.text
+    st = _wait(c, r.json()["id"])
+    assert st["status"] == "done", st
+    return r.json()["id"]
+
+
+def _tgz(files: dict[str, bytes]) -> bytes:
+    return hc.tar_bytes(list(files.items()), "w:gz")
+
+
+def _small_bundle(tag: str = "") -> bytes:
+    return _tgz({"node-1/dmesg.txt": hc.real("dmesg_raw")[1], "node-1/tag.log": tag.encode()})
+
+
+def _hostile_real_bundle() -> dict[str, bytes]:
+    """The real logs-hang recording (torchrun + 2 ranks) and a real perf script, with the payloads
+    planted in log lines, a parse issue, a perf frame and comm, and a file name."""
+    root = hc.SAMPLES_DIR / "logs-hang"
+    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    log = files["vm/logs/torchrun.log"].decode().splitlines()
+    log[10] += " " + PAYLOAD
+    files["vm/logs/torchrun.log"] = ("\n".join(log) + "\n").encode()
+    files[f"vm/logs/rank{PAYLOAD}.log"] = files["vm/logs/torchrun.log"]
+    dmesg = hc.real("dmesg_raw")[1].decode().splitlines()
+    dmesg.insert(20, f"[ garbage {PAYLOAD}")                        # an unusable line: shown as an issue
+    dmesg[30] += " " + PAYLOAD
+    files["vm/dmesg.txt"] = ("\n".join(dmesg) + "\n").encode()
+    perf = (hc.DATA / "perf_script/copyforward__perf.script").read_text()
+    perf = perf.replace("anon_vma_interval_tree_insert", PAYLOAD.replace(" ", "_"))
+    files["vm/perf.script"] = perf.replace("instrument", "ins" + X.replace(" ", ""), 3).encode()
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# path parameters
+
+PROBES = [
+    "/api/incidents/..%2F..%2Fetc%2Fpasswd", "/api/incidents/..%2f..%2faftertrace.duckdb/report",
+    "/api/incidents/%2Fetc%2Fpasswd", "/api/incidents/%2e%2e/report", "/api/incidents/%2e%2e%2f%2e%2e/issues",
+    "/api/incidents/..%5C..%5Cetc%5Cpasswd/report", "/api/incidents/%00/report", "/api/incidents/" + "a" * 4000,
+    "/api/incidents/..%2Fbundles/export?format=html", "/api/incidents/%2e%2e/export?format=chrome",
+    "/api/incidents/..%2F..%2F..%2Ftmp%2Fx/export?format=folded", "/api/incidents/%2e%2e/timeline",
+    "/api/incidents/%2e%2e/flamegraph", "/api/incidents/%2e%2e/shares",
+    "/api/shared/..%2F..%2Fetc%2Fpasswd", "/api/shared/%2e%2e", "/api/shared/%2Fetc%2Fpasswd",
+    "/r/..%2F..%2Fetc%2Fpasswd", "/r/%2e%2e", "/r/" + "A" * 43,
+    "/incidents/..%2F..%2Fetc%2Fpasswd", "/incidents/%2e%2e/timeline", "/incidents/%2e%2e/flamegraph",
+    "/static/../server/app.py", "/static/..%2f..%2fserver%2fapp.py", "/static/%2e%2e/%2e%2e/pyproject.toml",
+    "/static/%2fetc%2fpasswd", "/static//etc/passwd", "/static/..%5c..%5cserver%5capp.py",
+    "/vendor/..%2f..%2fetc%2fpasswd", "/vendor/plotly.min.js%2f..%2f..%2fapp.py",
+    "/bundles/", "/home/aftertrace.duckdb", "/aftertrace.duckdb",
+]
+LEAKS = ("root:x:0:0", "def create_app", "[project]", "DUCK", "Traceback", CANARY)
+
+
+def test_path_parameters_cannot_reach_other_files(client, hsettings):
+    iid = _upload(client, _small_bundle())
+    before = hc.snapshot(hsettings.home)
+    for url in PROBES:
+        r = client.get(url)
+        assert r.status_code in (404, 400, 422), (url, r.status_code, r.text[:200])
+        assert not any(leak in r.text for leak in LEAKS), (url, r.text[:300])
+        if url.startswith("/api/"):
+            assert r.json()["error"]["status"] == r.status_code, url
+    for url in ("/api/shares/..%2F..%2Fetc%2Fpasswd", f"/api/incidents/{iid}/shares/..%2F..", "/api/shares/%2e%2e"):
+        assert client.delete(url).status_code == 404, url
+    # the raw bundle is served by no route
+    raw = next(hsettings.bundles_dir.iterdir()).name
+    for url in (f"/bundles/{raw}", f"/api/bundles/{raw}", f"/static/../bundles/{raw}", f"/incidents/{iid}/files/node-1/dmesg.txt"):
+        assert client.get(url).status_code == 404, url
+    # nothing was written, except exports inside an incident's own folder
+    new = hc.snapshot(hsettings.home) - before
+    assert all(p.startswith(f"incidents/{iid}/exports") or p.endswith(".wal") for p in new), sorted(new)
+    assert client.get(f"/api/incidents/{iid}").status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# size limits
+
+def test_upload_size_limit_answers_413_with_the_envelope_and_keeps_nothing(client, hsettings):
+    big = os.urandom(LIMITS.max_upload_bytes + 4096)
+    r = client.post("/api/incidents", files={"bundle": ("big.tgz", big)})
+    assert r.status_code == 413
+    assert r.json() == {"error": {"status": 413, "code": "too_large",
+                                  "message": f"the bundle is larger than the upload limit of {LIMITS.max_upload_bytes} bytes"}}
+    assert list(hsettings.bundles_dir.iterdir()) == []          # no partial upload left behind
+    r = client.post("/upload", files={"bundle": ("big.tgz", big)})
+    assert r.status_code == 413 and "upload limit" in r.text
+    assert client.get("/api/incidents").json()["incidents"] == []
+
+
+def test_decompressed_size_limits_stop_bombs_uploaded_over_http(client):
+    line = hc.real("dmesg_raw")[1].splitlines(keepends=True)[10]
+    gz = hc.gzip_bomb(line, 1024**3)                              # 3 MB -> 1 GB
+    iid = _upload(client, gz, "dmesg.txt.gz")
+    (s,) = client.get(f"/api/incidents/{iid}/report").json()["sources"]
+    assert s["status"] == "partial" and f"per-file limit of {LIMITS.max_member_bytes} bytes" in s["error"]
+    tgz = hc.tar_gz_bomb(line, 512 * 1024**2, before=[("node-1/dmesg.txt", hc.real("dmesg_raw")[1])])
+    iid = _upload(client, tgz, "bomb.tgz")
+    rep = client.get(f"/api/incidents/{iid}/report").json()
+    src = {s["path"]: s for s in rep["sources"]}
+    assert src["node-1/dmesg.txt"]["status"] == "parsed"
+    assert src["node-1/bomb.log"]["status"] == "failed" and "limit" in src["node-1/bomb.log"]["error"]
+    assert any("extraction stopped" in n for n in rep["notes"])
+
+
+# ---------------------------------------------------------------------------------------------
+# share tokens
+
+def test_share_tokens_are_long_random_revocable_and_show_only_their_incident(client):
+    a = _upload(client, _small_bundle("a"), title="incident A")
+    b = _upload(client, _small_bundle("b"), title="incident B secret title")
+    shares = [client.post(f"/api/incidents/{a}/shares", json={}).json() for _ in range(3)]
+    tokens = [s["token"] for s in shares]
+    assert len(set(tokens)) == 3
+    for t in tokens:
+        assert re.fullmatch(r"[A-Za-z0-9_\-]{43,}", t), t
+        assert len(base64.urlsafe_b64decode(t + "=" * (-len(t) % 4))) >= 32       # 256 random bits
+    token = tokens[0]
+    page = client.get(f"/r/{token}")
+    assert page.status_code == 200 and a in page.text
+    assert b not in page.text and "incident B secret title" not in page.text
+    assert not re.search(r'href="/(?!r/)', page.text)                             # links nowhere else
+    twin = client.get(f"/api/shared/{token}").json()
+    assert twin["report"]["incident"]["id"] == a and b not in json.dumps(twin)
+    # the token never comes back, and the store keeps only its hash
+    listed = client.get(f"/api/incidents/{a}/shares").json()["shares"]
+    assert token not in json.dumps(listed)
+    assert token not in str(client.app.state.service.store.query("SELECT * FROM shares"))
+    # a share of A cannot be revoked through B; guesses and near misses find nothing
+    assert client.delete(f"/api/incidents/{b}/shares/{shares[1]['share_id']}").status_code == 404
+    for guess in (token[:-1] + ("A" if token[-1] != "A" else "B"), token[:20], shares[0]["share_id"], "x" * 43):
+        assert client.get(f"/r/{guess}").status_code == 404
+        assert client.get(f"/api/shared/{guess}").status_code == 404
+    # revocation: the link stops working at once, with the same answer as an unknown token
+    assert client.delete(f"/api/shares/{token}").status_code == 200
+    gone, unknown = client.get(f"/api/shared/{token}"), client.get("/api/shared/" + "y" * 43)
+    assert gone.status_code == unknown.status_code == 404 and gone.json() == unknown.json()
+    assert client.get(f"/r/{token}").status_code == 404
+    assert client.get(f"/r/{tokens[1]}").status_code == 200                        # the others still work
+    assert client.delete(f"/api/incidents/{a}/shares/{shares[1]['share_id']}").status_code == 200
+    assert client.get(f"/r/{tokens[1]}").status_code == 404
+
+
+# ---------------------------------------------------------------------------------------------
+# escaping
+
+def _unescaped(html: str) -> list[str]:
+    found = [p for p in (X, Y, "<img src=x", "<script>alert") if p in html]
+    found += re.findall(r"""(?:href|src|action)\s*=\s*["']?\s*javascript:""", html, re.I)
+    return found
+
+
+def test_bundle_strings_are_escaped_everywhere_they_are_shown(client):
+    files = _hostile_real_bundle()
+    data = hc.tar_bytes(list(files.items()), "w:gz")
+    iid = _upload(client, data, filename=f"{PAYLOAD}.tgz".replace("/", ""), title=PAYLOAD)
+    rep = client.get(f"/api/incidents/{iid}/report").json()
+    paths = [s["path"] for s in rep["sources"]]
+    assert any(X in p for p in paths) and rep["incident"]["title"] == PAYLOAD      # the payloads are in the data
+    token = client.post(f"/api/incidents/{iid}/shares", json={"note": PAYLOAD}).json()["token"]
+    pages = ["/", f"/incidents/{iid}", f"/incidents/{iid}?all=1", f"/incidents/{iid}/timeline",
+             f"/incidents/{iid}/flamegraph", f"/r/{token}", f"/api/incidents/{iid}/export?format=html",
+             f"/incidents/{X}", f"/r/{X}"]
+    for url in pages:
+        r = client.get(url)
+        assert r.status_code in (200, 404), (url, r.status_code)
+        assert r.headers["content-type"].startswith("text/html"), url
+        assert _unescaped(r.text) == [], (url, _unescaped(r.text))
+        for blob in re.findall(r'<script[^>]*type="application/json"[^>]*>(.*?)</script>', r.text, re.S):
+            assert "<" not in blob, url                                          # data blocks cannot end early
+    # the pages did show them, escaped
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in client.get(f"/incidents/{iid}").text
+    assert "&lt;script&gt;" in client.get(f"/r/{token}").text
+    # JSON answers carry the strings as data, as JSON
+    for url in (f"/api/incidents/{iid}/report", f"/api/incidents/{iid}/timeline", f"/api/incidents/{iid}/issues",
+                f"/api/shared/{token}", f"/api/incidents/{iid}/flamegraph", "/api/incidents"):
+        r = client.get(url)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json", url
+    tl = client.get(f"/api/incidents/{iid}/timeline").json()
+    assert any(X in lane["id"] for lane in tl["lanes"])
+    _figure_text_is_escaped(tl)
+
+
+def _figure_text_is_escaped(tl: dict) -> None:
+    """timeline_figure.js (the live page and the exported file draw with it) turns the timeline
+    JSON into Plotly traces; Plotly reads its text, names and category labels as HTML."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the figure builder cannot be run outside a browser")
+    js = (ROOT / "web/static/timeline_figure.js").read_text()
+    script = ("const window = {};\n" + js + "\nconst d = JSON.parse(require('fs').readFileSync(0, 'utf8'));\n"
+              "const f = window.aftertraceTimeline.figure(d);\n"
+              "const out = [];\n"
+              "for (const t of f.traces) { for (const k of ['text', 'y', 'name', 'hovertemplate']) {"
+              " const v = t[k]; if (Array.isArray(v)) out.push(...v.filter(x => typeof x === 'string'));"
+              " else if (typeof v === 'string') out.push(v); } }\n"
+              "for (const [k, ax] of Object.entries(f.layout)) { if (ax && ax.categoryarray) out.push(...ax.categoryarray);"
+              " if (ax && ax.title) out.push(typeof ax.title === 'string' ? ax.title : ax.title.text || ''); }\n"
+              "process.stdout.write(JSON.stringify(out));\n")
+    r = subprocess.run([node, "-e", script], input=json.dumps(tl), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    strings = json.loads(r.stdout)
+    assert any("&lt;script&gt;" in s for s in strings)
+    for s in strings:
+        rest = s.replace("<br>", "").replace("<extra></extra>", "")
+        assert "<" not in rest and ">" not in rest, s
+
+
+# ---------------------------------------------------------------------------------------------
+# no environment, no traceback
+
+def test_internal_errors_answer_the_envelope_without_details(client, hsettings):
+    iid = _upload(client, _small_bundle())
+    svc = client.app.state.service
+
+    def boom(*a, **kw):
+        raise RuntimeError(f"{CANARY} {os.environ.get('AFTERTRACE_CANARY_SECRET')} {hsettings.db_path} "
+                           "SELECT * FROM incidents")
+    for name in ("get_report", "list_incidents", "timeline", "flamegraph", "get_incident"):
+        setattr(svc, name, boom)
+    for url in (f"/api/incidents/{iid}/report", "/api/incidents", f"/api/incidents/{iid}/timeline",
+                f"/api/incidents/{iid}/flamegraph", f"/api/incidents/{iid}", "/", f"/incidents/{iid}"):
+        r = client.get(url)
+        assert r.status_code == 500, url
+        assert r.json() == {"error": {"status": 500, "code": "internal_error",
+                                      "message": "internal error (the details are in the server's log)"}}, url
+        for leak in (CANARY, "Traceback", str(hsettings.home), "SELECT", "RuntimeError"):
+            assert leak not in r.text, (url, leak)
+
+
+def test_no_response_carries_the_environment(client, hsettings):
+    iid = _upload(client, _small_bundle())
+    token = client.post(f"/api/incidents/{iid}/shares", json={}).json()["token"]
+    urls = ["/", "/docs", "/openapi.json", "/healthz", "/api/incidents", f"/api/incidents/{iid}",
+            f"/api/incidents/{iid}/report", f"/api/incidents/{iid}/issues", f"/api/incidents/{iid}/timeline",
+            f"/api/incidents/{iid}/shares", f"/api/shared/{token}", f"/r/{token}", f"/incidents/{iid}",
+            f"/api/incidents/{iid}/export?format=chrome", "/api/incidents/nope", "/nope",
+            f"/api/incidents/{iid}/timeline?start=not-a-time", f"/api/incidents/{iid}/issues?limit=x"]
+    for url in urls:
+        r = client.get(url)
+        for leak in (CANARY, "Traceback (most recent call last)", str(hsettings.home), "AFTERTRACE_CANARY"):
+            assert leak not in r.text, (url, leak)
+    bad = client.get(f"/api/incidents/{iid}/issues?limit=x")
+    assert bad.status_code == 422 and set(bad.json()["error"]) == {"status", "code", "message"}
+
+
+# ---------------------------------------------------------------------------------------------
+# bearer token
+
+def test_bearer_token_guards_every_write_and_only_writes(hsettings):
+    secret = "tok-" + "9" * 40
+    with TestClient(create_app(hsettings.with_(api_token=secret)), raise_server_exceptions=False) as c:
+        data = _small_bundle()
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": secret},
+                        {"Authorization": f"Basic {secret}"}, {"Authorization": "Bearer " + secret[:-1]}):
+            r = c.post("/api/incidents", files={"bundle": ("a.tgz", data)}, headers=headers)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", headers
+        assert c.post("/upload", files={"bundle": ("a.tgz", data)}, data={"token": "wrong"}).status_code == 401
+        assert c.get("/api/incidents").json()["incidents"] == []
+        ok = {"Authorization": f"bearer {secret}"}
+        iid = _upload(c, data, headers=ok)
+        # reads stay open
+        for url in ("/", f"/incidents/{iid}", f"/api/incidents/{iid}/report", f"/api/incidents/{iid}/shares"):
+            assert c.get(url).status_code == 200, url
+            assert secret not in c.get(url).text
+        # share changes need it too
+        assert c.post(f"/api/incidents/{iid}/shares", json={}).status_code == 401
+        sh = c.post(f"/api/incidents/{iid}/shares", json={}, headers=ok).json()
+        assert c.delete(f"/api/shares/{sh['token']}").status_code == 401
+        assert c.delete(f"/api/incidents/{iid}/shares/{sh['share_id']}").status_code == 401
+        assert c.get(f"/r/{sh['token']}").status_code == 200
+        assert c.delete(f"/api/shares/{sh['token']}", headers=ok).status_code == 200
+        # the upload form sends it as a field
+        r = c.post("/upload", files={"bundle": ("b.tgz", _small_bundle("b"))}, data={"token": secret},
+                   follow_redirects=False)
+        assert r.status_code == 303
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAPI-driven fuzz
+
+def test_openapi_fuzz_finds_no_server_error(client):
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import not_a_server_error
+    _upload(client, _small_bundle())
+    schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
+    ran = 0
+    for result in schema.get_all_operations():
+        op = result.ok()
+
+        @settings(max_examples=6, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=op.as_strategy())
+        def call(case):
+            nonlocal ran
+            ran += 1
+            response = case.call()
+            case.validate_response(response, checks=[not_a_server_error])
+            assert CANARY not in response.text and "Traceback" not in response.text
+        call()
+    assert ran >= 30
+
+
+def test_like_wildcards_in_an_id_name_no_incident_and_nothing_is_sniffed(client):
+    iid = _upload(client, _small_bundle("wild"))
+    _wait(client, iid)
+    for ref in ("%", "_", "%25", iid[:3] + "%", iid.upper()):
+        r = client.get(f"/api/incidents/{ref}/flamegraph")  
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", ref
+    assert client.get(f"/api/incidents/{iid[:6]}/flamegraph").status_code == 200   # a real prefix resolves
+    r = client.get(f"/api/incidents/{iid}/issues")
+    assert r.headers["x-content-type-options"] == "nosniff"
