@@ -362,6 +362,11 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
     return 0
 
 
+def cmd_collect(args, console: Console, err: Console) -> int:
+    from ingest import collect
+    return collect.run_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aftertrace",
                                 description="Post-mortem trace correlation for distributed ML training incidents.")
@@ -424,6 +429,15 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("incident", help="incident id (or a unique prefix)")
     common(ck)
     ck.set_defaults(func=cmd_clocks)
+
+    co = sub.add_parser("collect", help="record beside a training job; write a crash bundle when it fails",
+                        description="Black-box recorder: runs CMD (or watches --pid), keeps the last --keep of "
+                                    "cgroup/PSI snapshots, kernel log, clock anchors, output (and perf, NCCL files, "
+                                    "nvidia-smi) in a bounded ring under --out, and writes --out/bundle-<time> when "
+                                    "the job fails. Exit status: the job's.")
+    from ingest.collect import add_arguments as add_collect_arguments
+    add_collect_arguments(co)
+    co.set_defaults(func=cmd_collect)
 
     ls = sub.add_parser("incidents", help="list stored incidents")
     common(ls)

@@ -1,0 +1,6 @@
+"""``python -m ingest.collect ...``: the recorder without the analysis stack loaded."""
+import sys
+
+from . import main
+
+sys.exit(main())
