@@ -127,6 +127,9 @@ def collect_anchors(store, incident_id: str) -> list[Anchor]:
 
 
 LAUNCHER_LATENCY_NS = 2_000_000_000   # a launcher notices a dead worker within this (torchrun polls)
+# A worker that exits with an error code (not a signal) may be reported with the time its error was
+# recorded (torchrun's @record error file), before the process finished exiting: allow that much.
+EXIT_CLEANUP_NS = 5_000_000_000
 
 
 def _pid_deaths(store, incident_id: str) -> list[Anchor]:
@@ -136,7 +139,10 @@ def _pid_deaths(store, incident_id: str) -> list[Anchor]:
     boot clock; torchrun reports the failed worker when its monitor loop notices, at most
     ``LAUNCHER_LATENCY_NS`` later, in wall time (ms in its log line, whole seconds in the
     ChildFailedError block). Each pair bounds the boot clock's offset to
-    [report - latency - raw, report + resolution - raw]; bounds of several pairs intersect.
+    [report - latency - raw, report + resolution - raw]; bounds of several pairs intersect. A
+    worker that exited with an error code rather than by a signal can be reported with the time
+    its error was recorded, before its exit finished (``EXIT_CLEANUP_NS`` earlier at most), which
+    widens that pair's upper bound.
     """
     rows = store.query(
         r"""WITH k AS (
@@ -151,12 +157,14 @@ def _pid_deaths(store, incident_id: str) -> list[Anchor]:
                      COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT), e.pid) AS pid,
                      e.ts_raw_ns AS wall_ns,
                      CASE WHEN e.name = 'worker_failed' THEN 1000000 ELSE 1000000000 END AS res_ns,
-                     s.path, e.line
+                     COALESCE(e.kind = 'process_exit'
+                              OR TRY_CAST(json_extract_string(e.attrs, '$.exitcode') AS BIGINT) >= 0, false)
+                       AS exited, s.path, e.line
               FROM events e JOIN sources s USING (incident_id, source_id)
               WHERE e.incident_id = ? AND s.clock_domain = 'wall' AND e.ts_raw_ns IS NOT NULL
                 AND (e.name = 'worker_failed' OR e.kind IN ('signal_kill', 'process_exit')))
             SELECT k.host, k.pid, k.raw_ns, k.path AS kpath, k.line AS kline, l.wall_ns, l.res_ns,
-                   l.path AS lpath, l.line AS lline
+                   l.exited, l.path AS lpath, l.line AS lline
             FROM k JOIN l ON k.host = l.host AND k.pid = l.pid""", [incident_id, incident_id])
     by: dict[str, list] = {}
     for r in rows:
@@ -164,7 +172,8 @@ def _pid_deaths(store, incident_id: str) -> list[Anchor]:
     out = []
     for host, pairs in by.items():
         lo = max(p["wall_ns"] - LAUNCHER_LATENCY_NS - p["raw_ns"] for p in pairs)
-        hi = min(p["wall_ns"] + p["res_ns"] - p["raw_ns"] for p in pairs)
+        hi = min(p["wall_ns"] + p["res_ns"] + (EXIT_CLEANUP_NS if p["exited"] else 0) - p["raw_ns"]
+                 for p in pairs)
         if lo > hi:
             continue   # the reports contradict each other: no anchor from them
         p0 = min(pairs, key=lambda p: (p["res_ns"], p["kline"] or 0, p["lline"] or 0, p["pid"]))

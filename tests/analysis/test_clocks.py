@@ -1,10 +1,15 @@
 """The worked example of analysis/clocks.py's docstring, end to end through the pipeline."""
+import json
+from pathlib import Path
+
 import pytest
 
 from analysis.clocks import Anchor, solve_boot
 from ingest.timeparse import fmt_utc
 from server.service import Service
 from server.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -221,3 +226,18 @@ def test_kineto_collectives_and_steps_get_utc_times(svc, tmp_path):
                  AND c.domain = s.clock_domain WHERE t.incident_id = ?""", [iid])
         assert rows, table
         assert all(r["ts_utc_ns"] == r["ts_raw_ns"] + r["offset_ns"] for r in rows), table
+
+
+def test_a_worker_reported_at_its_error_record_time_is_no_clock_skew(tmp_path):
+    # sample_traces/collected-hang: torchrun reports rank 0's exit at the time its @record error
+    # file was written, ~1 s before perf saw the process exit; that is no clock disagreement
+    from server.service import Service
+    from server.settings import Settings
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    iid = svc.submit_path(ROOT / "sample_traces" / "collected-hang").incident_id
+    rep = svc.analyze(iid)
+    assert not [a for a in rep["anomalies"] if a["kind"] == "clock_skew"]
+    (boot,) = [r for r in svc.clock_table(iid) if r["domain"] == "boot"]
+    assert boot["method"].startswith("perf reference time") and boot["uncertainty_ns"] == 1_000_000
+    ev = json.loads(boot["evidence"])
+    assert any("process death" in m[0] for m in ev["other_methods"]) and not ev["conflicts"]
