@@ -24,6 +24,7 @@ Order of work (nothing a user gave is ever lost):
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import hashlib
 import lzma
@@ -54,6 +55,22 @@ class IntakeLimits:
 
 class IntakeError(Exception):
     """The input cannot be read at all (missing, unreadable, empty)."""
+
+
+class DiskFull(IntakeError):
+    """The aftertrace home's disk (or quota) is full: the server's problem, not the bundle's."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    if isinstance(err, DiskFull):
+        return True
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "no space left on device" in str(err).lower() or "disk quota exceeded" in str(err).lower()
+
+
+def disk_full(what: str) -> DiskFull:
+    return DiskFull(f"{what}: no space left on the disk of the aftertrace home; free space and try again")
 
 
 @dataclass
@@ -177,8 +194,10 @@ def store_stream(stream, name: str, bundles: Path, limit: int | None = None) -> 
     try:
         with os.fdopen(fd, "wb") as out:
             sha, size = _hash_copy(stream, out, limit)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if is_disk_full(e):
+            raise disk_full(f"{name}: not stored") from None
         raise
     if size == 0:
         tmp.unlink()
@@ -289,8 +308,10 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
         try:
             if not _tar_with_tool(src, entries, tmp):
                 _tar_with_python(entries, tmp)
-        except BaseException:
+        except BaseException as e:
             tmp.unlink(missing_ok=True)
+            if is_disk_full(e):
+                raise disk_full(f"{src}: not stored") from None
             raise
         os.replace(tmp, dest)
     raw = RawBundle(sha, src.name, "tar", dest, sum(e[3] for e in files), None)
@@ -539,6 +560,8 @@ def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracte
             out.members.append(Member(rel, 0, "refused", f"refused: cannot be read ({err})"))
             continue
         except OSError as err:   # the member's path is the row's; the server's folders are not shown
+            if is_disk_full(err):   # not the member's fault: the whole analysis stops
+                raise disk_full(f"extracting {rel}") from None
             out.members.append(Member(rel, 0, "refused", f"refused: {err.strerror or err}"))
             continue
         seen.add(rel)

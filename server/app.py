@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingest import __version__
-from ingest.bundle import IntakeError
+from ingest.bundle import DiskFull, IntakeError
 from web import pages
 
 from .service import NotFound, Service
@@ -42,7 +42,8 @@ def envelope(status: int, code: str, message: str) -> JSONResponse:
 
 
 _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
-          413: "too_large", 422: "invalid_request", 500: "internal_error"}
+          413: "too_large", 422: "invalid_request", 500: "internal_error",
+          507: "insufficient_storage"}
 
 
 class ShareRequest(BaseModel):
@@ -113,6 +114,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             raise ApiError(413, "too_large", f"the upload is larger than the limit of {limit} bytes")
         try:
             sub = svc.submit_upload(bundle.file, bundle.filename or "upload", title or None)
+        except DiskFull as e:
+            raise ApiError(507, "insufficient_storage", str(e)) from None
         except IntakeError as e:
             status = 413 if "limit" in str(e) else 400
             raise ApiError(status, _CODES[status], str(e)) from None

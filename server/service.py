@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 
 from analysis import clocks, report as report_mod, rootcause, timeline
 from ingest import attribution
-from ingest.bundle import (Extracted, IntakeError, RawBundle, extract, sniff_kind, store_raw,
-                           store_stream)
+from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_full, extract, is_disk_full, sniff_kind,
+                           store_raw, store_stream)
 from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, parse_file
 from ingest.reader import Head
@@ -49,6 +49,7 @@ from .shares import Shares
 from .store import Store
 
 MANIFEST = "aftertrace-manifest.json"
+INTERRUPTED = "interrupted: the aftertrace process stopped during the analysis; analyse again"
 Progress = Callable[[str, int, int], None]
 
 
@@ -94,9 +95,30 @@ def _strip_common_root(members) -> str | None:
 class Service(Queries, Shares, Exports):
     def __init__(self, settings: Settings, store: Store | None = None):
         self.settings = settings
+        own_store = store is None
         self.store = store or Store(settings.db_path)
         self.registry = default_registry()
         self._local_dirs: dict[str, Path] = {}
+        if own_store:
+            self.recover_interrupted()
+
+    def recover_interrupted(self) -> list[str]:
+        """Mark incidents left 'queued' or 'running' as failed (:data:`INTERRUPTED`).
+
+        Only one process can open the store for writing (DuckDB locks the file), and a new
+        Service has no analysis of its own yet: such incidents belong to a process that stopped
+        (killed, crashed, out of memory, restarted) and nothing will ever finish them. Their rows
+        were never committed (one transaction per load), so the old rows, if any, are intact.
+        They are not re-queued: an analysis that kills its process would then do so on every
+        start. Uploading or analysing the bundle again runs it afresh.
+        """
+        rows = self.store.query("SELECT incident_id FROM incidents WHERE status IN ('queued', 'running')")
+        ids = [r["incident_id"] for r in rows]
+        if ids:
+            self.store.cursor().execute(
+                "UPDATE incidents SET status = 'failed', error = ? WHERE status IN ('queued', 'running')",
+                [INTERRUPTED])
+        return ids
 
     # -- intake ------------------------------------------------------------------
     def submit_path(self, path: str | os.PathLike, title: str | None = None) -> Submitted:
@@ -187,13 +209,21 @@ class Service(Queries, Shares, Exports):
         try:
             rep = self._run(inc, progress)
         except Exception as e:
-            msg = f"{type(e).__name__}: {e}"
+            if isinstance(e, DiskFull):
+                msg = str(e)
+            elif is_disk_full(e):   # (DuckDB, pyarrow): their text names the server's paths
+                msg = str(disk_full("analysis stopped"))
+            else:
+                msg = f"{type(e).__name__}: {e}"
             cur.execute("UPDATE incidents SET status = 'failed', error = ? WHERE incident_id = ?",
                         [msg, incident_id])
             tb = traceback.format_exc()
             folder = self.settings.incident_dir(incident_id)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "error.txt").write_text(tb)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "error.txt").write_text(tb)
+            except OSError:      # (a full disk): the status and error above still tell
+                pass
             raise
         dur = time.perf_counter() - t0
         cur.execute("UPDATE incidents SET status = 'done', analyzed_at = ?, duration_s = ?, report = ? "
@@ -279,6 +309,9 @@ class Service(Queries, Shares, Exports):
         for job in jobs:
             job.time_zone = tz if tz_ok else "UTC"
         self._parse_all(jobs, results, progress, sid_of, load)
+        for r in results.values():   # a full disk is not the file's fault: the analysis stops
+            if r.status == STATUS_FAILED and r.error and is_disk_full(Exception(r.error)):
+                raise disk_full(f"parsing {r.rel}")
 
         # Sources: every member, parsed or not (a group's members: its one row).
         sizes = {m.path: m.size for m in members}
