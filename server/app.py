@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingest import __version__
@@ -138,7 +139,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
         _writer(request)
         cl = request.headers.get("content-length")
-        return _submit(bundle, title, int(cl) if cl and cl.isdigit() else None)
+        # storing the upload (copy, hash) and registering it block: off the event loop
+        return await run_in_threadpool(_submit, bundle, title, int(cl) if cl and cl.isdigit() else None)
 
     @app.get("/api/incidents", summary="List incidents")
     def api_list():
@@ -262,7 +264,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         cl = request.headers.get("content-length")
         try:
             _writer(request, token)
-            out = _submit(bundle, title, int(cl) if cl and cl.isdigit() else None)
+            out = await run_in_threadpool(_submit, bundle, title, int(cl) if cl and cl.isdigit() else None)
         except ApiError as e:
             return HTMLResponse(pages.error_page(e.status, e.message), status_code=e.status)
         return RedirectResponse(out["url"], status_code=303)
