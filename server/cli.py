@@ -139,7 +139,9 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
 def _service(args, err: Console):
     """(settings, service) or (settings, None) after printing why the store cannot be opened."""
     from .service import Service
-    settings = Settings.from_env(db=args.db, home=args.home)
+    ray_address = getattr(args, "ray_address", None)    # (analyze only)
+    executor = getattr(args, "executor", None) or ("ray" if ray_address else None)
+    settings = Settings.from_env(db=args.db, home=args.home, executor=executor, ray_address=ray_address)
     try:
         return settings, Service(settings)
     except StoreError as e:   # includes StoreBusy
@@ -381,6 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("path", help="directory, .tar/.tar.gz/.tgz/.tar.xz/.zip archive, or a single file")
     a.add_argument("--json", metavar="FILE", help="write the aftertrace.report/1 JSON here ('-' for stdout)")
     a.add_argument("--title", help="incident title (default: the bundle's name)")
+    a.add_argument("--executor", choices=("local", "ray"),
+                   help="where files are parsed: local process pool (default; $AFTERTRACE_EXECUTOR) or a "
+                        "Ray cluster (needs aftertrace[ray]; on several machines $AFTERTRACE_HOME must be "
+                        "a shared path such as NFS)")
+    a.add_argument("--ray-address", metavar="ADDR",
+                   help="Ray cluster to use with --executor ray (ray://host:10001, host:6379 or auto; "
+                        "default $AFTERTRACE_RAY_ADDRESS, else a local Ray on this machine)")
     common(a)
     a.set_defaults(func=cmd_analyze)
 

@@ -4,7 +4,8 @@ No FastAPI here. One :class:`Service` is built from explicit :class:`Settings`
 and a :class:`Store`; it receives bundles, runs the pipeline
 
     raw store -> safe extraction -> group claims -> detect -> parse (host info
-    first, then the rest in parallel processes) -> host/rank attribution ->
+    first, then the rest on an executor: a local process pool or Ray, see server/executors.py)
+    -> host/rank attribution ->
     bulk load -> clock alignment -> findings -> report
 
 and answers queries about incidents.
@@ -22,10 +23,8 @@ import os
 import shutil
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +40,7 @@ from ingest.reader import Head
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
+from .executors import Executor, make_executor
 from .exports import Exports
 from .loader import IncidentLoad
 from .queries import Queries
@@ -99,6 +99,7 @@ class Service(Queries, Shares, Exports):
         self.store = store or Store(settings.db_path)
         self.registry = default_registry()
         self._local_dirs: dict[str, Path] = {}
+        self._ray = None                 # the RayExecutor, once connected
         if own_store:
             self.recover_interrupted()
 
@@ -363,27 +364,39 @@ class Service(Queries, Shares, Exports):
 
     def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress,
                    sid_of: dict[str, int], load: IncidentLoad) -> None:
+        """Small bundles and single files in this process (parts load as they are written);
+        the rest on the executor of the settings: a local process pool or Ray
+        (:mod:`server.executors`), each file one task, its parts loaded as it finishes."""
         total = sum(Path(j.path).stat().st_size for j in jobs)
         n = len(jobs)
         progress("parse", 0, n)
         workers = min(self.settings.parse_workers, n)
-        if workers <= 1 or total < self.settings.inline_bytes:
+        pooled = workers > 1 if self.settings.executor == "local" else n > 1
+        if not pooled or total < self.settings.inline_bytes:
             for i, job in enumerate(jobs):
                 results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
                 progress("parse", i + 1, n)
             return
         jobs = sorted(jobs, key=lambda j: -Path(j.path).stat().st_size)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futs = {pool.submit(parse_file, job): job for job in jobs}
-            for i, fut in enumerate(as_completed(futs)):
-                job = futs[fut]
-                try:
-                    r = results[job.rel] = fut.result()
-                except Exception as e:  # the worker itself died
-                    r = results[job.rel] = SourceResult(job.rel, status=STATUS_FAILED,
-                                                        error=f"{job.rel}: parser process failed: {e!r}")
+        executor = self._executor(workers)
+        try:
+            for i, (job, r) in enumerate(executor.map_unordered(parse_file, jobs)):
+                if isinstance(r, BaseException):   # the worker itself died / the task was lost
+                    r = SourceResult(job.rel, status=STATUS_FAILED,
+                                     error=f"{job.rel}: parser process failed: {r!r}")
+                results[job.rel] = r
                 load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
                 progress("parse", i + 1, n)
+        finally:
+            executor.close()
+
+    def _executor(self, workers: int) -> Executor:
+        if self.settings.executor == "ray":    # one connection per Service: starting Ray costs seconds
+            if self._ray is None:
+                self._ray = make_executor("ray", workers, self.settings.ray_address,
+                                          self.settings.workers or None)
+            return self._ray
+        return make_executor(self.settings.executor, workers)
 
     def _finish_load(self, iid: str, sources: list[SourceResult], att, tz: str, tz_from: str) -> None:
         """The last writes of the load's transaction (on its thread): the sources rows and the

@@ -32,6 +32,12 @@ class Settings:
     port: int = 8000
     analysis_threads: int = 1        # background analyses at once (server)
     api_token: str | None = None     # when set, API writes need "Authorization: Bearer <token>"
+    executor: str = "local"          # where files are parsed: "local" (process pool) or "ray"
+    ray_address: str | None = None   # with executor="ray": the cluster; None = start a local Ray
+
+    def __post_init__(self):
+        if self.executor not in ("local", "ray"):
+            raise ValueError(f"unknown executor {self.executor!r}: 'local' or 'ray'")
 
     @classmethod
     def from_env(cls, home: str | os.PathLike | None = None, db: str | os.PathLike | None = None,
@@ -39,6 +45,10 @@ class Settings:
         h = Path(home).expanduser() if home else default_home()
         d = Path(db).expanduser() if db else h / "aftertrace.duckdb"
         kw.setdefault("api_token", os.environ.get("AFTERTRACE_TOKEN") or None)
+        if kw.get("executor") is None:
+            kw["executor"] = os.environ.get("AFTERTRACE_EXECUTOR") or "local"
+        if kw.get("ray_address") is None:
+            kw["ray_address"] = os.environ.get("AFTERTRACE_RAY_ADDRESS") or None
         return cls(home=h, db_path=d, **kw)
 
     def with_(self, **kw) -> "Settings":

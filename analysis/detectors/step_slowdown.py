@@ -40,7 +40,7 @@ def _series(store, incident_id: str) -> dict[tuple, list[dict]]:
                FROM metrics m JOIN sources s USING (incident_id, source_id)
                WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
                  AND m.ts_utc_ns IS NOT NULL
-               GROUP BY ALL ORDER BY 1, 2, 3""", [incident_id]):
+               GROUP BY ALL ORDER BY 1, 2, 3, s.path, 7""", [incident_id]):   # path, line: ties in a fixed order
         if r["rank"] is None or r["step"] is None:
             continue
         r["step"] = int(r["step"])
@@ -57,7 +57,7 @@ def _series(store, incident_id: str) -> dict[tuple, list[dict]]:
                    FROM events e JOIN sources s USING (incident_id, source_id)
                    WHERE e.incident_id = ? AND e.name = 'step' AND e.ts_utc_ns IS NOT NULL
                      AND COALESCE(e.rank, s.rank) IS NOT NULL
-                   ORDER BY 1, 2, e.ts_utc_ns, e.line""", [incident_id]):
+                   ORDER BY 1, 2, e.ts_utc_ns, s.path, e.line""", [incident_id]):
             out.setdefault((r["host"], r["rank"]), []).append(r)
     # The same line captured twice (a worker's stderr.log and the launcher's --tee copy): once.
     for key, rows in out.items():
@@ -77,7 +77,7 @@ def _series(store, incident_id: str) -> dict[tuple, list[dict]]:
                         AND c.domain = s.clock_domain
                    WHERE st.incident_id = ? AND st.rank IS NOT NULL AND st.name LIKE 'ProfilerStep#%'
                      AND c.offset_ns IS NOT NULL AND st.dur_ns IS NOT NULL
-                   ORDER BY 1, 2, ts""", [incident_id]):
+                   ORDER BY 1, 2, ts, s.path, st.step""", [incident_id]):
             out.setdefault((r["host"], r["rank"]), []).append(r)
     return out
 

@@ -1,0 +1,183 @@
+"""Where the per-file parse runs: a local process pool (the default) or a Ray cluster.
+
+The pipeline hands an :class:`Executor` a function (``ingest.parse.parse_file``) and its jobs
+(:class:`ingest.parse.ParseJob`) and gets back ``(job, result)`` pairs in the order they finish,
+where ``result`` is what the function returned or the exception that stopped it (a worker that
+died, a task Ray could not run). Both executors run the same function on the same jobs, so the
+rows, the sources and the report are the same whichever runs them.
+
+Storage. A job reads ``job.path`` (the extracted file) and writes its Parquet parts under
+``job.out_dir`` (the incident's ``work/`` folder); the result names those parts by path and the
+service loads them into DuckDB. With a local Ray (``ray.init(num_cpus=...)``) every worker is on
+this machine and the incident folder is simply shared. On a real multi-machine cluster
+(``--ray-address``) the workers must see the same paths: put ``AFTERTRACE_HOME`` (where the
+bundle is extracted and the parts are written) on a shared file system (NFS or similar) mounted
+at the same path on every node, and install aftertrace (``pip install aftertrace[ray]``) on
+every node. Object storage is not supported yet.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
+
+J = TypeVar("J")
+
+EXECUTORS = ("local", "ray")
+RAY_MISSING = ("the Ray executor needs the ray package: install aftertrace[ray] "
+               "(pip install 'aftertrace[ray]' or pip install 'ray>=2.9')")
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The executor cannot run here (Ray is not installed, the cluster cannot be reached)."""
+
+
+class Executor(Protocol):
+    name: str
+
+    def map_unordered(self, fn: Callable[[J], Any], jobs: Iterable[J]) -> Iterator[tuple[J, Any]]:
+        """``(job, fn(job))`` as each finishes; the exception instead of the result when the
+        call could not complete. Every job is yielded exactly once."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class LocalExecutor:
+    """A pool of ``workers`` fresh (spawned) processes on this machine; one pool per map."""
+    name = "local"
+
+    def __init__(self, workers: int):
+        self.workers = max(1, int(workers))
+
+    def map_unordered(self, fn, jobs):
+        jobs = list(jobs)
+        if not jobs:
+            return
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs)),
+                                 mp_context=get_context("spawn")) as pool:
+            futs = {pool.submit(fn, job): job for job in jobs}
+            for fut in as_completed(futs):
+                try:
+                    res = fut.result()
+                except Exception as e:   # the worker itself died (BrokenProcessPool) or fn raised
+                    res = e
+                yield futs[fut], res
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise ExecutorUnavailable(RAY_MISSING) from e
+    return ray
+
+
+def _call(fn, job):
+    """The Ray task: ``fn`` travels by reference (``ingest.parse.parse_file``), builtins too."""
+    return fn(job)
+
+
+def _project_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+class RayExecutor:
+    """Each job is one Ray task (1 CPU) running ``fn(job)``.
+
+    ``address``: an existing cluster (``ray://host:10001``, ``host:6379`` or ``auto``); without it
+    a local Ray is started with ``num_cpus`` CPUs (default: all). When Ray is already initialised
+    in this process (a test, a notebook) that connection is used as it is. ``max_in_flight``
+    bounds the tasks submitted at once (default: 4 per CPU of the cluster), so that an incident of
+    100,000 files does not put 100,000 tasks in the scheduler at once.
+    """
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 max_in_flight: int | None = None):
+        self.ray = _import_ray()
+        self.address = address
+        self.started = False
+        if not self.ray.is_initialized():
+            kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
+                                      configure_logging=False)
+            if address:
+                kw["address"] = address
+            else:
+                if num_cpus:
+                    kw["num_cpus"] = int(num_cpus)
+                # local workers import the project from this checkout, installed or not
+                path = os.pathsep.join(p for p in (_project_root(), os.environ.get("PYTHONPATH")) if p)
+                kw["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+            try:
+                self.ray.init(**kw)
+            except Exception as e:   # (ConnectionError, a cluster of another Ray version)
+                where = f"the Ray cluster at {address}" if address else "a local Ray"
+                raise ExecutorUnavailable(f"cannot start {where}: {type(e).__name__}: {e}") from e
+            self.started = True
+        cpus = int(self.ray.cluster_resources().get("CPU", 1) or 1)
+        self.max_in_flight = max_in_flight or max(8, 4 * cpus)
+        self._task = None
+
+    def map_unordered(self, fn, jobs):
+        ray = self.ray
+        if self._task is None:
+            self._task = ray.remote(num_cpus=1, max_retries=0)(_call)
+        remote = self._task
+        todo = list(jobs)
+        todo.reverse()                     # pop() from the end keeps the caller's order
+        pending: dict[Any, Any] = {}
+        try:
+            while todo or pending:
+                while todo and len(pending) < self.max_in_flight:
+                    job = todo.pop()
+                    pending[remote.remote(fn, job)] = job
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    job = pending.pop(ref)
+                    try:
+                        res = ray.get(ref)
+                    except Exception as e:     # RayTaskError (fn raised), WorkerCrashedError, ...
+                        res = e
+                    yield job, res
+        finally:                               # the caller stopped early (its load failed)
+            for ref in pending:
+                try:
+                    ray.cancel(ref)
+                except Exception:
+                    pass
+
+    def close(self) -> None:
+        """Leaves Ray running: connecting again costs seconds; :meth:`shutdown` stops it."""
+
+    def shutdown(self) -> None:
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+        self.started = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_executor(kind: str, workers: int, ray_address: str | None = None,
+                  ray_cpus: int | None = None) -> LocalExecutor | RayExecutor:
+    if kind == "local":
+        return LocalExecutor(workers)
+    if kind == "ray":
+        return RayExecutor(address=ray_address, num_cpus=ray_cpus)
+    raise ValueError(f"unknown executor {kind!r}: one of {', '.join(EXECUTORS)}")
