@@ -64,8 +64,9 @@ BIN_NS = 1_000_000_000
 
 
 def build_bins(store, incident_id: str) -> int:
-    """Fill ``event_bins``: placed events counted per (source, host, rank) and UTC second.
-    Run after clock alignment; returns the rows written."""
+    """Fill ``event_bins`` (placed events counted per (source, host, rank) and UTC second) and
+    ``metric_bins`` (each metric series reduced per UTC second: first time, largest value). Run
+    after clock alignment; returns the event_bins rows written."""
     cur = store.cursor()
     cur.execute("DELETE FROM event_bins WHERE incident_id = ?", [incident_id])
     cur.execute(
@@ -74,6 +75,14 @@ def build_bins(store, incident_id: str) -> int:
                    count(kind) AS typed, mode(name) AS name
             FROM events WHERE incident_id = ? AND ts_utc_ns IS NOT NULL
             GROUP BY incident_id, source_id, host, rank, sec""", [incident_id])
+    cur.execute("DELETE FROM metric_bins WHERE incident_id = ?", [incident_id])
+    cur.execute(
+        f"""INSERT INTO metric_bins
+            SELECT m.incident_id, COALESCE(m.host, s.host), m.entity, m.metric, any_value(m.unit),
+                   m.ts_utc_ns // {BIN_NS} AS sec, min(m.ts_utc_ns), max(m.value)
+            FROM metrics m JOIN sources s USING (incident_id, source_id)
+            WHERE m.incident_id = ? AND m.ts_utc_ns IS NOT NULL
+            GROUP BY m.incident_id, COALESCE(m.host, s.host), m.entity, m.metric, sec""", [incident_id])
     return store.query("SELECT count(*) AS n FROM event_bins WHERE incident_id = ?", [incident_id])[0]["n"]
 
 
@@ -194,13 +203,24 @@ def _metrics(store, incident_id: str, w: Window) -> list[dict]:
         return []
     width = max(1, (w.end_ns - w.start_ns) // w.bins)
     like = " OR ".join("m.metric LIKE ?" for _ in w.metrics)
-    rows = store.query(
-        f"""SELECT COALESCE(m.host, s.host) AS host, m.entity, m.metric, any_value(m.unit) AS unit,
-                   (m.ts_utc_ns - ?) // ? AS b, max(m.value) AS v, min(m.ts_utc_ns) AS ts
-            FROM metrics m JOIN sources s USING (incident_id, source_id)
-            WHERE m.incident_id = ? AND m.ts_utc_ns IS NOT NULL AND m.ts_utc_ns BETWEEN ? AND ? AND ({like})
-            GROUP BY ALL ORDER BY host, m.entity, m.metric, b""",
-        [w.start_ns, width, incident_id, w.start_ns, w.end_ns, *w.metrics])
+    if width >= BIN_NS and store.query("SELECT 1 AS x FROM metric_bins WHERE incident_id = ? LIMIT 1",
+                                       [incident_id]):
+        # wide windows: from the per-second reduction (seconds whose first row is in the window)
+        rows = store.query(
+            f"""SELECT m.host, m.entity, m.metric, any_value(m.unit) AS unit, (m.ts - ?) // ? AS b,
+                       max(m.v) AS v, min(m.ts) AS ts
+                FROM metric_bins m
+                WHERE m.incident_id = ? AND m.ts BETWEEN ? AND ? AND ({like})
+                GROUP BY ALL ORDER BY m.host, m.entity, m.metric, b""",
+            [w.start_ns, width, incident_id, w.start_ns, w.end_ns, *w.metrics])
+    else:
+        rows = store.query(
+            f"""SELECT COALESCE(m.host, s.host) AS host, m.entity, m.metric, any_value(m.unit) AS unit,
+                       (m.ts_utc_ns - ?) // ? AS b, max(m.value) AS v, min(m.ts_utc_ns) AS ts
+                FROM metrics m JOIN sources s USING (incident_id, source_id)
+                WHERE m.incident_id = ? AND m.ts_utc_ns IS NOT NULL AND m.ts_utc_ns BETWEEN ? AND ? AND ({like})
+                GROUP BY ALL ORDER BY host, m.entity, m.metric, b""",
+            [w.start_ns, width, incident_id, w.start_ns, w.end_ns, *w.metrics])
     series: dict[tuple, dict] = {}
     for r in rows:
         key = (r["host"], r["entity"], r["metric"])

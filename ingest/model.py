@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -402,6 +402,22 @@ EVENT_BINS = Table(
     ),
 )
 
+METRIC_BINS = Table(
+    "metric_bins",
+    "Metric series reduced per UTC second (written by analysis after clock alignment): wide "
+    "timeline windows draw their series from here instead of every metric row.",
+    (
+        _INC,
+        _c("host", "VARCHAR", "-", "host of the series (metrics.host, else the source's host)"),
+        _c("entity", "VARCHAR", "-", "metrics.entity"),
+        _c("metric", "VARCHAR", "-", "metrics.metric", False),
+        _c("unit", "VARCHAR", "-", "metrics.unit (any of the second's rows)"),
+        _c("sec", "BIGINT", "s", "UTC second (ts_utc_ns // 1e9)", False),
+        _c("ts", "BIGINT", "ns", "time of the second's first row (UTC)", False),
+        _c("v", "DOUBLE", "unit", "largest value in the second (what a timeline bin shows)"),
+    ),
+)
+
 SHARES = Table(
     "shares",
     "Read-only links to one incident's report (/r/{token}). Only a hash of the token is kept: the "
@@ -422,7 +438,7 @@ SHARES = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
-        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS,
+        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS, METRIC_BINS,
     )
 }
 
@@ -430,7 +446,7 @@ TABLES: dict[str, Table] = {
 PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts",
                  "collectives", "steps", "flows")
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
-INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "event_bins")
+INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "event_bins", "metric_bins")
 
 
 def describe() -> str:

@@ -50,9 +50,15 @@ def _v4_event_bins(cur) -> None:
     cur.execute(TABLES["event_bins"].ddl())
 
 
+def _v5_metric_bins(cur) -> None:
+    """Schema 6: ``metric_bins`` (metric series per second for wide timeline windows); stores
+    analysed before it draw wide windows from the metrics until analysed again."""
+    cur.execute(TABLES["metric_bins"].ddl())
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
-                                                4: _v4_event_bins}
+                                                4: _v4_event_bins, 5: _v5_metric_bins}
 
 
 class Store:

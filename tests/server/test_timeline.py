@@ -81,3 +81,19 @@ def test_wide_window_from_the_per_second_bins_matches_the_events(client):
     perf = next(l for l in wide["lanes"] if l["id"] == "vm / vm/perf/perf.script.txt.gz")
     assert sum(b["n"] for b in perf["bins"]) == perf["count"] and len(perf["bins"]) <= 20
     assert all(b["dur"] == 3_000_000_000 for b in perf["bins"])
+
+
+def test_wide_window_metrics_from_the_per_second_reduction_match_the_rows(client):
+    c, iid = client
+    params = {"start": "2026-11-29T13:28:00Z", "end": "2026-11-29T13:29:00Z"}
+    wide = c.get(f"/api/incidents/{iid}/timeline", params=dict(params, bins=20)).json()      # 3 s: metric_bins
+    narrow = c.get(f"/api/incidents/{iid}/timeline", params=dict(params, bins=2000)).json()  # 30 ms: metrics rows
+    w = {m["id"]: m for m in wide["metrics"]}
+    n = {m["id"]: m for m in narrow["metrics"]}
+    assert set(w) == set(n) and len(w) >= 6
+    for sid, m in w.items():
+        pts, raw = m["points"], n[sid]["points"]
+        assert len(pts) <= 20 and m["unit"] == n[sid]["unit"]
+        # the same first time and the same peak: a bin shows the largest value of its seconds
+        assert pts[0][0] == raw[0][0] and max(p[1] for p in pts) == max(p[1] for p in raw), sid
+        assert [p[0] for p in pts] == sorted(p[0] for p in pts)
