@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from server.service import Service  # noqa: E402
 from server.settings import Settings  # noqa: E402
@@ -40,19 +41,9 @@ def main() -> int:
         span = base["b"] - base["a"] + 1_000_000_000
         copies = max(0, -(-args.events // base["n"]) - 1)
         t0 = time.perf_counter()
-        cur = st.cursor()
-        cols = [r["column_name"] for r in st.query(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'events' ORDER BY ordinal_position")]
-        sel = ", ".join(f"ts_utc_ns + k * {span}" if c == "ts_utc_ns" else
-                        (f"ts_raw_ns + k * {span}" if c == "ts_raw_ns" else c) for c in cols)
-        cur.execute(f"""INSERT INTO events SELECT {sel} FROM events, range(1, {copies + 1}) AS r(k)
-                        WHERE incident_id = ? AND ts_utc_ns IS NOT NULL""", [iid])
-        mcols = [r["column_name"] for r in st.query(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'metrics' ORDER BY ordinal_position")]
-        msel = ", ".join(f"ts_utc_ns + k * {span}" if c == "ts_utc_ns" else
-                         (f"ts_raw_ns + k * {span}" if c == "ts_raw_ns" else c) for c in mcols)
-        cur.execute(f"""INSERT INTO metrics SELECT {msel} FROM metrics, range(1, {copies + 1}) AS r(k)
-                        WHERE incident_id = ? AND ts_utc_ns IS NOT NULL""", [iid])
+        from bench_export import _copy    # the placed rows, time-shifted copies
+        for table in ("events", "metrics"):
+            _copy(st, table, iid, span, copies)
         from analysis.timeline import build_bins
         t1 = time.perf_counter()
         nb = build_bins(st, iid)

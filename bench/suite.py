@@ -297,19 +297,13 @@ svc = Service(Settings.from_env(home=home))
 sub = svc.submit_path(ROOT + '/sample_traces/oom-after-throttle')
 svc.analyze(sub.incident_id)
 iid, st = sub.incident_id, svc.store
-cur = st.cursor()
 base = st.query("SELECT count(*) AS n, min(ts_utc_ns) AS a, max(ts_utc_ns) AS b FROM events "
                 "WHERE incident_id = ? AND ts_utc_ns IS NOT NULL", [iid])[0]
 span = base['b'] - base['a'] + 1_000_000_000
 copies = max(0, -(-EVENTS // base['n']) - 1)
-def shifted(table):
-    cols = [r['column_name'] for r in st.query("SELECT column_name FROM information_schema.columns "
-            "WHERE table_name = ? ORDER BY ordinal_position", [table])]
-    sel = ', '.join(f'{c} + k * {span}' if c in ('ts_utc_ns', 'ts_raw_ns') else c for c in cols)
-    cur.execute(f"INSERT INTO {table} SELECT {sel} FROM {table}, range(1, {copies + 1}) AS r(k) "
-                "WHERE incident_id = ? AND ts_utc_ns IS NOT NULL", [iid])
+from bench_export import _copy      # the placed rows, time-shifted copies
 for t in ('events', 'metrics', 'samples'):
-    shifted(t)
+    _copy(st, t, iid, span, copies)
 build_bins(st, iid)
 tot = st.query("SELECT count(*) AS n, min(ts_utc_ns) AS a, max(ts_utc_ns) AS b FROM events WHERE incident_id = ?", [iid])[0]
 nsamp = st.query("SELECT count(*) AS n FROM samples WHERE incident_id = ?", [iid])[0]['n']

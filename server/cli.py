@@ -290,9 +290,9 @@ def cmd_export(args, console: Console, err: Console) -> int:
                   f"{escape(str(out))} ({size / 1e6:.1f} MB in {time.monotonic() - t0:.1f} s)")
     shown = {k: v for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
              and not k.endswith("_ns") and k != "bytes"}
-    for k, v in (stats.get("packets") or stats.get("events") or {}).items() if isinstance(
-            stats.get("packets") or stats.get("events"), dict) else ():
-        shown[k] = v
+    counts = stats.get("packets") or stats.get("events")      # per kind of packet / event phase
+    if isinstance(counts, dict):
+        shown.update(counts)
     if shown:
         console.print("  " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     return 0
