@@ -14,7 +14,10 @@ the store) off the critical path on a 2-core machine (see ``bench/results/kineto
 Parts are gathered per table and inserted together (one ``read_parquet`` of many files) once
 they add up to :data:`BATCH_BYTES` or :data:`BATCH_FILES`, and before a drop or the commit:
 a bundle of 800 small Kineto files loads in a few dozen inserts instead of 4,000 (each insert
-costs ~3 ms however small).
+costs ~3 ms however small). A part of :data:`BIG_PART` bytes or more (a large file's rows, a
+DuckDB row group at a time) is inserted at once, with what was gathered before it: gathering
+those would hold a 232 MB trace's whole load back until its parse ends (2.9 s instead of 5.1 s
+into the store for that file, see ``bench/results/kineto.md``).
 
 Every call is queued and runs in the order it was made. A failed insert is raised by
 :meth:`IncidentLoad.commit`, which then rolls the transaction back; so does
@@ -34,6 +37,7 @@ from .store import Store
 
 BATCH_BYTES = 32 << 20      # Parquet bytes gathered per table before an insert
 BATCH_FILES = 400
+BIG_PART = 1 << 20       # a part this large is inserted at once (a large file's rows load while it is parsed)
 
 
 class IncidentLoad:
@@ -115,13 +119,16 @@ class IncidentLoad:
 
     def _gather(self, table: str, files: list[str], source_id: int) -> None:
         pend = self._pending.setdefault(table, [])
+        big = False
         for f in files:
             pend.append((f, source_id))
             try:
-                self._pending_bytes += Path(f).stat().st_size
+                size = Path(f).stat().st_size
             except OSError:
-                pass           # the insert names it
-        if self._pending_bytes >= BATCH_BYTES or sum(map(len, self._pending.values())) >= BATCH_FILES:
+                size = 0       # the insert names it
+            self._pending_bytes += size
+            big = big or size >= BIG_PART
+        if big or self._pending_bytes >= BATCH_BYTES or sum(map(len, self._pending.values())) >= BATCH_FILES:
             self._flush()
 
     def _flush(self) -> None:
