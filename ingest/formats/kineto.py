@@ -64,6 +64,7 @@ import re
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
+from typing import get_args
 
 import msgspec
 import orjson
@@ -78,7 +79,7 @@ from ..registry import ParseContext, Parser
 from ._kineto_fields import (BACKEND_ANNOTATION, C10D_NOT_COLLECTIVE, C10D_OP, CATEGORY_ALIASES,
                              DERIVED_NAMES, GPU_CATEGORIES, NCCL_KERNEL, OPTIMIZER_STEP, STEP_MARKER,
                              canonical_collective, dtype_bytes, read_args)
-from ._kineto_stream import Chunk, EventReader, Ev, Outcome
+from ._kineto_stream import Chunk, EventReader, Ev, Outcome, Phase
 
 FLOW_PART_ROWS = 1 << 16        # rows per Parquet part of the flows table
 ABSOLUTE_US = 1e15               # ts above this many microseconds is absolute epoch time
@@ -88,7 +89,7 @@ KINETO_KEYS = ("schemaVersion", "baseTimeNanoseconds", "deviceProperties", "dist
 KINETO_CATS = frozenset({"cpu_op", "user_annotation", "kernel", "cuda_runtime", "cuda_driver",
                          "python_function", "gpu_memcpy", "gpu_memset", "gpu_user_annotation",
                          "Operator", "Runtime", "Kernel", "Trace", "cpu_instant_event", "ac2g", "fwdbwd"})
-PHASES = frozenset("XiICsftMBEbenOPNDRc")
+PHASES = frozenset(get_args(Phase)) - {""}    # every phase of the Chrome trace format
 WORKER_FILE = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\.\d{13,19}\.pt\.trace\.json"
                          r"(?:\.gz)?(?:\.tmp)?$")
 _EVENT_PHASES = ("X", "i", "I")

@@ -339,6 +339,22 @@ def test_bad_events_are_counted_and_parsing_goes_on(tmp_path):
     assert res.counts["events"] == expected(load(REC0)[1])["events"]
 
 
+def test_an_unknown_phase_is_reported_and_the_rest_of_its_chunk_is_read(tmp_path):
+    """``ph`` is decoded as one of the format's phases; an event with another phase sends its
+    chunk down the untyped path, which still reads every other event of the chunk."""
+    raw, doc = load(REC0)
+    doc["traceEvents"].insert(7, {"ph": "Z", "name": "future phase", "ts": 1.0, "pid": 1, "tid": 1})
+    doc["traceEvents"].insert(8, {"ph": 5, "name": "not a phase", "ts": 1.0})
+    p = tmp_path / "phase.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    res = parse(p, tmp_path)
+    issues = rows(res, "parse_issues")
+    assert [i for i in issues if i["kind"] == "unsupported_phase"][0]["message"].startswith("1 event(s) of phase 'Z'")
+    assert [i["kind"] for i in issues].count("bad_event") == 1          # ph 5 is no trace event
+    assert res.counts["events"] == expected(load(REC0)[1])["events"]
+    assert res.attrs["events_by_phase"]["Z"] == 1
+
+
 @pytest.mark.parametrize("text", [
     b'{"job": "x", "hosts": {"node-3": {"paths": ["node-3/"]}}}',        # an aftertrace manifest
     b'{"__REALTIME_TIMESTAMP": "1", "MESSAGE": "x"}\n',                     # journald JSON
