@@ -35,6 +35,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -393,15 +394,44 @@ def write_results(rows: list[dict], args, started: float, out: Path) -> None:
              "`bench/results/`.", "",
              "| area | input | what runs | value | unit | target | met | peak RSS MiB | notes |",
              "|---|---|---|---:|---|---|---|---:|---|"]
+    fresh = []
     for r in rows:
         met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
         rss = "" if r["rss_mib"] is None else f"{r['rss_mib']:.0f}"
-        lines.append(f"| {r['area']} | {r['input']} | {r['tool']} | {_fmt(r['value'], r['unit'])} | {r['unit']} | "
+        fresh.append(f"| {r['area']} | {r['input']} | {r['tool']} | {_fmt(r['value'], r['unit'])} | {r['unit']} | "
                      f"{r['target'] or ''} | {met} | {rss} | {r['note']} |")
     old = out.read_text() if out.exists() else ""
+    if args.only and old:       # a partial run replaces its areas' rows and keeps the others
+        fresh = _merge_rows(old, fresh, {r["area"] for r in rows})
+        lines[2] += (f" Only the rows of `{args.only}` were measured by this run; the other rows are kept from "
+                     f"the run before it ({_measured_line(old)}).")
+    lines += fresh
     if NOTES in old:
         lines += ["", NOTES + old.split(NOTES, 1)[1].rstrip("\n")]
     out.write_text("\n".join(lines) + "\n")
+
+
+def _table_rows(text: str) -> list[str]:
+    head = text.split(NOTES, 1)[0]
+    return [ln for ln in head.splitlines() if ln.startswith("| ") and not ln.startswith("| area |")]
+
+
+def _measured_line(text: str) -> str:
+    m = re.search(r"^Measured by .*?(\d{4}-\d\d-\d\d \d\d:\d\d UTC)", text, re.M)
+    return m.group(1) if m else "time unknown"
+
+
+def _merge_rows(old: str, fresh: list[str], areas: set[str]) -> list[str]:
+    """The old table's rows with those of ``areas`` replaced by ``fresh`` (at their first place)."""
+    out, placed = [], False
+    for ln in _table_rows(old):
+        if ln.split(" | ", 1)[0][2:] in areas:
+            if not placed:
+                out += fresh
+                placed = True
+        else:
+            out.append(ln)
+    return out if placed else out + fresh
 
 
 def main(argv=None) -> int:
