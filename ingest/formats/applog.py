@@ -96,6 +96,8 @@ WRAP = (r"^(?:> )*(?:\((?P<ray_actor>\w[\w.]*) pid=(?P<ray_pid>\d+)(?:, ip=[\d.]
         r"(?:\[(?P<mpi_job>\d+),(?P<mpi_rank>\d+)\]<std(?:out|err)>:)?"
         r"(?:\[default(?P<tee>\d+)\]:)?(?:(?P<srun>\d{1,6}): )?(?:\[rank(?P<wrank>\d+)\]: )?")
 RAY_REPEAT = r" \[repeated (\d+)x across cluster\]$"
+TEE = r"^\[default(\d+)\]:"                    # (WRAP's tee group alone)
+TEE_MORE = r"^(?:\d{1,6}: |\[rank\d+\]: )"    # (what WRAP may take after a tee prefix)
 
 # ---------------------------------------------------------------------------------------------
 # 2. line families: (name, anchored test, extraction regex)
@@ -185,6 +187,7 @@ LOSS = r"(?i)\b(?:lm )?loss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?
 STEP_TIME = (r"(?i)(?:step_time\s*[=:]\s*(?P<step_time_s>[\d.]+)\s*s|elapsed time per iteration \(ms\):\s*"
              r"(?P<iter_ms>[\d.]+))")
 _LOWER = {rx: rx.removeprefix("(?i)") for rx in (STEP, LOSS, STEP_TIME)}
+_LOSS_ASCII = _LOWER[LOSS].replace(r"\b", r"(?-u:\b)")
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
 EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?:: ?(?P<exc_msg>.*))?$"
 _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
@@ -263,18 +266,31 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
     # WRAP is all-optional and anchored: on a line without a wrapper it matches the empty string
     # at once (every first token of WRAP needs the WRAP_START prefix), so body = line there.
     base = df.select("lineno", "line")
-    has = base.select(pl.col("line").str.contains(WRAP_START)).to_series()
-    if has.all():
-        base = extract_prefix(base, "line", WRAP, "body")
-    elif has.any():
-        # the regex only on the lines that have a wrapper (the others: body = line, no fields)
-        w = extract_prefix(base.filter(has), "line", WRAP, "body").drop("lineno", "line")
-        i = has.arg_true()
-        base = base.with_columns(*(_scatter(base.height, i, w[c]).alias(c) for c in w.columns if c != "body"),
-                                 pl.coalesce(_scatter(base.height, i, w["body"]), pl.col("line")).alias("body"))
+    line = pl.col("line")
+    has = base.select(line.str.contains(WRAP_START)).to_series()
+    wcols = ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank")
+    if has.any():
+        # The common wrapper, torchrun's ``[defaultN]:`` alone, is cut by a one-group extraction
+        # (a capture of WRAP's seven groups costs several times more per line). After a tee
+        # prefix WRAP can only go on with an srun task or a ``[rankN]: `` prefix: those lines,
+        # and the lines with any other wrapper, take the full WRAP regex.
+        base = base.with_columns(line.str.extract(TEE, 1).alias("tee")).with_columns(
+            line.str.slice(pl.col("tee").str.len_chars().fill_null(-10) + 10).alias("body"))   # ("[default" "]:")
+        slow = base.select(pl.col("tee").is_null() | pl.col("body").str.contains(TEE_MORE)).to_series() & has
+        if slow.any():
+            w = extract_prefix(base.filter(slow).select("lineno", "line"), "line", WRAP, "body")
+            i = slow.arg_true()
+            n = base.height
+            base = base.with_columns(
+                *(pl.lit(None, pl.String).alias(c) for c in wcols if c != "tee" and w[c].null_count() == w.height),
+                *(_scatter(n, i, w[c]).alias(c) for c in wcols if c != "tee" and w[c].null_count() < w.height),
+                pl.when(slow).then(_scatter(n, i, w["tee"])).otherwise(pl.col("tee")).alias("tee"),
+                pl.when(slow).then(_scatter(n, i, w["body"])).otherwise(pl.col("body")).alias("body"))
+        else:
+            base = base.with_columns(*(pl.lit(None, pl.String).alias(c) for c in wcols if c != "tee"))
+        base = base.select("lineno", "line", *wcols, "body")
     else:
-        base = base.with_columns(*(pl.lit(None, pl.String).alias(c) for c in (
-            "ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank")), pl.col("line").alias("body"))
+        base = base.with_columns(*(pl.lit(None, pl.String).alias(c) for c in wcols), pl.col("line").alias("body"))
     rep = pl.col("body").str.ends_with("across cluster]")
     if base.select(rep.any()).item():
         base = base.with_columns(
@@ -434,7 +450,7 @@ def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.Da
         g = g.with_columns(_scatter(g.height, h["_i"], h["_n"]).alias("_n"),
                            _scatter(g.height, h["_i"], h["_fa"]).alias("_fa"))
         g = g.with_columns(name=pl.coalesce(pl.col("_n"), pl.col("name")),
-                           attrs=_merge_json(pl.col("attrs"), pl.col("_fa"))).drop("_n", "_fa")
+                           attrs=_merge_json_some(g, pl.col("attrs"), "_fa")).drop("_n", "_fa")
     # a communicator's rank is not the process's global rank (that one is found per pid later)
     return [_with_common(g.drop("_i", "rank", strict=False), "nccl")]
 
@@ -491,12 +507,17 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
     step_i = None
     if not cand.is_empty():
         # (the case-insensitive patterns run as case-sensitive ones on the lowercased text: faster)
-        low = m.str.to_lowercase()
+        cand = cand.with_columns(m.str.to_lowercase().alias("_low"))    # (once, not per pattern)
+        low = pl.col("_low")
         x = cand.with_columns(low.str.extract_groups(_LOWER[STEP]).alias("x")).unnest("x")
         x = x.filter(pl.col("step").is_not_null() | pl.col("iter").is_not_null() | pl.col("step2").is_not_null())
         if not x.is_empty():
+            # (on ASCII text an ASCII word boundary is the same test; Unicode ones keep the regex
+            # crate from using its DFA for the unanchored search)
+            ascii_ = x.select((low.str.len_bytes() == low.str.len_chars()).all()).item()
             x = x.with_columns(
-                low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
+                low.str.extract(_LOSS_ASCII if ascii_ else _LOWER[LOSS], 1)
+                .cast(pl.Float64, strict=False).alias("_loss"),
                 low.str.extract_groups(_LOWER[STEP_TIME]).alias("x2")).unnest("x2")
             # step lines are collapsed (see _collapse_rows): the values stay columns, the attrs
             # object is only written for the line that remains an event
@@ -521,11 +542,12 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
     # plain lines that matched nothing specific are not events; timed lines that said nothing
     # specific below warning level are collapsed per rank (class "log", see _collapse_rows)
     low_sev = pl.col("sev").is_null() | pl.col("sev").is_in(["info", "debug", "notice"])
-    ev = ev.filter((cat.fill_null("") != "plain") | matched).with_columns(
+    ev = ev.filter((cat.fill_null("") != "plain") | matched)
+    ev = ev.with_columns(
         pl.when(pl.col("_n").is_not_null()).then(pl.col("_n")).when(is_step).then(pl.lit("step"))
         .otherwise(pl.col("name")).alias("name"),
         pl.when(pl.col("_n").is_not_null()).then(pl.col("_k")).otherwise(pl.col("kind")).alias("kind"),
-        _merge_json(pl.col("attrs"), pl.col("_fa")).alias("attrs"),
+        _merge_json_some(ev, pl.col("attrs"), "_fa").alias("attrs"),
         pl.when(is_step).then(pl.lit("step"))
         .when(~matched & (cat != "nccl") & low_sev).then(pl.lit("log"))
         .otherwise(pl.col("_cls")).alias("_cls"))
@@ -537,6 +559,15 @@ def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     return (pl.when(a.is_null()).then(b)
             .when(b.is_null()).then(a)
             .otherwise(pl.concat_str([a.str.slice(0, a.str.len_chars() - 1), pl.lit(","), b.str.slice(1)])))
+
+
+def _merge_json_some(df: pl.DataFrame, a: pl.Expr, b: str) -> pl.Expr:
+    """``_merge_json(a, col(b))`` computed only on the rows where ``b`` is set (often few: the
+    string slicing and concatenation of every row's attrs is not free)."""
+    some = pl.col(b).is_not_null()
+    if not df.select(some.any()).item():
+        return a
+    return pl.coalesce(pl.lit(_on_rows(df, some, _merge_json(a, pl.col(b)), pl.String)), a)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,8 +584,10 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
     # only rows that can belong to a block are walked (tracebacks are contiguous in their stream)
     first = int(starts["lineno"].min())
     # (lines ending in " FAILED" are tested apart: a ".* FAILED$" branch scans every line to its end)
-    maybe = base.filter((pl.col("lineno") >= first) & (pl.col("body").str.contains(BLOCK_ROW)
-                                                       | pl.col("body").str.ends_with(" FAILED")))
+    # (on the five columns the walk reads: a filter copies every column it is given)
+    maybe = base.lazy().select("lineno", "line", "body", "wrank", "stream").filter(
+        (pl.col("lineno") >= first) & (pl.col("body").str.contains(BLOCK_ROW)
+                                       | pl.col("body").str.ends_with(" FAILED"))).collect()
     for stream in starts["stream"].unique().to_list():
         rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
         linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
@@ -587,9 +620,11 @@ def _walk_traceback(bodies: list[str], i: int):
     frames, j = [], i + 1
     while True:
         while j < n and (bodies[j].startswith((" ", "\t")) or bodies[j] == TB_START):
-            f = FRAME.match(bodies[j])
-            if f:
-                frames.append((f["file"], int(f["line"]), f["func"]))
+            # (FRAME only where it can match: whitespace, then 'File "'; most indented lines are code)
+            if bodies[j].lstrip().startswith('File "'):
+                f = FRAME.match(bodies[j])
+                if f:
+                    frames.append((f["file"], int(f["line"]), f["func"]))
             j += 1
         if j >= n:      # (at the end of the file: the traceback was cut off before its exception line)
             return None, {"type": "traceback", "exc": None, "exc_msg": "traceback cut off (the file ends inside it)",
@@ -637,14 +672,16 @@ def _walk_cfe(bodies: list[str], j: int):
 def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
     """The ChildFailedError summary; ``rel`` of each failure = its ``[i]:`` line's offset in the block."""
     title, failures, cur, root, key = None, [], None, False, None
+    # (the regexes run only on lines that can match them: CFE_ENTRY on "[...]:", CFE_KV on two
+    # whitespace characters and a word character)
     for pos, ln in enumerate(lines):
-        if ln.endswith(" FAILED") and title is None:
+        if title is None and ln.endswith(" FAILED"):
             title = ln[: -len(" FAILED")]
             continue
         if ln.startswith("Root Cause"):
             root = True
             continue
-        m = CFE_ENTRY.match(ln)
+        m = CFE_ENTRY.match(ln) if ln.startswith("[") else None
         if m:
             cur = {"index": int(m["idx"]), "root_cause": root, "traceback_lines": [], "rel": rel0 + pos,
                    "rel_end": rel0 + pos + 1}
@@ -655,7 +692,7 @@ def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
             continue
         if not ln.startswith(("---", "===")):
             cur["rel_end"] = rel0 + pos + 1
-        kv = CFE_KV.match(ln)
+        kv = CFE_KV.match(ln) if ln[:2].isspace() and ln[2:3] and not ln[2].isspace() else None
         if kv and kv["key"] in ("time", "host", "rank", "exitcode", "error_file", "traceback"):
             key = kv["key"]
             val = kv["val"].strip()
@@ -852,7 +889,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
             "pid": [r.get("pid") for r in brows], "host": [r.get("host") for r in brows],
             "ts": [r.get("ts") for r in brows], "res": [r.get("res") for r in brows],
             "attrs": [json.dumps(r["attrs"], default=str) for r in brows],
-            "wrank": [None] * len(brows)}, schema_overrides={
+            "wrank": [None] * len(brows), "_blk": [True] * len(brows)}, schema_overrides={
             "lineno": pl.Int64, "rank": pl.Int64, "pid": pl.Int64, "ts": pl.Int64, "res": pl.Int64,
             "host": pl.String, "wrank": pl.String, "kind": pl.String}, strict=False)   # (a 30-digit pid: null)
         ev = pl.concat([ev, bf], how="diagonal_relaxed") if ev.width > 1 else bf
@@ -912,10 +949,13 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
                            + pl.col("t_off").str.slice(-2, 2).cast(pl.Int64, strict=False) * 60)))
     frac = frac_ns_expr(pl.col("t_frac"))
     local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), pl.col("t_hms"), frac, st.zone)
-    utc = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), pl.col("t_hms"), frac, None) - off_s * NS
+    if ev.select(pl.col("t_off").is_null().all()).item():      # (no stated offset: no UTC reading)
+        ts = pl.when(pl.col("t_hms").is_null()).then(None).otherwise(local)
+    else:
+        utc = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), pl.col("t_hms"), frac, None) - off_s * NS
+        ts = pl.when(pl.col("t_hms").is_null()).then(None).when(off_s.is_not_null()).then(utc).otherwise(local)
     return ev.with_columns(
-        pl.when(pl.col("t_hms").is_null()).then(None).when(off_s.is_not_null()).then(utc)
-        .otherwise(local).alias("ts"),
+        ts.alias("ts"),
         pl.when(pl.col("t_hms").is_not_null()).then(pl.col("t_res")).alias("res"),
     ).drop("_ry", "_rm")
 
@@ -923,9 +963,9 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
 # ---------------------------------------------------------------------------------------------
 def _on_rows(df: pl.DataFrame, mask: pl.Expr, expr: pl.Expr, dtype) -> pl.Series:
     """``expr`` evaluated only on the rows where ``mask`` holds (null elsewhere): for costly regexes."""
-    sub = df.lazy().with_row_index("_i").filter(mask).select(
-        "_i", expr.cast(dtype, strict=False).alias("_v")).collect()
-    return _scatter(df.height, sub["_i"], sub["_v"])
+    sub = df.lazy().with_row_index("_on_i").filter(mask).select(
+        "_on_i", expr.cast(dtype, strict=False).alias("_v")).collect()
+    return _scatter(df.height, sub["_on_i"], sub["_v"])
 
 
 def _scatter(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
@@ -995,7 +1035,10 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         pl.when(pl.col("name") == "nccl_warn").then(pl.lit("nccl_warn")).otherwise(pl.col("kind")).alias("kind"))
     sel = ev.filter(pl.col("kind").is_not_null() | pl.col("name").is_in(
         ["nccl_error_return", "worker_failed", "nccl_version"]))
-    # rows summarised already (the grouped blocks) are left as they are: not decoded in Python
+    # rows summarised already (the grouped blocks, ``_blk``: every one has a summary) are left as
+    # they are: not decoded in Python, nor their attrs searched for the summary
+    if "_blk" in sel.columns:
+        sel = sel.filter(pl.col("_blk").is_null())
     summ = pl.col("attrs").str.json_path_match("$.summary")
     sel = sel.filter((pl.col("name") == "nccl_version") | summ.is_null() | (summ == ""))
     if sel.is_empty():

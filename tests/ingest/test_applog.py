@@ -267,3 +267,40 @@ def test_step_and_plain_lines_are_collapsed_per_rank(tmp_path):
     # a warning is not collapsed, and no step / log line is an event of its own
     assert ev[92]["severity"] == "warning" and "injecting fault" in ev[92]["text"]
     assert not [e for e in ev.values() if e["name"] == "step" and e["line"] not in (90, 91)]
+
+
+def test_wrapper_split_fast_path_equals_the_wrap_grammar():
+    # torchrun's "[defaultN]:" alone is cut without the WRAP regex; every other wrapper (and a tee
+    # prefix followed by an srun task or "[rankN]: ") takes WRAP: both give what WRAP gives.
+    import polars as pl
+    from ingest.formats.applog import WRAP, _wrap, extract_prefix
+    lines = ["[default0]:hello", "[default12]:3: x", "[default1]:[rank1]: Traceback", "[default1]:[rank1]:[I1129 x",
+             "> > [default0]:a", "(Worker pid=12, ip=1.2.3.4) [default0]:x [repeated 3x across cluster]",
+             "[1,3]<stdout>:[default2]:y", "12: foo", "[rank3]: bar", "[default]:x", "[default0]x",
+             "[default\u0663]:zz", "plain", "", "[default0]:", "[default0]:1234567: x", "[default0]:123456: x",
+             "\u00fcn [default0]:", "[default0]:[default1]:x", "[default0]:> x", "[default0]:\u00fc x"]
+    df = pl.DataFrame({"lineno": list(range(1, len(lines) + 1)), "line": lines})
+    want = extract_prefix(df, "line", WRAP, "body")
+    for sub in (df, df.filter(pl.col("line").str.starts_with("[default0]:h")), df.slice(12, 2)):
+        got = _wrap(sub)
+        ref = want.join(sub.select("lineno"), on="lineno").sort("lineno")
+        for c in ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank"):
+            assert got[c].to_list() == ref[c].to_list(), c
+        # (the Ray repeat count is cut off the body afterwards)
+        assert got["body"].to_list() == ref["body"].str.replace(r" \[repeated (\d+)x across cluster\]$", "").to_list()
+        stream = pl.concat_str([pl.col(c).fill_null("") for c in ("tee", "srun", "ray_pid", "mpi_rank")], separator="|")
+        assert got["stream"].to_list() == ref.select(stream).to_series().to_list()
+
+
+def test_loss_word_boundary_on_ascii_and_unicode_text(tmp_path):
+    # On ASCII text the loss is read with an ASCII word boundary (the regex DFA can run it); text with
+    # other characters keeps the Unicode one: "\u00e9loss=" is inside a word there, so no loss.
+    ascii_log = tmp_path / "a.log"
+    ascii_log.write_text("2026-11-29 13:28:13,648 INFO train: step=1 loss=2.5\n"
+                         "2026-11-29 13:28:14,648 INFO train: step=2 xloss=3.5\n")
+    uni_log = tmp_path / "u.log"
+    uni_log.write_text("2026-11-29 13:28:13,648 INFO train: step=1 loss=2.5\n"
+                       "2026-11-29 13:28:14,648 INFO train: step=2 \u00e9loss=3.5\n")
+    for p in (ascii_log, uni_log):
+        res = parse(p, tmp_path / p.stem, parser="app_log")
+        assert sorted((r["line"], r["value"]) for r in metrics(res) if r["metric"] == "loss") == [(1, 2.5)]
