@@ -43,6 +43,9 @@ CTIME = rf"^{_DECODE}\[{WEEKDAY_RE} ({MONTH_RE} +\d{{1,2}} \d\d:\d\d:\d\d \d{{4}
 ISO = rf"^{_DECODE}(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{{6}})([+-]\d\d:?\d\d) ?(.*)$"
 # the same grammars without the message capture: what the vectorised validity test needs (faster)
 RAW_HEAD = RAW[:RAW.index(r" ?(.*)$")]
+# a record with nothing before its "[" and a 6-digit fraction (what dmesg prints): RAW_HEAD matches
+# it with "[" at 0, the first "]" closing the stamp and the "." 7 characters before it
+RAW_PLAIN = r"^\[\s*[0-9]+\.[0-9]{6}\]"
 ISO_HEAD = ISO[:ISO.index(r" ?(.*)$")]
 KMSG = r"^(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;(.*)$"
 
@@ -76,22 +79,30 @@ class DmesgRawParser(KernelLogParser):
     description = "raw dmesg: [seconds.micros] on the kernel boot clock (also <N> and --decode prefixes)"
     grammar = RAW
     min_ratio = 0.5   # a pasted diff of two dmesg snapshots still reads
+    _try_plain = True  # records: try the plain-chunk path (false once a chunk of the file had prefixes)
 
     def records(self, df, ctx):
         # Fast path (no capture groups): the grammar is checked with one anchored regex, then the
         # fields are cut with literal finds and slices; capture-group extraction is 10x slower.
+        # Commonest of all, a chunk whose records are all "[   s.micros]" with nothing before the
+        # "[" (dmesg's own output) needs neither the "[" nor the "." of each line (_records_plain);
+        # once a chunk of the file has prefixes, the next chunks go straight to the general path
+        # (the try costs a regex pass).
         line = pl.col("line")
+        df = df.with_columns(_rb=line.str.find("]", literal=True), _sp=line.str.find("] ", literal=True))
+        if self._try_plain:
+            df = df.with_columns(_plain=line.str.contains(RAW_PLAIN))
+            rest = df["line"].filter(~df["_plain"])
+            if not any(_prefixed(r) for r in (rest.head(1000), rest.slice(1000))):
+                return self._records_plain(df)
+            self._try_plain = False
         df = df.with_columns(_ok=line.str.contains(RAW_HEAD), _lb=line.str.find("[", literal=True),
-                             _rb=line.str.find("]", literal=True), _dot=line.str.find(".", literal=True),
-                             _sp=line.str.find("] ", literal=True))
+                             _dot=line.str.find(".", literal=True))
         lb, rb, dot, ok = pl.col("_lb"), pl.col("_rb"), pl.col("_dot"), pl.col("_ok")
         # seconds.micros as one float: exact (x * 1e6 < 2^52 for 142 years of uptime) and about half
         # the work of two integer casts; the rows whose fraction is not 6 digits (ns printk) are
         # computed from the integer fields instead
-        x = line.str.slice(lb + 1, rb - lb - 1).str.strip_chars_start().cast(pl.Float64, strict=False)
-        space = (pl.col("_sp") == rb).fill_null(False).cast(pl.Int64)   # the one optional space after "]"
-        df = df.with_columns(_ts=pl.when(ok & (x < MAX_SECONDS)).then((x * 1e6).round().cast(pl.Int64) * 1000),
-                             _msg=pl.when(ok).then(line.str.slice(rb + 1 + space)).otherwise(line))
+        df = df.with_columns(_ts=_raw_ts(lb, rb, ok), _msg=_raw_msg(rb, ok))
         other = df["_ok"] & (df["_rb"] - df["_dot"] != 7)
         if other.any():
             sec = line.str.slice(lb + 1, dot - lb - 1).str.strip_chars_start()
@@ -109,6 +120,36 @@ class DmesgRawParser(KernelLogParser):
         else:
             sev = kern = None
         return frame(df, ok=ok, ts=pl.col("_ts"), msg=msg, sev=sev, kern=kern)
+
+    def _records_plain(self, df):
+        """``records`` of a chunk whose records all match ``RAW_PLAIN`` and whose other lines have no
+        "[" after their first character: the same frame, with "[" at 0 and a 6-digit fraction (so no
+        ns path and no prefix to read); where every line is a record, without the per-row choice."""
+        ok = None if df["_plain"].all() else pl.col("_plain")
+        return frame(df, ok=pl.col("_plain"), ts=_raw_ts(pl.lit(0), pl.col("_rb"), ok),
+                     msg=_raw_msg(pl.col("_rb"), ok))
+
+
+def _prefixed(lines: pl.Series) -> bool:
+    """Whether any of these lines (not ``RAW_PLAIN``) is a record or has a "[" after its start (a
+    prefix the general path would read)."""
+    return len(lines) > 0 and bool(lines.str.contains(RAW_HEAD).any()
+                                   or (lines.str.find("[", literal=True) > 0).any())
+
+
+def _raw_ts(lb: pl.Expr, rb: pl.Expr, ok: pl.Expr | None) -> pl.Expr:
+    """ns of a raw stamp read as one float (see ``DmesgRawParser.records``); ``ok`` None: every row."""
+    x = pl.col("line").str.slice(lb + 1, rb - lb - 1).str.strip_chars_start().cast(pl.Float64, strict=False)
+    return pl.when(x < MAX_SECONDS if ok is None else ok & (x < MAX_SECONDS)).then(
+        (x * 1e6).round().cast(pl.Int64) * 1000)
+
+
+def _raw_msg(rb: pl.Expr, ok: pl.Expr | None) -> pl.Expr:
+    """The message: one slice after "]" and the one optional space (found with ``find("] ")``);
+    the line itself where it is not a record (``ok`` None: every row is one)."""
+    space = (pl.col("_sp") == rb).fill_null(False).cast(pl.Int64)
+    msg = pl.col("line").str.slice(rb + 1 + space)
+    return msg if ok is None else pl.when(ok).then(msg).otherwise(pl.col("line"))
 
 
 class DmesgCtimeParser(KernelLogParser):

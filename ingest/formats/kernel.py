@@ -39,7 +39,8 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
    messages with every signature's needle (stack needles are then tested on
    those hits only), one regex for the parts of OOM reports
    (task table rows, ``memory: usage``, ``Memory cgroup stats for``, the
-   ``CPU: … PID: … Comm:`` line), and the *report bodies*: a body is the run
+   ``CPU: … PID: … Comm:`` line; only from the first message that can open a
+   report, unless one is open, see ``candidates``), and the *report bodies*: a body is the run
    of consecutive stack-like lines (indented, ``Call Trace:``, registers,
    ``task:… state:``) that directly follows a line containing the needle of a
    ``report="stack"`` signature. Runs are found with a cumulative sum over
@@ -58,7 +59,8 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
    programs' lines in syslog files), written with one bulk ``add_frame`` per
    chunk (the subsystem ``name`` is cut with literal finds where a test shows
    that this equals ``SUBSYS``'s capture, once per distinct message head, see
-   ``subsystem``); the typed
+   ``subsystem``; columns null on every row of the chunk are left to the sink,
+   and a chunk of kernel messages only needs no per-row kernel/syslog choice); the typed
    events (``kind`` set, ``attrs.summary`` the human sentence,
    ``attrs.signature`` and ``attrs.signatures_version``) replace
    their plain rows and are written at the end, when their reports are
@@ -67,7 +69,6 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
 """
 from __future__ import annotations
 
-import json
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -109,6 +110,8 @@ _SUBSYS_OTHER = r"^[A-Za-z][\w.\-/ ]{0,39}(?:[(\[]|: )"
 _OTHER = "\x00"   # subsystem(): a head that needs the full SUBSYS capture (no name holds a NUL)
 _BODY = (pl.col("msg").str.contains(BODY) | pl.col("cont")).alias("body")
 STACK_NEEDLES = tuple(dict.fromkeys(s.needle for s in ks.SIGNATURES if s.report == "stack"))
+# the needles of the messages that open an OOM report (see candidates)
+OOM_START_NEEDLES = tuple(dict.fromkeys(s.needle for s in ks.SIGNATURES if s.id in ("oom.invoked", "oom.select")))
 # every signature needle in one regex: a literal alternation (SIMD prefilter), faster than contains_any
 NEEDLES_RE = "|".join(re.escape(n) for n in ks.NEEDLES)
 _META = re.compile(r"^-- .* --$")      # journalctl's own lines (-- Boot … --, -- No entries --)
@@ -164,11 +167,12 @@ def _keep(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
 
 def extract_distinct(s: pl.Series, pattern: str) -> pl.Series:
     """``s.str.extract(pattern, 1)``, run once per distinct value (for short, repetitive text such as
-    ``--decode`` prefixes: capture extraction is the slow part)."""
-    u = s.drop_nulls().unique()
-    if len(u) == 0:
+    ``--decode`` prefixes: capture extraction is the slow part; the values are grouped by hash,
+    ``_head_groups``)."""
+    if s.null_count() == len(s):
         return null_strings(len(s), s.name)
-    return s.replace_strict(u, u.str.extract(pattern, 1), default=None, return_dtype=pl.String)
+    first, code = _head_groups(s)
+    return s.gather(first).str.extract(pattern, 1).gather(code).alias(s.name)
 
 
 def null_strings(n: int, name: str = "") -> pl.Series:
@@ -183,29 +187,59 @@ def subsystem(msg: pl.Series) -> pl.Series:
     ``_SUBSYS_OTHER`` 42), and kernel messages repeat their beginnings (device and driver names), so
     they run once per distinct 42-character head and the answer is mapped back to the rows; the
     full ``SUBSYS`` capture runs on the rows whose head may hold "(...)", "[pid]" or non-ASCII names.
+    The heads are grouped by a 64-bit hash (integer work, about half the cost of hashing the text
+    twice for ``unique`` and ``replace_strict``); every row's head is then compared with its group's
+    first head, and a chunk where two heads share a hash takes the text path (``_head_groups``).
     """
     key = msg.str.slice(0, 42)
+    first, code = _head_groups(key)
     m = pl.col("k")
     simple = m.str.contains(_SUBSYS_ASCII)
     # find gives a byte offset and slice counts characters: equal here, the name is ASCII
-    heads = key.unique().to_frame("k").select(
-        m, pl.when(simple).then(m.str.slice(0, m.str.find(": ", literal=True)))
-        .when(m.str.contains(_SUBSYS_OTHER)).then(pl.lit(_OTHER)).alias("v"))
-    name = key.replace_strict(heads["k"], heads["v"], default=None, return_dtype=pl.String)
+    v = key.gather(first).to_frame("k").select(
+        pl.when(simple).then(m.str.slice(0, m.str.find(": ", literal=True)))
+        .when(m.str.contains(_SUBSYS_OTHER)).then(pl.lit(_OTHER)).alias("v"))["v"]
+    name = v.gather(code)
     other = (name == _OTHER).fill_null(False)
-    return _scatter(other, name, lambda v: v.str.extract(SUBSYS, 1), msg).alias("subsys")
+    return _scatter(other, name, lambda x: x.str.extract(SUBSYS, 1), msg).alias("subsys")
 
 
-def candidates(rec: pl.DataFrame) -> pl.DataFrame:
+def _head_groups(key: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """(index of the first row of each distinct value, each row's group number into it): the rows
+    grouped by ``key``'s hash, checked exactly (each row's value equals its group's first value);
+    on a hash collision the groups are the distinct values themselves (``unique``, text hashing)."""
+    h = key.hash()
+    first = h.arg_unique()
+    groups = pl.DataFrame({"h": h.gather(first), "i": pl.int_range(len(first), eager=True, dtype=pl.UInt32)})
+    code = h.to_frame("h").join(groups, on="h", how="left", maintain_order="left")["i"]
+    if key.eq_missing(key.gather(first).gather(code)).all():
+        return first, code
+    k = key.to_frame("k").with_row_index("r")    # (never seen: two of a chunk's heads with one hash)
+    firsts = k.group_by("k", maintain_order=True).agg(pl.col("r").first())
+    code = k.join(firsts.with_row_index("i"), on="k", how="left", maintain_order="left", nulls_equal=True)["i"]
+    return firsts["r"], code
+
+
+def candidates(rec: pl.DataFrame, oom_open: bool = True) -> pl.DataFrame:
     """The record frame with the per-row candidate columns: ``hit`` (a signature needle),
-    ``oom_part`` and ``stack_head``."""
+    ``oom_part`` and ``stack_head``.
+
+    A report part is only read while an OOM report is open (``KernelEngine._oom_part``), and only an
+    ``oom.invoked`` or ``oom.select`` message opens one: unless one is open at the chunk's start
+    (``oom_open``), the test runs from the first hit holding such a needle (none: not at all)."""
     ok, kern, msg = pl.col("ok"), pl.col("kern"), pl.col("msg")
-    rec = rec.with_columns(
-        (kern & ok & msg.str.contains(NEEDLES_RE)).alias("hit"),
-        (kern & ok & msg.str.contains(OOM_PART)).alias("oom_part"),
-    )
-    # stack heads are hits with a stack signature's needle: tested on the hit rows only
+    rec = rec.with_columns((kern & ok & msg.str.contains(NEEDLES_RE)).alias("hit"))
     hit = rec["hit"]
+    hits = hit.arg_true()
+    part = kern & ok & msg.str.contains(OOM_PART)
+    if oom_open:
+        rec = rec.with_columns(part.alias("oom_part"))
+    else:
+        starts = rec["msg"].gather(hits).str.contains_any(list(OOM_START_NEEDLES)) if len(hits) else hits
+        at = int(hits[int(starts.arg_true()[0])]) if len(hits) and starts.any() else len(rec)
+        tail = rec.slice(at).select(part.alias("oom_part"))["oom_part"]
+        rec = rec.with_columns(pl.repeat(False, at, eager=True, dtype=pl.Boolean).append(tail).alias("oom_part"))
+    # stack heads are hits with a stack signature's needle: tested on the hit rows only
     return rec.with_columns(_scatter(hit, hit, lambda m: m.str.contains_any(list(STACK_NEEDLES)), rec["msg"])
                             .alias("stack_head"))
 
@@ -286,7 +320,7 @@ class KernelEngine:
         rec = _keep(df, df["ok"] | df["cont"])
         if len(rec) == 0:
             return
-        rec = candidates(rec)
+        rec = candidates(rec, self.oom is not None)
         rec = self._boots(rec)
         self._python_pass(rec)
 
@@ -313,9 +347,9 @@ class KernelEngine:
             self._join_write()
             self.sink.fact(f"boot.{row[1]}.first_line", row[0], row[0])
         self.boot = int(rec["boot"][-1])
-        ts_nonnull = rec["ts"].drop_nulls()
-        if len(ts_nonnull):
-            self.last_ts = int(ts_nonnull[-1])
+        ts, nulls = rec["ts"], rec["ts"].null_count()
+        if nulls < len(ts):   # the chunk's last time (copying the column only when it holds nulls)
+            self.last_ts = int(ts[-1] if nulls == 0 else ts.drop_nulls()[-1])
         if bool(rec["ok"].any()):
             self.seen_record = True
         return rec
@@ -552,28 +586,33 @@ class KernelEngine:
         self.records += len(recs)
         if len(recs) == 0 or len(typed_lines) >= len(recs):   # typed lines are some of these rows
             return
-        name = pl.when(pl.col("kern")).then(pl.col("subsys").fill_null("kernel")).otherwise(
-            pl.col("ident").fill_null("syslog"))
+        # columns that are null on every row are left out (the sink writes them as nulls), and a chunk of
+        # kernel messages only (dmesg) needs no per-row choice between kernel and syslog values
+        all_kern = bool(recs["kern"].all())
         if bool(recs["new_boot"].any()) or bool((recs["boot"] > 0).any()):
             boot_attr = pl.when(pl.col("new_boot")).then(
                 pl.format('{{"boot":{},"boot_restart":true}}', pl.col("boot"))).when(pl.col("boot") > 0).then(
                 pl.format('{{"boot":{}}}', pl.col("boot"))).otherwise(pl.lit(None, pl.String))
         else:   # attrs only where the engine learnt something: none in the first boot
-            boot_attr = pl.lit(None, pl.String)
-        cols = [
-            pl.col("ts").alias("ts_raw_ns"),
-            pl.when(pl.col("kern")).then(pl.lit("kernel")).otherwise(pl.lit("syslog")).alias("category"),
-            name.alias("name"),
-            pl.col("sev").replace_strict(SEVERITY, default=None, return_dtype=pl.String).alias("severity"),
-            pl.col("lineno").alias("line"),
-            pl.col("line").alias("text"),
-            pl.when(pl.col("kern")).then(pl.lit(None, pl.Int64)).otherwise(pl.col("ipid")).alias("pid"),
-            boot_attr.alias("attrs"),
-        ]
+            boot_attr = None
+        if all_kern:
+            category, name = pl.lit("kernel"), pl.col("subsys").fill_null("kernel")
+        else:
+            category = pl.when(pl.col("kern")).then(pl.lit("kernel")).otherwise(pl.lit("syslog"))
+            name = pl.when(pl.col("kern")).then(pl.col("subsys").fill_null("kernel")).otherwise(
+                pl.col("ident").fill_null("syslog"))
+        cols = [pl.col("ts").alias("ts_raw_ns"), category.alias("category"), name.alias("name")]
+        if recs["sev"].null_count() < len(recs):
+            cols.append(pl.col("sev").replace_strict(SEVERITY, default=None, return_dtype=pl.String).alias("severity"))
+        cols += [pl.col("lineno").alias("line"), pl.col("line").alias("text")]
+        if not all_kern and recs["ipid"].null_count() < len(recs):
+            cols.append(pl.when(pl.col("kern")).then(pl.lit(None, pl.Int64)).otherwise(pl.col("ipid")).alias("pid"))
         if "local_time" in recs.columns:   # untimed lines that still say when (nvidia-bug-report grep section)
             ctx_attr = pl.when(pl.col("local_time").is_not_null()).then(
                 pl.struct("section", "local_time").struct.json_encode())
-            cols[-1] = pl.coalesce(ctx_attr, boot_attr).alias("attrs")
+            boot_attr = ctx_attr if boot_attr is None else pl.coalesce(ctx_attr, boot_attr)
+        if boot_attr is not None:
+            cols.append(boot_attr.alias("attrs"))
         if self.parser.per_line_host:
             cols.append(pl.col("host"))
         keep = ~recs["lineno"].is_in(list(typed_lines)) if typed_lines else None

@@ -531,3 +531,50 @@ def test_subsystem_equals_the_capture():
             "no subsystem here", "", "1abc: digit first", "a/b.c-d e: ok", "Killed process 1 (x)"] * 3
     s = pl.Series("msg", msgs)
     assert subsystem(s).to_list() == s.str.extract(SUBSYS, 1).to_list()
+
+
+def test_subsystem_and_prefixes_survive_a_hash_collision(monkeypatch):
+    """Heads are grouped by a 64-bit hash and checked exactly: if two heads shared a hash, the text
+    path gives the same answers (here every head gets one hash)."""
+    import polars as pl
+
+    from ingest.formats.kernel import SUBSYS, extract_distinct, subsystem
+    msgs = pl.Series("msg", ["NVRM: x", "sched: a", None, "", "eth0 (x): y", "NVRM: x", "x[1]: y", "plain"] * 2)
+    pre = pl.Series("line", ["kern  :info  : ", None, "<6>", "user  :err   : ", "kern  :info  : "])
+    want = subsystem(msgs).to_list(), extract_distinct(pre, r"(info|err)\s*: $").to_list()
+    assert want == (msgs.str.extract(SUBSYS, 1).to_list(), pre.str.extract(r"(info|err)\s*: $", 1).to_list())
+    hash_ = pl.Series.hash
+    monkeypatch.setattr(pl.Series, "hash", lambda s, *a, **k: hash_(s, *a, **k) * 0)
+    assert (subsystem(msgs).to_list(), extract_distinct(pre, r"(info|err)\s*: $").to_list()) == want
+
+
+def test_raw_plain_chunks_equal_the_general_path(monkeypatch):
+    """A chunk whose records are all "[ s.micros]" without a prefix takes the short path; the frame is
+    the one the general path builds (forced here by a RAW_PLAIN that matches nothing)."""
+    from ingest.formats import dmesg
+    lines = ["[    0.000001] a", "[1234567.999999]b", "[    3.000000]", "[   12.500000]  two spaces",
+             "garbage", "   indented", "[99999999999999999999.000000] too large", "", "[ x] no", "[   5.1] short"]
+    fast = _records(dmesg.DmesgRawParser, lines)
+    monkeypatch.setattr(dmesg, "RAW_PLAIN", r"^\b\B")
+    assert _records(dmesg.DmesgRawParser, lines).equals(fast)
+    assert fast["ok"].to_list() == [True] * 4 + [False] * 2 + [True] + [False] * 3
+    assert fast["ts"].to_list()[:4] == [1000, 1234567999999000, 3000000000, 12500000000]
+
+
+def test_oom_parts_are_tested_from_the_first_report_start():
+    """Without an open OOM report the part test starts at the first hit that can open one; from there
+    on (and with a report open) the column is the full test's."""
+    import polars as pl
+
+    from ingest.formats.kernel import candidates
+    msgs = ["memory: usage 1kB, limit 2kB, failcnt 3", "NVRM: Xid (PCI:0000:3b:00): 13, x",
+            "python invoked oom-killer: gfp_mask=0x0", "memory: usage 1kB, limit 2kB, failcnt 3",
+            "[  pid  ]   uid  tgid total_vm", "Memory cgroup stats for /x:"]
+    n = len(msgs)
+    rec = pl.DataFrame({"ok": [True] * n, "kern": [True] * n, "msg": msgs})
+    full, lazy = candidates(rec, True), candidates(rec, False)
+    assert lazy["oom_part"].to_list() == [False] * 3 + full["oom_part"].to_list()[3:]
+    assert full["oom_part"].to_list() == [True, False, False, True, True, True]
+    assert candidates(rec.head(2), False)["oom_part"].to_list() == [False, False]
+    assert lazy.drop("oom_part").equals(full.drop("oom_part"))
+
