@@ -3,7 +3,8 @@
 Every source is on one clock domain of its host (``ingest.model``). This module
 builds, per (host, domain), ``utc_ns = ts_raw_ns + offset_ns`` with an
 uncertainty and the method that found it, stores it in ``clock_map`` and fills
-``ts_utc_ns`` of every row whose source could be placed.
+``ts_utc_ns`` of every row whose source could be placed (for an incident whose heavy tables are
+attached Parquet, ``server/store.py``: the per-source offsets its views compute it from).
 
 Methods, best first (for the ``boot`` domain):
 
@@ -440,9 +441,26 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     cur = store.cursor()
     cur.execute("DELETE FROM clock_map WHERE incident_id = ?", [incident_id])
     store.insert_rows("clock_map", [e.row(incident_id) for e in entries])
+    attached = getattr(store, "attached_root", None)
+    if attached is not None and attached(incident_id):
+        # Heavy tables read from Parquet (server/store.py): their views compute ts_utc_ns from
+        # a per-source offset (the same expression as below) and the last boot of a kernel log
+        # with reboots (events of earlier boots stay unplaced, as below).
+        cur.execute("DELETE FROM source_offsets WHERE incident_id = ?", [incident_id])
+        cur.execute(
+            """INSERT INTO source_offsets
+               SELECT s.incident_id, s.source_id, c.offset_ns, c.drift_ppm,
+                      CASE WHEN s.clock_domain = 'boot' THEN
+                        (SELECT max(TRY_CAST(f.value AS INTEGER)) - 1 FROM facts f
+                         WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id AND f.key = 'boots'
+                           AND TRY_CAST(f.value AS INTEGER) > 1) END
+               FROM sources s JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
+                    AND c.domain = s.clock_domain
+               WHERE s.incident_id = ? AND c.offset_ns IS NOT NULL""", [incident_id])
+        return entries
     for table in ("events", "samples", "metrics", "collectives", "steps"):
         cur.execute(
-            f"""UPDATE {table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
+            f"""UPDATE main.{table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
                                          + CAST(COALESCE(c.drift_ppm, 0) * 1e-6 * t.ts_raw_ns AS BIGINT)
                 FROM sources s, clock_map c
                 WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
@@ -451,7 +469,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     # A kernel log with reboots in it: the anchors were read in the last boot, so the records
     # of earlier boots (their own boot clock) stay unplaced rather than being placed wrongly.
     cur.execute(
-        """UPDATE events AS e SET ts_utc_ns = NULL
+        """UPDATE main.events AS e SET ts_utc_ns = NULL
            FROM sources s, facts f
            WHERE e.incident_id = ? AND s.incident_id = e.incident_id AND s.source_id = e.source_id
              AND s.clock_domain = 'boot' AND f.incident_id = e.incident_id AND f.source_id = e.source_id

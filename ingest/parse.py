@@ -4,21 +4,33 @@
 or in-process. It never raises: every outcome (unrecognized, partial, failed)
 is a :class:`SourceResult` with a clear message naming the file (and the line
 where it stopped, when known).
+
+With ``job.parts_root`` (a run folder in the shared Parquet location, issue 15) the parts of a
+parse that did not fail are moved, once written, to their partitions
+(``ingest.sink.partition_path``); a failed parse leaves none there.
+
+Byte ranges (issue 15). A parser whose format allows it (``Parser.split_points``: perf script
+text, whose records are separated by blank lines) can have one large uncompressed file parsed
+as several jobs, each a byte range cut at a record boundary (:func:`split_job`); each range's
+lines keep their numbers in the whole file. :func:`merge_ranges` then makes the ranges' results
+one source, as the unsplit parse would have (``Parser.merge_ranges`` does the format's part).
 """
 from __future__ import annotations
 
 import gzip
+import io
+import os
 import time
 import traceback
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED
 from .reader import STREAM_ENDS, DecompressedLimit, Head, is_gzip
 from .registry import ParseContext, Registry, default_registry
-from .sink import RowSink
+from .sink import RowSink, partition_path
 
 
 @dataclass
@@ -29,6 +41,11 @@ class ParseJob:
     max_bytes: int | None = None
     time_zone: str | None = None
     parser: str | None = None  # skip detection: use this parser (set after a first detect)
+    source_id: int | None = None   # the source's id in the store (names its partitions)
+    parts_root: str | None = None  # move the parts to partitions under this run folder
+    host: str | None = None        # host of the partitions when known before the parse (path)
+    byte_range: tuple[int, int, int] | None = None   # (start, end, number of the first line)
+    part_base: int = 0             # added to the part numbers of the partitions (ranges)
 
 
 @dataclass
@@ -89,7 +106,10 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
 
     res.kind, res.format, res.clock_domain = parser_cls.kind, parser_cls.name, parser_cls.clock_domain
     sink = RowSink(job.out_dir, on_part=on_part)
-    ctx = ParseContext(p, job.rel, sink, max_bytes=job.max_bytes, time_zone=job.time_zone)
+    if job.byte_range:
+        ctx = RangeContext(p, job.rel, sink, job.byte_range, time_zone=job.time_zone)
+    else:
+        ctx = ParseContext(p, job.rel, sink, max_bytes=job.max_bytes, time_zone=job.time_zone)
     parser = parser_cls()
     failed = None
     try:
@@ -127,16 +147,49 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
     parts: dict[str, list[str]] = {}
     for f in sink.files:
         parts.setdefault(f.name.split(".")[0], []).append(str(f))
+    if job.parts_root:
+        try:
+            parts = _to_partitions(job, res.kind, job.host or res.host, parts)
+        except OSError as e:
+            for fs in parts.values():
+                for f in fs:
+                    Path(f).unlink(missing_ok=True)
+            res.status, res.error = STATUS_FAILED, f"{job.rel}: could not write parsed rows: {e}"
+            res.counts, res.records = {}, 0
+            return res
     res.parts = parts
     if ctx.truncated:
         res.status, res.error = STATUS_PARTIAL, ctx.truncated
     elif res.issues:
-        first = _first_issue(sink)
+        first = _first_issue(parts.get("parse_issues", []))
         res.status = STATUS_PARTIAL
         res.error = f"{res.issues} line(s) could not be used{first}"
     else:
         res.status = STATUS_PARSED
     return res
+
+
+def _to_partitions(job: ParseJob, kind: str, host: str | None,
+                   parts: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Move each part (``<table>.<n>.parquet``) to its partition; the new paths."""
+    if job.source_id is None:
+        raise ValueError(f"{job.rel}: a job with parts_root needs its source_id")
+    out: dict[str, list[str]] = {}
+    made: set[Path] = set()
+    for table, files in parts.items():
+        for f in files:
+            n = int(Path(f).name.split(".")[1]) + job.part_base
+            dest = partition_path(job.parts_root, table, kind, host, job.source_id, n)
+            if dest.parent not in made:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                made.add(dest.parent)
+            os.replace(f, dest)
+            out.setdefault(table, []).append(str(dest))
+    try:
+        Path(job.out_dir).rmdir()       # (the staging folder, now empty)
+    except OSError:
+        pass
+    return out
 
 
 def _stream_end(e: Exception) -> str:
@@ -147,10 +200,9 @@ def _stream_end(e: Exception) -> str:
     return f"the compressed stream is damaged ({e}); rows before the damage were kept"
 
 
-def _first_issue(sink: RowSink) -> str:
+def _first_issue(files: list[str]) -> str:
     try:
         import pyarrow.parquet as pq
-        files = [f for f in sink.files if f.name.startswith("parse_issues.")]
         if not files:
             return ""
         t = pq.read_table(files[0], columns=["line", "byte_offset", "message"]).slice(0, 1).to_pylist()
@@ -164,3 +216,126 @@ def _first_issue(sink: RowSink) -> str:
     except Exception:
         pass
     return ""
+
+
+# -- byte ranges ---------------------------------------------------------------------------------
+RANGE_PART_STRIDE = 100_000     # part numbers of range i start at i * this (partitions)
+
+
+class _RangeRaw(io.RawIOBase):
+    """Bytes [start, end) of a plain file; ``count`` as the reader's streams have it."""
+
+    def __init__(self, path: str, start: int, end: int):
+        self._f = open(path, "rb")
+        self._f.seek(start)
+        self._left = end - start
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._left <= 0:
+            return 0
+        n = self._f.readinto(memoryview(b)[:min(len(b), self._left)])
+        self._left -= n
+        self.count += n
+        return n
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            super().close()
+
+
+class RangeContext(ParseContext):
+    """A :class:`ParseContext` over one byte range of a file; ``line_frames`` numbers the lines
+    as in the whole file. (Only ``line_frames``: the formats that can be split read that.)"""
+
+    def __init__(self, path, rel: str, sink: RowSink, byte_range: tuple[int, int, int],
+                 time_zone: str | None = None):
+        super().__init__(path, rel, sink, None, time_zone)
+        self.byte_range = byte_range
+        self.line_shift = byte_range[2] - 1
+
+    def open(self):
+        start, end, _ = self.byte_range
+        self._stream = io.BufferedReader(_RangeRaw(self.path, start, end), buffer_size=1 << 20)
+        return self._stream
+
+    def lines(self):
+        raise NotImplementedError(f"{self.rel}: a byte range is read with line_frames only")
+
+
+def split_job(job: ParseJob, threshold: int, registry: Registry | None = None) -> list[ParseJob] | None:
+    """The byte-range jobs of a file larger than ``threshold`` whose format allows it (None: parse
+    it whole). Compressed files and files over the job's size limit are parsed whole."""
+    registry = registry or default_registry()
+    if not job.parser or job.byte_range or threshold <= 0:
+        return None
+    try:
+        parser_cls = registry.by_name(job.parser)
+    except KeyError:
+        return None
+    points = getattr(parser_cls, "split_points", None)
+    try:
+        size = Path(job.path).stat().st_size
+        if points is None or size <= threshold or is_gzip(job.path) or (job.max_bytes and size > job.max_bytes):
+            return None
+        ranges = points(job.path, threshold)
+    except OSError:
+        return None           # (the parse names the problem)
+    if not ranges or len(ranges) < 2:
+        return None
+    out = []
+    for i, rng in enumerate(ranges):
+        out.append(replace(job, out_dir=f"{job.out_dir}.r{i:04d}", byte_range=rng,
+                           part_base=i * RANGE_PART_STRIDE))
+    return out
+
+
+def merge_ranges(job: ParseJob, ranges: list[ParseJob], results: list, registry: Registry | None = None
+                 ) -> SourceResult:
+    """One source from its ranges' results (in range order; an exception for a range whose task
+    was lost). A failed range fails the source: every range's parts are removed."""
+    registry = registry or default_registry()
+    failed = next((r for r in results if isinstance(r, BaseException) or r.status == STATUS_FAILED), None)
+    if failed is not None:
+        for r in results:
+            for fs in ([] if isinstance(r, BaseException) else r.parts.values()):
+                for f in fs:
+                    Path(f).unlink(missing_ok=True)
+        if isinstance(failed, BaseException):
+            err = f"{job.rel}: parser process failed: {failed!r}"
+        else:
+            err = failed.error
+        first = next((r for r in results if not isinstance(r, BaseException)), None)
+        return SourceResult(job.rel, kind=first.kind if first else "unrecognized", status=STATUS_FAILED,
+                            error=err, bytes=Path(job.path).stat().st_size)
+    parser_cls = registry.by_name(job.parser)
+    out_dir = Path(f"{job.out_dir}.merge")
+    try:
+        res = parser_cls.merge_ranges(results, RowSink(out_dir))
+    except Exception as e:   # a bug, or a part that could not be read back: the source fails
+        for r in results:
+            for fs in r.parts.values():
+                for f in fs:
+                    Path(f).unlink(missing_ok=True)
+        tb = traceback.extract_tb(e.__traceback__)
+        origin = f" ({Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+        return SourceResult(job.rel, kind=results[0].kind, status=STATUS_FAILED, bytes=results[0].bytes,
+                            error=f"{job.rel}: merging its {len(results)} byte ranges failed: "
+                                  f"{type(e).__name__}: {e}{origin}")
+    res.rel = job.rel
+    if job.parts_root:
+        merged = {t: [f for f in fs if Path(f).parent == out_dir] for t, fs in res.parts.items()}
+        moved = _to_partitions(replace(job, out_dir=str(out_dir), part_base=len(ranges) * RANGE_PART_STRIDE),
+                               res.kind, job.host or res.host, {t: fs for t, fs in merged.items() if fs})
+        for t, fs in res.parts.items():
+            res.parts[t] = [f for f in fs if Path(f).parent != out_dir] + moved.get(t, [])
+    issues = res.parts.get("parse_issues", [])
+    if res.status != STATUS_FAILED and not res.error and res.issues:
+        res.status = STATUS_PARTIAL
+        res.error = f"{res.issues} line(s) could not be used{_first_issue(issues)}"
+    return res

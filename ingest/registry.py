@@ -64,6 +64,7 @@ class ParseContext:
         self.truncated: str | None = None      # why the file ended early, if it did
         self.bytes_read = 0
         self.lineno = 0                        # last line handed out by lines()
+        self.line_shift = 0                    # added to line numbers (a byte range: lines before it)
         self.stream_error: Exception | None = None   # why the lines ended early (see lines())
         self._stream = None
 
@@ -82,6 +83,8 @@ class ParseContext:
         stream = self.open()
         try:
             for df in line_frames(stream, chunk_bytes or CHUNK_BYTES, blank_as_null):
+                if self.line_shift:
+                    df = df.with_columns(df["lineno"] + self.line_shift)
                 self.lineno = int(df["lineno"][-1]) if len(df) else self.lineno
                 bad = df.filter(df["bad_utf8"])
                 room = max(0, self.sink.max_issues - self.sink.counts["parse_issues"])

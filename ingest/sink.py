@@ -16,12 +16,18 @@ Streaming: with ``on_part``, every part is announced (``on_part(table, path)``) 
 it is written, so the pipeline can load it into the store while the parse goes on. A
 parser that may still rewrite its parts (Kineto's time base after the event array) calls
 :meth:`RowSink.hold` first; held parts are announced by :meth:`RowSink.close`.
+
+Partitions: with a shared Parquet location (issue 15) a finished source's parts are moved to
+:func:`partition_path` (``<run>/<table>/kind=<kind>/host=<host>/<source id>-<n>.parquet``,
+hive style; the values escaped by :func:`partition_value`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -221,3 +227,27 @@ class RowSink:
     @property
     def records(self) -> int:
         return sum(v for k, v in self.counts.items() if k not in ("parse_issues", "facts"))
+
+
+NO_VALUE = "__HIVE_DEFAULT_PARTITION__"     # a partition key without a value (hive's name for it)
+
+
+def partition_value(v: str | None) -> str:
+    """A partition value as one safe folder-name component: percent-encoded except letters,
+    digits and ``._-~`` (``/`` becomes ``%2F``, so ``../x`` stays inside its ``host=`` folder),
+    long values cut with a hash of the whole."""
+    if v is None or v == "":
+        return NO_VALUE
+    s = quote(str(v), safe="")
+    if len(s) > 120:
+        s = s[:100] + "~" + hashlib.sha256(str(v).encode()).hexdigest()[:16]
+    return s
+
+
+def partition_path(root: str | os.PathLike, table: str, kind: str | None, host: str | None,
+                   source_id: int, n: int) -> Path:
+    """Where part ``n`` of a source's table goes under a run folder."""
+    if table not in TABLES:
+        raise KeyError(f"no table {table!r}")
+    return (Path(root) / table / f"kind={partition_value(kind)}" / f"host={partition_value(host)}"
+            / f"{int(source_id)}-{int(n):05d}.parquet")

@@ -136,12 +136,23 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
             console.print(f"  … and {len(shown) - 30} more")
 
 
+def _settings(args, **kw) -> Settings:
+    """Settings from the environment and the command's options (--executor, --ray-address and
+    --parts-dir where the command has them)."""
+    ray_address = getattr(args, "ray_address", None)    # (analyze only)
+    executor = getattr(args, "executor", None) or ("ray" if ray_address else None)
+    return Settings.from_env(db=args.db, home=args.home, executor=executor, ray_address=ray_address,
+                             parts_dir=getattr(args, "parts_dir", None), **kw)
+
+
 def _service(args, err: Console):
     """(settings, service) or (settings, None) after printing why the store cannot be opened."""
     from .service import Service
-    ray_address = getattr(args, "ray_address", None)    # (analyze only)
-    executor = getattr(args, "executor", None) or ("ray" if ray_address else None)
-    settings = Settings.from_env(db=args.db, home=args.home, executor=executor, ray_address=ray_address)
+    try:
+        settings = _settings(args)
+    except ValueError as e:      # (a --parts-dir it cannot use)
+        err.print(f"aftertrace: {escape(str(e))}")
+        raise SystemExit(2)
     try:
         return settings, Service(settings)
     except StoreError as e:   # includes StoreBusy
@@ -190,9 +201,12 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
 def cmd_serve(args, console: Console, err: Console) -> int:
     import uvicorn
     from .app import create_app
-    settings = Settings.from_env(db=args.db, home=args.home, host=args.host, port=args.port)
     try:
+        settings = _settings(args, host=args.host, port=args.port)
         app = create_app(settings)
+    except ValueError as e:
+        err.print(f"aftertrace: {escape(str(e))}")
+        return 2
     except StoreError as e:
         err.print(f"aftertrace: {e}")
         return 3
@@ -379,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--db", help="DuckDB store file (default: $AFTERTRACE_HOME/aftertrace.duckdb)")
         sp.add_argument("--home", help=argparse.SUPPRESS)
 
+    PARTS_HELP = ("shared location (local path or NFS mount, the same path on every Ray node) where parse "
+                  "tasks write Parquet partitions; incidents analysed with it keep their heavy tables there "
+                  "and the store reads them in place (default $AFTERTRACE_PARTS; without it rows are "
+                  "copied into the store)")
     a = sub.add_parser("analyze", help="ingest and analyse a crash bundle (folder, archive or file)")
     a.add_argument("path", help="directory, .tar/.tar.gz/.tgz/.tar.xz/.zip archive, or a single file")
     a.add_argument("--json", metavar="FILE", help="write the aftertrace.report/1 JSON here ('-' for stdout)")
@@ -390,12 +408,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--ray-address", metavar="ADDR",
                    help="Ray cluster to use with --executor ray (ray://host:10001, host:6379 or auto; "
                         "default $AFTERTRACE_RAY_ADDRESS, else a local Ray on this machine)")
+    a.add_argument("--parts-dir", metavar="PATH", help=PARTS_HELP)
     common(a)
     a.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("serve", help="run the web UI and HTTP API")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--parts-dir", metavar="PATH", help=PARTS_HELP + "; applies to bundles uploaded to the server")
     common(s)
     s.set_defaults(func=cmd_serve)
 

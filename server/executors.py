@@ -8,12 +8,15 @@ rows, the sources and the report are the same whichever runs them.
 
 Storage. A job reads ``job.path`` (the extracted file) and writes its Parquet parts under
 ``job.out_dir`` (the incident's ``work/`` folder); the result names those parts by path and the
-service loads them into DuckDB. With a local Ray (``ray.init(num_cpus=...)``) every worker is on
-this machine and the incident folder is simply shared. On a real multi-machine cluster
-(``--ray-address``) the workers must see the same paths: put ``AFTERTRACE_HOME`` (where the
-bundle is extracted and the parts are written) on a shared file system (NFS or similar) mounted
-at the same path on every node, and install aftertrace (``pip install aftertrace[ray]``) on
-every node. Object storage is not supported yet.
+service loads them into DuckDB. With a shared Parquet location (``--parts-dir``,
+``job.parts_root``) the parts end up as partitions there instead and the store reads the heavy
+tables in place (``server/store.py``). A large perf script text is several jobs, one per byte
+range (``ingest.parse.split_job``), merged by the service when the last one is in. With a local
+Ray (``ray.init(num_cpus=...)``) every worker is on this machine and the folders are simply
+shared. On a real multi-machine cluster (``--ray-address``) the workers must see the same paths:
+put ``AFTERTRACE_HOME`` (where the bundle is extracted and the parts are written) and the parts
+dir on a shared file system (NFS or similar) mounted at the same path on every node, and install
+aftertrace (``pip install aftertrace[ray]``) on every node. Object storage is not supported yet.
 """
 from __future__ import annotations
 

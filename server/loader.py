@@ -23,9 +23,18 @@ Every call is queued and runs in the order it was made. A failed insert is raise
 :meth:`IncidentLoad.commit`, which then rolls the transaction back; so does
 :meth:`IncidentLoad.abort`. A source whose parse failed after some of its parts were
 loaded is removed with :meth:`IncidentLoad.drop_source`.
+
+Attached incidents (``root``: the run folder of the incident's Parquet partitions, see
+``server/store.py``): the parts of the heavy tables (``store.ATTACHED_TABLES``) stay where
+they are and are not inserted; the small tables are inserted as above. Before ``COMMIT`` the small
+files of each partition folder are compacted into one (``Store.compact_partitions``) and the
+incident's views are pointed at the run, inside the transaction; after it the previous run's
+folder is removed (and after a rollback, the new one). An incident that was attached and is
+analysed without a Parquet location gets empty views (native again) the same way.
 """
 from __future__ import annotations
 
+import shutil
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,7 +42,7 @@ from typing import Callable
 
 from ingest.model import PARSER_TABLES
 
-from .store import Store
+from .store import ATTACHED_TABLES, Store
 
 BATCH_BYTES = 32 << 20      # Parquet bytes gathered per table before an insert
 BATCH_FILES = 400
@@ -41,9 +50,15 @@ BIG_PART = 1 << 20       # a part this large is inserted at once (a large file's
 
 
 class IncidentLoad:
-    def __init__(self, store: Store, incident_id: str):
+    def __init__(self, store: Store, incident_id: str, root: str | Path | None = None):
         self.store = store
         self.incident_id = incident_id
+        self.root = str(root) if root is not None else None
+        members = store.attached()
+        self.old_root = members.get(incident_id, (None,))[0]
+        self.member = self.root is not None or incident_id in members
+        if self.root is not None:
+            store.join(incident_id)     # (its own transaction, before the load's begins)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"load-{incident_id}")
         self._futures: deque[Future] = deque()
         self._failed: BaseException | None = None
@@ -69,14 +84,18 @@ class IncidentLoad:
         return lambda table, path: self.part(source_id, table, path)
 
     def drop_source(self, source_id: int) -> None:
-        """Remove the rows loaded so far for a source (its parse failed)."""
+        """Remove the rows loaded so far for a source (its parse failed), and its partitions."""
         self._submit(self._drop, source_id)
+        if self.root is not None:
+            remove_source_partitions(self.root, source_id)
 
     def commit(self, finish: Callable[[], None]) -> None:
         """Run ``finish`` (the last inserts) in the load's transaction and commit it; on any
         failure, roll back and raise the first error."""
         self._submit(self._flush)
         self._submit(finish)
+        if self.member:
+            self._submit(self._attach)
         try:
             self._drain()
             if self._failed is not None:
@@ -87,6 +106,8 @@ class IncidentLoad:
             raise
         finally:
             self._close()
+        if self.old_root and self.old_root != self.root:
+            shutil.rmtree(self.old_root, ignore_errors=True)
 
     def abort(self) -> None:
         """Roll back everything loaded (safe to call more than once)."""
@@ -99,6 +120,8 @@ class IncidentLoad:
             pass
         finally:
             self._close()
+        if self.root is not None and self.root != self.old_root:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     # -- on the load thread ---------------------------------------------------------
     def _submit(self, fn, *args) -> None:
@@ -118,6 +141,8 @@ class IncidentLoad:
         self.store.delete_incident_rows(self.incident_id)
 
     def _gather(self, table: str, files: list[str], source_id: int) -> None:
+        if self.root is not None and table in ATTACHED_TABLES:
+            return                   # read in place through the incident's views
         pend = self._pending.setdefault(table, [])
         big = False
         for f in files:
@@ -142,7 +167,15 @@ class IncidentLoad:
         self._flush()
         cur = self.store.cursor()
         for t in PARSER_TABLES:
-            cur.execute(f"DELETE FROM {t} WHERE incident_id = ? AND source_id = ?", [self.incident_id, source_id])
+            cur.execute(f"DELETE FROM main.{t} WHERE incident_id = ? AND source_id = ?",
+                        [self.incident_id, source_id])
+
+    def _attach(self) -> None:
+        tables = [t for t in ATTACHED_TABLES
+                  if self.root is not None and next(Path(self.root).glob(f"{t}/*/*/*.parquet"), None)]
+        for t in tables:      # one file per kind and host instead of one per source (small ones)
+            self.store.compact_partitions(self.root, t)
+        self.store.attach(self.incident_id, self.root, tables)
 
     def _exec(self, sql: str) -> None:
         self.store.cursor().execute(sql)
@@ -154,3 +187,10 @@ class IncidentLoad:
     def _close(self) -> None:
         self._open = False
         self._pool.shutdown(wait=True)
+
+
+def remove_source_partitions(root: str | Path, source_id: int) -> None:
+    """Delete every partition file of one source under a run folder."""
+    for t in PARSER_TABLES:
+        for f in Path(root).glob(f"{t}/*/*/{int(source_id)}-*.parquet"):
+            f.unlink(missing_ok=True)

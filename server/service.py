@@ -35,7 +35,7 @@ from ingest import attribution
 from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_full, extract, is_disk_full, sniff_kind,
                            store_raw, store_stream)
 from ingest.model import STATUS_FAILED, STATUS_PARSED
-from ingest.parse import ParseJob, SourceResult, parse_file
+from ingest.parse import ParseJob, SourceResult, merge_ranges, parse_file, split_job
 from ingest.reader import Head
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
@@ -233,11 +233,23 @@ class Service(Queries, Shares, Exports):
 
     def _run(self, inc: dict, progress: Progress) -> dict:
         # One transaction loads the incident's rows, part by part while files are parsed.
-        load = IncidentLoad(self.store, inc["incident_id"])
+        root = self._run_folder(inc["incident_id"])
+        load = IncidentLoad(self.store, inc["incident_id"], root)
         try:
             return self._pipeline(inc, progress, load)
         finally:
             load.abort()      # a no-op once committed
+
+    def _run_folder(self, incident_id: str) -> Path | None:
+        """With a Parquet location (``settings.parts_dir``): this analysis's own run folder,
+        ``<parts dir>/<incident>/run-<UTC time>-<random>`` (the previous run stays readable
+        until the new one is committed, then it is removed)."""
+        if self.settings.parts_dir is None:
+            return None
+        stamp = _now().strftime("%Y%m%dT%H%M%S")
+        root = Path(self.settings.parts_dir) / incident_id / f"run-{stamp}-{os.urandom(4).hex()}"
+        root.mkdir(parents=True)
+        return root
 
     def _pipeline(self, inc: dict, progress: Progress, load: IncidentLoad) -> dict:
         iid = inc["incident_id"]
@@ -253,6 +265,8 @@ class Service(Queries, Shares, Exports):
         if work_dir.exists():
             shutil.rmtree(work_dir)
         work_dir.mkdir(parents=True)
+        root = load.root                     # attached: the run folder of the partitions
+        staging = Path(root) / "_staging" if root else None
 
         notes: list[str] = []
         if ex.stopped:
@@ -274,10 +288,24 @@ class Service(Queries, Shares, Exports):
         groups = self.registry.claim_groups([(m.path, str(m.file)) for m in ok])
         in_group = {rel: g.rel for _, g in groups for rel, _ in g.members}
         ok = [m for m in ok if m.path not in in_group]
+        # Source ids, known before the parse so that parts load while files are parsed:
+        # groups first, then every other member by path (the order of the sources rows).
+        sid_of = {g.rel: n for n, (_, g) in enumerate(groups, 1)}
+        for m in members:
+            if m.path not in in_group:
+                sid_of[m.path] = len(sid_of) + 1
+
+        def where(rel: str, out: Path) -> dict:
+            """out_dir, and with a Parquet location the partitions the parts go to."""
+            if staging is None:
+                return {"out_dir": str(out)}
+            return {"out_dir": str(staging / str(sid_of[rel])), "source_id": sid_of[rel],
+                    "parts_root": str(root), "host": attribution.host_from_path(rel)}
+
         for n, (parser, g) in enumerate(groups):
             man = write_group_manifest(g, work_dir / f"group{n:05d}.json")
-            jobs.append(ParseJob(man, g.rel, str(work_dir / f"group{n:05d}"),
-                                 self.settings.limits.max_member_bytes, None, parser.name))
+            jobs.append(ParseJob(man, g.rel, max_bytes=self.settings.limits.max_member_bytes, parser=parser.name,
+                                 **where(g.rel, work_dir / f"group{n:05d}")))
         for i, m in enumerate(ok):
             progress("detect", i, len(ok))
             try:
@@ -289,17 +317,10 @@ class Service(Queries, Shares, Exports):
             if not det.recognized:
                 results[m.path] = SourceResult(m.path, error=det.reason, bytes=m.file.stat().st_size)
                 continue
-            job = ParseJob(str(m.file), m.path, str(work_dir / f"{len(jobs) + len(host_jobs):06d}"),
-                           self.settings.limits.max_member_bytes, None, det.parser.name)
+            job = ParseJob(str(m.file), m.path, max_bytes=self.settings.limits.max_member_bytes,
+                           parser=det.parser.name, **where(m.path, work_dir / f"{len(jobs) + len(host_jobs):06d}"))
             (host_jobs if det.parser.kind == "host_info" else jobs).append(job)
         progress("detect", len(ok), len(ok))
-
-        # Source ids, known before the parse so that parts load while files are parsed:
-        # groups first, then every other member by path (the order of the sources rows).
-        sid_of = {g.rel: n for n, (_, g) in enumerate(groups, 1)}
-        for m in members:
-            if m.path not in in_group:
-                sid_of[m.path] = len(sid_of) + 1
         # Host info first: it tells the bundle's time zone for local-time strings.
         for job in host_jobs:
             results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
@@ -309,6 +330,8 @@ class Service(Queries, Shares, Exports):
             notes.append(f"time zone {tz!r} ({tz_from}) is not known; local times were read as UTC")
         for job in jobs:
             job.time_zone = tz if tz_ok else "UTC"
+        if root:       # the partitions' host: as attributed from paths, the manifest, host-info files
+            self._partition_hosts(jobs, host_jobs, results, manifest)
         self._parse_all(jobs, results, progress, sid_of, load)
         for r in results.values():   # a full disk is not the file's fault: the analysis stops
             if r.status == STATUS_FAILED and r.error and is_disk_full(Exception(r.error)):
@@ -342,6 +365,8 @@ class Service(Queries, Shares, Exports):
         load.commit(lambda: self._finish_load(iid, sources, att, tz, tz_from))
         progress("store", 1, 1)
         shutil.rmtree(work_dir, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
         progress("analyze", 0, 1)
         entries = clocks.align(self.store, iid)
@@ -355,8 +380,32 @@ class Service(Queries, Shares, Exports):
         progress("analyze", 1, 1)
         return rep
 
+    @staticmethod
+    def _partition_hosts(jobs: list[ParseJob], host_jobs: list[ParseJob], results: dict,
+                         manifest: dict | None) -> None:
+        """``job.host`` of each job: its host as far as it is known before the parse (the final
+        attribution also reads the files' contents; the partition's name only organises)."""
+        info = {j.rel for j in host_jobs}
+        att = [attribution.Attributable(j.rel, "host_info" if j.rel in info else "other",
+                                        content_host=results[j.rel].host if j.rel in info else None)
+               for j in host_jobs + jobs]
+        hosts = {h: v.get("paths", []) for h, v in ((manifest or {}).get("hosts") or {}).items()
+                 if isinstance(v, dict)}
+        attribution.resolve(att, hosts)
+        host_of = {a.path: a.host for a in att}
+        for j in jobs:
+            j.host = host_of.get(j.rel) or j.host
+
     def _parse_one(self, job: ParseJob, sid: int, load: IncidentLoad) -> SourceResult:
-        """Parse in this process, loading each part as soon as it is written."""
+        """Parse in this process, loading each part as soon as it is written (to partitions:
+        loading the small tables once the parts are in place)."""
+        if job.parts_root:
+            r = parse_file(job, self.registry)
+            if r.status == STATUS_FAILED:
+                load.drop_source(sid)
+            else:
+                load.parts(sid, r.parts)
+            return r
         r = parse_file(job, self.registry, on_part=load.announcer(sid))
         if r.status == STATUS_FAILED:
             load.drop_source(sid)
@@ -366,7 +415,8 @@ class Service(Queries, Shares, Exports):
                    sid_of: dict[str, int], load: IncidentLoad) -> None:
         """Small bundles and single files in this process (parts load as they are written);
         the rest on the executor of the settings: a local process pool or Ray
-        (:mod:`server.executors`), each file one task, its parts loaded as it finishes."""
+        (:mod:`server.executors`), each file one task (a large perf script text: one task per
+        byte range of about ``settings.split_bytes``), its parts loaded as it finishes."""
         total = sum(Path(j.path).stat().st_size for j in jobs)
         n = len(jobs)
         progress("parse", 0, n)
@@ -377,16 +427,40 @@ class Service(Queries, Shares, Exports):
                 results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
                 progress("parse", i + 1, n)
             return
-        jobs = sorted(jobs, key=lambda j: -Path(j.path).stat().st_size)
+        # Large files whose format allows it are parsed in byte ranges, one task each; their
+        # results are merged into one source when the last range is in (ingest/parse.py).
+        tasks: list[ParseJob] = []
+        split: dict[str, tuple[ParseJob, list[ParseJob], dict[int, object]]] = {}
+        for job in jobs:
+            ranges = split_job(job, self.settings.split_bytes, self.registry)
+            if ranges:
+                split[job.rel] = (job, ranges, {})
+                tasks += ranges
+            else:
+                tasks.append(job)
+        tasks.sort(key=lambda j: -(j.byte_range[1] - j.byte_range[0] if j.byte_range
+                                   else Path(j.path).stat().st_size))
         executor = self._executor(workers)
+        done = 0
         try:
-            for i, (job, r) in enumerate(executor.map_unordered(parse_file, jobs)):
+            for task, r in executor.map_unordered(parse_file, tasks):
+                job = task
+                if task.byte_range:
+                    whole, ranges, got = split[task.rel]
+                    got[task.part_base] = r
+                    if len(got) < len(ranges):
+                        continue
+                    job = whole
+                    r = merge_ranges(whole, ranges, [got[rg.part_base] for rg in ranges], self.registry)
                 if isinstance(r, BaseException):   # the worker itself died / the task was lost
                     r = SourceResult(job.rel, status=STATUS_FAILED,
                                      error=f"{job.rel}: parser process failed: {r!r}")
                 results[job.rel] = r
                 load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
-                progress("parse", i + 1, n)
+                if r.status == STATUS_FAILED and job.parts_root:
+                    load.drop_source(sid_of[job.rel])  # (a worker that died mid-way)
+                done += 1
+                progress("parse", done, n)
         finally:
             executor.close()
 

@@ -34,10 +34,24 @@ class Settings:
     api_token: str | None = None     # when set, API writes need "Authorization: Bearer <token>"
     executor: str = "local"          # where files are parsed: "local" (process pool) or "ray"
     ray_address: str | None = None   # with executor="ray": the cluster; None = start a local Ray
+    # Shared location of Parquet partitions (local path or NFS): when set, incidents analysed with
+    # these settings keep their heavy tables there and the store attaches them (server/store.py)
+    parts_dir: Path | None = None
+    # perf script text (uncompressed) larger than this is parsed in byte ranges of about this size,
+    # one task each ($AFTERTRACE_SPLIT_BYTES; 0: never)
+    split_bytes: int = 64 * 1024**2
 
     def __post_init__(self):
         if self.executor not in ("local", "ray"):
             raise ValueError(f"unknown executor {self.executor!r}: 'local' or 'ray'")
+        if self.parts_dir is not None:
+            p = Path(self.parts_dir).expanduser()
+            if "://" in str(self.parts_dir):
+                raise ValueError(f"parts dir {self.parts_dir}: object storage is not supported yet; "
+                                 "give a local path or an NFS mount")
+            if any(c in str(p) for c in "*?[]{}'"):
+                raise ValueError(f"parts dir {self.parts_dir}: no glob characters or quotes in the path, please")
+            object.__setattr__(self, "parts_dir", p.resolve())
 
     @classmethod
     def from_env(cls, home: str | os.PathLike | None = None, db: str | os.PathLike | None = None,
@@ -49,6 +63,12 @@ class Settings:
             kw["executor"] = os.environ.get("AFTERTRACE_EXECUTOR") or "local"
         if kw.get("ray_address") is None:
             kw["ray_address"] = os.environ.get("AFTERTRACE_RAY_ADDRESS") or None
+        if kw.get("parts_dir") is None:
+            kw["parts_dir"] = os.environ.get("AFTERTRACE_PARTS") or None
+        if kw.get("split_bytes") is None:
+            kw.pop("split_bytes", None)
+            if os.environ.get("AFTERTRACE_SPLIT_BYTES"):
+                kw["split_bytes"] = int(os.environ["AFTERTRACE_SPLIT_BYTES"])
         return cls(home=h, db_path=d, **kw)
 
     def with_(self, **kw) -> "Settings":

@@ -37,9 +37,18 @@ other event is a ``samples`` row. Where ``sched_switch`` records carry a CPU,
 on-CPU intervals per thread are derived (events named ``oncpu`` with a
 duration). Output of ``perf script --reltime/--deltatime`` cannot be placed in
 time: the source gets clock domain ``none`` and says so.
+
+Byte ranges (issue 15): every record header line starts a record, so a large file can be cut
+before header lines (:meth:`PerfScriptParser.split_points`) and its ranges parsed as separate
+tasks (``ingest.parse.split_job``). Each range builds its own stack tree and leaves what
+crosses its end in ``attrs["_range"]`` (the last context switch per CPU, the first times);
+:meth:`PerfScriptParser.merge_ranges` then makes one source of them: one stack tree (the
+ranges' trees merged, their samples' and events' stack ids renumbered into it), the on-CPU
+intervals that span a cut, the clock decisions on the whole file's times, the sums.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import polars as pl
@@ -241,6 +250,19 @@ class PerfScriptParser(Parser):
         # no times at all: only with call chains, whose shape is unmistakable
         return untimed >= 1 and frames >= untimed and ok >= 0.9
 
+    # -- byte ranges ----------------------------------------------------------------
+    @classmethod
+    def split_points(cls, path: str, target: int) -> list[tuple[int, int, int]] | None:
+        """(start, end, number of the first line) of ranges of about ``target`` bytes, each
+        starting at a record header line (None: no header line to cut at)."""
+        return _split_points(path, target)
+
+    @classmethod
+    def merge_ranges(cls, results: list, sink) -> "object":
+        """One ``SourceResult`` from the results of the file's ranges (in order); ``sink``
+        takes the rows the merge adds (stack tree, on-CPU intervals across cuts, issues)."""
+        return _merge_ranges(results, sink)
+
     # -- parsing -----------------------------------------------------------------
     def parse(self, ctx: ParseContext) -> None:
         st = _State(ctx)
@@ -277,6 +299,7 @@ class _State:
         self.next_rec = 0
         self.header_done = False
         self.switch_carry: pl.DataFrame | None = None
+        self.first_switch: dict[int, int] = {}   # cpu -> its first switch time (byte ranges)
         self.first_ts: int | None = None
         self.min_ts: int | None = None
         self.samples = 0
@@ -538,6 +561,9 @@ class _State:
             pl.col("f_next_comm").alias("comm"), pl.col("lineno"))
         if sw.is_empty():
             return
+        if getattr(self.ctx, "byte_range", None) is not None:
+            for cpu, ts in sw.group_by("cpu").agg(pl.col("ts_raw_ns").min()).iter_rows():
+                self.first_switch.setdefault(cpu, ts)
         if self.switch_carry is not None:
             sw = pl.concat([self.switch_carry, sw])
         sw = sw.sort("cpu", "ts_raw_ns").with_columns(
@@ -558,21 +584,235 @@ class _State:
             sink.add_frame("stacks", stacks)
         ctx.attrs.update(samples=self.samples, tracepoints=self.events, stack_nodes=len(self.stacks.nodes),
                          distinct_frames=len(self.stacks.frames))
-        if self.untimed and self.first_ts is None:
-            ctx.clock_domain = CLOCK_NONE
-            ctx.attrs["time_note"] = ("the records carry no time stamps (perf script -F without 'time'): "
-                                      "they cannot be placed on the timeline")
+        if getattr(ctx, "byte_range", None) is not None:    # decided on the whole file by merge_ranges
+            carry = [] if self.switch_carry is None else self.switch_carry.to_dicts()
+            ctx.attrs["_range"] = {"first_ts": self.first_ts, "min_ts": self.min_ts, "untimed": self.untimed,
+                                   "header_first_ns": self.header_first_ns, "carry": carry,
+                                   "first_switch": dict(self.first_switch)}
             return
-        relative = self.min_ts is not None and self.min_ts < 1 * NS and (
-            self.header_first_ns is None or abs(self.header_first_ns - self.min_ts) > NS)
-        if self.header_first_ns is not None and self.first_ts is not None and \
-                abs(self.header_first_ns - self.first_ts) > NS:
-            relative = True
-        if relative:
-            ctx.clock_domain = CLOCK_NONE
-            ctx.attrs["time_note"] = ("times are relative (perf script --reltime or --deltatime): "
-                                      "they cannot be placed on the timeline")
-            sink.issue("relative_time", ctx.attrs["time_note"], None, None)
+        _time_verdict(ctx, sink, self.first_ts, self.min_ts, self.untimed, self.header_first_ns)
+
+
+def _time_verdict(ctx, sink, first_ts: int | None, min_ts: int | None, untimed: int,
+                  header_first_ns: int | None) -> None:
+    """Records without times, or with relative ones, cannot be placed: clock domain none."""
+    if untimed and first_ts is None:
+        ctx.clock_domain = CLOCK_NONE
+        ctx.attrs["time_note"] = ("the records carry no time stamps (perf script -F without 'time'): "
+                                  "they cannot be placed on the timeline")
+        return
+    relative = min_ts is not None and min_ts < 1 * NS and (
+        header_first_ns is None or abs(header_first_ns - min_ts) > NS)
+    if header_first_ns is not None and first_ts is not None and abs(header_first_ns - first_ts) > NS:
+        relative = True
+    if relative:
+        ctx.clock_domain = CLOCK_NONE
+        ctx.attrs["time_note"] = ("times are relative (perf script --reltime or --deltatime): "
+                                  "they cannot be placed on the timeline")
+        sink.issue("relative_time", ctx.attrs["time_note"], None, None)
+
+
+# -- byte ranges ----------------------------------------------------------------------------------
+_FRAME_LINE_B = re.compile(FRAME_LINE.encode())
+_TIME_TOKEN_B = re.compile(TIME_TOKEN.encode())
+MAX_RECORD_SCAN = 64 << 20     # no header line within this many bytes after a cut: stop cutting
+
+
+def _is_header(line: bytes) -> bool:
+    """What ``_classify`` calls a header line (not a comment, blank or frame line)."""
+    line = line.rstrip(b"\r")
+    if not line or line.startswith(b"#") or line.startswith(b"\t"):
+        return False
+    if line.startswith(b" "):
+        if not line.strip():
+            return False
+        if _FRAME_LINE_B.match(line) and not _TIME_TOKEN_B.search(line):
+            return False
+    return True
+
+
+def _header_at_or_after(f, pos: int, size: int) -> int | None:
+    """Offset of the first header line that starts after ``pos`` (at a line start)."""
+    f.seek(pos)
+    buf, base, i = b"", pos, None
+    while True:
+        block = f.read(1 << 16)
+        if not block:
+            return None
+        buf += block
+        if i is None:                       # skip the rest of the line pos falls in
+            nl = buf.find(b"\n")
+            if nl < 0:
+                continue
+            i = nl + 1
+        while True:
+            nl = buf.find(b"\n", i)
+            if nl < 0:
+                break
+            if _is_header(buf[i:nl]):
+                return base + i
+            i = nl + 1
+        if len(buf) > MAX_RECORD_SCAN:
+            return None
+
+
+def _split_points(path: str, target: int) -> list[tuple[int, int, int]] | None:
+    size = os.path.getsize(path)
+    n = -(-size // max(1, target))
+    cuts = [0]
+    with open(path, "rb") as f:
+        for i in range(1, n):
+            cut = _header_at_or_after(f, max(size * i // n, cuts[-1]), size)
+            if cut is None:
+                break
+            if cut > cuts[-1]:
+                cuts.append(cut)
+        if len(cuts) < 2:
+            return None
+        # the number of each range's first line: one pass counting newlines
+        f.seek(0)
+        firsts, pos, lines = [], 0, 0
+        for c in cuts:
+            while pos < c:
+                block = f.read(min(8 << 20, c - pos))
+                if not block:
+                    break
+                lines += block.count(b"\n")
+                pos += len(block)
+            firsts.append(lines + 1)
+    ends = cuts[1:] + [size]
+    return list(zip(cuts, ends, firsts))
+
+
+def _merge_ranges(results: list, sink):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from ..model import STATUS_PARSED, TABLES
+    from ..parse import SourceResult
+    first = results[0]
+    states = [r.attrs.pop("_range") for r in results]
+    res = SourceResult(first.rel, kind=first.kind, format=first.format, clock_domain=first.clock_domain,
+                       status=STATUS_PARSED, bytes=first.bytes, compressed=first.compressed, host=first.host,
+                       rank=first.rank, pid=first.pid)
+    res.bytes_read = sum(r.bytes_read for r in results)
+    res.parse_s = sum(r.parse_s for r in results)
+
+    # one stack tree: each range's nodes (parents before children) looked up or added in order
+    keys: dict[tuple, int] = {}
+    parent_of: list[int | None] = []
+    frame_of: list[str] = []
+    dso_of: list[str | None] = []
+    depth_of: list[int] = []
+    maps: list[list[int]] = []
+    for r in results:
+        files = r.parts.pop("stacks", [])
+        mp: list[int] = []
+        if files:
+            t = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("stack_id")
+            ids = t["stack_id"].to_pylist()
+            if ids != list(range(len(ids))):
+                raise ValueError(f"{r.rel}: the stack ids of a range are not 0..n-1")
+            for parent, frame, dso, depth in zip(t["parent_id"].to_pylist(), t["frame"].to_pylist(),
+                                                 t["dso"].to_pylist(), t["depth"].to_pylist()):
+                pg = None if parent is None else mp[parent]
+                k = (pg, frame, dso)
+                g = keys.get(k)
+                if g is None:
+                    g = keys[k] = len(parent_of)
+                    parent_of.append(pg)
+                    frame_of.append(frame)
+                    dso_of.append(dso)
+                    depth_of.append(depth)
+                mp.append(g)
+            for f in files:
+                os.unlink(f)
+        maps.append(mp)
+        r.counts["stacks"] = 0
+    for r, mp in zip(results, maps):
+        if mp == list(range(len(mp))):
+            continue
+        lookup = pa.array(mp, pa.int64())
+        for f in r.parts.get("samples", []):
+            t = pq.read_table(f)
+            i = t.schema.get_field_index("stack_id")
+            t = t.set_column(i, "stack_id", pc.take(lookup, t["stack_id"]))
+            _rewrite(f, t)
+        for f in r.parts.get("events", []):
+            df = pl.read_parquet(f)
+            old = df["attrs"].str.extract(r'"stack_id":(\d+)\}$', 1).cast(pl.Int64)
+            if old.null_count() == len(old):
+                continue
+            new = pl.Series(mp, dtype=pl.Int64).gather(old)
+            df = df.with_columns(attrs=pl.when(old.is_not_null()).then(
+                pl.col("attrs").str.extract(r'^(.*"stack_id":)\d+\}$', 1) + new.cast(pl.String) + "}"
+            ).otherwise(pl.col("attrs")))
+            _rewrite(f, df.to_arrow().cast(TABLES["events"].arrow_schema()))
+    if parent_of:
+        sink.add_frame("stacks", pl.DataFrame({
+            "stack_id": pl.Series(range(len(parent_of)), dtype=pl.Int64),
+            "parent_id": pl.Series(parent_of, dtype=pl.Int64), "frame": pl.Series(frame_of, dtype=pl.String),
+            "dso": pl.Series(dso_of, dtype=pl.String), "depth": pl.Series(depth_of, dtype=pl.Int32)}))
+
+    # on-CPU intervals that span a cut: a range's last switch on a CPU ends at the first switch
+    # on that CPU in the ranges after it
+    carry: dict[int, dict] = {}
+    spans = []
+    for st in states:
+        for cpu, ts in st["first_switch"].items():
+            c = carry.pop(cpu, None)
+            if c is not None and c["tid"] is not None and c["tid"] != 0:
+                spans.append({**c, "end": ts})
+        carry.update({c["cpu"]: c for c in st["carry"]})
+    if spans:
+        sw = pl.DataFrame(spans, schema={"cpu": pl.Int32, "ts_raw_ns": pl.Int64, "tid": pl.Int64,
+                                         "comm": pl.String, "lineno": pl.Int64, "end": pl.Int64})
+        sink.add_frame("events", sw.select(
+            tid="tid", ts_raw_ns="ts_raw_ns", dur_ns=pl.col("end") - pl.col("ts_raw_ns"),
+            category=pl.lit("sched"), name=pl.lit("oncpu"), line="lineno",
+            attrs=pl.struct(pl.col("cpu"), pl.col("comm")).struct.json_encode()))
+
+    # the clock decisions on the whole file's times
+    class _Ctx:
+        clock_domain = first.clock_domain
+        attrs = dict(first.attrs)
+    ctx = _Ctx()
+    tracepoints: dict[str, int] = {}
+    for r in results:
+        for k, v in (r.attrs.get("tracepoints") or {}).items():
+            tracepoints[k] = tracepoints.get(k, 0) + v
+    ctx.attrs.update(samples=sum(r.attrs.get("samples", 0) for r in results), tracepoints=tracepoints,
+                     stack_nodes=len(parent_of), distinct_frames=len({(f, d) for f, d in zip(frame_of, dso_of)}))
+    firsts = [st["first_ts"] for st in states if st["first_ts"] is not None]
+    mins = [st["min_ts"] for st in states if st["min_ts"] is not None]
+    _time_verdict(ctx, sink, firsts[0] if firsts else None, min(mins) if mins else None,
+                  sum(st["untimed"] for st in states), states[0]["header_first_ns"])
+    res.clock_domain, res.attrs = ctx.clock_domain, ctx.attrs
+
+    added = sink.close()
+    parts: dict[str, list[str]] = {}
+    for r in results:
+        for t, fs in r.parts.items():
+            parts.setdefault(t, []).extend(fs)
+    for f in sink.files:
+        parts.setdefault(f.name.split(".")[0], []).append(str(f))
+    res.parts = parts
+    counts: dict[str, int] = {}
+    for c in [r.counts for r in results] + [added]:
+        for t, n in c.items():
+            counts[t] = counts.get(t, 0) + n
+    res.counts = counts
+    res.records = sum(n for t, n in counts.items() if t not in ("parse_issues", "facts"))
+    res.issues = sum(r.issues for r in results) + sink.issues_total
+    return res
+
+
+def _rewrite(path: str, table) -> None:
+    import pyarrow.parquet as pq
+    tmp = f"{path}.tmp"
+    pq.write_table(table, tmp, compression="lz4", row_group_size=122_880)
+    os.replace(tmp, path)
 
 
 PARSERS = (PerfScriptParser,)

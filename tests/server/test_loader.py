@@ -79,3 +79,42 @@ def test_abort_rolls_back(tmp_path):
     again.part(1, "events", _part(tmp_path / "b.parquet", ["b"]))
     again.commit(lambda: None)
     assert _names(s) == [(1, "b")]
+
+
+# -- attached incidents (a run folder of Parquet partitions) ----------------------------------------
+def _partition(root, sid, names, host="h1"):
+    from ingest.sink import partition_path
+    p = partition_path(root, "events", "app_log", host, sid, 0)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return _part(p, names)
+
+
+def test_attached_rows_are_read_in_place_and_a_new_run_replaces_the_old_at_commit(tmp_path):
+    s = Store(tmp_path / "s.duckdb")
+    run1, run2 = tmp_path / "parts" / "inc" / "r1", tmp_path / "parts" / "inc" / "r2"
+    load = IncidentLoad(s, "inc", run1)
+    load.part(1, "events", _partition(run1, 1, ["a"]))
+    load.commit(lambda: _sources(s, "inc", 1))
+    assert _names(s) == [(1, "a")]
+    assert s.query("SELECT count(*) AS n FROM main.events") == [{"n": 0}]     # not copied in
+    load = IncidentLoad(s, "inc", run2)
+    load.part(1, "events", _partition(run2, 1, ["b1", "b2"]))
+    load.part(2, "events", _partition(run2, 2, ["half of c"]))
+    load.drop_source(2)                       # its parse failed: its partitions go
+    load._drain()
+    assert _names(s) == [(1, "a")]            # the old run until the commit
+    load.commit(lambda: _sources(s, "inc", 2))
+    assert _names(s) == [(1, "b1"), (1, "b2")]
+    assert not run1.exists() and not list(run2.rglob("2-*.parquet"))
+
+
+def test_an_aborted_attached_load_removes_its_run_and_keeps_the_old_one(tmp_path):
+    s = Store(tmp_path / "s.duckdb")
+    run1, run2 = tmp_path / "parts" / "inc" / "r1", tmp_path / "parts" / "inc" / "r2"
+    load = IncidentLoad(s, "inc", run1)
+    load.part(1, "events", _partition(run1, 1, ["a"]))
+    load.commit(lambda: None)
+    load = IncidentLoad(s, "inc", run2)
+    load.part(1, "events", _partition(run2, 1, ["b"]))
+    load.abort()
+    assert _names(s) == [(1, "a")] and run1.exists() and not run2.exists()
