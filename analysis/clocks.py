@@ -118,7 +118,8 @@ def collect_anchors(store, incident_id: str) -> list[Anchor]:
         """SELECT COALESCE(a.host, s.host, '') AS host, a.name, a.local_ns, a.wall_ns,
                   a.uncertainty_ns, s.path, a.line, a.text
            FROM anchors a JOIN sources s USING (incident_id, source_id)
-           WHERE a.incident_id = ? AND a.domain = 'boot'""", [incident_id])
+           WHERE a.incident_id = ? AND a.domain = 'boot'
+           ORDER BY s.path, a.line, a.local_ns""", [incident_id])
     anchors = [Anchor(r["host"], r["name"], r["local_ns"], r["wall_ns"], r["uncertainty_ns"],
                       r["path"], r["line"], r["text"]) for r in rows]
     anchors += _paired_readings(store, incident_id, {a.source for a in anchors if a.name == "uptime_date"})

@@ -72,7 +72,7 @@ def build_bins(store, incident_id: str) -> int:
     cur.execute(
         f"""INSERT INTO event_bins
             SELECT incident_id, source_id, host, rank, ts_utc_ns // {BIN_NS} AS sec, count(*) AS n,
-                   count(kind) AS typed, mode(name) AS name
+                   count(kind) AS typed, mode(name ORDER BY name) AS name
             FROM events WHERE incident_id = ? AND ts_utc_ns IS NOT NULL
             GROUP BY incident_id, source_id, host, rank, sec""", [incident_id])
     cur.execute("DELETE FROM metric_bins WHERE incident_id = ?", [incident_id])
@@ -150,7 +150,7 @@ def window(store, incident_id: str, w: Window) -> dict:
         for r in store.query(
                 f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank, e.ts_utc_ns AS ts, e.dur_ns AS dur,
                            e.name, e.kind, e.severity, e.line, left(e.text, {TEXT_CHARS}) AS text
-                    FROM events e {join} WHERE {cond} ORDER BY e.ts_utc_ns""", kargs + args):
+                    FROM events e {join} WHERE {cond} ORDER BY e.ts_utc_ns, e.source_id, e.line, e.name""", kargs + args):
             sid = r.pop("source_id")
             lid = keys[(sid, r.pop("e_host"), r.pop("e_rank"))]
             r["source"] = srcs[sid]["path"]

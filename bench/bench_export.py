@@ -58,7 +58,7 @@ def _copy(st, table: str, iid: str, span: int, copies: int, limit: int | None = 
     shifted = {"ts_utc_ns", "ts_raw_ns"}
     sel = ", ".join(f"{c} + k * {span}" if c in shifted else c for c in _columns(st, table))
     lim = f" LIMIT {limit}" if limit is not None else ""
-    st.cursor().execute(f"""INSERT INTO {table} SELECT {sel} FROM {table}, range(1, {copies + 1}) AS r(k)
+    st.cursor().execute(f"""INSERT INTO main.{table} SELECT {sel} FROM main.{table}, range(1, {copies + 1}) AS r(k)
                            WHERE incident_id = ? AND ts_utc_ns IS NOT NULL{lim}""", [iid])
 
 

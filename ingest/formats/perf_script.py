@@ -476,14 +476,14 @@ class _State:
         if allf.is_empty():
             return pl.DataFrame({"rec": [], "stack_id": []}, schema={"rec": pl.Int64, "stack_id": pl.Int64})
         per = allf.group_by("rec", maintain_order=True).agg(pl.col("fid"))
-        distinct = per.select("fid").unique()
+        distinct = per.select("fid").unique(maintain_order=True)   # stack ids in first-seen order (the same every run)
         leaf_of = [self.stacks.leaf(list(reversed(fids))) for fids in distinct["fid"].to_list()]
         distinct = distinct.with_columns(stack_id=pl.Series(leaf_of, dtype=pl.Int64))
         return per.join(distinct, on="fid", how="left").select("rec", "stack_id")
 
     def _fids(self, texts: pl.Series) -> pl.Series:
         """Frame texts ('sym+0x1b (dso)') -> frame ids (distinct texts parsed once)."""
-        uniq = texts.unique().to_frame("text").with_columns(
+        uniq = texts.unique(maintain_order=True).to_frame("text").with_columns(
             p=pl.col("text").str.extract_groups(FRAME_TEXT)).unnest("p")
         ids = [self._frame_id(sym, dso) for sym, dso in uniq.select("sym", "dso").iter_rows()]
         if not ids:
