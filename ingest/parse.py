@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED
-from .reader import STREAM_ENDS, DecompressedLimit, Head, is_gzip
+from .reader import STREAM_ENDS, DecompressedLimit, Head, _Limited, is_gzip
 from .registry import ParseContext, Registry, default_registry
 from .sink import RowSink, partition_path
 
@@ -151,9 +151,7 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
         try:
             parts = _to_partitions(job, res.kind, job.host or res.host, parts)
         except OSError as e:
-            for fs in parts.values():
-                for f in fs:
-                    Path(f).unlink(missing_ok=True)
+            _remove_parts(parts)
             res.status, res.error = STATUS_FAILED, f"{job.rel}: could not write parsed rows: {e}"
             res.counts, res.records = {}, 0
             return res
@@ -161,9 +159,7 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
     if ctx.truncated:
         res.status, res.error = STATUS_PARTIAL, ctx.truncated
     elif res.issues:
-        first = _first_issue(parts.get("parse_issues", []))
-        res.status = STATUS_PARTIAL
-        res.error = f"{res.issues} line(s) could not be used{first}"
+        res.status, res.error = STATUS_PARTIAL, _issues_error(res)
     else:
         res.status = STATUS_PARSED
     return res
@@ -200,6 +196,18 @@ def _stream_end(e: Exception) -> str:
     return f"the compressed stream is damaged ({e}); rows before the damage were kept"
 
 
+def _remove_parts(*parts: dict[str, list[str]]) -> None:
+    for p in parts:
+        for fs in p.values():
+            for f in fs:
+                Path(f).unlink(missing_ok=True)
+
+
+def _issues_error(res: SourceResult) -> str:
+    """What makes a parse with unusable lines partial: their count and the first one."""
+    return f"{res.issues} line(s) could not be used{_first_issue(res.parts.get('parse_issues', []))}"
+
+
 def _first_issue(files: list[str]) -> str:
     try:
         import pyarrow.parquet as pq
@@ -222,31 +230,21 @@ def _first_issue(files: list[str]) -> str:
 RANGE_PART_STRIDE = 100_000     # part numbers of range i start at i * this (partitions)
 
 
-class _RangeRaw(io.RawIOBase):
-    """Bytes [start, end) of a plain file; ``count`` as the reader's streams have it."""
+class _RangeRaw(_Limited):
+    """Bytes [start, end) of a plain file, counted as the reader's streams count them."""
 
     def __init__(self, path: str, start: int, end: int):
-        self._f = open(path, "rb")
-        self._f.seek(start)
+        f = open(path, "rb")
+        f.seek(start)
+        super().__init__(f, None)
         self._left = end - start
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
 
     def readinto(self, b) -> int:
         if self._left <= 0:
             return 0
-        n = self._f.readinto(memoryview(b)[:min(len(b), self._left)])
+        n = super().readinto(memoryview(b)[:min(len(b), self._left)])
         self._left -= n
-        self.count += n
         return n
-
-    def close(self) -> None:
-        try:
-            self._f.close()
-        finally:
-            super().close()
 
 
 class RangeContext(ParseContext):
@@ -302,10 +300,7 @@ def merge_ranges(job: ParseJob, ranges: list[ParseJob], results: list, registry:
     registry = registry or default_registry()
     failed = next((r for r in results if isinstance(r, BaseException) or r.status == STATUS_FAILED), None)
     if failed is not None:
-        for r in results:
-            for fs in ([] if isinstance(r, BaseException) else r.parts.values()):
-                for f in fs:
-                    Path(f).unlink(missing_ok=True)
+        _remove_parts(*(r.parts for r in results if not isinstance(r, BaseException)))
         if isinstance(failed, BaseException):
             err = f"{job.rel}: parser process failed: {failed!r}"
         else:
@@ -318,10 +313,7 @@ def merge_ranges(job: ParseJob, ranges: list[ParseJob], results: list, registry:
     try:
         res = parser_cls.merge_ranges(results, RowSink(out_dir))
     except Exception as e:   # a bug, or a part that could not be read back: the source fails
-        for r in results:
-            for fs in r.parts.values():
-                for f in fs:
-                    Path(f).unlink(missing_ok=True)
+        _remove_parts(*(r.parts for r in results))
         tb = traceback.extract_tb(e.__traceback__)
         origin = f" ({Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
         return SourceResult(job.rel, kind=results[0].kind, status=STATUS_FAILED, bytes=results[0].bytes,
@@ -334,8 +326,6 @@ def merge_ranges(job: ParseJob, ranges: list[ParseJob], results: list, registry:
                                res.kind, job.host or res.host, {t: fs for t, fs in merged.items() if fs})
         for t, fs in res.parts.items():
             res.parts[t] = [f for f in fs if Path(f).parent != out_dir] + moved.get(t, [])
-    issues = res.parts.get("parse_issues", [])
     if res.status != STATUS_FAILED and not res.error and res.issues:
-        res.status = STATUS_PARTIAL
-        res.error = f"{res.issues} line(s) could not be used{_first_issue(issues)}"
+        res.status, res.error = STATUS_PARTIAL, _issues_error(res)
     return res

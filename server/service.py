@@ -399,16 +399,12 @@ class Service(Queries, Shares, Exports):
     def _parse_one(self, job: ParseJob, sid: int, load: IncidentLoad) -> SourceResult:
         """Parse in this process, loading each part as soon as it is written (to partitions:
         loading the small tables once the parts are in place)."""
-        if job.parts_root:
-            r = parse_file(job, self.registry)
-            if r.status == STATUS_FAILED:
-                load.drop_source(sid)
-            else:
-                load.parts(sid, r.parts)
-            return r
-        r = parse_file(job, self.registry, on_part=load.announcer(sid))
+        streamed = not job.parts_root
+        r = parse_file(job, self.registry, on_part=load.announcer(sid) if streamed else None)
         if r.status == STATUS_FAILED:
             load.drop_source(sid)
+        elif not streamed:
+            load.parts(sid, r.parts)
         return r
 
     def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress,
