@@ -299,6 +299,8 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
         base = base.with_columns(pl.coalesce(pl.col("_rb"), pl.col("body")).alias("body")).drop("_rb")
     else:
         base = base.with_columns(pl.lit(None, pl.Int32).alias("repeated"))
+    if not has.any():       # (no wrapper on any line: one stream, the same text on every row)
+        return base.with_columns(pl.lit("|||", pl.String).alias("stream"))
     return base.with_columns(
         pl.concat_str([pl.col("tee").fill_null(""), pl.col("srun").fill_null(""), pl.col("ray_pid").fill_null(""),
                        pl.col("mpi_rank").fill_null("")], separator="|").alias("stream"))
@@ -349,7 +351,7 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
         if not hit.any():
             continue
         m = rest.filter(hit)
-        g = extract_prefix(m, "body", rx)
+        g = _family_prefix(m, fam, rx)
         out.append(_timed_family(g, fam))
         rest = rest.filter(~hit)
     if not rest.is_empty():
@@ -360,6 +362,47 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
         st.other_lines += int((~rest.select(hint).to_series()).sum() - rest.select(
             pl.col("body").str.strip_chars() == "").to_series().sum())
     return out
+
+
+# The fixed layout of Python logging's default format, ``2026-11-29 13:40:47,674 INFO msg``
+# (milliseconds, no offset, no brackets, a level and a space), is cut by position instead of
+# the "dated" capture regex: on a line that passes this test the regex matches along its first
+# (greedy) path, which puts every group at the positions below. Other lines take the regex.
+# (c10's fixed form was tried the same way: its file:line still needs two splits, no gain.)
+_FAST = {
+    "dated": r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|NOTICE) ",
+}
+
+
+def _fast_groups(fam: str, rx: str) -> list[pl.Expr]:
+    """The groups of ``rx`` (in its order) and ``msg`` for lines that pass ``_FAST[fam]``."""
+    b = pl.col("body")
+    # (after the level, "[ :|-]*" takes every leading space, colon, bar and dash of the rest)
+    v = b.str.slice(24).str.splitn(" ", 2)
+    cols = {"date": b.str.slice(0, 10), "hms": b.str.slice(11, 8), "frac": b.str.slice(20, 3),
+            "off": pl.lit(None, pl.String), "sev": v.struct.field("field_0"),
+            "msg": v.struct.field("field_1").str.strip_chars_start(" :|-")}
+    names = re.findall(r"\?P<(\w+)>", rx) + ["msg"]
+    assert fam == "dated" and sorted(names) == sorted(cols), (fam, names)
+    return [cols[c].alias(c) for c in names]
+
+
+def _family_prefix(m: pl.DataFrame, fam: str, rx: str) -> pl.DataFrame:
+    """``extract_prefix(m, "body", rx)``, by position on the lines of the family's fixed layout."""
+    fast = _FAST.get(fam)
+    if fast is None:
+        return extract_prefix(m, "body", rx)
+    hit = m.select(pl.col("body").str.contains(fast)).to_series()
+    n = int(hit.sum())
+    if n == 0:
+        return extract_prefix(m, "body", rx)
+    if n == m.height:
+        return m.with_columns(_fast_groups(fam, rx))
+    # (both kinds: each cut its own way, put back in the rows' order)
+    g = pl.concat([m.filter(hit).with_columns(_fast_groups(fam, rx)).with_row_index("_o"),
+                   extract_prefix(m.filter(~hit), "body", rx).with_row_index("_o")])
+    order = pl.concat([hit.arg_true(), (~hit).arg_true()])
+    return g.with_columns(order.alias("_o")).sort("_o").drop("_o")
 
 
 def extract_prefix(df: pl.DataFrame, col: str, rx: str, msg: str = "msg") -> pl.DataFrame:
@@ -431,13 +474,20 @@ def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.Da
     cand = g.lazy().filter(pl.col("level") != "WARN").select("_i", "msg", sub.alias("_sub")).filter(
         pl.col("_sub").is_not_null()).collect()
     hits = []
-    for (entry,), part in cand.partition_by("_sub", as_dict=True).items():
+    # (what an entry reads from a message depends on the message alone: each distinct message is
+    # read once, and its name and fields go to every row that has it; NCCL repeats its INFO lines
+    # across ranks, processes and runs)
+    uniq = cand.lazy().select("_sub", "msg").unique().collect()
+    for (entry,), part in uniq.partition_by("_sub", as_dict=True).items():
         name, _lit, rx, ints = INFO_GRAMMAR[entry]
         x = part.with_columns(pl.col("msg").str.extract_groups(rx).alias("x")).unnest("x")
         fields = re.findall(r"\?P<(\w+)>", rx)
         x = x.filter(pl.any_horizontal([pl.col(f).is_not_null() for f in fields]))
         if not x.is_empty():
-            hits.append(x.select("_i", pl.lit(name).alias("_n"), _json_attrs(x, fields, ints).alias("_fa")))
+            hits.append(x.select("msg", pl.lit(name).alias("_n"), _json_attrs(x, fields, ints).alias("_fa")))
+    if hits:
+        hits = [cand.lazy().select("_i", "msg").join(pl.concat(hits).lazy(), on="msg", how="inner")
+                .select("_i", "_n", "_fa").collect()]
     base_fields = ["dev", "level", "src", "srcline", "func", "trace_ms", "tag", "spliced"]
     g = g.with_columns(attrs=_json_attrs(g, base_fields, ("srcline", "tag")), name=(
         pl.when(pl.col("level") == "WARN").then(pl.lit("nccl_warn"))
@@ -595,6 +645,7 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
         # only the block starts are visited (not every row in Python); i = first row not yet used
         at = rows.with_row_index("_i").filter(is_start)["_i"].to_list()
         i, n = 0, len(bodies)
+        any_wrank = any(wranks)     # (most streams have no [rankN]: prefix: no block needs a search)
         for i0 in at:
             if i0 < i:
                 continue
@@ -607,7 +658,7 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
                 j = n
             blk.update(lineno=linenos[i], text="\n".join(lines[i:j]), stream=stream, lines=lines[i:j],
                        linenos=linenos[i:j],
-                       wrank=next((w for w in wranks[i:j] if w), None), nlines=j - i)
+                       wrank=next(filter(None, wranks[i:j]), None) if any_wrank else None, nlines=j - i)
             blocks.append(blk)
             consumed.update(linenos[i:j])
             i = j
@@ -621,7 +672,7 @@ def _walk_traceback(bodies: list[str], i: int):
     while True:
         while j < n and (bodies[j].startswith((" ", "\t")) or bodies[j] == TB_START):
             # (FRAME only where it can match: whitespace, then 'File "'; most indented lines are code)
-            if bodies[j].lstrip().startswith('File "'):
+            if 'File "' in bodies[j] and bodies[j].lstrip().startswith('File "'):
                 f = FRAME.match(bodies[j])
                 if f:
                     frames.append((f["file"], int(f["line"]), f["func"]))
@@ -675,6 +726,12 @@ def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
     # (the regexes run only on lines that can match them: CFE_ENTRY on "[...]:", CFE_KV on two
     # whitespace characters and a word character)
     for pos, ln in enumerate(lines):
+        if ln.startswith("   ") and cur is not None and title is not None:
+            # (the common line, inside a failure's traceback: what the tests below do with it)
+            cur["rel_end"] = rel0 + pos + 1
+            if key == "traceback":
+                cur["traceback_lines"].append(ln[2:])
+            continue
         if title is None and ln.endswith(" FAILED"):
             title = ln[: -len(" FAILED")]
             continue
@@ -870,7 +927,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         if consumed else base
     fams = _families(lines_for_fams, st)
     frames = [f for f in fams if not f.is_empty()]
-    keep = [c for c in ("lineno", "line", "body", "stream", "wrank", "tee", "srun", "ray_pid", "repeated",
+    keep = [c for c in ("lineno", "line", "body", "stream", "wrank", "srun", "repeated",
                         "category", "host", "pid", "tid", "dev", "rank", "sev", "t_y", "t_mo", "t_d", "t_hms",
                         "t_frac", "t_res", "t_off", "msg", "name", "kind", "attrs", "_cls")]
     if frames:
@@ -922,6 +979,9 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
     return ev, carry
 
 
+_T_COLS = ("t_y", "t_mo", "t_d", "t_hms", "t_frac", "t_res", "t_off")
+
+
 def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     """ts (epoch ns, wall) and res (ns) for every row with a stamp; year inference."""
     dated = pl.col("t_y").is_not_null() & pl.col("t_hms").is_not_null()
@@ -957,7 +1017,7 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     return ev.with_columns(
         ts.alias("ts"),
         pl.when(pl.col("t_hms").is_not_null()).then(pl.col("t_res")).alias("res"),
-    ).drop("_ry", "_rm")
+    ).drop("_ry", "_rm", *_T_COLS)      # (the pieces are not read after this: fewer columns to sort)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1000,8 +1060,11 @@ def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
             pl.col("_p").first()).iter_rows():
         st.stream_pid.setdefault(s, p)
     # NCCL pid -> rank of its largest communicator
-    inits = ev.filter(pl.col("name") == "nccl_comm_init")
-    for host, pid, attrs in inits.select("host", "pid", "attrs").iter_rows():
+    # (a row equal to an earlier one changes nothing below: the table keeps the first comm entry and
+    # the largest nranks, and "complete" is only ever set; so each distinct row is read once, in order)
+    inits = ev.lazy().filter(pl.col("name") == "nccl_comm_init").select("host", "pid", "attrs").unique(
+        maintain_order=True).collect()
+    for host, pid, attrs in inits.iter_rows():
         a = json.loads(attrs)
         key = (host, pid, a.get("cuda_dev"))      # one process may drive several GPUs (nccl-tests -g)
         cur = st.pid_rank.get(key)

@@ -602,6 +602,8 @@ class _State:
         if out.layout == "not_json":
             raise ValueError("not JSON: the file starts with neither { nor [")
         meta = {**out.header, **out.trailer}
+        if not self.pending_rebase:
+            sink.flush("events")     # the last events part loads while the flows are paired
         self._write_derived()
         if self.pending_rebase or self.offset is None:
             base = _base_ns(meta.get("baseTimeNanoseconds"))

@@ -189,6 +189,7 @@ INFO_KEEP = (r"^(?:NCCL version|Init timings|Connected all |NET/|Using network |
 # per-operation lines (classes "coll": COLL calls, "op": tuning and proxy lines); the rest is "topo"
 OP_LITERALS = (" Bytes -> Algo ", "opId=", "ncclPollProxyResponse", "Received and initiated operation")
 COLLAPSED_NAMES = {"coll": "nccl_coll", "op": "nccl_op", "topo": "nccl_topology"}
+_CLS_NAME = {0: "coll", 1: "op", 2: "topo"}
 
 
 def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple[pl.DataFrame, pl.Series | None]:
@@ -207,39 +208,45 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     if floor is not None:
         info = info & (pl.col("lineno") > floor)
     m, sp = pl.col("_m"), pl.col("body").str.splitn(" NCCL INFO ", 2)
+    # (on the two columns it reads; the class is a small integer until the few kept rows need its name)
     # (str.find counts bytes, str.slice characters: a literal split is exact on any text)
-    x = (base.lazy().with_row_index("_i").filter(info)
-         .select("_i", "lineno", sp.struct.field("field_0").alias("_k"), sp.struct.field("field_1").alias("_m"))
+    x = (base.lazy().select("lineno", "body").with_row_index("_i").filter(info)
+         .select("_i", "lineno", sp.alias("_s")).unnest("_s").rename({"field_0": "_k", "field_1": "_m"})
          .filter(~m.str.contains(INFO_KEEP) & ~m.str.contains(" NCCL ", literal=True))   # (spliced lines stay)
-         .with_columns(pl.when(m.str.contains(" opCount ", literal=True)).then(pl.lit("coll"))
-                       .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit("op"))
-                       .otherwise(pl.lit("topo")).alias("_cls"))
+         .with_columns(pl.when(m.str.contains(" opCount ", literal=True)).then(pl.lit(0, pl.UInt8))
+                       .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit(1, pl.UInt8))
+                       .otherwise(pl.lit(2, pl.UInt8)).alias("_c"))
          .collect())
     if x.is_empty():
         return none, None
-    out = base.with_columns(_scatter_str(base.height, x["_i"], x["_cls"]).alias("_cls"))
-    d = x.filter(~pl.col("_k").str.starts_with("["))       # (lines with a time of their own stay)
-    if d.is_empty():
-        return out, None
-    # per group (one hash pass): its first line (kept: the first time), last line (kept: the
-    # event) and size; the lines between are dropped and counted for the last one
-    grp = ["_cls", "_k"]
+    cls = x.select(pl.col("_c").replace_strict(_CLS_NAME, return_dtype=pl.String)).to_series()
+    out = base.with_columns(_scatter_str(base.height, x["_i"], cls).alias("_cls"))
+    # per group (one hash pass, in the same query as the rows it reads): its first line (kept: the
+    # first time), last line (kept: the event) and size; the lines between are dropped and counted
+    # for the last one. Lines with a time of their own (``[time] host:...``) stay.
+    d = x.lazy().filter(~pl.col("_k").str.starts_with("["))
+    grp = ["_c", "_k"]
     agg = d.group_by(grp).agg(pl.col("lineno").min().alias("_first"), pl.col("lineno").max().alias("_rep"),
                               pl.len().alias("_n"))
+    d, agg = pl.collect_all([d, agg])
+    if d.is_empty():
+        return out, None
     new: dict = {}
     for rep, first, n in agg.select("_rep", "_first", "_n").iter_rows():
         if n > 2 or rep == first:
             new[rep] = {"n": n - (1 if rep == first else 2), "via": set(), "chan": set()}
-    topo = d.filter((pl.col("_cls") == "topo") & m.str.starts_with("Channel "))
+    # topology lines: the transports and channel numbers seen, per group (distinct ones only)
+    topo = d.lazy().filter((pl.col("_c") == 2) & m.str.starts_with("Channel ")).select(
+        "_k", m.str.extract(r" via (\S+)", 1).alias("via"),
+        m.str.extract(r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
     if not topo.is_empty():
-        t = topo.group_by("_k").agg(m.str.extract(r" via (\S+)", 1).drop_nulls().unique().alias("via"),
-                                    m.str.extract(r"^Channel (\d+)", 1).cast(pl.Int32, strict=False)
-                                    .drop_nulls().unique().alias("chan"))
-        t = t.join(agg.filter(pl.col("_cls") == "topo").select("_k", "_rep"), on="_k")
-        for _k, via, chan, rep in t.iter_rows():
-            e = new.setdefault(rep, {"n": 0, "via": set(), "chan": set()})
-            e["via"] |= set(via)
-            e["chan"] |= set(chan)
+        reps = dict(agg.filter(pl.col("_c") == 2).select("_k", "_rep").iter_rows())
+        for k, via, chan in topo.iter_rows():
+            e = new.setdefault(reps[k], {"n": 0, "via": set(), "chan": set()})
+            if via is not None:
+                e["via"].add(via)
+            if chan is not None:
+                e["chan"].add(chan)
     if pending:
         # last lines of an earlier chunk that were carried into this one: what they stood for
         # passes to the last line of their group now

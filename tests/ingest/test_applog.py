@@ -304,3 +304,28 @@ def test_loss_word_boundary_on_ascii_and_unicode_text(tmp_path):
     for p in (ascii_log, uni_log):
         res = parse(p, tmp_path / p.stem, parser="app_log")
         assert sorted((r["line"], r["value"]) for r in metrics(res) if r["metric"] == "loss") == [(1, 2.5)]
+
+
+def test_dated_prefix_by_position_equals_the_family_regex():
+    # Python logging's default layout is cut by position (no capture regex) when the line passes
+    # applog._FAST["dated"]; on every line it must give what the "dated" regex gives, in row order.
+    import polars as pl
+    from ingest.formats.applog import FAMILIES, _FAST, _family_prefix, extract_prefix
+    test, rx = FAMILIES["dated"]
+    lines = ["2026-11-29 13:40:47,674 INFO [rank0] train: step=0 loss=2.4",
+             "2026-11-29 13:40:47,674 WARNING :| - msg", "2026-11-29 13:40:47,674 WARN msg",
+             "2026-11-29 13:40:47,674 WARNINGS msg", "2026-11-29 13:40:47,674 INFO", "2026-11-29 13:40:47,674 INFO ",
+             "2026-11-29 13:40:47,674 INFO]  x", "2026-11-29 13:40:47,674 [INFO] x", "2026-11-29 13:40:47.674 INFO x",
+             "2026-11-29 13:40:47,6745 INFO x", "2026-11-29 13:40:47,674Z INFO x", "2026-11-29 13:40:47,674+01:00 INFO x",
+             "2026-11-29T13:40:47,674 INFO x", "[2026-11-29 13:40:47,674] INFO x", "2026-11-29 13:40:47 INFO x",
+             "2026-11-29 13:40:47,674 info x", "2026-11-29 13:40:47,674 DEBUG - - x \u00fc",
+             "\u0662026-11-29 13:40:47,674 INFO x", "2026-11-29 13:40:47,67\u0663 INFO x",
+             "2026-11-29 13:40:47,674 CRITICAL:  x", "2026-11-29 13:40:47,674 ERROR\tx", "2026-11-29 13:40:47,674 NOTICE -x"]
+    for p in sorted(APP.glob("*.log")) + [OOM_LOG]:
+        lines += [ln for ln in p.read_text(errors="replace").splitlines() if ln[:1].isdigit()][:300]
+    df = pl.DataFrame({"lineno": list(range(1, len(lines) + 1)), "body": lines})
+    m = df.filter(pl.col("body").str.contains(test))
+    fast = m.select(pl.col("body").str.contains(_FAST["dated"])).to_series()
+    assert 0 < fast.sum() < m.height        # (both kinds of line, mixed)
+    for sub in (m, m.filter(fast), m.filter(~fast), m.slice(0, 3)):
+        assert _family_prefix(sub, "dated", rx).equals(extract_prefix(sub, "body", rx))

@@ -348,3 +348,56 @@ def test_per_operation_lines_collapse_to_the_last_one_per_process_and_device(tmp
     assert [e["attrs"]["phase"] for e in ev if e["name"] == "nccl_comm_init"] == ["START", "COMPLETE"] * 2
     assert res.attrs["nccl_coll_lines"] == 400 and res.attrs["line_families"]["nccl"] == last + 1
     assert sum(e["attrs"].get("lines", 1) for e in ev) == last + 1
+
+
+def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path):
+    # _nccl_events reads each distinct INFO message once and gives its fields to every row with it;
+    # collapse_info groups the repetitive INFO lines per (class, header) in one query. Both checked
+    # against plain per-row computations on real logs repeated three times.
+    import json
+    import re
+
+    import polars as pl
+    from ingest.formats import applog, nccl
+    from ingest.lines import line_frames
+    import gzip
+    with gzip.open(NCCL / "timez-zx__nccl-tests_nccl.log.gz", "rb") as f:     # (COLL, tuning, proxy lines)
+        text = b"".join(f.readline() for _ in range(6000))
+    text += (NCCL / "bigscience__all_reduce_bench-32gb-n4.txt").read_bytes()    # (16 processes' topology)
+    df = next(line_frames(__import__("io").BytesIO(text * 3)))
+    base = applog._wrap(df.select("lineno", "line"))
+    pending: dict = {}
+    out, mask = nccl.collapse_info(base, pending, None)
+    # reference: the same groups by Python
+    groups: dict = {}
+    for i, (ln, body) in enumerate(base.select("lineno", "body").iter_rows()):
+        if " NCCL INFO " not in body:
+            continue
+        k, m = body.split(" NCCL INFO ", 1)
+        if re.match(nccl.INFO_KEEP, m) or " NCCL " in m:
+            continue
+        cls = "coll" if " opCount " in m else "op" if any(x in m for x in nccl.OP_LITERALS) else "topo"
+        assert out.filter(pl.col("lineno") == ln)["_cls"].to_list() in ([], [cls])
+        if not k.startswith("["):
+            groups.setdefault((cls, k), []).append(ln)
+    kept = set(out["lineno"].to_list())
+    for lns in groups.values():
+        assert lns[0] in kept and lns[-1] in kept and not kept & set(lns[1:-1])
+        if len(lns) > 2:
+            assert pending[lns[-1]]["n"] == len(lns) - 2
+    assert sum(p["n"] for p in pending.values()) == sum(max(0, len(v) - 2) for v in groups.values())
+    # grammar: each row's name and fields as its own regex gives them
+    fams = applog._families(out, applog._State(zone="UTC", mtime_year=2026))
+    ev = pl.concat([f for f in fams if f["category"][0] == "nccl"], how="diagonal_relaxed")
+    seen = 0
+    for msg, name, attrs in ev.select("msg", "name", "attrs").iter_rows():
+        entry = next((e for e in nccl.INFO_GRAMMAR if e[1] in (msg or "")), None)
+        if entry is None or name in ("nccl_warn", "nccl_trace", "nccl_call"):
+            continue
+        g = re.search(entry[2], msg)
+        if g and any(v is not None for v in g.groupdict().values()):
+            a = json.loads(attrs)
+            assert name == entry[0]
+            assert all(a[k] == (int(v) if k in entry[3] else v) for k, v in g.groupdict().items() if v is not None)
+            seen += 1
+    assert seen > 20 and len(pending) > 20 and set(out["_cls"].drop_nulls()) == {"coll", "op", "topo"}
