@@ -29,6 +29,8 @@ boots, signatures, reports.
 """
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from ..model import CLOCK_BOOT, CLOCK_WALL
@@ -88,21 +90,38 @@ class DmesgRawParser(KernelLogParser):
         # "[" (dmesg's own output) needs neither the "[" nor the "." of each line (_records_plain);
         # once a chunk of the file has prefixes, the next chunks go straight to the general path
         # (the try costs a regex pass).
+        # Before all of it, one regex tests each line for the layout of the chunk's first record,
+        # "[" + seconds padded to a fixed width + "." + 6 digits + "] " (``_const_layout``): the rows
+        # that have it need no per-row find (their "]" is at the same column); a chunk of nothing
+        # else is read with constant slices (``_records_const``), otherwise the finds and tests run
+        # on the other rows only (``_per_row``).
         line = pl.col("line")
-        df = df.with_columns(_rb=line.str.find("]", literal=True), _sp=line.str.find("] ", literal=True))
+        known = cc = None
+        widths = _layouts(df["line"])
+        if widths:
+            cc = _layout_column(df["line"], widths)
+            df = df.with_columns(_cc=cc)
+            if cc.null_count() == 0:
+                return self._records_const(df, widths)
+            known = cc.is_not_null() if cc.null_count() < len(cc) else None
+            cc = cc if known is not None else None
+        # on the "known" rows: "]" (and "] ") at _cc, a RAW_PLAIN record, "[" at 0, "." at _cc - 7
+        df = _per_row(df, known, {"_rb": line.str.find("]", literal=True), "_sp": line.str.find("] ", literal=True)},
+                      {"_rb": cc, "_sp": cc})
         if self._try_plain:
-            df = df.with_columns(_plain=line.str.contains(RAW_PLAIN))
+            df = _per_row(df, known, {"_plain": line.str.contains(RAW_PLAIN)}, {"_plain": True})
             rest = df["line"].filter(~df["_plain"])
             if not any(_prefixed(r) for r in (rest.head(1000), rest.slice(1000))):
                 return self._records_plain(df)
             self._try_plain = False
-        df = df.with_columns(_ok=line.str.contains(RAW_HEAD), _lb=line.str.find("[", literal=True),
-                             _dot=line.str.find(".", literal=True))
+        df = _per_row(df, known, {"_ok": line.str.contains(RAW_HEAD), "_lb": line.str.find("[", literal=True),
+                                  "_dot": line.str.find(".", literal=True)},
+                      {"_ok": True, "_lb": 0, "_dot": None if cc is None else cc - 7})
         lb, rb, dot, ok = pl.col("_lb"), pl.col("_rb"), pl.col("_dot"), pl.col("_ok")
         # seconds.micros as one float: exact (x * 1e6 < 2^52 for 142 years of uptime) and about half
         # the work of two integer casts; the rows whose fraction is not 6 digits (ns printk) are
         # computed from the integer fields instead
-        df = df.with_columns(_ts=_raw_ts(lb, rb, ok), _msg=_raw_msg(rb, ok))
+        df = df.with_columns(_x=_raw_x(lb, rb)).with_columns(_ts=_raw_ts(ok), _msg=_raw_msg(rb, ok))
         other = df["_ok"] & (df["_rb"] - df["_dot"] != 7)
         if other.any():
             sec = line.str.slice(lb + 1, dot - lb - 1).str.strip_chars_start()
@@ -126,8 +145,102 @@ class DmesgRawParser(KernelLogParser):
         "[" after their first character: the same frame, with "[" at 0 and a 6-digit fraction (so no
         ns path and no prefix to read); where every line is a record, without the per-row choice."""
         ok = None if df["_plain"].all() else pl.col("_plain")
-        return frame(df, ok=pl.col("_plain"), ts=_raw_ts(pl.lit(0), pl.col("_rb"), ok),
+        return frame(df.with_columns(_x=_raw_x(pl.lit(0), pl.col("_rb"))), ok=pl.col("_plain"), ts=_raw_ts(ok),
                      msg=_raw_msg(pl.col("_rb"), ok))
+
+    def _records_const(self, df, widths: list[int]):
+        """``records`` of a chunk whose every line has one of the layouts ``_const_layout(c)``, its
+        "]" column in ``_cc``: what ``_records_plain`` gives for it (one space after the "]"), cut
+        with constant slices where the chunk has one layout."""
+        line = pl.col("line")
+        c = pl.lit(widths[0]) if len(widths) == 1 else pl.col("_cc")
+        return frame(df.with_columns(_x=_raw_x(pl.lit(0), c)), ok=pl.lit(True), ts=_raw_ts(None),
+                     msg=line.str.slice(c + 2))
+
+
+_LAYOUT = re.compile(r"\[ *[0-9]+\.[0-9]{6}\] ")
+
+
+def _layouts(lines: pl.Series, n: int = 64) -> list[int]:
+    """The column of "]" in the first line among the first ``n`` and in the last among the last ``n``
+    that is a plain raw record followed by a space ("[   12.345678] ..."; a chunk's stamps widen as
+    the uptime grows), each once; none when there is no such line."""
+    out: list[int] = []
+    for some in (lines.head(n).to_list(), lines.tail(n).to_list()[::-1]):
+        for ln in some:
+            m = _LAYOUT.match(ln) if ln else None
+            if m:
+                if m.end() - 2 not in out:
+                    out.append(m.end() - 2)
+                break
+    return out
+
+
+def _const_layout(c: int) -> str:
+    """The lines whose first "]" is at column ``c`` and ends a ``RAW_PLAIN`` stamp padded with spaces
+    only, followed by a space: "[", ``c - 8`` characters of seconds (spaces, then at least one
+    digit), ".", 6 digits, "] " (all ASCII: byte and character columns agree)."""
+    w = c - 8
+    return r"^\[(?:" + "|".join(" " * k + f"[0-9]{{{w - k}}}" for k in range(w)) + r")\.[0-9]{6}\] "
+
+
+def _layout_column(lines: pl.Series, widths: list[int]) -> pl.Series:
+    """Per line, the "]" column of the first layout of ``widths`` it has (``_const_layout``), null
+    where it has none; the second layout is tested on the other lines only."""
+    cc = None
+    for c in widths:
+        if cc is None:
+            cc = pl.select(pl.when(lines.str.contains(_const_layout(c))).then(pl.lit(c, pl.UInt32))).to_series()
+            continue
+        idx = cc.is_null().arg_true()
+        if len(idx):
+            cc = cc.scatter(idx.filter(lines.gather(idx).str.contains(_const_layout(c))), c)
+    return cc.alias("_cc")
+
+
+def _per_row(df: pl.DataFrame, known: pl.Series | None, exprs: dict[str, pl.Expr], values: dict) -> pl.DataFrame:
+    """``df.with_columns(**exprs)``, the expressions evaluated on the rows that are not ``known``
+    only; the ``known`` rows get ``values[name]`` (what the expression gives on them: a value, or a
+    Series of the chunk's rows)."""
+    if known is None:
+        return df.with_columns(**exprs)
+    idx = (~known).arg_true()
+    sub = df[idx].select(**exprs)
+    cols = []
+    for name, e in exprs.items():
+        col, v = sub[name], values[name]
+        base = (v.cast(col.dtype) if isinstance(v, pl.Series) else
+                pl.repeat(v, len(df), eager=True, dtype=col.dtype)).alias(name)
+        cols.append(base.scatter(idx, col) if len(idx) else base)
+    return df.with_columns(cols)
+
+
+_ISO_LAYOUT = re.compile(rf"(?:([A-Za-z0-9_]+ *):((?:{DECODE_LEVELS}) *): )?"
+                         r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{6}([+-][0-9]{2}:?[0-9]{2})")
+
+
+def _iso_layout(lines: pl.Series, n: int = 64) -> tuple[str, int, str] | None:
+    """(regex, stamp column, UTC offset) of the layout of the first ``ISO`` record among the first ``n``
+    lines, None without one. The regex matches the lines with the same --decode prefix widths (or
+    none) and offset, and a space after it: "kern  :info  : 2026-11-29T13:38:49,486513+00:00 ",
+    padded ASCII names, a level name, ASCII digits; on them ``ISO_HEAD`` and the --decode test hold,
+    the first ": " ends the prefix and the message starts after the space. Only 6-character offsets
+    ("+00:00"): ``records`` compares 6 characters, a 5-character offset and the one after it."""
+    for ln in lines.head(n).to_list():
+        m = _ISO_LAYOUT.match(ln) if ln else None
+        if m:
+            break
+    else:
+        return None
+    if len(m[3]) != 6:
+        return None
+    prefix = ""
+    if m[1]:
+        w1, w2 = len(m[1]), len(m[2])
+        prefix = ("(?:" + "|".join(f"[A-Za-z0-9_]{{{k}}}" + " " * (w1 - k) for k in range(1, w1 + 1)) + "):(?:"
+                  + "|".join(v + " " * (w2 - len(v)) for v in DECODE_LEVELS.split("|") if len(v) <= w2) + "): ")
+    stamp = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{6}" + re.escape(m[3])
+    return "^" + prefix + stamp + " ", m.start(3) - 26, m[3]
 
 
 def _prefixed(lines: pl.Series) -> bool:
@@ -137,9 +250,16 @@ def _prefixed(lines: pl.Series) -> bool:
                                    or (lines.str.find("[", literal=True) > 0).any())
 
 
-def _raw_ts(lb: pl.Expr, rb: pl.Expr, ok: pl.Expr | None) -> pl.Expr:
-    """ns of a raw stamp read as one float (see ``DmesgRawParser.records``); ``ok`` None: every row."""
-    x = pl.col("line").str.slice(lb + 1, rb - lb - 1).str.strip_chars_start().cast(pl.Float64, strict=False)
+def _raw_x(lb: pl.Expr, rb: pl.Expr) -> pl.Expr:
+    """The seconds between "[" and "]" as one float (see ``DmesgRawParser.records``), null where they
+    are not a number. Its own column (``_x``): an expression that used it twice would run the cast
+    twice (the eager API does not eliminate common subexpressions; the cast is most of the cost)."""
+    return pl.col("line").str.slice(lb + 1, rb - lb - 1).str.strip_chars_start().cast(pl.Float64, strict=False)
+
+
+def _raw_ts(ok: pl.Expr | None) -> pl.Expr:
+    """ns of a raw stamp from its float seconds ``_x`` (``_raw_x``); ``ok`` None: every row."""
+    x = pl.col("_x")
     return pl.when(x < MAX_SECONDS if ok is None else ok & (x < MAX_SECONDS)).then(
         (x * 1e6).round().cast(pl.Int64) * 1000)
 
@@ -181,19 +301,55 @@ class DmesgIsoParser(KernelLogParser):
         # --decode level is extracted once per distinct prefix. Where every record starts at the same
         # column (no --decode prefix, or dmesg's padded one) and has the same UTC offset (one zone),
         # the fields are cut at constant columns, which is cheaper than per-row offsets.
+        # First of all, one regex tests each line for the layout of the chunk's first record (its
+        # --decode prefix's widths and its UTC offset, ``_iso_layout``): where every line has it (or
+        # is blank), the grammar, --decode and prefix-length tests are not run at all; otherwise they
+        # run on the other lines only (``_per_row``), and the stamp columns and offsets are collected
+        # from those lines (plus the layout's).
         line = pl.col("line")
+        known, lay = None, _iso_layout(df["line"])
+        if lay is not None:
+            pattern, c0, off0 = lay
+            df = df.with_columns(_pc=line.str.contains(pattern))
+            pc = df["_pc"]
+            if pc.any():
+                known = pc | (df["line"].str.len_bytes() == 0)   # blank: no record, no --decode line
+                df = df.with_columns(_ok=pc, _dec=pc if c0 > 0 else pl.repeat(False, len(df), eager=True))
+                if known.all():
+                    return self._records_at(df, c0, *_offset(off0), spaced=True)
         decode = line.str.contains(rf"^\w+\s*:\s*({DECODE_LEVELS})\s*: \d")
-        df = df.with_columns(_ok=line.str.contains(ISO_HEAD), _dec=decode,
-                             _start=pl.when(decode).then(line.str.find(": ", literal=True) + 2).otherwise(0))
-        used = df["_ok"] | df["_dec"]     # the other rows' fields are not read
-        starts = df["_start"].filter(used).unique()
+        # (_start reads the _dec column: the eager API would run the decode test twice in one expression)
+        if known is None:
+            df = df.with_columns(_ok=line.str.contains(ISO_HEAD), _dec=decode)
+            df = df.with_columns(_start=pl.when(pl.col("_dec")).then(line.str.find(": ", literal=True) + 2)
+                                 .otherwise(0))
+            used = df["_ok"] | df["_dec"]     # the other rows' fields are not read
+            starts = df["_start"].filter(used).unique().to_list()
+            ok_rows = df["_ok"]
+            offs = set()
+        else:
+            start = df.select(pl.when(pl.col("_pc")).then(c0).otherwise(0).alias("_start"))["_start"]
+            values = {"_ok": df["_ok"], "_dec": df["_dec"], "_start": start}
+            df = _per_row(df, known, {"_ok": line.str.contains(ISO_HEAD), "_dec": decode}, values)
+            df = _per_row(df, known, {"_start": pl.when(pl.col("_dec")).then(line.str.find(": ", literal=True) + 2)
+                                      .otherwise(0)}, values)
+            used = (df["_ok"] | df["_dec"]) & ~known
+            starts = list({c0, *df["_start"].filter(used).unique().to_list()})
+            ok_rows = df["_ok"] & ~known
+            offs = {off0}
         if len(starts) > 1:
             return self._records_any(df)
         c = int(starts[0]) if len(starts) else 0
-        offs = df.select(line.str.slice(c + 26, 6).alias("_off")).to_series().filter(df["_ok"]).unique()
+        offs |= set(df.select(line.str.slice(c + 26, 6).alias("_off")).to_series().filter(ok_rows).unique().to_list())
         if len(offs) > 1:
             return self._records_any(df)
-        off_s, off_len = _offset(offs[0] if len(offs) else "+00:00")
+        return self._records_at(df, c, *_offset(offs.pop() if offs else "+00:00"))
+
+    def _records_at(self, df, c: int, off_s: int | None, off_len: int | None, spaced: bool = False):
+        """Records of a chunk whose records (and --decode lines) all start their stamp at column ``c``
+        and have the same UTC offset (``off_s`` seconds, ``off_len`` characters); ``_ok`` and ``_dec``
+        given. ``spaced``: every record has a space after its offset (the message is one slice)."""
+        line = pl.col("line")
         df = df.with_columns(_wall=line.str.slice(c, 19).str.to_datetime("%Y-%m-%dT%H:%M:%S", strict=False,
                                                                          time_unit="ns").cast(pl.Int64),
                              _us=_num(line, c + 20, 6))
@@ -211,7 +367,8 @@ class DmesgIsoParser(KernelLogParser):
         df = df.with_columns(_lvl=lvl)
         ok, lvl = pl.col("_ok"), pl.col("_lvl")
         ts = pl.col("_wall") - (off_s or 0) * NS + pl.col("_us") * 1000
-        msg = line.str.slice(c + 26 + (off_len or 0)).str.strip_prefix(" ")
+        msg = line.str.slice(c + 26 + (off_len or 0) + 1) if spaced else \
+            line.str.slice(c + 26 + (off_len or 0)).str.strip_prefix(" ")
         if off_s is None:   # an offset the grammar accepts but the arithmetic cannot read
             ts, msg = pl.lit(None, pl.Int64), pl.lit(None, pl.String)
         return frame(df, ok=ok, ts=pl.when(ok).then(ts), msg=pl.when(ok).then(msg), sev=lvl)

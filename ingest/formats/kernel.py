@@ -22,9 +22,9 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
 --------------------------------------------------------------
 0. Pipelining: the next chunk is read and turned into records on a worker
    thread (``records_ahead``) while the engine works on this one, and each
-   chunk's plain events frame (with the subsystem names of step 5) is built
-   and written to Parquet on another while the next is parsed; sink calls stay
-   in their sequential order (see ``_write_events``).
+   chunk's plain events frame (its subsystem names, step 5, computed by the
+   engine's thread) is built and written to Parquet on another while the next
+   is parsed; sink calls stay in their sequential order (see ``_write_events``).
 1. Bad lines (neither record, continuation, meta nor blank) are counted as
    ``bad_line`` issues with their line numbers; parsing goes on.
 2. Boots: a record starts a new boot when the format says so (``boot_mark``),
@@ -589,12 +589,9 @@ class KernelEngine:
         # columns that are null on every row are left out (the sink writes them as nulls), and a chunk of
         # kernel messages only (dmesg) needs no per-row choice between kernel and syslog values
         all_kern = bool(recs["kern"].all())
-        if bool(recs["new_boot"].any()) or bool((recs["boot"] > 0).any()):
-            boot_attr = pl.when(pl.col("new_boot")).then(
-                pl.format('{{"boot":{},"boot_restart":true}}', pl.col("boot"))).when(pl.col("boot") > 0).then(
-                pl.format('{{"boot":{}}}', pl.col("boot"))).otherwise(pl.lit(None, pl.String))
-        else:   # attrs only where the engine learnt something: none in the first boot
-            boot_attr = None
+        boots = bool(recs["new_boot"].any()) or bool((recs["boot"] > 0).any())
+        # attrs only where the engine learnt something: none in the first boot (built by the job)
+        boot_attr = pl.col("_boot_attrs") if boots else None
         if all_kern:
             category, name = pl.lit("kernel"), pl.col("subsys").fill_null("kernel")
         else:
@@ -616,13 +613,15 @@ class KernelEngine:
         if self.parser.per_line_host:
             cols.append(pl.col("host"))
         keep = ~recs["lineno"].is_in(list(typed_lines)) if typed_lines else None
+        # the subsystem names here, on the engine's thread, while the writer still writes the previous
+        # chunk: the Parquet write makes the writer the busiest of the three threads
+        r = recs if "subsys" in recs.columns else recs.with_columns(subsystem(recs["msg"]))
 
         def job() -> None:
-            # on the writer thread (the reading thread is the busiest, the engine's the least):
-            # the subsystem name, the events frame, then the typed rows are left out (filtering
+            # on the writer thread: the events frame, then the typed rows are left out (filtering
             # the narrow frame copies less than filtering the record frame)
-            r = recs if "subsys" in recs.columns else recs.with_columns(subsystem(recs["msg"]))
-            out = r.select(cols)
+            w = r.with_columns(_boot_attrs(r["boot"], r["new_boot"])) if boots else r
+            out = w.select(cols)
             self.sink.add_frame("events", out if keep is None else out.filter(keep))
 
         self._write_events(job)
@@ -659,6 +658,27 @@ class KernelEngine:
             self.ctx.attrs["findings"] = counts
         if len(self.hosts) == 1 and not self.ctx.host:
             self.ctx.host = next(iter(self.hosts))
+
+
+def _boot_attrs(boot: pl.Series, new_boot: pl.Series, most: int = 100_000) -> pl.Series:
+    """The plain events' attrs of a chunk: ``{"boot":N}`` from the second boot on, with
+    ``"boot_restart":true`` on each boot's first record, null in the first boot. A chunk's boots are
+    a short run of numbers, so the text is made once per number and gathered (formatting every row's
+    number was most of the events frame of a log with many boots); more than ``most`` of them, per row."""
+    lo, hi = int(boot.min()), int(boot.max())
+    if hi - lo >= most:
+        return boot.to_frame("boot").with_columns(new_boot=new_boot).select(
+            pl.when(pl.col("new_boot")).then(pl.format('{{"boot":{},"boot_restart":true}}', pl.col("boot")))
+            .when(pl.col("boot") > 0).then(pl.format('{{"boot":{}}}', pl.col("boot")))
+            .otherwise(pl.lit(None, pl.String)).alias("_boot_attrs"))["_boot_attrs"]
+    text = pl.Series("_boot_attrs", [f'{{"boot":{k}}}' if k > 0 else None for k in range(lo, hi + 1)],
+                     dtype=pl.String)
+    out = text.gather(boot - lo)
+    idx = new_boot.arg_true()
+    if len(idx):
+        out = out.scatter(idx, pl.Series([f'{{"boot":{k},"boot_restart":true}}' for k in boot.gather(idx).to_list()],
+                                         dtype=pl.String))
+    return out.alias("_boot_attrs")
 
 
 def _kib(n) -> str:

@@ -578,3 +578,92 @@ def test_oom_parts_are_tested_from_the_first_report_start():
     assert candidates(rec.head(2), False)["oom_part"].to_list() == [False, False]
     assert lazy.drop("oom_part").equals(full.drop("oom_part"))
 
+
+
+_RAW_ODD = ["[99999.000000]no space", "\t[99999.000001] tab before", "[\t9999.000002] tab inside",
+            "[9 999.000003] space in the seconds", "[99999.123456789] ns fraction", "[99999.5] short",
+            "[\u00a09999.000004] no-break space", "[\uff19\uff19999.000005] fullwidth digits", "",
+            "garbage", "   indented", "[99999999999999999999.000000] too large", "[99999.000006] ",
+            "[99999.000007]", "[99999.000008]  two spaces", "[99999.000009] caf\u00e9: x",
+            "[ 9999.000010] narrower", "[ 99999.000011] wider"]
+
+
+@pytest.mark.parametrize("extra", [[], _RAW_ODD, _RAW_ODD + ["<6>[ 99999.000010] a prefix: the general path"]])
+def test_raw_layout_rows_equal_the_per_row_path(monkeypatch, extra):
+    """Lines with the layout of the chunk's first or last record ("]" at a fixed column, one space after
+    it) are read without per-row finds: all of a chunk with constant slices, else the finds run on the
+    other lines only. The frame is the one the per-row path builds (forced here by finding no layout)."""
+    from ingest.formats import dmesg
+    same = ["[99998.000001] pci 0000:00:01.0: a", "[99999.999999] b", "[100000.000000] c: d",
+            "[100001.500000] Linux version 5.15.0", "[100002.000002]  e"]
+    for lines in (same[:2] + extra, same + extra, extra + same, same[:2] + extra + same[2:]):
+        layouts = dmesg._layouts(__import__("polars").Series(lines))
+        fast = _records(dmesg.DmesgRawParser, lines)
+        with monkeypatch.context() as m:
+            m.setattr(dmesg, "_layouts", lambda s: [])
+            assert _records(dmesg.DmesgRawParser, lines).equals(fast), (lines, layouts)
+    assert dmesg._layouts(__import__("polars").Series(same)) == [13, 14]
+    assert _records(dmesg.DmesgRawParser, same)["ts"].to_list() == [
+        99998000001000, 99999999999000, 100000000000000, 100001500000000, 100002000002000]
+
+
+def test_raw_layout_chunks_take_constant_slices(monkeypatch):
+    """A chunk of nothing but layout lines (one or two widths) is read by ``_records_const``."""
+    from ingest.formats import dmesg
+    seen = []
+    const = dmesg.DmesgRawParser._records_const
+    monkeypatch.setattr(dmesg.DmesgRawParser, "_records_const",
+                        lambda self, df, w: seen.append(w) or const(self, df, w))
+    one = ["[    1.000000] a", "[   12.250000] b: c", "[ 1234.000001]  d"]
+    two = one + ["[123456.000000] e", "[123457.000000] f"]
+    for lines in (one, two):
+        fast = _records(dmesg.DmesgRawParser, lines)
+        with monkeypatch.context() as m:
+            m.setattr(dmesg, "_layouts", lambda s: [])
+            assert _records(dmesg.DmesgRawParser, lines).equals(fast)
+    assert seen == [[13], [13, 14]]
+
+
+_ISO_ODD = ["", "   indented", "kern  :info  : not a record", "kern  :info  : 2026-11-29T13:38:49,486513+00:00",
+            "kern  :info  : 2026-11-29T13:38:49,486513+00:00x no space",
+            "kern :info : 2026-11-29T13:38:49,000001+00:00 other widths",
+            "kern  : info : 2026-11-29T13:38:49,000002+00:00 space after the colon", "k\u00e9rn  :info  : "
+            "2026-11-29T13:38:49,000003+00:00 non-ASCII facility", "2026-11-29T13:38:49,000004+00:00 no --decode",
+            "kern  :info  : 2026-02-30T13:38:49,000005+00:00 feb 30",
+            "kern  :info  : 2026-11-29T13:38:49,000006+0000 another offset"]
+
+
+@pytest.mark.parametrize("extra", [[], [""], _ISO_ODD[:3], _ISO_ODD,
+                                   ["kern  :info  : 2026-11-29T13:38:52,000000+01:00 another zone"]])
+def test_iso_layout_rows_equal_the_per_row_path(monkeypatch, extra):
+    """Lines with the layout of the chunk's first record (--decode widths, UTC offset, a space) skip the
+    grammar, --decode and prefix tests (all of them in a chunk of such lines and blank ones); the frame
+    is the one the per-row path builds (forced here by finding no layout)."""
+    from ingest.formats import dmesg
+    same = ["kern  :info  : 2026-11-29T13:38:49,486513+00:00 Linux version 5.15.0",
+            "kern  :err   : 2026-11-29T13:38:50,000001+00:00 pci 0000:00:01.0: x",
+            "user  :notice: 2026-11-29T13:38:51,000004+00:00  two spaces, one kept",
+            "daemon:warn  : 2026-11-29T24:00:00,000002+00:00 24:00"]
+    for lines in (same + extra, extra + same, [ln.split(": ", 1)[1] for ln in same] + extra):
+        fast = _records(dmesg.DmesgIsoParser, lines)
+        with monkeypatch.context() as m:
+            m.setattr(dmesg, "_iso_layout", lambda s: None)
+            assert _records(dmesg.DmesgIsoParser, lines).equals(fast), lines
+    lay = dmesg._iso_layout(__import__("polars").Series(same))
+    assert lay[1:] == (15, "+00:00")
+    assert dmesg._iso_layout(__import__("polars").Series(["2026-11-29T13:38:49,486513+0100 x"])) is None
+
+
+def test_boot_attrs_per_number_equal_per_row():
+    """The plain events' boot attrs, made once per boot number, are the per-row text."""
+    import polars as pl
+
+    from ingest.formats.kernel import _boot_attrs
+    boot = pl.Series([0, 0, 1, 1, 1, 2, 1000, 1000, 12345678])
+    new = pl.Series([False, False, True, False, False, True, True, False, True])
+    want = [None, None, '{"boot":1,"boot_restart":true}', '{"boot":1}', '{"boot":1}',
+            '{"boot":2,"boot_restart":true}', '{"boot":1000,"boot_restart":true}', '{"boot":1000}',
+            '{"boot":12345678,"boot_restart":true}']
+    assert _boot_attrs(boot, new).to_list() == want          # (per row: more numbers than `most`)
+    assert _boot_attrs(boot.head(8), new.head(8)).to_list() == want[:8]
+    assert _boot_attrs(boot.head(8), new.head(8), most=0).to_list() == want[:8]
