@@ -30,7 +30,7 @@ from typing import Any, Callable
 from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED
 from .reader import STREAM_ENDS, DecompressedLimit, Head, _Limited, is_gzip
 from .registry import ParseContext, Registry, default_registry
-from .sink import RowSink, partition_path
+from .sink import COMPRESSION, TEMP_COMPRESSION, RowSink, partition_path
 
 
 @dataclass
@@ -105,7 +105,8 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
         return res
 
     res.kind, res.format, res.clock_domain = parser_cls.kind, parser_cls.name, parser_cls.clock_domain
-    sink = RowSink(job.out_dir, on_part=on_part)
+    # (parts moved to a shared Parquet location stay there: compressed; others only travel to the store)
+    sink = RowSink(job.out_dir, on_part=on_part, compression=COMPRESSION if job.parts_root else TEMP_COMPRESSION)
     if job.byte_range:
         ctx = RangeContext(p, job.rel, sink, job.byte_range, time_zone=job.time_zone)
     else:

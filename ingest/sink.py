@@ -35,7 +35,11 @@ import pyarrow.parquet as pq
 
 from .model import PARSER_TABLES, TABLES
 
-COMPRESSION = "lz4"       # codec of the temporary Parquet parts (fast; they live minutes)
+COMPRESSION = "lz4"       # codec of parts that are kept (a shared Parquet location, issue 15)
+# Parts that only carry rows to the store are written uncompressed: compressing a kernel log's
+# text (LZ4) was about a fifth of its parse, and the loader removes each part once it is inserted
+# (server/loader.py), so the larger files (~1.5x the log) are on disk only for a moment.
+TEMP_COMPRESSION = "none"
 NO_DICTIONARY = {"text", "attrs", "ts_raw_ns", "ts_utc_ns", "dur_ns", "line", "value", "local_ns", "wall_ns",
                  "byte_offset", "stack_id", "parent_id"}
 ROW_GROUP = 122_880    # DuckDB's row group size: frames are written in parts of whole row groups
@@ -51,8 +55,10 @@ def _clip(s: str | None, n: int) -> str | None:
 
 class RowSink:
     def __init__(self, out_dir: str | os.PathLike, batch_rows: int = 65536,
-                 max_issues: int = 10000, on_part: Callable[[str, Path], None] | None = None):
+                 max_issues: int = 10000, on_part: Callable[[str, Path], None] | None = None,
+                 compression: str = COMPRESSION):
         self.out_dir = Path(out_dir)
+        self.compression = compression
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.batch_rows = batch_rows
         self.max_issues = max_issues
@@ -196,7 +202,7 @@ class RowSink:
         path = self.out_dir / f"{table}.{n:05d}.parquet"
         # dictionary-encode only the columns that repeat (names, kinds); text and JSON do not
         dict_cols = [n for n in tbl.column_names if n not in NO_DICTIONARY]
-        pq.write_table(tbl, path, compression=COMPRESSION, use_dictionary=dict_cols, write_statistics=False,
+        pq.write_table(tbl, path, compression=self.compression, use_dictionary=dict_cols, write_statistics=False,
                        row_group_size=ROW_GROUP)
         self.files.append(path)
         self._announce(table, path)

@@ -24,6 +24,11 @@ Every call is queued and runs in the order it was made. A failed insert is raise
 :meth:`IncidentLoad.abort`. A source whose parse failed after some of its parts were
 loaded is removed with :meth:`IncidentLoad.drop_source`.
 
+Once inserted, a part is removed (its rows are in the store; the temporary parts are
+written uncompressed, see ``ingest/sink.py``), except the ``facts`` and ``parse_issues`` parts,
+which the pipeline reads again after the parse; the parts of attached incidents are their storage
+and stay.
+
 Attached incidents (``root``: the run folder of the incident's Parquet partitions, see
 ``server/store.py``): the parts of the heavy tables (``store.ATTACHED_TABLES``) stay where
 they are and are not inserted; the small tables are inserted as above. Before ``COMMIT`` the small
@@ -47,6 +52,7 @@ from .store import ATTACHED_TABLES, Store
 BATCH_BYTES = 32 << 20      # Parquet bytes gathered per table before an insert
 BATCH_FILES = 400
 BIG_PART = 1 << 20       # a part this large is inserted at once (a large file's rows load while it is parsed)
+KEEP_PARTS = ("facts", "parse_issues")     # read again after the parse (time zone, first bad line)
 
 
 class IncidentLoad:
@@ -162,6 +168,9 @@ class IncidentLoad:
             items = pending.get(table)
             if items:
                 self.store.load_batch(table, [f for f, _ in items], [sid for _, sid in items], self.incident_id)
+                if self.root is None and table not in KEEP_PARTS:
+                    for f, _ in items:      # (in the store now: the part's disk space is given back)
+                        Path(f).unlink(missing_ok=True)
 
     def _drop(self, source_id: int) -> None:
         self._flush()

@@ -52,3 +52,22 @@ def test_a_failed_parse_does_not_announce_held_parts(tmp_path, monkeypatch):
     s.add_frame("events", _frame(100, 300))
     s.close(announce=False)
     assert len(seen) == 1 and len(s.files) == 2
+
+
+def _codecs(path):
+    md = pq.ParquetFile(path).metadata
+    return {md.row_group(g).column(c).compression for g in range(md.num_row_groups) for c in range(md.num_columns)}
+
+
+def test_temporary_parts_are_uncompressed_kept_ones_compressed(tmp_path):
+    # parse_file writes parts that only travel to the store uncompressed, and parts for a shared
+    # Parquet location (kept) with the sink's codec
+    from ingest.parse import ParseJob, parse_file
+    log = tmp_path / "dmesg.txt"
+    log.write_text("".join(f"[{i}.000001] usb 1-1: new device {i}\n" for i in range(1, 200)))
+    temp = parse_file(ParseJob(str(log), "dmesg.txt", str(tmp_path / "t")))
+    kept = parse_file(ParseJob(str(log), "dmesg.txt", str(tmp_path / "k"), parts_root=str(tmp_path / "root"),
+                               source_id=1))
+    assert temp.status == kept.status == "parsed"
+    assert _codecs(temp.parts["events"][0]) == {"UNCOMPRESSED"}
+    assert _codecs(kept.parts["events"][0]) == {sink_mod.COMPRESSION.upper()}

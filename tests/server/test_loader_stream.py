@@ -52,3 +52,41 @@ def test_a_big_part_is_inserted_when_announced_small_ones_are_gathered(tmp_path,
     load.commit(lambda: None)
     assert calls[-1] == ("events", ["small2.parquet"])
     assert s.query("SELECT count(*) AS n FROM events WHERE incident_id = 'inc'") == [{"n": 1005}]
+
+
+def _facts_part(path):
+    schema = TABLES["facts"].arrow_schema()
+    cols = {f.name: [None] for f in schema}
+    cols.update(key=["time_zone"], value=["UTC"])
+    pq.write_table(pa.table(cols, schema=schema), path)
+    return str(path)
+
+
+def test_inserted_parts_are_removed_except_those_read_again(tmp_path):
+    # the temporary parts are uncompressed (ingest/sink.py): once in the store, their disk space is
+    # given back; facts and parse_issues are read again by the pipeline after the parse
+    s = Store(tmp_path / "s.duckdb")
+    ev = _part(tmp_path / "events.parquet", 5)
+    facts = _facts_part(tmp_path / "facts.parquet")
+    load = IncidentLoad(s, "inc")
+    load.parts(1, {"events": [ev], "facts": [facts]})
+    load.commit(lambda: None)
+    assert s.query("SELECT count(*) AS n FROM events WHERE incident_id = 'inc'") == [{"n": 5}]
+    assert s.query("SELECT count(*) AS n FROM facts WHERE incident_id = 'inc'") == [{"n": 1}]
+    assert not os.path.exists(ev) and os.path.exists(facts)
+
+
+def test_a_failed_insert_removes_nothing(tmp_path):
+    s = Store(tmp_path / "s.duckdb")
+    good = _part(tmp_path / "good.parquet", 5)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    load = IncidentLoad(s, "inc")
+    load.parts(1, {"events": [good, str(bad)]})
+    try:
+        load.commit(lambda: None)
+    except Exception:
+        pass
+    else:
+        raise AssertionError("the insert of a damaged part must fail")
+    assert os.path.exists(good) and bad.exists()
