@@ -27,23 +27,37 @@ STREAM_ENDS = (EOFError, zlib.error, gzip.BadGzipFile, DecompressedLimit)
 
 
 class _Limited(io.RawIOBase):
-    """Counts bytes read from a stream; raises DecompressedLimit past ``limit``."""
+    """Counts bytes read from a stream; raises DecompressedLimit past ``limit``.
+
+    Every byte within the limit is handed out, however large the reads: a read is cut to one
+    byte more than the limit allows (that byte shows that the stream goes on), the bytes within
+    the limit are returned, and the next read raises."""
 
     def __init__(self, raw, limit: int | None):
         self._raw = raw
         self.limit = limit
         self.count = 0
+        self._over = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
-        n = self._raw.readinto(b)
-        if n:
-            self.count += n
-            if self.limit is not None and self.count > self.limit:
-                raise DecompressedLimit(
-                    f"decompressed data exceeds the per-file limit of {self.limit} bytes")
+        if self.limit is None:
+            n = self._raw.readinto(b)
+            self.count += n or 0
+            return n
+        if self._over:
+            raise DecompressedLimit(f"decompressed data exceeds the per-file limit of {self.limit} bytes")
+        room = self.limit - self.count
+        view = memoryview(b).cast("B")
+        n = self._raw.readinto(view[:room + 1] if len(view) > room else view)
+        if n and self.count + n > self.limit:
+            self._over = True
+            n = room                     # (the byte past the limit is dropped)
+            if n == 0:
+                raise DecompressedLimit(f"decompressed data exceeds the per-file limit of {self.limit} bytes")
+        self.count += n or 0
         return n
 
     def close(self) -> None:

@@ -255,8 +255,9 @@ def test_decompressed_limit_makes_the_source_partial(tmp_path):
     res = parse(path, tmp_path, max_bytes=500)
     assert res.status == "partial"
     assert res.error == "stopped: decompressed data exceeds the per-file limit of 500 bytes"
-    within = path.read_bytes()[:500].count(b"\n")
-    assert res.records <= within       # nothing past the limit was parsed
+    # every byte within the limit is read (the lines before it, and the one the limit cuts), nothing after
+    within = path.read_bytes()[:500].count(b"\n") + 1
+    assert res.records == within and res.bytes_read == 500
 
 
 def test_decompressed_limit_stops_a_gzip_bomb(tmp_path):

@@ -26,3 +26,35 @@ def test_bad_utf8_lines_are_flagged_and_counted(tmp_path):
     rows = [r for f in ctx.line_frames(chunk_bytes=4) for r in f.iter_rows(named=True)]
     assert [(r["lineno"], r["bad_utf8"]) for r in rows] == [(1, False), (2, True), (3, False)]
     assert sink.issues_total == 1 and ctx.lineno == 3 and ctx.bytes_read == 19
+
+
+@pytest.mark.parametrize("chunk", [4096, 1 << 20, 32 << 20])
+def test_every_line_within_the_size_limit_is_handed_out_whatever_the_read_size(tmp_path, chunk):
+    # one large read may cross the per-file limit: the bytes before the limit still come out (the
+    # lines, and the one the limit cuts), then the error
+    from ingest.reader import DecompressedLimit, open_binary
+    p = tmp_path / "x.log"
+    p.write_bytes(b"".join(b"line %06d of a log\n" % i for i in range(100_000)))
+    limit = 1_234_567
+    stream = open_binary(p, limit)
+    got = []
+    with pytest.raises(DecompressedLimit):
+        for f in line_frames(stream, chunk_bytes=chunk):
+            got += f["line"].to_list()
+    data = p.read_bytes()[:limit]
+    assert got == data.decode().split("\n")
+    assert stream.raw.count == limit
+
+
+def test_a_read_at_the_limit_raises_instead_of_ending_the_stream(tmp_path):
+    from ingest.reader import DecompressedLimit, open_binary
+    p = tmp_path / "x.bin"
+    p.write_bytes(b"x" * 101)
+    stream = open_binary(p, 100)          # (kept: the buffered stream closes its raw when collected)
+    raw = stream.raw
+    assert raw.readinto(bytearray(1000)) == 100    # the bytes within the limit
+    with pytest.raises(DecompressedLimit):         # more exists: an error, not 0 (the end)
+        raw.readinto(bytearray(10))
+    whole = open_binary(p, 101)                    # a file of exactly the limit is whole
+    exact = whole.raw
+    assert exact.readinto(bytearray(1000)) == 101 and exact.readinto(bytearray(10)) == 0
