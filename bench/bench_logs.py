@@ -6,7 +6,10 @@ Inputs, concatenated from real files to the target size:
   16-node NCCL 2.7 init/ring/tree log from bigscience (``tests/data/nccl_log``);
 * ``app``: the real torchrun captures recorded for the samples (``tests/data/app_log``, gloo on
   CPU, ``--tee 3`` prefixes, c10 INFO lines, tracebacks, ChildFailedError blocks) and the
-  oom-after-throttle bundle's torchrun.log (steps).
+  oom-after-throttle bundle's torchrun.log (steps). Crash-dense: a crash every few hundred lines.
+* ``train`` (in the harness, ``python -m bench``): the shape of a long run's log: the oom-after-throttle torchrun.log's header, its
+  real step lines continued (each copy's step numbers and times shifted by the copy's length, see
+  :func:`train_log`) to the target size, and its crash (ChildFailedError) once at the end.
 
 Rows written: ``events`` (meaningful lines one each; repetitive NCCL INFO lines, step lines and
 plain log lines collapsed to one event per process/device or rank, see ``ingest.formats.applog``)
@@ -25,11 +28,13 @@ child process and reports the fastest run (wall), with that run's ``cpu_s``.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import compare  # noqa: E402
+from common import OUT, compare  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NCCL = ROOT / "tests/data/nccl_log"
@@ -39,6 +44,40 @@ SOURCES = {
     "app": [APP / "torchrun_hang.log", APP / "torchrun_exception.log", APP / "torchrun_mismatch.log",
             ROOT / "sample_traces/oom-after-throttle/vm/logs/torchrun.log"],
 }
+
+TRAIN_SOURCE = ROOT / "sample_traces/oom-after-throttle/vm/logs/torchrun.log"
+_STEP = re.compile(r"^(\[default\d+\]:)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})( \w+ \[rank\d+\] [\w.]+: step=)(\d+)(\D.*)$",
+                   re.S)
+
+
+def train_log(target_bytes: int) -> Path:
+    """``train``: the real log's header, its step lines repeated with step numbers and times moved
+    on by one copy's span each time, up to ``target_bytes``, then its crash. Cached under bench/out/."""
+    dest = OUT / f"logs-train-{target_bytes // 1_000_000}MB.log"
+    if dest.exists() and dest.stat().st_size >= target_bytes:
+        return dest
+    lines = TRAIN_SOURCE.read_text().splitlines(keepends=True)
+    at = [i for i, ln in enumerate(lines) if _STEP.match(ln)]
+    head, tail = lines[:at[0]], lines[at[-1] + 1:]
+    steps = [_STEP.match(lines[i]).groups() for i in at]
+    fmt = "%Y-%m-%d %H:%M:%S,%f"
+    times = [datetime.strptime(g[1], fmt) for g in steps]
+    span = times[-1] - times[0] + (times[-1] - times[-3])     # (two ranks: one more step's time)
+    per_copy = max(int(g[3]) for g in steps) + 1
+    OUT.mkdir(parents=True, exist_ok=True)
+    with open(dest, "w") as f:
+        n = sum(f.write(ln) for ln in head)
+        k = 0
+        while n < target_bytes:
+            for g, t in zip(steps, times):
+                t = t + span * k
+                n += f.write(f"{g[0]}{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}{g[2]}"
+                             f"{int(g[3]) + per_copy * k}{g[4]}")
+            k += 1
+        for ln in tail:
+            f.write(ln)
+    return dest
+
 
 LOOP_RX = rb"^(?:\S+:\d+:\d+ \[\d+\] NCCL (INFO|WARN)|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
 

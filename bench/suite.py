@@ -13,8 +13,10 @@ perf      perf script with deep call chains (FlameGraph's system-wide -g recordi
 kineto    a real HTA trace repeated x2/x8 with shifted ts and flow ids (58/232 MB); aftertrace
           into DuckDB vs HolisticTraceAnalysis ``parse_trace_dataframe`` vs ``orjson.loads`` and
           ``json.loads`` of the whole file (the floor for JSON ingest); full: also x32 (928 MB)
-logs      NCCL INFO logs and torchrun/training logs, 30/100 MB; vs a one-regex line loop
-kernel    raw dmesg (a real boot log + real OOM/hung-task reports), 50/200 MB; vs a line loop
+logs      NCCL INFO logs, crash-dense torchrun/training logs, and a training log of real step
+          lines continued with one crash at the end, 30/100 MB; vs a one-regex line loop
+kernel    raw and iso dmesg, crash-dense (a real boot log + real OOM/hung-task reports) and the
+          real boot log alone, 50/200 MB; vs a line loop
 cgroup    the sample's cgroup snapshot series copied to 10,000/100,000 files
 e2e       ``aftertrace analyze`` (Service.submit_path + analyze) of bundles of 8 and 64 ranks
           (full: also 512) built from the real sample: per host of 8 ranks its perf recording,
@@ -137,10 +139,13 @@ def stage_logs(quick: bool) -> list[dict]:
     from common import scaled
     mb = 30 if quick else 100
     rows = []
-    for label in ("nccl", "app"):
-        path = scaled(f"logs-{label}-{mb}MB.log", bench_logs.SOURCES[label], mb * 1_000_000)
+    names = {"nccl": "NCCL INFO logs", "app": "torchrun/training logs, crash-dense",
+             "train": "training log: real step lines continued, one crash at the end"}
+    for label in ("nccl", "app", "train"):
+        path = (bench_logs.train_log(mb * 1_000_000) if label == "train" else
+                scaled(f"logs-{label}-{mb}MB.log", bench_logs.SOURCES[label], mb * 1_000_000))
         size = _mb(path)
-        inp = f"{'NCCL INFO' if label == 'nccl' else 'torchrun/training'} logs, {size:.0f} MB"
+        inp = f"{names[label]}, {size:.0f} MB"
         a = _child(bench_logs.PARSE.format(path=str(path), repeat=2))
         b = _child(bench_logs.LOOP.format(path=str(path), rx=bench_logs.LOOP_RX))
         ours = size / a["seconds"]
@@ -157,11 +162,14 @@ def stage_kernel(quick: bool) -> list[dict]:
     mb = 50 if quick else 200
     OUT.mkdir(parents=True, exist_ok=True)
     work = OUT / f"kernel-{mb}"
+    work.mkdir(parents=True, exist_ok=True)
     if not (work / "dmesg_raw_scaled.txt").exists():
-        work.mkdir(parents=True, exist_ok=True)
         bkk.scaled_logs(work, mb)
+    if not (work / "boot_raw_scaled.txt").exists():
+        bkk.realistic_logs(work, mb)
     rows = []
-    for name in ("dmesg_raw_scaled.txt", "dmesg_decode_iso_scaled.txt"):
+    for name in ("dmesg_raw_scaled.txt", "dmesg_decode_iso_scaled.txt", "boot_raw_scaled.txt",
+                 "boot_decode_iso_scaled.txt"):
         path = work / name
         size = _mb(path)
         a = _child(f"""
@@ -169,14 +177,19 @@ import time, tempfile, shutil
 from ingest.parse import parse_file, ParseJob
 from ingest.registry import default_registry
 default_registry()
-out = tempfile.mkdtemp(); t, c = time.perf_counter(), time.process_time()
-r = parse_file(ParseJob({str(path)!r}, {name!r}, out))
-RESULT = dict(seconds=time.perf_counter() - t, cpu_s=time.process_time() - c, fmt=r.format,
-              events=r.counts.get('events'), status=r.status)
-shutil.rmtree(out)
+best = None
+for _ in range(2):       # (the faster of two parses, as for the other text logs)
+    out = tempfile.mkdtemp(); t, c = time.perf_counter(), time.process_time()
+    r = parse_file(ParseJob({str(path)!r}, {name!r}, out))
+    dt, cpu = time.perf_counter() - t, time.process_time() - c
+    shutil.rmtree(out)
+    if best is None or dt < best[0]:
+        best = (dt, cpu)
+RESULT = dict(seconds=best[0], cpu_s=best[1], fmt=r.format, events=r.counts.get('events'), status=r.status)
 """)
         ours = size / a["seconds"]
-        inp = f"kernel log ({'raw dmesg' if 'raw' in name else 'dmesg --decode --time-format iso'}), crash-dense, {size:.0f} MB"
+        shape = "crash-dense" if name.startswith("dmesg") else "a real GPU server's boot log, as it is"
+        inp = f"kernel log ({'raw dmesg' if 'raw' in name else 'dmesg --decode --time-format iso'}), {shape}, {size:.0f} MB"
         rows.append(row("kernel log", inp, f"aftertrace {a['fmt']}", ours, "MB/s", ">= 150", ours >= 150,
                         a["peak_rss_mib"], f"{size / a['cpu_s']:.0f} MB per CPU-s; {a['events']:,} events"))
         loop = _child(f"""
