@@ -69,6 +69,10 @@ def test_timeline_errors_and_page(client):
     js = c.get("/vendor/plotly.min.js")
     assert js.status_code == 200 and len(js.content) > 1_000_000 and b"plotly" in js.content[:2000].lower()
     assert "innerHTML" not in c.get("/static/timeline.js").text     # bundle text only via textContent
+    # the pages name their icon (no request for a missing /favicon.ico on every page)
+    assert '<link rel="icon" href="/static/favicon.svg"' in page
+    icon = c.get("/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
 
 
 def test_wide_window_from_the_per_second_bins_matches_the_events(client):
