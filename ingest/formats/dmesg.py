@@ -198,7 +198,7 @@ def _layout_column(lines: pl.Series, widths: list[int]) -> pl.Series:
     return cc.alias("_cc")
 
 
-def _per_row(df: pl.DataFrame, known: pl.Series | None, exprs: dict[str, pl.Expr], values: dict) -> pl.DataFrame:
+def _per_row(df: pl.DataFrame, known: pl.Series | None, exprs: dict[str, pl.Expr], values: dict | None) -> pl.DataFrame:
     """``df.with_columns(**exprs)``, the expressions evaluated on the rows that are not ``known``
     only; the ``known`` rows get ``values[name]`` (what the expression gives on them: a value, or a
     Series of the chunk's rows)."""
@@ -319,27 +319,21 @@ class DmesgIsoParser(KernelLogParser):
                     return self._records_at(df, c0, *_offset(off0), spaced=True)
         decode = line.str.contains(rf"^\w+\s*:\s*({DECODE_LEVELS})\s*: \d")
         # (_start reads the _dec column: the eager API would run the decode test twice in one expression)
-        if known is None:
-            df = df.with_columns(_ok=line.str.contains(ISO_HEAD), _dec=decode)
-            df = df.with_columns(_start=pl.when(pl.col("_dec")).then(line.str.find(": ", literal=True) + 2)
-                                 .otherwise(0))
-            used = df["_ok"] | df["_dec"]     # the other rows' fields are not read
-            starts = df["_start"].filter(used).unique().to_list()
-            ok_rows = df["_ok"]
-            offs = set()
-        else:
-            start = df.select(pl.when(pl.col("_pc")).then(c0).otherwise(0).alias("_start"))["_start"]
-            values = {"_ok": df["_ok"], "_dec": df["_dec"], "_start": start}
-            df = _per_row(df, known, {"_ok": line.str.contains(ISO_HEAD), "_dec": decode}, values)
-            df = _per_row(df, known, {"_start": pl.when(pl.col("_dec")).then(line.str.find(": ", literal=True) + 2)
-                                      .otherwise(0)}, values)
-            used = (df["_ok"] | df["_dec"]) & ~known
-            starts = list({c0, *df["_start"].filter(used).unique().to_list()})
-            ok_rows = df["_ok"] & ~known
-            offs = {off0}
+        start = pl.when(pl.col("_dec")).then(line.str.find(": ", literal=True) + 2).otherwise(0)
+        values = None if known is None else {
+            "_ok": df["_ok"], "_dec": df["_dec"],
+            "_start": df.select(pl.when(pl.col("_pc")).then(c0).otherwise(0).alias("_start"))["_start"]}
+        df = _per_row(df, known, {"_ok": line.str.contains(ISO_HEAD), "_dec": decode}, values)
+        df = _per_row(df, known, {"_start": start}, values)
+        used, ok_rows = df["_ok"] | df["_dec"], df["_ok"]     # (the other rows' fields are not read)
+        starts, offs = set(), set()
+        if known is not None:        # the layout's rows: its column and offset
+            used, ok_rows = used & ~known, ok_rows & ~known
+            starts, offs = {c0}, {off0}
+        starts |= set(df["_start"].filter(used).unique().to_list())
         if len(starts) > 1:
             return self._records_any(df)
-        c = int(starts[0]) if len(starts) else 0
+        c = int(starts.pop()) if starts else 0
         offs |= set(df.select(line.str.slice(c + 26, 6).alias("_off")).to_series().filter(ok_rows).unique().to_list())
         if len(offs) > 1:
             return self._records_any(df)
