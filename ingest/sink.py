@@ -43,6 +43,7 @@ TEMP_COMPRESSION = "none"
 NO_DICTIONARY = {"text", "attrs", "ts_raw_ns", "ts_utc_ns", "dur_ns", "line", "value", "local_ns", "wall_ns",
                  "byte_offset", "stack_id", "parent_id"}
 ROW_GROUP = 122_880    # DuckDB's row group size: frames are written in parts of whole row groups
+_DICT_STRING = pa.dictionary(pa.int32(), pa.string())
 MAX_TEXT = 4000        # longest evidence text kept per row (chars)
 MAX_ISSUE_TEXT = 200   # longest excerpt kept per parse issue
 
@@ -116,19 +117,28 @@ class RowSink:
         if frame.num_rows == 0:
             return
         schema = TABLES[table].arrow_schema()
-        cols = []
+        cols, fields = [], []
         for f in schema:
             if f.name in frame.column_names:
-                cols.append(frame.column(f.name).cast(f.type))
+                c = frame.column(f.name)
+                if pa.types.is_dictionary(c.type) and pa.types.is_string(f.type):
+                    # a text column that comes dictionary-encoded (a Polars Categorical: a few
+                    # distinct names on millions of rows) is written as it is (see _write)
+                    c = c.cast(_DICT_STRING)
+                    f = pa.field(f.name, _DICT_STRING, f.nullable)
+                else:
+                    c = c.cast(f.type)
+                cols.append(c)
             else:
                 cols.append(pa.nulls(frame.num_rows, f.type))
+            fields.append(f)
         extra = set(frame.column_names) - set(schema.names)
         if extra:
             raise KeyError(f"{table} has no column(s) {sorted(extra)}")
         buf = self._buf.get(table)
         if buf and next(iter(buf.values())):
             self._flush_rows(table)       # rows added before this frame are written before it
-        self._frames.setdefault(table, []).append(pa.table(cols, schema=schema))
+        self._frames.setdefault(table, []).append(pa.table(cols, schema=pa.schema(fields)))
         self._frame_rows[table] = self._frame_rows.get(table, 0) + frame.num_rows
         self.counts[table] += frame.num_rows
         if self._frame_rows[table] >= ROW_GROUP:
@@ -141,6 +151,10 @@ class RowSink:
         frames = self._frames.pop(table, None)
         if not frames:
             return
+        if any(f.schema != frames[0].schema for f in frames[1:]):
+            # (some frames carry dictionary-encoded text, some plain text: all plain)
+            schema = TABLES[table].arrow_schema()
+            frames = [f.cast(schema) if f.schema != schema else f for f in frames]
         tbl = pa.concat_tables(frames)
         n = tbl.num_rows // ROW_GROUP * ROW_GROUP if whole_groups else tbl.num_rows
         if n < tbl.num_rows:
@@ -202,8 +216,12 @@ class RowSink:
         path = self.out_dir / f"{table}.{n:05d}.parquet"
         # dictionary-encode only the columns that repeat (names, kinds); text and JSON do not
         dict_cols = [n for n in tbl.column_names if n not in NO_DICTIONARY]
+        # A part with dictionary-encoded text columns is written without the Arrow schema, so that
+        # every reader (DuckDB, pyarrow, Polars) reads those columns as the plain text of the
+        # table's schema (its Parquet types are the same either way).
+        plain = not any(pa.types.is_dictionary(t) for t in tbl.schema.types)
         pq.write_table(tbl, path, compression=self.compression, use_dictionary=dict_cols, write_statistics=False,
-                       row_group_size=ROW_GROUP)
+                       row_group_size=ROW_GROUP, store_schema=plain)
         self.files.append(path)
         self._announce(table, path)
 

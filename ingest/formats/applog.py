@@ -188,7 +188,25 @@ STEP_TIME = (r"(?i)(?:step_time\s*[=:]\s*(?P<step_time_s>[\d.]+)\s*s|elapsed tim
              r"(?P<iter_ms>[\d.]+))")
 _LOWER = {rx: rx.removeprefix("(?i)") for rx in (STEP, LOSS, STEP_TIME)}
 _LOSS_ASCII = _LOWER[LOSS].replace(r"\b", r"(?-u:\b)")
+
+
+def _nocap(rx: str) -> str:
+    """``rx`` with its named groups made non-capturing (see :data:`_NOCAP`)."""
+    return re.sub(r"\(\?P<\w+>", "(?:", rx)
+
+
+# Numbers read from a message without a capture regex. Polars runs an unanchored regex with
+# capture groups several times slower per line than one without (a DFA finds the match; the
+# groups need a second engine on every line): the step-line patterns below take the whole match
+# (group 0, no captures) and then the numbers inside it, which these patterns place without
+# ambiguity: the text before each number group holds no digit (STEP: the first and second digit
+# runs are step and total; STEP_TIME: the first run of digits and dots is the value; LOSS: the
+# value is the match's tail, and nothing before it is a sign or digit).
+_NOCAP = {rx: _nocap(_LOWER[rx]) for rx in (STEP, STEP_TIME)}
+_LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
+# (RANK_IN_TEXT: one number, after text with no digit)
+RANK_IN_TEXT_NOCAP = RANK_IN_TEXT.replace("(\\d+)", "\\d+")
 EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?:: ?(?P<exc_msg>.*))?$"
 _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
@@ -559,23 +577,14 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         # (the case-insensitive patterns run as case-sensitive ones on the lowercased text: faster)
         cand = cand.with_columns(m.str.to_lowercase().alias("_low"))    # (once, not per pattern)
         low = pl.col("_low")
-        x = cand.with_columns(low.str.extract_groups(_LOWER[STEP]).alias("x")).unnest("x")
-        x = x.filter(pl.col("step").is_not_null() | pl.col("iter").is_not_null() | pl.col("step2").is_not_null())
+        x = cand.with_columns(_step_match(low).alias("_g0")).filter(pl.col("_g0").is_not_null())
         if not x.is_empty():
             # (on ASCII text an ASCII word boundary is the same test; Unicode ones keep the regex
             # crate from using its DFA for the unanchored search)
             ascii_ = x.select((low.str.len_bytes() == low.str.len_chars()).all()).item()
-            x = x.with_columns(
-                low.str.extract(_LOSS_ASCII if ascii_ else _LOWER[LOSS], 1)
-                .cast(pl.Float64, strict=False).alias("_loss"),
-                low.str.extract_groups(_LOWER[STEP_TIME]).alias("x2")).unnest("x2")
             # step lines are collapsed (see _collapse_rows): the values stay columns, the attrs
             # object is only written for the line that remains an event
-            x = x.select(
-                "_i", pl.coalesce("step", "iter", "step2").cast(pl.Int64, strict=False).alias("_step"),
-                pl.coalesce("total", "total2").cast(pl.Int64, strict=False).alias("_total"), "_loss",
-                pl.coalesce(pl.col("step_time_s").cast(pl.Float64, strict=False),
-                            pl.col("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime"))
+            x = x.select("_i", *_step_values(low, pl.col("_g0"), ascii_))
             step_i = x["_i"]
             for c in ("_step", "_total", "_loss", "_stime"):
                 out[c] = _scatter(n, step_i, x[c])
@@ -602,6 +611,25 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         .when(~matched & (cat != "nccl") & low_sev).then(pl.lit("log"))
         .otherwise(pl.col("_cls")).alias("_cls"))
     return ev.drop("_n", "_k", "_fa")
+
+
+def _step_match(low: pl.Expr) -> pl.Expr:
+    """The STEP match in lowercased text (null: not a step line)."""
+    return low.str.extract(_NOCAP[STEP], 0)
+
+
+def _step_values(low: pl.Expr, match: pl.Expr, ascii_: bool) -> list[pl.Expr]:
+    """``_step``, ``_total``, ``_loss`` and ``_stime`` (s) of lowercased step lines (``match``: their
+    :func:`_step_match`), as the groups of STEP, LOSS and STEP_TIME give them, without capture
+    regexes (see :data:`_NOCAP`)."""
+    nums = match.str.extract_all(r"\d+")
+    st_g0 = low.str.extract(_NOCAP[STEP_TIME], 0)
+    st_v = st_g0.str.extract(r"[\d.]+", 0).cast(pl.Float64, strict=False)
+    return [nums.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False).alias("_step"),
+            nums.list.get(1, null_on_oob=True).cast(pl.Int64, strict=False).alias("_total"),
+            low.str.extract(_nocap(_LOSS_ASCII if ascii_ else _LOWER[LOSS]), 0).str.extract(_LOSS_VALUE, 0)
+            .cast(pl.Float64, strict=False).alias("_loss"),
+            pl.when(st_g0.str.starts_with("step_time")).then(st_v).otherwise(st_v / 1000).alias("_stime")]
 
 
 def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
@@ -1034,12 +1062,17 @@ def _scatter(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
     return out.scatter(idx, values) if len(idx) else out
 
 
+def rank_in_text(txt: pl.Expr) -> pl.Expr:
+    """The rank RANK_IN_TEXT states (either group), read as the whole match's one digit run
+    (no capture regex: see _NOCAP)."""
+    return txt.str.extract(RANK_IN_TEXT_NOCAP, 0).str.extract(r"\d+", 0).cast(pl.Int64, strict=False)
+
+
 def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     """Fill rank and pid from what each stream / NCCL pid states elsewhere."""
     txt = pl.coalesce(pl.col("msg"), pl.col("body"), pl.lit(""))
-    rk = txt.str.extract_groups(RANK_IN_TEXT)
     said = pl.coalesce(
-        rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
+        rank_in_text(txt),
         pl.col("msg").str.extract(r"^\[(?:PG[^\]]*? )?Rank (\d+)\]", 1).cast(pl.Int64, strict=False))
     own = pl.coalesce(pl.col("rank").cast(pl.Int64, strict=False), pl.col("wrank").cast(pl.Int64, strict=False))
     # the rank regexes run only where they can decide something (no rank yet, not NCCL, "rank" in the text)
@@ -1218,16 +1251,19 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
                          .otherwise(pl.concat_str([s("_cls"), s("rank")], separator="|")).alias("_g"))
     steps = cl.filter(pl.col("_cls") == "step")
     if not steps.is_empty():
-        m = steps.select("host", pl.when(pl.col("rank").is_not_null()).then(
-            pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)])).alias("entity"),
+        # (the names, units and entities repeat on millions of rows: Categorical columns, which
+        # the sink writes dictionary-encoded as they are)
+        cat = pl.Categorical
+        m = steps.select(pl.col("host").cast(cat), pl.when(pl.col("rank").is_not_null()).then(
+            pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)])).cast(cat).alias("entity"),
             pl.col("ts").alias("ts_raw_ns"), pl.col("lineno").alias("line"), "_step", "_loss", "_stime")
-        parts = [m.select("host", "entity", "ts_raw_ns", pl.lit("step").alias("metric"),
-                          pl.col("_step").cast(pl.Float64).alias("value"), pl.lit("count").alias("unit"), "line")]
+        parts = [m.select("host", "entity", "ts_raw_ns", pl.lit("step", cat).alias("metric"),
+                          pl.col("_step").cast(pl.Float64).alias("value"), pl.lit("count", cat).alias("unit"), "line")]
         for col, metric, unit in (("_loss", "loss", "-"), ("_stime", "step_time", "s")):
             v = m.filter(pl.col(col).is_not_null())
             if not v.is_empty():
-                parts.append(v.select("host", "entity", "ts_raw_ns", pl.lit(metric).alias("metric"),
-                                      pl.col(col).alias("value"), pl.lit(unit).alias("unit"), "line"))
+                parts.append(v.select("host", "entity", "ts_raw_ns", pl.lit(metric, cat).alias("metric"),
+                                      pl.col(col).alias("value"), pl.lit(unit, cat).alias("unit"), "line"))
         sink.add_frame("metrics", pl.concat(parts).filter(pl.col("value").is_not_null()))
     agg = cl.group_by("_g", maintain_order=True).agg(
         pl.col("_cls").first(), pl.len().alias("n"), pl.col("lineno").min().alias("first"),

@@ -329,3 +329,54 @@ def test_dated_prefix_by_position_equals_the_family_regex():
     assert 0 < fast.sum() < m.height        # (both kinds of line, mixed)
     for sub in (m, m.filter(fast), m.filter(~fast), m.slice(0, 3)):
         assert _family_prefix(sub, "dated", rx).equals(extract_prefix(sub, "body", rx))
+
+
+STEP_TEXTS = [
+    "step=0 step_time=0.150s loss=2.3112", "global_step: 12 loss: -1.5e-3 step_time = 1.25 s",
+    "step 3/10 loss 0.5 rank=3", "step 4 / 100 lm loss: 7.123456e+00 rank:4x",
+    " iteration      100/  500000 | consumed samples:        51200 | elapsed time per iteration (ms): 1234.5 |"
+    " learning rate: 1.500e-04 | lm loss: 7.123456e+00 | loss scale: 65536.0 |",
+    "\u00e9 step=\u0663 loss=1.0 [rank: 2]", "mystep=6 steps=7 step=8 loss=1.. step_time=1.2.3s",
+    "iteration 9/ 10 step 10/11 step=11", "step=99999999999999999999999 loss=1e999 step_time=.5s",
+    "losses=3 loss=4 lossy loss 5 step=12", "[rank:9] step: 13 loss=0.25 elapsed time per iteration (ms): 99.5",
+    "step=20 loss=3 step_time=4ss step_time: 5 s", "loss=+2 step=5", "no step here", "steps=1", "step=",
+    "\uff53tep=19 loss=1", "step=1 loss=-.5", "step=2 loss=\u0663.5 step_time=\u0663s", "iteration 7/8",
+]
+
+
+def test_step_values_equal_the_step_grammar():
+    # the step-line numbers are read without capture regexes (applog._NOCAP): on every text they
+    # equal the groups of the STEP, LOSS and STEP_TIME regexes
+    import polars as pl
+    from ingest.formats.applog import LOSS, STEP, STEP_TIME, _LOSS_ASCII, _LOWER, _step_match, _step_values
+    low = pl.col("t")
+    for texts in (STEP_TEXTS, [t for t in STEP_TEXTS if t.isascii()]):
+        df = pl.DataFrame({"t": texts})
+        ascii_ = all(t.isascii() for t in texts)
+        s = low.str.extract_groups(_LOWER[STEP])
+        st = low.str.extract_groups(_LOWER[STEP_TIME])
+        want = df.select(
+            pl.coalesce(s.struct.field("step"), s.struct.field("iter"), s.struct.field("step2"))
+            .cast(pl.Int64, strict=False).alias("_step"),
+            pl.coalesce(s.struct.field("total"), s.struct.field("total2")).cast(pl.Int64, strict=False).alias("_total"),
+            low.str.extract(_LOSS_ASCII if ascii_ else _LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
+            pl.coalesce(st.struct.field("step_time_s").cast(pl.Float64, strict=False),
+                        st.struct.field("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime"),
+            s.struct.field("step").is_not_null() | s.struct.field("iter").is_not_null()
+            | s.struct.field("step2").is_not_null())
+        got = df.select(*_step_values(low, _step_match(low), ascii_), _step_match(low).is_not_null())
+        assert got.rows() == want.rows()
+        assert got["_step"].drop_nulls().len() >= 10 and got["_loss"].drop_nulls().len() >= 10
+
+
+def test_rank_in_text_equals_its_groups():
+    import polars as pl
+    from ingest.formats.applog import RANK_IN_TEXT, rank_in_text
+    texts = ["[rank3] x", "[Rank: 12] y", "rank=4 z", "RANK:5", "rank=6x", "myrank=7", "[rank 8]", "[rank:\u0663]",
+             "\u00fc rank=9", "nothing", "[rank10] rank=11", "rank:12 [rank13]"]
+    df = pl.DataFrame({"t": texts})
+    g = pl.col("t").str.extract_groups(RANK_IN_TEXT)
+    want = df.select(pl.coalesce(g.struct.field("1"), g.struct.field("2")).cast(pl.Int64, strict=False))
+    got = df.select(rank_in_text(pl.col("t")))
+    assert got.to_series().to_list() == want.to_series().to_list()
+    assert got.to_series().drop_nulls().len() >= 8

@@ -71,3 +71,35 @@ def test_temporary_parts_are_uncompressed_kept_ones_compressed(tmp_path):
     assert temp.status == kept.status == "parsed"
     assert _codecs(temp.parts["events"][0]) == {"UNCOMPRESSED"}
     assert _codecs(kept.parts["events"][0]) == {sink_mod.COMPRESSION.upper()}
+
+
+def test_categorical_text_is_written_dictionary_encoded_and_read_as_text(tmp_path, monkeypatch):
+    # a Categorical column (metric names on millions of step rows) goes to Parquet as it is;
+    # pyarrow, Polars and DuckDB read it back as the table's plain text, alone or mixed with
+    # frames of plain text in one part
+    import duckdb
+    import pyarrow as pa
+    monkeypatch.setattr(sink_mod, "ROW_GROUP", 4)
+    cat = pl.DataFrame({"metric": ["step", "loss", "step"], "value": [1.0, 2.0, 3.0]},
+                       schema_overrides={"metric": pl.Categorical})
+    plain = pl.DataFrame({"metric": ["mem"], "value": [4.0]})
+    s = RowSink(tmp_path / "a")
+    s.add_frame("metrics", cat)
+    s.close()
+    s2 = RowSink(tmp_path / "b")
+    s2.add_frame("metrics", cat)
+    s2.add_frame("metrics", plain)              # 4 rows: one part of both frames
+    s2.close()
+    (only,), (mixed,) = s.files, s2.files
+    # (written from the dictionary as it is: no Arrow schema stored; a part of plain text keeps it)
+    assert b"ARROW:schema" not in (pq.read_metadata(only).metadata or {})
+    s3 = RowSink(tmp_path / "c")
+    s3.add_frame("metrics", plain)
+    s3.close()
+    assert b"ARROW:schema" in pq.read_metadata(s3.files[0]).metadata
+    for f, want in ((only, ["step", "loss", "step"]), (mixed, ["step", "loss", "step", "mem"])):
+        assert pq.read_table(f).schema.field("metric").type == pa.string()
+        assert pq.read_table(f)["metric"].to_pylist() == want
+        assert pl.read_parquet(f).schema["metric"] == pl.String
+        assert duckdb.connect().execute(f"select list(metric) from '{f}'").fetchone()[0] == want
+    assert pq.read_table(only).schema.field("value").type == pa.float64()
