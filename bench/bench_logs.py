@@ -17,6 +17,9 @@ and ``metrics`` (one row per step line and value: step, loss, step_time).
 
 The comparison is what a user would run instead: a plain Python loop over the lines that
 applies one regex per line (the NCCL header, or a timestamp) — far less work than the parser.
+The harness (``python -m bench``) adds a *floor* row per input: reading and splitting every line
+(``ingest.lines``) and writing as many metric rows as the parse yielded, through the same sink,
+with no parsing at all: the least any parser of this input must do on this machine.
 Each row also gives ``cpu_s``, the process's CPU seconds (all threads): on a shared machine it
 moves much less with the load than the wall-clock seconds do. The parser's time starts after
 the parser modules are imported (``import_s``, a once-per-process cost: ~0.75 s, which alone
@@ -102,6 +105,34 @@ RESULT = dict(tool="aftertrace " + str(r.format) + " -> Parquet parts", seconds=
               events=r.counts.get("events"), metrics=r.counts.get("metrics"),
               interpolated=r.attrs.get("interpolated_events"), cpu_s=round(cpu, 2),
               import_s=round(import_s, 2))
+"""
+FLOOR = """
+import time, tempfile, shutil
+import polars as pl
+from ingest.lines import line_frames
+from ingest.sink import RowSink
+t0 = time.perf_counter()
+out = tempfile.mkdtemp()
+sink = RowSink(out, compression="none")
+t, c = time.perf_counter(), time.process_time()
+lines = 0
+with open({path!r}, "rb") as f:
+    for df in line_frames(f):
+        lines += df.height
+left = {metrics}
+cat = pl.Categorical
+while left > 0:        # the metric rows the input yields, built as the parser builds them
+    n = min(left, 1_000_000)
+    i = pl.int_range(0, n, eager=True)
+    sink.add_frame("metrics", pl.DataFrame({{"entity": pl.Series(["rank 0"] * n, dtype=cat), "ts_raw_ns": i,
+        "metric": pl.Series(["loss"] * n, dtype=cat), "value": i.cast(pl.Float64), "unit": pl.Series(["-"] * n, dtype=cat),
+        "line": i}}))
+    left -= n
+sink.close()
+dt, cpu = time.perf_counter() - t, time.process_time() - c
+shutil.rmtree(out)
+RESULT = dict(tool="floor: read and split the lines, write the metric rows (no parsing)", seconds=dt,
+              cpu_s=round(cpu, 2), lines=lines)
 """
 LOOP = """
 import re, time

@@ -154,6 +154,12 @@ def stage_logs(quick: bool) -> list[dict]:
                                            f"{a['metrics'] or 0:,} metric rows"))
         rows.append(row("logs", inp, "one-regex Python line loop (baseline)", size / b["seconds"], "MB/s",
                         rss=b["peak_rss_mib"]))
+        # the least any parser must do here: read and split the lines, write the metric rows
+        fl = min((_child(bench_logs.FLOOR.format(path=str(path), metrics=a["metrics"] or 0)) for _ in range(2)),
+                 key=lambda r: r["seconds"])
+        rows.append(row("logs", inp, "floor: read and split the lines, write the metric rows, no parsing",
+                        size / fl["seconds"], "MB/s", rss=fl["peak_rss_mib"],
+                        note=f"{size / fl['cpu_s']:.0f} MB per CPU-s; aftertrace takes {a['seconds'] / fl['seconds']:.1f}x the floor's time"))
     return rows
 
 

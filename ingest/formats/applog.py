@@ -584,7 +584,7 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
             ascii_ = x.select((low.str.len_bytes() == low.str.len_chars()).all()).item()
             # step lines are collapsed (see _collapse_rows): the values stay columns, the attrs
             # object is only written for the line that remains an event
-            x = x.select("_i", *_step_values(low, pl.col("_g0"), ascii_))
+            x = _step_values(x.select("_i", "_low", "_g0"), "_low", "_g0", ascii_)
             step_i = x["_i"]
             for c in ("_step", "_total", "_loss", "_stime"):
                 out[c] = _scatter(n, step_i, x[c])
@@ -618,18 +618,22 @@ def _step_match(low: pl.Expr) -> pl.Expr:
     return low.str.extract(_NOCAP[STEP], 0)
 
 
-def _step_values(low: pl.Expr, match: pl.Expr, ascii_: bool) -> list[pl.Expr]:
-    """``_step``, ``_total``, ``_loss`` and ``_stime`` (s) of lowercased step lines (``match``: their
-    :func:`_step_match`), as the groups of STEP, LOSS and STEP_TIME give them, without capture
-    regexes (see :data:`_NOCAP`)."""
-    nums = match.str.extract_all(r"\d+")
-    st_g0 = low.str.extract(_NOCAP[STEP_TIME], 0)
-    st_v = st_g0.str.extract(r"[\d.]+", 0).cast(pl.Float64, strict=False)
-    return [nums.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False).alias("_step"),
-            nums.list.get(1, null_on_oob=True).cast(pl.Int64, strict=False).alias("_total"),
-            low.str.extract(_nocap(_LOSS_ASCII if ascii_ else _LOWER[LOSS]), 0).str.extract(_LOSS_VALUE, 0)
-            .cast(pl.Float64, strict=False).alias("_loss"),
-            pl.when(st_g0.str.starts_with("step_time")).then(st_v).otherwise(st_v / 1000).alias("_stime")]
+def _step_values(df: pl.DataFrame, low: str, match: str, ascii_: bool) -> pl.DataFrame:
+    """``_step``, ``_total``, ``_loss`` and ``_stime`` (s) of lowercased step lines (column ``low``;
+    ``match``: their :func:`_step_match`), as the groups of STEP, LOSS and STEP_TIME give them,
+    without capture regexes (see :data:`_NOCAP`); ``df``'s other columns are kept."""
+    # (the two matches used twice are computed once, in a step of their own)
+    df = df.with_columns(pl.col(match).str.extract_all(r"\d+").alias("_nums"),
+                         pl.col(low).str.extract(_NOCAP[STEP_TIME], 0).alias("_stm"))
+    nums, stm = pl.col("_nums"), pl.col("_stm")
+    st_v = stm.str.extract(r"[\d.]+", 0).cast(pl.Float64, strict=False)
+    return df.with_columns(
+        nums.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False).alias("_step"),
+        nums.list.get(1, null_on_oob=True).cast(pl.Int64, strict=False).alias("_total"),
+        pl.col(low).str.extract(_nocap(_LOSS_ASCII if ascii_ else _LOWER[LOSS]), 0).str.extract(_LOSS_VALUE, 0)
+        .cast(pl.Float64, strict=False).alias("_loss"),
+        (st_v / pl.when(stm.str.starts_with("step_time")).then(1.0).otherwise(1000.0)).alias("_stime"),
+    ).drop("_nums", "_stm")
 
 
 def _merge_json(a: pl.Expr, b: pl.Expr) -> pl.Expr:
