@@ -62,15 +62,20 @@ def _zone_kind(zone: str | None) -> tuple[str, int | str]:
     return "iana", zone
 
 
-def local_epoch_ns(year: pl.Expr, month: pl.Expr, day: pl.Expr, hms: pl.Expr, frac_ns: pl.Expr,
+def hms_parts(hms: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """Hour, minute and second (Int32) of a ``HH:MM:SS`` string expression."""
+    return tuple(hms.str.slice(i, 2).cast(pl.Int32, strict=False) for i in (0, 3, 6))
+
+
+def local_epoch_ns(year: pl.Expr, month: pl.Expr, day: pl.Expr, hms: pl.Expr | tuple, frac_ns: pl.Expr,
                    zone: str | None) -> pl.Expr:
     """Epoch ns of local wall-clock pieces read in ``zone`` (null where the pieces are null/invalid).
 
-    ``hms`` is a ``HH:MM:SS`` string expression; the others are integer expressions.
+    ``hms`` is a ``HH:MM:SS`` string expression, or its :func:`hms_parts`; the others are integer
+    expressions. (Each piece is used several times: a caller on many rows passes columns, since
+    an expression is computed again at each use within one step.)
     """
-    h = hms.str.slice(0, 2).cast(pl.Int32, strict=False)
-    mi = hms.str.slice(3, 2).cast(pl.Int32, strict=False)
-    s = hms.str.slice(6, 2).cast(pl.Int32, strict=False)
+    h, mi, s = hms if isinstance(hms, tuple) else hms_parts(hms)
     # pl.datetime raises on an impossible date or time (a corrupted "13:40:99" or "Feb 30"): such
     # pieces become null first (ns times exist for the years 1678..2261)
     leap = ((year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))).cast(pl.Int32)

@@ -81,7 +81,7 @@ import polars as pl
 from ..model import CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
-from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, interpolate, local_epoch_ns
+from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
 from .nccl import (COLLAPSED_NAMES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS,
                    collapse_info, nccl_frame, nccl_line_count, warn_class)
 
@@ -392,17 +392,19 @@ _FAST = {
 }
 
 
-def _fast_groups(fam: str, rx: str) -> list[pl.Expr]:
-    """The groups of ``rx`` (in its order) and ``msg`` for lines that pass ``_FAST[fam]``."""
+def _fast_groups(df: pl.DataFrame, fam: str, rx: str) -> pl.DataFrame:
+    """``df`` with the groups of ``rx`` (in its order) and ``msg``, for lines that pass ``_FAST[fam]``."""
     b = pl.col("body")
-    # (after the level, "[ :|-]*" takes every leading space, colon, bar and dash of the rest)
-    v = b.str.slice(24).str.splitn(" ", 2)
+    # (after the level, "[ :|-]*" takes every leading space, colon, bar and dash of the rest; the
+    # split is a column of its own: an expression used twice in one step is computed twice)
+    df = df.with_columns(b.str.slice(24).str.splitn(" ", 2).alias("_fg"))
+    v = pl.col("_fg")
     cols = {"date": b.str.slice(0, 10), "hms": b.str.slice(11, 8), "frac": b.str.slice(20, 3),
             "off": pl.lit(None, pl.String), "sev": v.struct.field("field_0"),
             "msg": v.struct.field("field_1").str.strip_chars_start(" :|-")}
     names = re.findall(r"\?P<(\w+)>", rx) + ["msg"]
     assert fam == "dated" and sorted(names) == sorted(cols), (fam, names)
-    return [cols[c].alias(c) for c in names]
+    return df.with_columns([cols[c].alias(c) for c in names]).drop("_fg")
 
 
 def _family_prefix(m: pl.DataFrame, fam: str, rx: str) -> pl.DataFrame:
@@ -415,9 +417,9 @@ def _family_prefix(m: pl.DataFrame, fam: str, rx: str) -> pl.DataFrame:
     if n == 0:
         return extract_prefix(m, "body", rx)
     if n == m.height:
-        return m.with_columns(_fast_groups(fam, rx))
+        return _fast_groups(m, fam, rx)
     # (both kinds: each cut its own way, put back in the rows' order)
-    g = pl.concat([m.filter(hit).with_columns(_fast_groups(fam, rx)).with_row_index("_o"),
+    g = pl.concat([_fast_groups(m.filter(hit), fam, rx).with_row_index("_o"),
                    extract_prefix(m.filter(~hit), "body", rx).with_row_index("_o")])
     order = pl.concat([hit.arg_true(), (~hit).arg_true()])
     return g.with_columns(order.alias("_o")).sort("_o").drop("_o")
@@ -1039,17 +1041,21 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
                                                                         return_dtype=pl.Int64)
                         * (pl.col("t_off").str.slice(1, 2).cast(pl.Int64, strict=False) * 3600
                            + pl.col("t_off").str.slice(-2, 2).cast(pl.Int64, strict=False) * 60)))
-    frac = frac_ns_expr(pl.col("t_frac"))
-    local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), pl.col("t_hms"), frac, st.zone)
+    # (the pieces used several times are columns first: see local_epoch_ns)
+    ev = ev.with_columns(year.alias("_yr"), frac_ns_expr(pl.col("t_frac")).alias("_fr"),
+                         *(e.alias(c) for e, c in zip(hms_parts(pl.col("t_hms")), ("_h", "_mi", "_s"))))
+    year, frac, hms = pl.col("_yr"), pl.col("_fr"), (pl.col("_h"), pl.col("_mi"), pl.col("_s"))
+    local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, frac, st.zone)
     if ev.select(pl.col("t_off").is_null().all()).item():      # (no stated offset: no UTC reading)
         ts = pl.when(pl.col("t_hms").is_null()).then(None).otherwise(local)
     else:
-        utc = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), pl.col("t_hms"), frac, None) - off_s * NS
+        utc = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, frac, None) - off_s * NS
         ts = pl.when(pl.col("t_hms").is_null()).then(None).when(off_s.is_not_null()).then(utc).otherwise(local)
     return ev.with_columns(
         ts.alias("ts"),
         pl.when(pl.col("t_hms").is_not_null()).then(pl.col("t_res")).alias("res"),
-    ).drop("_ry", "_rm", *_T_COLS)      # (the pieces are not read after this: fewer columns to sort)
+    ).drop("_ry", "_rm", "_yr", "_fr", "_h", "_mi", "_s", *_T_COLS)   # (the pieces are not read after
+    # this: fewer columns to sort)
 
 
 # ---------------------------------------------------------------------------------------------
