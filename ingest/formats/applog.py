@@ -205,8 +205,6 @@ def _nocap(rx: str) -> str:
 _NOCAP = {rx: _nocap(_LOWER[rx]) for rx in (STEP, STEP_TIME)}
 _LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
-# (RANK_IN_TEXT: one number, after text with no digit)
-RANK_IN_TEXT_NOCAP = RANK_IN_TEXT.replace("(\\d+)", "\\d+")
 EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?:: ?(?P<exc_msg>.*))?$"
 _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
@@ -373,12 +371,11 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
         out.append(_timed_family(g, fam))
         rest = rest.filter(~hit)
     if not rest.is_empty():
-        hint = pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))
+        hint = rest.select(pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))).to_series()
         p = rest.filter(hint)
         if not p.is_empty():
             out.append(_with_common(p.with_columns(pl.col("body").alias("msg")), "plain"))
-        st.other_lines += int((~rest.select(hint).to_series()).sum() - rest.select(
-            pl.col("body").str.strip_chars() == "").to_series().sum())
+        st.other_lines += int((~hint).sum() - rest.select(pl.col("body").str.strip_chars() == "").to_series().sum())
     return out
 
 
@@ -1072,17 +1069,12 @@ def _scatter(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
     return out.scatter(idx, values) if len(idx) else out
 
 
-def rank_in_text(txt: pl.Expr) -> pl.Expr:
-    """The rank RANK_IN_TEXT states (either group), read as the whole match's one digit run
-    (no capture regex: see _NOCAP)."""
-    return txt.str.extract(RANK_IN_TEXT_NOCAP, 0).str.extract(r"\d+", 0).cast(pl.Int64, strict=False)
-
-
 def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     """Fill rank and pid from what each stream / NCCL pid states elsewhere."""
     txt = pl.coalesce(pl.col("msg"), pl.col("body"), pl.lit(""))
+    rk = txt.str.extract_groups(RANK_IN_TEXT)
     said = pl.coalesce(
-        rank_in_text(txt),
+        rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
         pl.col("msg").str.extract(r"^\[(?:PG[^\]]*? )?Rank (\d+)\]", 1).cast(pl.Int64, strict=False))
     own = pl.coalesce(pl.col("rank").cast(pl.Int64, strict=False), pl.col("wrank").cast(pl.Int64, strict=False))
     # the rank regexes run only where they can decide something (no rank yet, not NCCL, "rank" in the text)
