@@ -1,6 +1,6 @@
 """Kernel-log ingest throughput on logs scaled up from real samples, next to the obvious baselines.
 
-    .venv/bin/python bench/bench_kernel.py [--mb 200] [--out bench/out] [--inputs dense,realistic] [--repeat N]
+    .venv/bin/python bench/bench_kernel.py [--mb 200] [--out bench/out] [--inputs dense,realistic[,other]] [--repeat N]
 
 Inputs (all built from real files in ``tests/data``, repeated to the target size):
 
@@ -10,6 +10,10 @@ Inputs (all built from real files in ``tests/data``, repeated to the target size
   signature candidates, every 300 kB holds an OOM report and hung-task stacks.
 * ``realistic``: the real boot log alone, as it is (``--decode --time-format iso``) and re-printed as
   raw dmesg: what a healthy node's kernel log looks like (a few candidates per copy).
+* ``other`` (not in the default): the other kernel-log formats, realistic content: the boot log's
+  records re-printed as ``journalctl -k -o short-precise`` and as a syslog ``kern.log`` (whole
+  seconds, ``-o short``'s layout), and a real ``journalctl -k -o json`` tail (this project's own VM)
+  repeated with its clocks moved on per copy.
 
 Measured, single process:
 
@@ -115,6 +119,59 @@ def realistic_logs(work: Path, mb: int) -> tuple[Path, Path]:
     return raw, iso
 
 
+JOURNAL_JSON = DATA / "kernel" / "vm_journalctl_k_json_tail.txt.gz"    # a real `journalctl -k -o json` tail
+HOST = b"gpu-node-17"
+
+
+def other_logs(work: Path, mb: int) -> tuple[Path, Path, Path]:
+    """The other kernel-log formats at ``mb``: the real boot log's records re-printed as
+    ``journalctl -k -o short-precise`` and as a syslog ``kern.log`` (``-o short``'s layout, whole
+    seconds), each copy later than the previous one, and the real ``journalctl -k -o json`` tail
+    repeated with its three clocks moved on per copy (one boot, its own field order kept)."""
+    import json
+
+    recs = _iso_to_raw(gzip.decompress(BOOT_LOG.read_bytes()))
+    t0 = time.mktime((2026, 11, 29, 13, 0, 0, 0, 0, -1))
+    outs = []
+    for name, precise in (("journal_short_precise_scaled.txt", True), ("kern_log_scaled.txt", False)):
+        path = work / name
+        offset, written = 0.0, 0
+        with open(path, "wb") as f:
+            while written < mb * 1_000_000:
+                parts = []
+                for t, msg in recs:
+                    w = t0 + offset + min(t, 3000.0)
+                    stamp = time.strftime("%b %d %H:%M:%S", time.localtime(w)).encode()
+                    if precise:
+                        stamp += b".%06d" % round((w % 1) * 1e6 % 1e6)
+                    parts.append(b"%s %s kernel: %s\n" % (stamp, HOST, msg))
+                block = b"".join(parts)
+                f.write(block)
+                written += len(block)
+                offset += 3001.0
+        outs.append(path)
+    lines = [json.loads(ln) for ln in gzip.decompress(JOURNAL_JSON.read_bytes()).splitlines() if ln.strip()]
+    span = max(int(r["__REALTIME_TIMESTAMP"]) for r in lines) - min(int(r["__REALTIME_TIMESTAMP"]) for r in lines)
+    step = span + 1_000_000
+    path = work / "journal_json_scaled.txt"
+    k, written = 0, 0
+    with open(path, "wb") as f:
+        while written < mb * 1_000_000:
+            parts = []
+            for r in lines:
+                r = dict(r)
+                for key in ("__REALTIME_TIMESTAMP", "_SOURCE_MONOTONIC_TIMESTAMP", "__MONOTONIC_TIMESTAMP"):
+                    if key in r:
+                        r[key] = str(int(r[key]) + k * step)
+                parts.append(json.dumps(r, separators=(",", ":")).encode() + b"\n")
+            block = b"".join(parts)
+            f.write(block)
+            written += len(block)
+            k += 1
+    outs.append(path)
+    return tuple(outs)
+
+
 def python_loop(path: Path) -> float:
     rx = re.compile(r"^(?:<(\d)>)?\[\s*(\d+)\.(\d{6})\] ?(.*)$")
     t0 = time.perf_counter()
@@ -156,7 +213,7 @@ def stages(path: Path, work: Path) -> str:
     from ingest.lines import CHUNK_BYTES, line_frames
     from ingest.reader import Head
     from ingest.registry import ParseContext, default_registry
-    from ingest.sink import RowSink
+    from ingest.sink import TEMP_COMPRESSION, RowSink
 
     parser_cls = default_registry().detect(Head.read(path, path.name)).parser
     with open(path, "rb") as f:
@@ -172,7 +229,8 @@ def stages(path: Path, work: Path) -> str:
 
     for i in range(3):
         df = timed("lines", lambda: next(line_frames(io.BytesIO(data), len(data) + 1)))
-        sink = RowSink(work / f"stage-parts-{i}")
+        # (the codec parse_file's own parts use: uncompressed; lz4, the default, cost ~2x in this column)
+        sink = RowSink(work / f"stage-parts-{i}", compression=TEMP_COMPRESSION)
         ctx = ParseContext(str(path), path.name, sink)
         parser = parser_cls()
         parser.prepare(ctx)
@@ -180,6 +238,7 @@ def stages(path: Path, work: Path) -> str:
         engine = K.KernelEngine(ctx, parser)
         jobs = []
         engine._write_events = jobs.append       # time the writer thread's work on its own
+        engine._after_writes = jobs.append       # (the boot facts queued behind it, since the fifth pass)
         timed("engine", lambda: engine.feed(rec))
         # the writer's job: since issue 6's second pass a function (events frame and add_frame; the
         # subsystem names too before the fourth pass); before it the frame itself (the same script
@@ -196,7 +255,8 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--out", default=None)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--inputs", default="dense,realistic", help="dense, realistic or both (comma-separated)")
+    ap.add_argument("--inputs", default="dense,realistic", help="dense, realistic, other (journalctl "
+                    "-k -o short-precise / -o json, syslog kern.log) or several, comma-separated")
     ap.add_argument("--stages", action="store_true", help="CPU seconds per stage on one 32 MB chunk")
     ap.add_argument("--repeat", type=int, default=1, help="parse each input this many times, interleaved: best "
                     "wall (and its median), CPU min / median")
@@ -212,6 +272,8 @@ def main() -> None:
             paths += scaled_logs(work, args.mb)
         if "realistic" in kinds:
             paths += realistic_logs(work, args.mb)
+        if "other" in kinds:
+            paths += other_logs(work, args.mb)
         if args.stages:
             stage_rows = [stages(p, work) for p in paths]
         runs: dict[Path, list[tuple[float, float, object]]] = {p: [] for p in paths}

@@ -279,7 +279,9 @@ class DmesgCtimeParser(KernelLogParser):
     grammar = CTIME
 
     def records(self, df, ctx):
-        g = pl.col("line").str.extract_groups(CTIME)
+        # the capture groups once, as a column (the eager API would run the regex once per field)
+        df = df.with_columns(_g=pl.col("line").str.extract_groups(CTIME))
+        g = pl.col("_g")
         lvl, when, msg = (g.struct.field(f"{i}") for i in (2, 3, 4))
         ts = wall_ns(when.str.replace(r" +", " "), "%b %d %H:%M:%S %Y", ctx.time_zone)
         return frame(df, ok=when.is_not_null(), ts=ts, msg=msg, sev=lvl)
@@ -409,9 +411,10 @@ class DmesgKmsgParser(KernelLogParser):
     grammar = KMSG
 
     def records(self, df, ctx):
-        g = pl.col("line").str.extract_groups(KMSG)
+        df = df.with_columns(_g=pl.col("line").str.extract_groups(KMSG))   # (once: see DmesgCtimeParser)
+        g = pl.col("_g")
         prio, seq, usec, msg = (g.struct.field(f"{i}") for i in (1, 2, 3, 5))
-        seq_i = seq.cast(pl.Int64, strict=False)
+        seq_i = df.select(seq.cast(pl.Int64, strict=False))[:, 0]
         us = usec.cast(pl.Int64, strict=False)
         # a sequence number that goes backwards is a new boot (the ring buffer restarted)
         return frame(df, ok=usec.is_not_null(), ts=pl.when(us < MAX_SECONDS * 1_000_000).then(us * 1000), msg=msg,

@@ -61,8 +61,26 @@ PRINTK_IN_MSG = r"^\[\s*\d+\.\d{6}\] "     # rsyslog forwarding the printk time 
 ANCHOR_WINDOW_NS = 600 * NS
 MIN_ANCHOR_UNC_NS = 1_000_000
 
-def _tail(g: pl.Expr, first: int) -> tuple[pl.Expr, pl.Expr, pl.Expr, pl.Expr]:
-    host, ident, ipid, msg = (g.struct.field(f"{i}") for i in range(first, first + 4))
+# The grammars without their message group, the prefix captured whole (group 1, the others one up):
+# the message is the rest of the line after it (``(.*)$`` matches any rest: the same lines, the same
+# prefix), cut with a slice, which is cheaper than capturing it (a capture runs the slower engine over
+# the whole message: 0.53 -> 0.21 CPU-s per 32 MB syslog chunk)
+def _head(pattern: str) -> str:
+    assert pattern.startswith("^") and pattern.endswith("(.*)$")
+    return "^(" + pattern[1:-len("(.*)$")] + ")"
+
+
+SHORT_HEAD, ISO_HEAD, MONO_HEAD = _head(SHORT), _head(ISO), _head(MONO)
+
+
+def _rest(g: pl.Expr) -> pl.Expr:
+    """The message: the line after the prefix captured as group 1 of a ``_head`` pattern."""
+    return pl.col("line").str.slice(g.struct.field("1").str.len_chars())
+
+
+def _tail(g: pl.Expr, first: int, msg: pl.Expr | None = None) -> tuple[pl.Expr, pl.Expr, pl.Expr, pl.Expr]:
+    host, ident, ipid = (g.struct.field(f"{i}") for i in range(first, first + 3))
+    msg = g.struct.field(f"{first + 3}") if msg is None else msg
     kern = ident == "kernel"
     msg = pl.when(kern).then(msg.str.replace(PRINTK_IN_MSG, "")).otherwise(msg)
     return host, ident, ipid, msg, kern
@@ -107,26 +125,31 @@ class SyslogParser(KernelLogParser):
         self.prev_month = None
 
     def _years(self, month: pl.Series) -> pl.Series:
-        """Year per line: month wrap-arounds (Dec -> Jan) move to the next year."""
-        vals = month.to_list()
-        out = []
-        for m in vals:
-            if m is None:
-                out.append(None)
-                continue
-            if self.prev_month is None:
-                if m > self.ref_month:
-                    self.year -= 1
-            elif m < self.prev_month - 6:
-                self.year += 1
-            self.prev_month = m
-            out.append(self.year)
-        return pl.Series(out, dtype=pl.Int64)
+        """Year per line: month wrap-arounds (Dec -> Jan) move to the next year (null where the month
+        is). Vectorised: the year is the running count of wraps (a month more than 6 below the
+        previous line's, carried across chunks in ``prev_month``) plus the year so far; a file whose
+        first month is later than the file time's month starts a year earlier."""
+        idx = month.is_not_null().arg_true()
+        if len(idx) == 0:
+            return pl.repeat(None, len(month), eager=True, dtype=pl.Int64)
+        m = month.gather(idx).cast(pl.Int64)
+        if self.prev_month is None and int(m[0]) > self.ref_month:
+            self.year -= 1
+        prev = m.shift(1)
+        if self.prev_month is not None:
+            prev = prev.fill_null(self.prev_month)
+        wraps = (m < prev - 6).fill_null(False).cast(pl.Int64).cum_sum()
+        years = wraps + self.year
+        self.year, self.prev_month = int(years[-1]), int(m[-1])
+        return pl.repeat(None, len(month), eager=True, dtype=pl.Int64).scatter(idx, years)
 
     def records(self, df, ctx):
-        g = pl.col("line").str.extract_groups(SHORT)
-        parts = df.select(g.struct.field("1").alias("mon"), g.struct.field("2").alias("day"),
-                          g.struct.field("3").alias("hms"), g.struct.field("4").alias("frac"))
+        # the capture groups once, as a column (an expression that named them in several places would
+        # run the regex once per field: the eager API does not share subexpressions)
+        df = df.with_columns(_g=pl.col("line").str.extract_groups(SHORT_HEAD))
+        g = pl.col("_g")
+        parts = df.select(g.struct.field("2").alias("mon"), g.struct.field("3").alias("day"),
+                          g.struct.field("4").alias("hms"), g.struct.field("5").alias("frac"))
         month = parts["mon"].replace_strict(MONTHS, default=None, return_dtype=pl.Int64)
         years = self._years(month) if month.null_count() < len(month) else pl.Series([None] * len(df), dtype=pl.Int64)
         df = df.with_columns(_year=years, _mon=parts["mon"], _day=parts["day"], _hms=parts["hms"],
@@ -135,7 +158,7 @@ class SyslogParser(KernelLogParser):
                              separator=" ")
         ts = wall_ns(text, "%Y %b %d %H:%M:%S", ctx.time_zone) + pl.col("_frac").str.pad_end(9, "0").cast(
             pl.Int64).fill_null(0)
-        host, ident, ipid, msg, kern = _tail(g, 5)
+        host, ident, ipid, msg, kern = _tail(g, 6, _rest(g))
         out = frame(df, ok=pl.col("_hms").is_not_null(), ts=ts, msg=msg, host=host, ident=ident, ipid=ipid,
                     kern=kern, meta=pl.col("line").str.contains(META))
         return _boot_marks(out)
@@ -151,14 +174,15 @@ class SyslogIsoParser(KernelLogParser):
     ident_group = 5
 
     def records(self, df, ctx):
-        g = pl.col("line").str.extract_groups(ISO)
-        when, frac, off = (g.struct.field(f"{i}") for i in (1, 2, 3))
+        df = df.with_columns(_g=pl.col("line").str.extract_groups(ISO_HEAD))    # (see SyslogParser)
+        g = pl.col("_g")
+        when, frac, off = (g.struct.field(f"{i}") for i in (2, 3, 4))
         off = pl.when(off == "Z").then(pl.lit("+00:00")).otherwise(
             off.str.replace(r"^([+-]\d\d)(\d\d)$", "$1:$2"))
         dt = pl.concat_str([when, off]).str.to_datetime("%Y-%m-%dT%H:%M:%S%:z", strict=False, time_unit="ns",
                                                         time_zone="UTC")
         ts = dt.dt.epoch("ns") + frac.str.pad_end(9, "0").cast(pl.Int64).fill_null(0)
-        host, ident, ipid, msg, kern = _tail(g, 4)
+        host, ident, ipid, msg, kern = _tail(g, 5, _rest(g))
         out = frame(df, ok=when.is_not_null(), ts=ts, msg=msg, host=host, ident=ident, ipid=ipid, kern=kern,
                     meta=pl.col("line").str.contains(META))
         return _boot_marks(out)
@@ -174,9 +198,10 @@ class JournalMonotonicParser(KernelLogParser):
     ident_group = 4
 
     def records(self, df, ctx):
-        g = pl.col("line").str.extract_groups(MONO)
-        sec, frac = g.struct.field("1"), g.struct.field("2")
-        host, ident, ipid, msg, kern = _tail(g, 3)
+        df = df.with_columns(_g=pl.col("line").str.extract_groups(MONO_HEAD))   # (see SyslogParser)
+        g = pl.col("_g")
+        sec, frac = g.struct.field("2"), g.struct.field("3")
+        host, ident, ipid, msg, kern = _tail(g, 4, _rest(g))
         out = frame(df, ok=sec.is_not_null(), ts=sec_usec_ns(sec, frac), msg=msg, host=host, ident=ident,
                     ipid=ipid, kern=kern, meta=pl.col("line").str.contains(META))
         return _boot_marks(out)

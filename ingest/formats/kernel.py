@@ -70,6 +70,7 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -167,12 +168,15 @@ def _keep(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
 
 def extract_distinct(s: pl.Series, pattern: str) -> pl.Series:
     """``s.str.extract(pattern, 1)``, run once per distinct value (for short, repetitive text such as
-    ``--decode`` prefixes: capture extraction is the slow part; the values are grouped by hash,
-    ``_head_groups``)."""
+    ``--decode`` prefixes: capture extraction is the slow part; the values are numbered by
+    ``_head_codes``, or grouped by hash, ``_head_groups``)."""
     if s.null_count() == len(s):
         return null_strings(len(s), s.name)
-    first, code = _head_groups(s)
-    return s.gather(first).str.extract(pattern, 1).gather(code).alias(s.name)
+    heads, code = _head_codes(s)
+    if heads is None:
+        first, code = _head_groups(s)
+        heads = s.gather(first)
+    return heads.str.extract(pattern, 1).gather(code).alias(s.name)
 
 
 def null_strings(n: int, name: str = "") -> pl.Series:
@@ -190,18 +194,47 @@ def subsystem(msg: pl.Series) -> pl.Series:
     The heads are grouped by a 64-bit hash (integer work, about half the cost of hashing the text
     twice for ``unique`` and ``replace_strict``); every row's head is then compared with its group's
     first head, and a chunk where two heads share a hash takes the text path (``_head_groups``).
+    Where Polars has ``pl.Categories`` the heads are numbered by a Categorical cast instead
+    (``_head_codes``: exact, about half the cost of the hash path).
     """
     key = msg.str.slice(0, 42)
-    first, code = _head_groups(key)
+    heads, code = _head_codes(key)
+    if heads is None:
+        first, code = _head_groups(key)
+        heads = key.gather(first)
     m = pl.col("k")
     simple = m.str.contains(_SUBSYS_ASCII)
     # find gives a byte offset and slice counts characters: equal here, the name is ASCII
-    v = key.gather(first).to_frame("k").select(
+    v = heads.to_frame("k").select(
         pl.when(simple).then(m.str.slice(0, m.str.find(": ", literal=True)))
         .when(m.str.contains(_SUBSYS_OTHER)).then(pl.lit(_OTHER)).alias("v"))["v"]
     name = v.gather(code)
     other = (name == _OTHER).fill_null(False)
     return _scatter(other, name, lambda x: x.str.extract(SUBSYS, 1), msg).alias("subsys")
+
+
+_CATEGORIES = getattr(pl, "Categories", None)    # Polars >= 1.32 (marked unstable there)
+
+
+def _head_codes(key: pl.Series) -> tuple[pl.Series | None, pl.Series | None]:
+    """(the distinct values, each row's number into them: null for a null) of a String series, by
+    a cast to a Categorical with categories of its own (``pl.Categories.random()``: numbered 0, 1,
+    ... in order of first appearance, exact, freed with the series); (None, None) where this Polars
+    has no ``pl.Categories`` or the numbering is not the expected one (the caller then takes
+    ``_head_groups``)."""
+    if _CATEGORIES is None:
+        return None, None
+    try:
+        cats = _CATEGORIES.random()
+        cat = key.cast(pl.Categorical(cats))
+        heads = cats.to_series()      # (while ``cat`` lives: the categories are freed with it)
+        code = cat.to_physical()
+    except Exception:  # noqa: BLE001 - an API that may change: the hash path gives the same answers
+        return None, None
+    top = code.max()
+    if code.null_count() != key.null_count() or len(heads) != (0 if top is None else int(top) + 1):
+        return None, None
+    return heads, code
 
 
 def _head_groups(key: pl.Series) -> tuple[pl.Series, pl.Series]:
@@ -272,22 +305,36 @@ class KernelEngine:
         self.hosts: set[str] = set()
         self.kernel_version: str | None = None
         self._writer: ThreadPoolExecutor | None = None
-        self._pending: Future | None = None
+        self._pending: list[Future] = []
 
     # -- the chunk's plain events are written while the next chunk is parsed -----------------
     def _write_events(self, job) -> None:
         """Run ``job`` (build one chunk's events frame and hand it to the sink) on a worker thread:
         Polars and Parquet writing release the GIL. Every other sink call waits for it first
-        (``_join_write``), so the sink sees the same calls in the same order as without the thread."""
+        (``_join_write``) or is queued behind it (``_after_writes``), so the sink sees the same calls
+        in the same order as without the thread."""
         self._join_write()
+        self._after_writes(job)
+
+    def _after_writes(self, job) -> None:
+        """Run ``job`` (sink calls) on the writer thread after the jobs handed to it before, without
+        waiting for them (one worker: in order); not at all if the one before failed (its error is
+        raised by the next ``_join_write``, as if the job had waited for it)."""
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="kernel-events")
-        self._pending = self._writer.submit(job)
+        prev = self._pending[-1] if self._pending else None
+
+        def run() -> None:
+            err = prev.exception() if prev is not None else None
+            if err is not None:
+                raise err
+            job()
+        self._pending.append(self._writer.submit(run))
 
     def _join_write(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()      # re-raises what the write raised
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()            # re-raises what the write raised (the first failure)
 
     def close_writer(self) -> None:
         try:
@@ -333,8 +380,11 @@ class KernelEngine:
                 prev = prev.fill_null(self.last_ts)
             starts = starts | (pl.col("ts") < prev - BOOT_DROP_NS).fill_null(False)
             # the printk banner at boot (first second) after later records: a reboot even if time went up
-            starts = starts | (pl.col("msg").str.starts_with("Linux version ") & (pl.col("ts") < NS)
-                               & (prev >= pl.col("ts")).fill_null(False))
+            # (the text test on the rows of a first second only)
+            early = (rec["ts"] < NS).fill_null(False)
+            if early.any():
+                banner = _scatter(early, early, lambda m: m.str.starts_with("Linux version "), rec["msg"])
+                starts = starts | (banner & (pl.col("ts") < NS) & (prev >= pl.col("ts")).fill_null(False))
         else:
             starts = starts | pl.col("msg").str.starts_with("Linux version ")
         starts = starts & ok
@@ -343,9 +393,10 @@ class KernelEngine:
             starts = starts & ~(first_ok & ok)
         rec = rec.with_columns(starts.fill_null(False).alias("new_boot"))
         rec = rec.with_columns((pl.col("new_boot").cast(pl.Int64).cum_sum() + self.boot).alias("boot"))
-        for row in rec.filter(pl.col("new_boot")).select("lineno", "boot").iter_rows():
-            self._join_write()
-            self.sink.fact(f"boot.{row[1]}.first_line", row[0], row[0])
+        firsts = rec.filter(pl.col("new_boot")).select("lineno", "boot").rows()
+        if firsts:   # (queued behind the previous chunk's events: a log with many boots keeps its overlap)
+            fact = self.sink.fact
+            self._after_writes(lambda: [fact(f"boot.{b}.first_line", n, n) for n, b in firsts])
         self.boot = int(rec["boot"][-1])
         ts, nulls = rec["ts"], rec["ts"].null_count()
         if nulls < len(ts):   # the chunk's last time (copying the column only when it holds nulls)
@@ -360,35 +411,79 @@ class KernelEngine:
         Report bodies: every non-body line (or stack head) opens a run; a run is a report body
         when its opening line is a stack head -- a forward fill, no joins.
         """
-        has_heads = bool(rec["stack_head"].any())
-        if has_heads or self.carry_stack_run:
-            rec = rec.with_columns(_BODY)
-            opener = ~pl.col("body") | pl.col("stack_head")
-            rec = rec.with_columns(pl.when(opener).then(pl.col("stack_head")).otherwise(None).forward_fill()
-                                   .fill_null(self.carry_stack_run).alias("in_report"))
-            self.carry_stack_run = bool(rec["in_report"][-1])
-            in_body = pl.col("body") & ~pl.col("stack_head") & pl.col("in_report")
+        heads = rec["stack_head"].arg_true()
+        if len(heads) or self.carry_stack_run:
+            found = self._in_body(rec, heads)
+            if found is not None:
+                rec = rec.with_columns(found.alias("_in_body"))
+                in_body = pl.col("_in_body")
+            else:                    # (long runs: the body test on every row)
+                rec = rec.with_columns(_BODY)
+                opener = ~pl.col("body") | pl.col("stack_head")
+                rec = rec.with_columns(pl.when(opener).then(pl.col("stack_head")).otherwise(None).forward_fill()
+                                       .fill_null(self.carry_stack_run).alias("in_report"))
+                self.carry_stack_run = bool(rec["in_report"][-1])
+                in_body = pl.col("body") & ~pl.col("stack_head") & pl.col("in_report")
         else:
             in_body = pl.lit(False)
         sel = rec.filter(pl.col("hit") | pl.col("oom_part") | pl.col("stack_head") | in_body)
         if "body" not in sel.columns:    # no report body in this chunk: the test on the candidates only
             sel = sel.with_columns(_BODY)
         sel = sel.select(*_ROW_COLS, in_body.alias("_body"))
+        # most candidates of a crash-dense log are report bodies, which only need their line number
+        # and text: they come to Python as two lists (not as rows of every column) and are merged
+        # in line order with the other candidates
+        plain_body = sel["_body"] & ~(sel["hit"] | sel["oom_part"] | sel["stack_head"])
+        b_lines: list[int] = []
+        b_text: list[str | None] = []
+        if plain_body.any():
+            msg = pl.col("msg")
+            bodies = sel.filter(plain_body).select(
+                "lineno", pl.when(msg.is_null() | (msg == "")).then(pl.col("line")).otherwise(msg).alias("t"))
+            b_lines, b_text = bodies["lineno"].to_list(), bodies["t"].to_list()
+            sel = sel.filter(~plain_body)
         typed_lines: set[int] = set()
         cols = sel.columns
-        i_body, i_hit, i_oom, i_head = (cols.index(c) for c in ("_body", "hit", "oom_part", "stack_head"))
-        for v in sel.rows():     # tuples: most candidates are report bodies, which need no dict
-            if v[i_body] and not (v[i_hit] or v[i_oom] or v[i_head]):
-                rep = self.open_stack      # self._body, inlined (the hottest line of a crash-dense log)
-                if rep is not None and v[0] == rep.last_line + 1:
-                    rep.last_line = v[0]
-                    if len(rep.stack) < MAX_STACK:
-                        rep.stack.append(v[2].strip() if v[2] else v[1].strip())
-                continue
+        j, nb = 0, len(b_lines)
+        for v in [*sel.rows(), None]:
+            end = nb if v is None else bisect_left(b_lines, v[0], j)
+            if j < end:
+                self._bodies(b_lines, b_text, j, end)
+                j = end
+            if v is None:
+                break
             t = self._row(dict(zip(cols, v)))
             if t is not None:
                 typed_lines.add(t)
         self._emit_plain(_keep(rec, rec["ok"]), typed_lines)
+
+    def _in_body(self, rec: pl.DataFrame, heads: pl.Series, most: int = 64) -> pl.Series | None:
+        """The report body rows of the chunk (what the forward fill in ``_python_pass`` gives),
+        found by walking forward from each stack head (and from row 0 when a run is carried in)
+        one row per round, the body test on the rows reached only (a stack is a few dozen lines;
+        the test on every row was most of this step). Sets ``carry_stack_run``. None when a run is
+        longer than ``most`` rows (the caller then tests every row)."""
+        n = len(rec)
+        msg, cont, head = rec["msg"], rec["cont"], rec["stack_head"]
+        idx = heads + 1
+        if self.carry_stack_run:
+            idx = pl.Series([0], dtype=idx.dtype).append(idx)
+        idx = idx.filter(idx < n)
+        found = []
+        for _ in range(most):
+            if len(idx) == 0:
+                break
+            ok = (msg.gather(idx).str.contains(BODY) | cont.gather(idx)) & ~head.gather(idx)
+            idx = idx.filter(ok)
+            found.append(idx)
+            idx = (idx + 1).filter(idx + 1 < n)
+        else:
+            if len(idx):
+                return None
+        rows = pl.concat(found) if found else heads.clear()
+        self.carry_stack_run = bool(head[-1]) or (len(rows) > 0 and int(rows.max()) == n - 1)
+        out = pl.repeat(False, n, eager=True, dtype=pl.Boolean)
+        return out.scatter(rows, True) if len(rows) else out
 
     # -- state machine ---------------------------------------------------------------------
     def _body(self, lineno: int, msg: str | None, line: str) -> None:
@@ -398,6 +493,22 @@ class KernelEngine:
         rep.last_line = lineno
         if len(rep.stack) < MAX_STACK:
             rep.stack.append(msg.strip() if msg else line.strip())
+
+    def _bodies(self, lines: list[int], texts: list[str], j: int, end: int) -> None:
+        """``_body`` of the report body lines ``lines[j:end]`` (consecutive candidates, in line
+        order, with no other candidate between them), given their texts (the message, or the line
+        where it has none)."""
+        rep = self.open_stack
+        if rep is None:
+            return
+        last, stack = rep.last_line, rep.stack
+        for k in range(j, end):
+            if lines[k] != last + 1:
+                break
+            last = lines[k]
+            if len(stack) < MAX_STACK:
+                stack.append(texts[k].strip())
+        rep.last_line = last
 
     def _close_stack(self) -> None:
         rep = self.open_stack

@@ -330,9 +330,10 @@ class _Missing(dict):
 def classify(text: str) -> tuple[Signature, dict] | None:
     """The first signature that matches ``text`` and its attributes, or None."""
     for sig in SIGNATURES:
-        attrs = sig.match(text)
-        if attrs is not None:
-            return sig, attrs
+        if sig.needle in text:       # (Signature.match's own first test, without a call per signature)
+            attrs = sig.match(text)
+            if attrs is not None:
+                return sig, attrs
     return None
 
 

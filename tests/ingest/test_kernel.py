@@ -667,3 +667,102 @@ def test_boot_attrs_per_number_equal_per_row():
     assert _boot_attrs(boot, new).to_list() == want          # (per row: more numbers than `most`)
     assert _boot_attrs(boot.head(8), new.head(8)).to_list() == want[:8]
     assert _boot_attrs(boot.head(8), new.head(8), most=0).to_list() == want[:8]
+
+
+def test_report_bodies_walked_from_the_heads_equal_the_forward_fill():
+    """KernelEngine._in_body (a walk forward from each stack head) gives the rows and the carried
+    run of the forward fill over every row's body test, with and without a run carried in, with a
+    head or a body line last, and falls back (None) on a run longer than its limit."""
+    import random
+
+    import polars as pl
+
+    from ingest.formats import kernel as K
+
+    class _P:
+        clock_domain, untimed, name, per_line_host = "boot", False, "dmesg_raw", False
+
+    class _Ctx:
+        sink = None
+
+    kinds = ["Call Trace:", " frame+0x1/0x2", "INFO: task x:1 blocked for more than 120 seconds.", "NVRM: x",
+             "plain message", "RIP: 0010:x", "task:x state:D", "", "  indented"]
+    rng = random.Random(6)
+    for trial in range(300):
+        n = rng.randint(1, 40)
+        msgs = [rng.choice(kinds) for _ in range(n)]
+        rec = pl.DataFrame({"msg": msgs, "cont": [rng.random() < 0.1 for _ in range(n)]})
+        rec = rec.with_columns(stack_head=pl.col("msg").str.contains_any(list(K.STACK_NEEDLES)))
+        for carry in (False, True):
+            ref = rec.with_columns(K._BODY).with_columns(
+                pl.when(~pl.col("body") | pl.col("stack_head")).then(pl.col("stack_head")).otherwise(None)
+                .forward_fill().fill_null(carry).alias("in_report"))
+            want = (ref["body"] & ~ref["stack_head"] & ref["in_report"]).to_list()
+            e = K.KernelEngine(_Ctx(), _P())
+            e.carry_stack_run = carry
+            got = e._in_body(rec, rec["stack_head"].arg_true(), most=64)
+            assert got.to_list() == want, (trial, carry, msgs)
+            assert e.carry_stack_run == bool(ref["in_report"][-1])
+            e.carry_stack_run = carry
+            short = e._in_body(rec, rec["stack_head"].arg_true(), most=2)
+            assert short is None or short.to_list() == want
+
+
+def test_head_codes_number_the_distinct_values_or_step_aside(monkeypatch):
+    """_head_codes numbers the distinct values in order of first appearance, nulls left null (or
+    answers None: no pl.Categories); subsystem gives the capture's values on both paths."""
+    import polars as pl
+
+    from ingest.formats import kernel as K
+    s = pl.Series("k", ["b", "a", "b", "", "c", "a"])
+    heads, code = K._head_codes(s)
+    if heads is not None:
+        assert heads.gather(code).to_list() == s.to_list() and heads.n_unique() == len(heads)
+    heads, code = K._head_codes(pl.Series("k", [None, "a", None, "b", "a"]))
+    if heads is not None:
+        assert heads.to_list() == ["a", "b"] and code.to_list() == [None, 0, None, 1, 0]
+    msgs = pl.Series("msg", ["NVRM: x", "sched: a", "", "eth0 (x): y", "NVRM: x", "x[1]: y", "plain"] * 2)
+    want = msgs.str.extract(K.SUBSYS, 1).to_list()
+    assert K.subsystem(msgs).to_list() == want
+    monkeypatch.setattr(K, "_CATEGORIES", None)
+    assert K._head_codes(s) == (None, None) and K.subsystem(msgs).to_list() == want
+
+
+def test_syslog_years_vectorised_equal_the_line_loop():
+    """SyslogParser._years (running count of month wrap-arounds) gives the per-line loop's years,
+    nulls kept, across chunks, with a first month later than the file time's."""
+    import random
+
+    import polars as pl
+
+    from ingest.formats.journal import SyslogParser
+
+    def loop(p, months):
+        out = []
+        for m in months:
+            if m is None:
+                out.append(None)
+                continue
+            if p.prev_month is None:
+                if m > p.ref_month:
+                    p.year -= 1
+            elif m < p.prev_month - 6:
+                p.year += 1
+            p.prev_month = m
+            out.append(p.year)
+        return out
+
+    rng = random.Random(11)
+    for trial in range(200):
+        ref = rng.randint(1, 12)
+        a, b = SyslogParser(), SyslogParser()
+        for p in (a, b):
+            p.year, p.ref_month, p.prev_month = 2026, ref, None
+        for _chunk in range(3):
+            months = [None if rng.random() < 0.2 else rng.choice([1, 2, 6, 7, 11, 12])
+                      for _ in range(rng.randint(0, 12))]
+            if not any(m is not None for m in months):
+                continue       # (records does not call _years then)
+            want = loop(a, months)
+            got = b._years(pl.Series(months, dtype=pl.Int64)).to_list()
+            assert got == want and (a.year, a.prev_month) == (b.year, b.prev_month), (trial, months)
