@@ -123,10 +123,9 @@ left = {metrics}
 cat = pl.Categorical
 while left > 0:        # the metric rows the input yields, built as the parser builds them
     n = min(left, 1_000_000)
-    i = pl.int_range(0, n, eager=True)
-    sink.add_frame("metrics", pl.DataFrame({{"entity": pl.Series(["rank 0"] * n, dtype=cat), "ts_raw_ns": i,
-        "metric": pl.Series(["loss"] * n, dtype=cat), "value": i.cast(pl.Float64), "unit": pl.Series(["-"] * n, dtype=cat),
-        "line": i}}))
+    sink.add_frame("metrics", pl.select(pl.int_range(0, n).alias("line")).with_columns(
+        pl.lit("rank 0", cat).alias("entity"), pl.col("line").alias("ts_raw_ns"), pl.lit("loss", cat).alias("metric"),
+        pl.col("line").cast(pl.Float64).alias("value"), pl.lit("-", cat).alias("unit")))
     left -= n
 sink.close()
 dt, cpu = time.perf_counter() - t, time.process_time() - c
