@@ -766,3 +766,106 @@ def test_syslog_years_vectorised_equal_the_line_loop():
             want = loop(a, months)
             got = b._years(pl.Series(months, dtype=pl.Int64)).to_list()
             assert got == want and (a.year, a.prev_month) == (b.year, b.prev_month), (trial, months)
+
+
+def _journal_json_variants() -> list[str]:
+    """Real ``journalctl -o json`` lines and the shapes where a one-pass decode and ``json_path_match``
+    could disagree: byte-array MESSAGE, numbers, nulls, booleans, nested objects, missing fields,
+    unicode escapes (lone surrogates, escaped key names), duplicate keys, spacing, key names inside
+    values."""
+    recs = [json.loads(ln) for ln in text_lines(K / "vm_journalctl_k_json_tail.txt.gz") if ln][:40]
+    base = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in recs]
+    r0 = recs[0]
+    out = list(base)
+
+    def v(**kw):
+        d = dict(r0)
+        for k, x in kw.items():
+            if x is ...:
+                d.pop(k, None)
+            else:
+                d[k] = x
+        return d
+
+    for d in (v(MESSAGE=[104, 105, 255, 10]), v(PRIORITY=6), v(_PID=123, SYSLOG_PID="x"), v(_HOSTNAME=None),
+              v(MESSAGE=None), v(_TRANSPORT=True), v(_SOURCE_MONOTONIC_TIMESTAMP=...), v(_BOOT_ID=...),
+              v(X={"a": [1, {"b": None}]}), v(MESSAGE='say "_PID": 5 {x} [y] \\u0041'),
+              v(MESSAGE="é 😀 \x01 \t \x7f"), v(__REALTIME_TIMESTAMP="12x"), v(MESSAGE="MESSAGE"), v()):
+        out.append(json.dumps(d, separators=(",", ":"), ensure_ascii=False))
+        out.append(json.dumps(d))                        # ", " / ": " spacing, \u escapes
+    line = base[1]
+    out += [line[:-1] + ',"_HOSTNAME":"dup"}', line[:-1] + ',"MESSAGE":"dup"}',
+            line.replace('"MESSAGE"', '"MESS\\u0041GE"'), line.replace('"MESSAGE":"', '"MESSAGE":"\\ud800'),
+            line.replace('"MESSAGE":"', '"MESSAGE":"\\ud83d\\ude00'), line.replace('":"', '" : "'),
+            " " + line + " ", "{}", "{ }", '{"MESSAGE":"only"}']
+    return out
+
+
+def _per_field(lines: list[str]) -> list[tuple]:
+    import polars as pl
+    from ingest.formats.journal import _J
+    return pl.DataFrame({"line": lines}).select(
+        **{k: pl.col("line").str.json_path_match(p) for k, p in _J.items()}).rows()
+
+
+@pytest.mark.parametrize("extra", [[], ["-- Boot 1999405b5cb5442eb8b35fa3df3699f8 --", "garbage", "", "[1,2]"],
+                                   ['{"MESSAGE":"raw\ttab"}'], ['{"a":1}{}', "{broken}", '{"MESSAGE":"x",}']])
+def test_journal_json_one_pass_decode_equals_per_field_path(extra):
+    """The decoded fields equal ``json_path_match``'s on every line: tricky lines take the per-field
+    path; invalid JSON that looks like an object makes the chunk's decode fail (a retry without raw
+    control characters, else the per-field path for the chunk)."""
+    import polars as pl
+    from ingest.formats.journal import _json_fields
+    lines = _journal_json_variants()
+    lines = lines[:30] + extra + lines[30:] + extra
+    got = _json_fields(pl.Series("line", lines, dtype=pl.String))
+    assert got.schema == pl.Schema({k: pl.String for k in got.columns})
+    assert got.rows() == _per_field(lines)
+    assert _json_fields(pl.Series("line", [], dtype=pl.String)).rows() == []
+
+
+def test_journal_json_anchor_medians_and_ties(tmp_path):
+    """Anchors: per (boot, 600 s window) the least delayed record, the first of equal ones, and the
+    spread to statistics.median of the window's offsets (odd and even counts), over several chunks."""
+    import random
+    import statistics
+    rng = random.Random(3)
+    recs, lines = [], []
+    for i in range(3000):
+        boot = "b%d" % (i // 1200)
+        local_us = (i % 1200) * 1_000_000 + rng.randint(0, 999)
+        off_us = 1_795_959_000_000_000 + rng.choice([0, 0, 5, 70, 3_000_000, rng.randint(0, 10_000_000)])
+        r = {"__REALTIME_TIMESTAMP": str(local_us + off_us), "_SOURCE_MONOTONIC_TIMESTAMP": str(local_us),
+             "_BOOT_ID": boot, "MESSAGE": "m%d %s" % (i, "é" * rng.randint(0, 300)), "_TRANSPORT": "kernel",
+             "PRIORITY": "6", "_HOSTNAME": "vm", "SYSLOG_IDENTIFIER": "kernel"}
+        if i % 97 == 5:
+            r["MESSAGE"] = [104, 105]
+        recs.append(r)
+        lines.append(json.dumps(r, separators=(",", ":"), ensure_ascii=False))
+    p = tmp_path / "journal.json"
+    p.write_text("\n".join(lines) + "\n")
+    pairs: dict = {}
+    for n, r in enumerate(recs, 1):
+        local = int(r["_SOURCE_MONOTONIC_TIMESTAMP"]) * 1000
+        off = int(r["__REALTIME_TIMESTAMP"]) * 1000 - local
+        msg = r["MESSAGE"] if isinstance(r["MESSAGE"], str) else None
+        pairs.setdefault((r["_BOOT_ID"], local // (600 * NS)), []).append((off, local, n, msg))
+    want = []
+    for key, ps in sorted(pairs.items()):
+        best = min(ps, key=lambda q: q[0])
+        unc = max(1_000_000, int(statistics.median(q[0] for q in ps) - best[0]))
+        want.append((key[0], best[1], best[1] + best[0], best[2], unc))
+    import ingest.formats.kernel as KM
+    for chunk in (None, 50_000):
+        saved = KM.records_ahead.__defaults__, KM.line_frames_to_the_cut.__defaults__
+        if chunk:
+            KM.records_ahead.__defaults__ = (chunk,)
+            KM.line_frames_to_the_cut.__defaults__ = (chunk, True)
+        try:
+            res = parse(p, tmp_path / str(chunk))
+        finally:
+            KM.records_ahead.__defaults__, KM.line_frames_to_the_cut.__defaults__ = saved
+        assert res.format == "journal_json"
+        got = [(a["boot_id"], a["local_ns"], a["wall_ns"], a["line"], a["uncertainty_ns"])
+               for a in rows(res, "anchors")]
+        assert got == want
