@@ -480,10 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=160)   # piped output: do not wrap at 80
-    err = Console(stderr=True, highlight=False, soft_wrap=True)   # one-line errors stay one line
+        console = Console(highlight=False, width=160, emoji=False)   # piped output: do not wrap at 80
+    err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)   # one-line errors stay one line
     return args.func(args, console, err)
 
 

@@ -74,3 +74,17 @@ def test_report_command_hang_in_three_formats(tmp_path):
     js = json.loads(run("report", iid, home=h).stdout)
     assert js["origin"]["kind"] == "rank_stalled" and js["launcher_root_cause"] == {"rank": 0}
     assert run("report", "nope", home=h).returncode == 2
+
+
+def test_bundle_text_is_printed_as_it_is(tmp_path):
+    # evidence lines name "file:100:" and quote the bundle's own text: neither an emoji code
+    # (":100:" is one) nor markup may be rendered
+    f = tmp_path / "dmesg.txt"
+    lines = [f"[{i:5d}.000000] filler line {i}" for i in range(1, 100)]
+    lines.append("[  100.000000] Memory cgroup out of memory: Killed process 4242 (py:smile:[bold]x[/bold]) "
+                 "total-vm:1000kB, anon-rss:900kB, file-rss:0kB, shmem-rss:0kB")
+    f.write_text("\n".join(lines) + "\n")
+    r = run("analyze", str(f), home=tmp_path / "h")
+    assert r.returncode == 0, r.stderr
+    assert "dmesg.txt:100:" in r.stdout and "\U0001f4af" not in r.stdout
+    assert "py:smile:[bold]x[/bold]" in r.stdout and "\U0001f604" not in r.stdout
