@@ -203,6 +203,7 @@ def _nocap(rx: str) -> str:
 # runs are step and total; STEP_TIME: the first run of digits and dots is the value; LOSS: the
 # value is the match's tail, and nothing before it is a sign or digit).
 _NOCAP = {rx: _nocap(_LOWER[rx]) for rx in (STEP, STEP_TIME)}
+_LOSS_NOCAP = {True: _nocap(_LOSS_ASCII), False: _nocap(_LOWER[LOSS])}    # (by: is the text ASCII)
 _LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
 EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?:: ?(?P<exc_msg>.*))?$"
@@ -629,7 +630,7 @@ def _step_values(df: pl.DataFrame, low: str, match: str, ascii_: bool) -> pl.Dat
     return df.with_columns(
         nums.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False).alias("_step"),
         nums.list.get(1, null_on_oob=True).cast(pl.Int64, strict=False).alias("_total"),
-        pl.col(low).str.extract(_nocap(_LOSS_ASCII if ascii_ else _LOWER[LOSS]), 0).str.extract(_LOSS_VALUE, 0)
+        pl.col(low).str.extract(_LOSS_NOCAP[ascii_], 0).str.extract(_LOSS_VALUE, 0)
         .cast(pl.Float64, strict=False).alias("_loss"),
         (st_v / pl.when(stm.str.starts_with("step_time")).then(1.0).otherwise(1000.0)).alias("_stime"),
     ).drop("_nums", "_stm")
