@@ -268,6 +268,8 @@ class _State:
     versions: dict = field(default_factory=dict)
     comms: dict = field(default_factory=dict)
     other_lines: int = 0
+    other_rows: pl.Series | None = None  # line numbers of this chunk's unrecognised lines
+    other_from: int = 0                 # lines before this one are counted in other_lines
     coll_lines: int = 0
     context_line: int | None = None     # a row re-read only as interpolation context
     collapse_floor: int | None = None   # (the same, while a chunk's lines are collapsed)
@@ -348,6 +350,7 @@ def _json_attrs(df: pl.DataFrame, fields: list[str], ints: tuple[str, ...] = ())
 def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
     """Split the chunk's rows into line families; returns one frame per family (common columns)."""
     out: list[pl.DataFrame] = []
+    st.other_rows = None
     rest = base
     # NCCL first (header may sit anywhere in the line).
     nc = nccl_frame(rest)
@@ -376,8 +379,17 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
         p = rest.filter(hint)
         if not p.is_empty():
             out.append(_with_common(p.with_columns(pl.col("body").alias("msg")), "plain"))
-        st.other_lines += int((~hint).sum() - rest.select(pl.col("body").str.strip_chars() == "").to_series().sum())
+        st.other_rows = rest.filter(~hint & (rest["body"].str.strip_chars() != ""))["lineno"]
     return out
+
+
+def _count_other(st: _State, upto: int | None) -> None:
+    """Count the chunk's unrecognised lines before ``upto`` (None: all of them): the lines from
+    ``upto`` on travel into the next chunk and are counted there."""
+    o, st.other_rows = st.other_rows, None
+    if o is not None:
+        st.other_lines += int(((o >= st.other_from) if upto is None else o.is_between(st.other_from, upto - 1)).sum())
+    st.other_from = max(st.other_from, upto or 0)
 
 
 # The fixed layout of Python logging's default format, ``2026-11-29 13:40:47,674 INFO msg``
@@ -984,6 +996,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         ev = pl.concat([ev, bf], how="diagonal_relaxed") if ev.width > 1 else bf
     if ev.width <= 1 or ev.is_empty():
         carry = None if final else (df.filter(pl.col("lineno") >= open_at) if open_at else None)
+        _count_other(st, None if carry is None else open_at)
         return pl.DataFrame(), carry
     ev = ev.sort("lineno", maintain_order=True)
     # what waits for the next chunk: rows after the last timed row, and any open block
@@ -1008,6 +1021,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         start = carry_from if ctx_row is None else int(ctx_row)
         st.context_line = None if ctx_row is None else int(ctx_row)
         carry = df.filter(pl.col("lineno") >= start)
+    _count_other(st, carry_from)
     return ev, carry
 
 

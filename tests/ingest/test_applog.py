@@ -231,9 +231,13 @@ def test_log_split_over_chunks_gives_the_same_events(tmp_path, monkeypatch):
     # and pid are learnt from its own lines as they come, so with tiny chunks the first lines of
     # a stream can miss them; with the real 32 MiB chunks this only happens in huge files.)
     import ingest.lines as lines_mod
-    whole = events(parse(APP / "torchrun_exception.log", tmp_path / "a"))
+    res_whole = parse(APP / "torchrun_exception.log", tmp_path / "a")
     monkeypatch.setattr(lines_mod, "CHUNK_BYTES", 2048)
-    parts = events(parse(APP / "torchrun_exception.log", tmp_path / "b"))
+    res_parts = parse(APP / "torchrun_exception.log", tmp_path / "b")
+    whole, parts = events(res_whole), events(res_parts)
+    # lines that travel into the next chunk are counted once (were counted again in each chunk
+    # they were read in: 105 with these chunks)
+    assert res_parts.attrs["other_lines"] == res_whole.attrs["other_lines"] == 46
     key = lambda e: (e["line"], e["name"], e["kind"], e["ts_raw_ns"], e["ts_interpolated"],
                      e["attrs"].get("ts_lo_ns"), e["attrs"].get("ts_hi_ns"))
     assert [key(e) for e in parts] == [key(e) for e in whole]
