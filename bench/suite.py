@@ -206,6 +206,10 @@ RESULT = dict(seconds=python_loop(Path({str(path)!r})))
 """)
         rows.append(row("kernel log", inp, "one-regex Python line loop (baseline)", size / loop["seconds"], "MB/s",
                         rss=loop["peak_rss_mib"]))
+        fl = min((_child(bkk.FLOOR.format(path=str(path))) for _ in range(2)), key=lambda r: r["seconds"])
+        rows.append(row("kernel log", inp, "floor: read and split the lines, write each as an event, no parsing (one thread)",
+                        size / fl["seconds"], "MB/s", rss=fl["peak_rss_mib"],
+                        note=f"{size / fl['cpu_s']:.0f} MB per CPU-s; aftertrace takes {a['seconds'] / fl['seconds']:.2f}x the floor's time"))
     return rows
 
 
@@ -390,6 +394,7 @@ STAGES = {"perf": stage_perf, "kineto": stage_kineto, "logs": stage_logs, "kerne
 
 # -- the harness ---------------------------------------------------------------------------------
 NOTES = "<!-- notes: kept when the table above is measured again -->"
+MEASURED = "<!-- measured: "     # + a JSON object: area -> when its rows were measured (partial runs keep it)
 
 
 def _fmt(v, unit):
@@ -420,10 +425,19 @@ def write_results(rows: list[dict], args, started: float, out: Path) -> None:
         fresh.append(f"| {r['area']} | {r['input']} | {r['tool']} | {_fmt(r['value'], r['unit'])} | {r['unit']} | "
                      f"{r['target'] or ''} | {met} | {rss} | {r['note']} |")
     old = out.read_text() if out.exists() else ""
+    now = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    areas = {r["area"] for r in rows}
+    when = {} if not (args.only and old) else _measured_areas(old)
+    when.update({a: now for a in areas})
     if args.only and old:       # a partial run replaces its areas' rows and keeps the others
-        fresh = _merge_rows(old, fresh, {r["area"] for r in rows})
-        lines[2] += (f" Only the rows of `{args.only}` were measured by this run; the other rows are kept from "
-                     f"the run before it ({_measured_line(old)}).")
+        fresh = _merge_rows(old, fresh, areas)
+        earlier: dict[str, list[str]] = {}
+        for a, t in when.items():
+            if a not in areas:
+                earlier.setdefault(t, []).append(a)
+        lines[2] += (f" Only the rows of `{args.only}` were measured by this run; the others are kept from earlier "
+                     "runs: " + "; ".join(f"{', '.join(sorted(a))} at {t}" for t, a in sorted(earlier.items())) + ".")
+    lines[3:3] = ["", MEASURED + json.dumps(when, sort_keys=True) + " -->"]     # (before the table's head)
     lines += fresh
     if NOTES in old:
         lines += ["", NOTES + old.split(NOTES, 1)[1].rstrip("\n")]
@@ -438,6 +452,16 @@ def _table_rows(text: str) -> list[str]:
 def _measured_line(text: str) -> str:
     m = re.search(r"^Measured by .*?(\d{4}-\d\d-\d\d \d\d:\d\d UTC)", text, re.M)
     return m.group(1) if m else "time unknown"
+
+
+def _measured_areas(text: str) -> dict[str, str]:
+    """When each area's rows were measured: the file's ``MEASURED`` comment; a file without one
+    (written before it existed) gives its header's time to every area of its table."""
+    m = re.search("^" + re.escape(MEASURED) + r"(\{.*\}) -->$", text, re.M)
+    if m:
+        return json.loads(m.group(1))
+    t = _measured_line(text)
+    return {ln.split(" | ", 1)[0][2:]: t for ln in _table_rows(text)}
 
 
 def _merge_rows(old: str, fresh: list[str], areas: set[str]) -> list[str]:
