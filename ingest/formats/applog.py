@@ -1012,15 +1012,22 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         if carry_from is not None and int(df["lineno"].max()) - carry_from + 1 > MAX_CARRY_ROWS:
             carry_from = open_at
     carry = None
-    if carry_from is not None:
-        ev = ev.filter(pl.col("lineno") < carry_from)
-        # the last timed row before the cut travels along as context (the lower bound of the
-        # interpolation) and is dropped again before the next chunk is emitted
+    if not final:
+        if carry_from is not None:
+            ev = ev.filter(pl.col("lineno") < carry_from)
+        # The last timed row before the cut travels along as context: the lower bound of the
+        # interpolation of the next chunk's first untimed rows (a traceback right after the cut has
+        # no other), also when nothing else waits. Every row before the cut is emitted here; in the
+        # next chunk the rows before it are context only (``context_line``).
         ctx_row = ev.select(pl.col("lineno").filter(
             pl.col("ts").is_not_null() & ~pl.col("category").is_in(["launcher", "traceback"])).max()).item()
-        start = carry_from if ctx_row is None else int(ctx_row)
-        st.context_line = None if ctx_row is None else int(ctx_row)
-        carry = df.filter(pl.col("lineno") >= start)
+        if carry_from is not None:
+            carry = df.filter(pl.col("lineno") >= (carry_from if ctx_row is None else int(ctx_row)))
+        elif ctx_row is not None:
+            carry_from = int(df["lineno"].max()) + 1
+            carry = df.filter(pl.col("lineno") == int(ctx_row))
+        if carry is not None:
+            st.context_line = carry_from - 1
     _count_other(st, carry_from)
     return ev, carry
 

@@ -251,6 +251,44 @@ def test_log_split_over_chunks_gives_the_same_events(tmp_path, monkeypatch):
     assert n(parts) == n(whole)
 
 
+def _cut_after(path: Path, k: int) -> int:
+    """The chunk size whose first chunk ends with line ``k``."""
+    return sum(len(x) + 1 for x in path.read_bytes().split(b"\n")[:k])
+
+
+def test_a_traceback_right_after_a_chunk_end_keeps_its_lower_time_bound(tmp_path, monkeypatch):
+    # torchrun_hang.log: line 92 is rank 1's last timed line (13:40:48.707), 93 starts rank 0's
+    # gloo traceback (no time of its own), the next timed line is at 13:40:58.000. With a chunk
+    # ending at line 92 the traceback lost its lower bound: "before" 13:40:58.000, 4.6 s late.
+    import ingest.lines as lines_mod
+    path = APP / "torchrun_hang.log"
+    whole = by_line(parse(path, tmp_path / "a"))[93]
+    monkeypatch.setattr(lines_mod, "CHUNK_BYTES", _cut_after(path, 92))
+    cut = by_line(parse(path, tmp_path / "b"))[93]
+    want = (ns(2026, 11, 29, 13, 40, 53, 353_500_000), "between", ns(2026, 11, 29, 13, 40, 48, 707_000_000),
+            ns(2026, 11, 29, 13, 40, 58))
+    for e in (whole, cut):
+        assert e["kind"] == "collective_timeout"
+        assert (e["ts_raw_ns"], e["attrs"]["ts_bound"], e["attrs"]["ts_lo_ns"], e["attrs"]["ts_hi_ns"]) == want
+
+
+def test_a_chunk_end_after_any_line_gives_the_same_events(tmp_path, monkeypatch):
+    # rank 0's stderr of the hang job: a chunk end after line 40 left the gloo timeout (41) with no
+    # time at all. Every cut gives the whole file's events, times, bounds and counts.
+    import ingest.lines as lines_mod
+    path = APP / "hang_rank0_stderr.log"
+    key = lambda r: [(e["line"], e["name"], e["kind"], e["rank"], e["ts_raw_ns"], e["attrs"].get("ts_bound"),
+                      e["attrs"].get("ts_lo_ns"), e["attrs"].get("ts_hi_ns")) for e in events(r)]
+    whole = parse(path, tmp_path / "whole")
+    assert by_line(whole)[41]["kind"] == "collective_timeout" and by_line(whole)[41]["ts_raw_ns"] is not None
+    n = len(path.read_bytes().split(b"\n"))
+    for k in range(1, n):
+        monkeypatch.setattr(lines_mod, "CHUNK_BYTES", _cut_after(path, k))
+        res = parse(path, tmp_path / f"k{k}")
+        assert key(res) == key(whole), k
+        assert res.attrs["other_lines"] == whole.attrs["other_lines"], k
+
+
 def test_step_and_plain_lines_are_collapsed_per_rank(tmp_path):
     res = parse(APP / "torchrun_hang.log", tmp_path)
     raw = (APP / "torchrun_hang.log").read_text().splitlines()
