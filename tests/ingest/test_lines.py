@@ -58,3 +58,18 @@ def test_a_read_at_the_limit_raises_instead_of_ending_the_stream(tmp_path):
     whole = open_binary(p, 101)                    # a file of exactly the limit is whole
     exact = whole.raw
     assert exact.readinto(bytearray(1000)) == 101 and exact.readinto(bytearray(10)) == 0
+
+
+def test_a_small_file_does_not_get_a_chunk_sized_buffer():
+    # bundles hold thousands of few-kB logs: a 32 MB read buffer made (and zeroed) for each cost
+    # ~20 ms apiece; the buffer doubles only while a file fills it
+    import tracemalloc
+    data = b"".join(b"line %d of a small log\n" % i for i in range(200))
+    tracemalloc.start()
+    try:
+        got = [ln for f in line_frames(io.BufferedReader(io.BytesIO(data))) for ln in f["line"].to_list()]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == data.decode().splitlines()
+    assert peak < 1 << 20
