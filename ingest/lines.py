@@ -44,7 +44,8 @@ def _split(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> tuple
         lines = buf[:cut].split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
-        s = pl.Series("line", [ln.rstrip(b"\r").decode("utf-8", "replace") for ln in lines], dtype=pl.String)
+        s = pl.Series("line", [(ln[:-1] if ln.endswith(b"\r") else ln).decode("utf-8", "replace") for ln in lines],
+                      dtype=pl.String)       # (one \r, as the other paths: "x\r\r\n" is "x\r")
         return s, cut
     # (Arrow found bytes that are not UTF-8: read lossily, U+FFFD for each bad sequence)
     df = pl.read_csv(io.BytesIO(buf[:n]), has_header=False, separator=sep.decode(), quote_char=None,

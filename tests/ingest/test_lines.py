@@ -18,6 +18,16 @@ def test_same_lines_as_python(chunk):
     assert got == want
 
 
+@pytest.mark.parametrize("data", [
+    b"ok x\r\r\nb\n",                                                     # valid UTF-8: Arrow's split
+    b"\xff x\r\r\nb\n",                                                   # not UTF-8: the lossy CSV reader
+    b"\xff\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f x\r\r\nb\n"])   # and every separator byte: Python
+def test_every_split_path_drops_one_carriage_return(data):
+    got = [ln for f in line_frames(io.BytesIO(data)) for ln in f["line"].to_list()]
+    first = data.split(b"\n")[0][:-1].decode("utf-8", "replace")
+    assert got == [first, "b"] and got[0].endswith(" x\r")
+
+
 def test_bad_utf8_lines_are_flagged_and_counted(tmp_path):
     p = tmp_path / "x.log.gz"
     p.write_bytes(gzip.compress(b"ok\nbad \xff\xfe here\nok2\n"))
@@ -73,3 +83,31 @@ def test_a_small_file_does_not_get_a_chunk_sized_buffer():
         tracemalloc.stop()
     assert got == data.decode().splitlines()
     assert peak < 1 << 20
+
+
+def _reference_lines(data: bytes) -> list[str]:
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [(ln[:-1] if ln.endswith(b"\r") else ln).decode("utf-8", "replace") for ln in lines]
+
+
+_PIECES = [b"a", b" ", b"\n", b"\r", b"\xff", b"\xc3\xa9", b"\x00", b"\x01",
+           b"\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f"]       # (the last: every separator byte at once)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lines_equal_a_plain_split_whatever_the_bytes_and_chunk_size(seed):
+    # the reused buffer, its growth, the carried partial line and all three split paths against
+    # bytes.split on random text (hypothesis, a fixed number of examples per seed)
+    from hypothesis import given, settings, strategies as st, HealthCheck
+
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.sampled_from(_PIECES), max_size=80).map(b"".join), st.integers(1, 48 + seed * 500))
+    def check(data, chunk):
+        got = [ln for f in line_frames(io.BufferedReader(io.BytesIO(data)), chunk_bytes=chunk)
+               for ln in f["line"].to_list()]
+        assert got == _reference_lines(data)
+
+    check()
