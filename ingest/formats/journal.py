@@ -223,7 +223,8 @@ _STRUCT = pl.Struct({k: pl.String for k in _J})
 # found. Every other line goes through the per-field ``json_path_match`` path. Invalid JSON (a raw
 # control character in a string, a broken line that still looks like an object) makes the decode fail
 # for the chunk (it never accepts what json_path_match rejects): then lines with control characters are
-# left out and the decode retried once, and if it still fails the whole chunk takes the per-field path.
+# left out and the decode retried on halves of the rest until the bad lines are alone (``_decode_around``),
+# and what does not decode takes the per-field path.
 _NON_STRING = r'"\s*:\s*[^\s"]'
 _CONTROL = r"[\x00-\x1f]"
 _KEY_RE = '"(?:' + "|".join(_J) + ')"'
@@ -243,6 +244,28 @@ def _decode(fast: pl.DataFrame) -> pl.DataFrame | None:
     return dec.select(pl.col("_i"), pl.col("_n"), *[pl.col("_d").struct.field(k) for k in _J])
 
 
+_MAX_PIECES = 64      # decode attempts of one chunk's halves before the per-field path takes the rest
+
+
+def _decode_around(fast: pl.DataFrame) -> pl.DataFrame | None:
+    """The decode of ``fast`` without the lines that make it fail: failing pieces are halved until
+    each bad line is alone (a journal cut mid-record has one, its last), at most ``_MAX_PIECES``
+    failed attempts; what is left undecoded is left out (the caller takes the per-field path for
+    it). None when nothing decodes."""
+    done, todo, failed = [], [fast], 0
+    while todo:
+        part = todo.pop()
+        dec = _decode(part) if failed < _MAX_PIECES else None
+        if dec is not None:
+            done.append(dec)
+            continue
+        failed += 1
+        if part.height > 1 and failed < _MAX_PIECES:
+            half = part.height // 2
+            todo += [part.slice(half), part.slice(0, half)]
+    return pl.concat(done).sort("_i") if done else None
+
+
 def _json_fields(lines: pl.Series) -> pl.DataFrame:
     """The ``_J`` fields of each line as ``json_path_match`` renders them (String, null where absent)."""
     src = pl.DataFrame({"line": lines}).with_row_index("_i")
@@ -253,7 +276,9 @@ def _json_fields(lines: pl.Series) -> pl.DataFrame:
     dec = _decode(src.filter(ok)) if ok.any() else None
     if dec is None and ok.any():
         ok = ok & ~src["line"].str.contains(_CONTROL).fill_null(True)
-        dec = _decode(src.filter(ok)) if ok.any() else None
+        dec = _decode_around(src.filter(ok)) if ok.any() else None
+        if dec is not None and len(dec) < int(ok.sum()):      # (the lines left out take the per-field path)
+            ok = src["_i"].is_in(dec["_i"].implode())
     if dec is None:
         return _fields_slow(src).drop("_i")
     good = (dec["_n"] == dec.select(pl.sum_horizontal(pl.col(k).is_not_null() for k in _J)).to_series()

@@ -824,6 +824,26 @@ def test_journal_json_one_pass_decode_equals_per_field_path(extra):
     assert _json_fields(pl.Series("line", [], dtype=pl.String)).rows() == []
 
 
+def test_journal_json_a_broken_line_leaves_the_rest_of_the_chunk_decoded_in_one_pass(monkeypatch):
+    """A journal cut mid-record (its last line broken, closed like an object): only that line joins
+    the lines that take the per-field path anyway (the whole chunk did), and the fields equal the
+    per-field path's on every line."""
+    import polars as pl
+    import ingest.formats.journal as J
+    lines = _journal_json_variants()
+    lines = lines + lines
+    real = J._fields_slow
+
+    def slow_rows(text: list[str]) -> int:
+        rows = []
+        monkeypatch.setattr(J, "_fields_slow", lambda src: rows.append(src.height) or real(src))
+        assert J._json_fields(pl.Series("line", text, dtype=pl.String)).rows() == _per_field(text)
+        return sum(rows)
+
+    cut = lines[:80] + [lines[1][: len(lines[1]) // 2] + "}"] + lines[80:]
+    assert slow_rows(cut) == slow_rows(lines) + 1 < len(lines) // 2
+
+
 def test_journal_json_anchor_medians_and_ties(tmp_path):
     """Anchors: per (boot, 600 s window) the least delayed record, the first of equal ones, and the
     spread to statistics.median of the window's offsets (odd and even counts), over several chunks."""
