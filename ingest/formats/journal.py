@@ -237,30 +237,34 @@ def _fields_slow(src: pl.DataFrame) -> pl.DataFrame:
 def _decode(fast: pl.DataFrame) -> pl.DataFrame | None:
     line = pl.col("line")
     try:
-        dec = fast.select(pl.col("_i"), line.str.count_matches(_KEY_RE).alias("_n"),
-                          line.str.json_decode(_STRUCT).alias("_d"))
+        dec = fast.select(pl.col("_i"), line.str.json_decode(_STRUCT).alias("_d"))
     except (pl.exceptions.PolarsError, pl.exceptions.PanicException):   # (a panic is no Exception)
         return None
-    return dec.select(pl.col("_i"), pl.col("_n"), *[pl.col("_d").struct.field(k) for k in _J])
+    # (the key count after the decode: an attempt that fails costs no regex pass)
+    return dec.select(pl.col("_i"), fast["line"].str.count_matches(_KEY_RE).alias("_n"),
+                      *[pl.col("_d").struct.field(k) for k in _J])
 
 
-_MAX_PIECES = 64      # decode attempts of one chunk's halves before the per-field path takes the rest
+_FAILED_ROWS = 2     # rows in failed decode attempts of a chunk, at most this many times its lines
 
 
-def _decode_around(fast: pl.DataFrame) -> pl.DataFrame | None:
+def _decode_around(fast: pl.DataFrame, failed_whole: bool = False) -> pl.DataFrame | None:
     """The decode of ``fast`` without the lines that make it fail: failing pieces are halved until
-    each bad line is alone (a journal cut mid-record has one, its last), at most ``_MAX_PIECES``
-    failed attempts; what is left undecoded is left out (the caller takes the per-field path for
-    it). None when nothing decodes."""
+    each bad line is alone (a journal cut mid-record has one, its last: about twice the lines in
+    failed attempts). Once the failed attempts have read ``_FAILED_ROWS`` times the lines (many bad
+    lines), what is left undecoded is left out: the caller takes the per-field path for it. None
+    when nothing decodes."""
     done, todo, failed = [], [fast], 0
+    if failed_whole and fast.height > 1:        # (its decode was tried as it is: start with the halves)
+        failed, todo = fast.height, [fast.slice(fast.height // 2), fast.slice(0, fast.height // 2)]
     while todo:
         part = todo.pop()
-        dec = _decode(part) if failed < _MAX_PIECES else None
+        dec = _decode(part) if failed < _FAILED_ROWS * fast.height else None
         if dec is not None:
             done.append(dec)
             continue
-        failed += 1
-        if part.height > 1 and failed < _MAX_PIECES:
+        failed += part.height
+        if part.height > 1 and failed < _FAILED_ROWS * fast.height:
             half = part.height // 2
             todo += [part.slice(half), part.slice(0, half)]
     return pl.concat(done).sort("_i") if done else None
@@ -275,8 +279,9 @@ def _json_fields(lines: pl.Series) -> pl.DataFrame:
                     .fill_null(False)).to_series()
     dec = _decode(src.filter(ok)) if ok.any() else None
     if dec is None and ok.any():
+        n = int(ok.sum())
         ok = ok & ~src["line"].str.contains(_CONTROL).fill_null(True)
-        dec = _decode_around(src.filter(ok)) if ok.any() else None
+        dec = _decode_around(src.filter(ok), failed_whole=int(ok.sum()) == n) if ok.any() else None
         if dec is not None and len(dec) < int(ok.sum()):      # (the lines left out take the per-field path)
             ok = src["_i"].is_in(dec["_i"].implode())
     if dec is None:
