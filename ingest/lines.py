@@ -125,19 +125,13 @@ def line_frames(stream, chunk_bytes: int = CHUNK_BYTES, blank_as_null: bool = Fa
 def _read_into(stream, buf: bytearray, start: int) -> tuple[int, BaseException | None]:
     """Fill ``buf[start:]`` from the stream; returns where the data in ``buf`` ends, and the error
     that stopped the read, if one did (what was read before it is kept: ``readinto1`` makes at most
-    one read of the raw stream, so an error is raised by the call after the data before it). A
-    stream without ``readinto1`` is read with ``read``."""
+    one read of the raw stream, so an error is raised by the call after the data before it).
+    ``stream`` is a buffered binary stream (``io.BufferedIOBase``: every caller's)."""
     view = memoryview(buf)
     n, err = start, None
-    readinto = getattr(stream, "readinto1", None)
     try:
         while n < len(buf):
-            if readinto is not None:
-                got = readinto(view[n:])
-            else:
-                b = stream.read(len(buf) - n)
-                got = len(b)
-                view[n:n + got] = b
+            got = stream.readinto1(view[n:])
             if not got:
                 break
             n += got

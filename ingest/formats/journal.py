@@ -281,8 +281,9 @@ def _json_fields(lines: pl.Series) -> pl.DataFrame:
     if dec is None and ok.any():
         n = int(ok.sum())
         ok = ok & ~src["line"].str.contains(_CONTROL).fill_null(True)
-        dec = _decode_around(src.filter(ok), failed_whole=int(ok.sum()) == n) if ok.any() else None
-        if dec is not None and len(dec) < int(ok.sum()):      # (the lines left out take the per-field path)
+        kept = int(ok.sum())
+        dec = _decode_around(src.filter(ok), failed_whole=kept == n) if kept else None
+        if dec is not None and len(dec) < kept:      # (the lines left out take the per-field path)
             ok = src["_i"].is_in(dec["_i"].implode())
     if dec is None:
         return _fields_slow(src).drop("_i")
