@@ -1,0 +1,194 @@
+"""The training job of the incident corpus: a 2-rank CPU data-parallel job (gloo) that can be
+made to fail in the ways real jobs fail. Launched by torchrun.
+
+It prints what a real training script prints (Python logging, one ``step=N`` line per step
+per rank) and never announces a fault: what really happened, and when, goes only to the
+side folder (``AFTERTRACE_SIDE_DIR``), which is the recorder's ground truth and is never part
+of a bundle.
+
+Faults that happen *inside* the job start when the recorder creates the flag file
+``AFTERTRACE_FAULT_FLAG`` (so the recorder chooses the moment), on rank
+``AFTERTRACE_FAULT_RANK``:
+
+  leak        the rank keeps ``AFTERTRACE_LEAK_MB`` MiB per step in a list (a cache never freed)
+  exception   the rank's labels go out of range: torch raises IndexError in cross_entropy
+  mismatch    the rank runs all_gather where its peers run all_reduce (no DDP in this mode:
+              DDP's constructor crashes under TORCH_DISTRIBUTED_DEBUG=DETAIL on torch 2.13 CPU)
+  io          every step the rank appends its metrics to ``AFTERTRACE_IO_FILE`` and fsyncs
+              (always, not only after the flag: the recorder freezes that file system)
+  ckpt        rank 0 saves a checkpoint every ``AFTERTRACE_CKPT_EVERY`` steps to
+              ``AFTERTRACE_CKPT_DIR`` and keeps them all (the disk fills up)
+  loader      batches come from a DataLoader with ``AFTERTRACE_LOADER_WORKERS`` workers and
+              large samples, passed through shared memory (/dev/shm)
+
+Faults from outside (SIGSTOP, the freezer cgroup, SIGKILL, CPU quota, other tenants) need
+nothing from the job. Other settings: AFTERTRACE_PG_TIMEOUT_S (collective timeout, default
+30), AFTERTRACE_HIDDEN, AFTERTRACE_BATCH, AFTERTRACE_PROFILER_DIR (Kineto traces of two steps
+every ``AFTERTRACE_PROFILE_EVERY`` steps; unset: no profiler), AFTERTRACE_MAX_STEPS.
+"""
+
+import datetime
+import json
+import logging
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def side(name, **obj):
+    d = os.environ.get("AFTERTRACE_SIDE_DIR")
+    if not d:
+        return
+    os.makedirs(d, exist_ok=True)
+    obj.setdefault("ts_ns", time.time_ns())
+    tmp = os.path.join(d, name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, os.path.join(d, name + ".json"))
+
+
+class Samples(torch.utils.data.Dataset):
+    """Random samples of ``dim`` floats with a side payload (think: the raw sequence a sample
+    came from). Each worker's batch travels through shared memory. Once ``long_flag`` exists,
+    the payloads are long (the part of the data set with long sequences)."""
+
+    def __init__(self, n, dim, classes, long_flag):
+        self.n, self.dim, self.classes, self.long_flag = n, dim, classes, long_flag
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        long = bool(self.long_flag) and os.path.exists(self.long_flag)
+        payload = torch.zeros((1 << 18) if long else 16)
+        return torch.randn(self.dim, generator=g), int(torch.randint(0, self.classes, (1,), generator=g)), payload
+
+
+def batches(batch, dim, classes, long_flag):
+    workers = int(os.environ.get("AFTERTRACE_LOADER_WORKERS", "0"))
+    if workers:
+        ds = Samples(10**9, dim, classes, long_flag)
+        dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
+                                         prefetch_factor=int(os.environ.get("AFTERTRACE_PREFETCH", "4")),
+                                         persistent_workers=True)
+        for x, y, _ in dl:
+            yield x, y
+    while True:
+        yield torch.randn(batch, dim), torch.randint(0, classes, (batch,))
+
+
+@record
+def main():
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    fault = os.environ.get("AFTERTRACE_FAULT", "none")
+    fault_rank = int(os.environ.get("AFTERTRACE_FAULT_RANK", "1"))
+    flag = os.environ.get("AFTERTRACE_FAULT_FLAG", "")
+    timeout_s = float(os.environ.get("AFTERTRACE_PG_TIMEOUT_S", "30"))
+    torch.set_num_threads(1)
+    torch.manual_seed(1234 + rank)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s %(levelname)s [rank{rank}] %(name)s: %(message)s")
+    log = logging.getLogger("train")
+
+    dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    side(f"rank{rank}", rank=rank, local_rank=local_rank, pid=os.getpid(), ppid=os.getppid())
+    log.info("initialized process group backend=gloo world_size=%d local_rank=%d pid=%d",
+             world, local_rank, os.getpid())
+
+    dim, classes = 512, 10
+    hidden = int(os.environ.get("AFTERTRACE_HIDDEN", "1024"))
+    batch = int(os.environ.get("AFTERTRACE_BATCH", "256"))
+    model = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                          nn.Linear(hidden, classes))
+    net = model if fault == "mismatch" else DDP(model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    mine = rank == fault_rank
+    leak_mb = int(os.environ.get("AFTERTRACE_LEAK_MB", "128"))
+    leaked = []
+    io_file = os.environ.get("AFTERTRACE_IO_FILE") if fault == "io" and mine else None
+    ckpt_dir = os.environ.get("AFTERTRACE_CKPT_DIR") if fault == "ckpt" and rank == 0 else None
+    ckpt_every = int(os.environ.get("AFTERTRACE_CKPT_EVERY", "20"))
+    prof = None
+    prof_dir = os.environ.get("AFTERTRACE_PROFILER_DIR")
+    if prof_dir:
+        every = int(os.environ.get("AFTERTRACE_PROFILE_EVERY", "40"))
+        prof = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=torch.profiler.schedule(wait=every - 3, warmup=1, active=2, repeat=0),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(prof_dir, use_gzip=True))
+        prof.start()
+    data = batches(batch, dim, classes, flag if fault == "loader" and mine else "")
+    fired = False
+    step = 0
+    max_steps = int(os.environ.get("AFTERTRACE_MAX_STEPS", "1000000"))
+    try:
+        while step < max_steps:
+            t0 = time.perf_counter()
+            now = mine and flag and not fired and os.path.exists(flag)
+            if now:
+                fired = True
+            x, y = next(data)
+            if fault == "exception" and fired:
+                side("fault", what="labels out of range", rank=rank, pid=os.getpid(), step=step)
+                y = y + classes          # a label past the last class: cross_entropy raises
+            with torch.profiler.record_function("forward_backward"):
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(net(x), y)
+                loss.backward()
+            if net is model:             # mismatch mode: gradients averaged by hand
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
+                t = torch.tensor([loss.item()])
+                if fired:
+                    side("fault", what="all_gather where the peers all_reduce", rank=rank, pid=os.getpid(),
+                         step=step)
+                    out = [torch.zeros(1) for _ in range(world)]
+                    dist.all_gather(out, t)
+                else:
+                    dist.all_reduce(t)
+            with torch.profiler.record_function("optimizer_step"):
+                opt.step()
+            if fault == "leak" and fired:
+                if not leaked:
+                    side("fault", what="leak starts", rank=rank, pid=os.getpid(), step=step, mb=leak_mb)
+                leaked.append(b"\xa5" * (leak_mb << 20))
+            dt = time.perf_counter() - t0
+            log.info("step=%d step_time=%.3fs loss=%.4f", step, dt, loss.item())
+            if io_file:
+                with open(io_file, "a") as f:
+                    f.write(json.dumps({"step": step, "loss": loss.item(), "t": time.time()}) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            if ckpt_dir and step and step % ckpt_every == 0:
+                path = os.path.join(ckpt_dir, f"ckpt_step{step:06d}.pt")
+                side("ckpt_begin", step=step, path=path)
+                try:
+                    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, path)
+                except BaseException:
+                    side("ckpt_failed", step=step, path=path)
+                    raise
+                log.info("saved checkpoint %s", path)
+            if prof is not None:
+                prof.step()
+            step += 1
+    except BaseException as e:
+        side(f"exit_rank{rank}", exc=type(e).__name__, msg=str(e)[:500], step=step)
+        raise
+    finally:
+        if prof is not None:
+            prof.stop()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,628 @@
+"""Record one real incident of the evaluation corpus on this Linux host (run as root).
+
+    TORCH_PY=/opt/torchenv/bin/python python3 sample_traces/scripts/record_incident.py \\
+        SCENARIO OUT_DIR [--rank N] [--via collect] [--no-perf] [--decoy NAME ...]
+
+A 2-rank gloo training job (``incident_job.py``) runs under torchrun inside fresh cgroup v1
+groups; after a quiet baseline something goes wrong, the way it goes wrong on real clusters,
+and the job fails. What the recorder did, and when, is the ground truth: it is written to
+``OUT_DIR.truth.json`` and never into the bundle ``OUT_DIR/``.
+
+The bundle is what a person would gather by hand (``--via hand``, the default):
+
+    <host>/host/start/, <host>/host/end/   clock anchors before and after the job:
+                                           /proc/uptime, date +%s.%N, date, date --iso-8601=ns,
+                                           /proc/stat
+    <host>/host/{hostname,boot_id,uname_a}
+    <host>/dmesg.txt, <host>/dmesg_T.txt   raw dmesg and dmesg -T, taken after the job
+    <host>/perf/perf.script.txt.gz         perf script --header (system-wide, -k CLOCK_MONOTONIC,
+                                           cpu-clock with call chains, process exit/fork/exec)
+    <host>/cgroup/<epoch>/...              snapshots every 0.5 s (``snapshot_loop.py``) of the
+                                           job's cgroups and of every other group the scenario
+                                           makes, with cgroup.procs/tasks, PSI, loadavg, meminfo
+    <host>/logs/torchrun.log               torchrun's stdout+stderr (--tee 3)
+    <host>/logs/torchrun_log_dir/...       torchrun --log-dir
+    <host>/profiler/*.pt.trace.json.gz     Kineto traces (two steps every 40 per rank)
+
+or, with ``--via collect``, what ``aftertrace collect`` wrote around the same job (the
+collector runs the launch command; this script only causes the fault and notes the truth).
+
+Scenarios (the rank at fault is ``--rank``, default 1):
+
+  sigstop        SIGSTOP to the rank: it stops; its peer times out in gloo; torchrun SIGTERMs
+                 it (ignored while stopped) and SIGKILLs it after its grace period
+  freezer        the rank's process moved into a freezer cgroup that is then FROZEN
+  sigkill        SIGKILL to the rank from outside (not the OOM killer)
+  hung-io        the rank fsyncs its metrics to a loop-mounted ext4 every step; the file
+                 system is frozen (fsfreeze): the rank blocks in D state, the hung-task
+                 watchdog (timeout set to 10 s for the recording) reports it
+  exception      the rank's labels go out of range: IndexError in cross_entropy
+  mismatch       the rank runs all_gather where its peer runs all_reduce (DETAIL checks on)
+  leak           the rank leaks 256 MiB per step until the memory cgroup's OOM killer kills it
+  throttle-leak  the job's CPU quota is cut to 0.3 CPU, 20 s later the rank starts leaking
+  shm            batches come from DataLoader workers through a /dev/shm of 64 MiB (a private
+                 mount namespace for the job): a worker dies of SIGBUS
+  disk-full      rank 0 checkpoints every 10 steps to a 48 MiB file system and keeps them all
+  tenant         another tenant's cgroup, beside the job's under one parent memory limit,
+                 grows (6 processes) until the limit: the OOM killer kills a rank, though the
+                 job does not grow
+  cpu-hog        a SCHED_FIFO busy loop outside the job runs on the CPU the rank is pinned to
+                 (RT throttling off, as on some HPC nodes): the rank gets no CPU
+  launcher-kill  SIGKILL to torchrun itself (a scheduler preempting the job)
+
+Decoys (``--decoy``, any number, each started at about a third of the baseline):
+
+  throttled-cgroup   an unrelated cgroup /backup whose busy process is CPU-throttled
+  oom-other          an unrelated process in cgroup /cron killed by its memory cgroup's OOM killer
+  segv-other         an unrelated process crashes with a segmentation fault
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CG = "/sys/fs/cgroup"
+SYS_PY = sys.executable
+SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
+             "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill")
+DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
+
+
+def now() -> int:
+    return time.time_ns()
+
+
+def write(path: str | Path, data: str) -> None:
+    with open(path, "w") as f:
+        f.write(data)
+
+
+def sh(cmd: list[str], **kw) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, **kw).stdout
+
+
+class Recording:
+    def __init__(self, a, torch_py: str):
+        self.a = a
+        self.torch_py = torch_py
+        self.torchrun = str(Path(torch_py).parent / "torchrun")
+        self.host = socket.gethostname()
+        self.out = Path(a.out).resolve()
+        self.bundle_host = self.out / self.host
+        self.work = Path(tempfile.mkdtemp(prefix="atrec-"))
+        self.side = self.work / "side"
+        self.flag = self.work / "fault.flag"
+        self.events: list[dict] = []
+        self.cgroups: list[str] = []          # created cgroup folders, removed at the end
+        self.helpers: list[subprocess.Popen] = []
+        self.mounts: list[str] = []
+        self.job: subprocess.Popen | None = None
+        self.job_cg = a.cgroup
+        self.snap_cgs = [a.cgroup]
+        self.env: dict[str, str] = {}
+        self.truth: dict = {}
+        self.cleanups: list = []
+
+    # -- bookkeeping
+    def ev(self, what: str, **kw) -> int:
+        t = now()
+        self.events.append({"what": what, "ts_ns": t, **kw})
+        print(f"record: {what} {kw}", file=sys.stderr)
+        return t
+
+    def mkcg(self, hier: str, path: str, **settings) -> str:
+        d = f"{CG}/{hier}/{path.strip('/')}"
+        parent = os.path.dirname(d)
+        if not os.path.isdir(parent):
+            self.mkcg(hier, os.path.dirname(path.strip("/")))
+        if os.path.isdir(d):
+            raise SystemExit(f"record: {d} exists (left over from an earlier run?); remove it first")
+        os.mkdir(d)
+        self.cgroups.append(d)
+        for k, v in settings.items():
+            write(f"{d}/{k}", str(v))
+        return d
+
+    def join(self, pid: int, hier: str, path: str) -> None:
+        write(f"{CG}/{hier}/{path.strip('/')}/cgroup.procs", str(pid))
+
+    def side_json(self, name: str) -> dict | None:
+        p = self.side / f"{name}.json"
+        try:
+            return json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def rank_pids(self, timeout: float = 120) -> dict[int, int]:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            r = {i: self.side_json(f"rank{i}") for i in range(2)}
+            if all(r.values()):
+                return {i: v["pid"] for i, v in r.items()}
+            if self.job is not None and self.job.poll() is not None:
+                break
+            time.sleep(0.2)
+        return {}
+
+    def alive(self) -> bool:
+        return self.job is not None and self.job.poll() is None
+
+    def sleep_while_alive(self, s: float) -> bool:
+        end = time.monotonic() + s
+        while time.monotonic() < end:
+            if not self.alive():
+                return False
+            time.sleep(0.05)
+        return True
+
+    def spawn(self, cmd: list[str], cg: str | None = None, hiers=("cpu", "cpuacct", "memory"), **kw):
+        pre = None
+        if cg:
+            paths = [f"{CG}/{h}/{cg.strip('/')}/cgroup.procs" for h in hiers
+                     if os.path.isdir(f"{CG}/{h}/{cg.strip('/')}")]
+
+            def pre():
+                for p in paths:
+                    with open(p, "w") as f:
+                        f.write(str(os.getpid()))
+                os.setsid()
+        p = subprocess.Popen(cmd, preexec_fn=pre, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        self.helpers.append(p)
+        return p
+
+    # -- the host side
+    def anchors(self, which: str) -> None:
+        d = self.bundle_host / "host" / which
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "proc_uptime").write_text(Path("/proc/uptime").read_text())
+        (d / "date_epoch").write_text(sh(["date", "+%s.%N"]))
+        (d / "date").write_text(sh(["date"]))
+        (d / "date_iso").write_text(sh(["date", "--iso-8601=ns"]))
+        (d / "proc_stat").write_text(Path("/proc/stat").read_text())
+        self.truth.setdefault("clocks", {})[which] = {
+            "realtime_ns": time.clock_gettime_ns(time.CLOCK_REALTIME),
+            "monotonic_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+            "boottime_ns": time.clock_gettime_ns(time.CLOCK_BOOTTIME)}
+
+    def cleanup(self) -> None:
+        for fn in reversed(self.cleanups):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - cleanup goes on
+                print(f"record: cleanup: {e}", file=sys.stderr)
+        for p in self.helpers:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    p.kill()
+        for m in reversed(self.mounts):
+            subprocess.run(["fsfreeze", "-u", m], capture_output=True)
+            subprocess.run(["umount", "-l", m], capture_output=True)
+        for d in reversed(self.cgroups):
+            for _ in range(20):
+                try:
+                    for t in Path(f"{d}/cgroup.procs").read_text().split():
+                        try:
+                            os.kill(int(t), signal.SIGKILL)
+                        except OSError:
+                            pass
+                    if os.path.exists(f"{d}/freezer.state"):
+                        write(f"{d}/freezer.state", "THAWED")
+                    os.rmdir(d)
+                    break
+                except OSError:
+                    time.sleep(0.3)
+
+
+# ---------------------------------------------------------------- faults
+
+def fault_sigstop(r: Recording, rank: int, pids: dict) -> None:
+    r.truth["origin"] = {"kinds": ["rank_stalled", "process_stopped"], "rank": rank, "pid": pids[rank],
+                         "start_ns": [r.ev("sigstop", pid=pids[rank], rank=rank)] * 2}
+    os.kill(pids[rank], signal.SIGSTOP)
+
+
+def fault_freezer(r: Recording, rank: int, pids: dict) -> None:
+    d = f"{CG}/freezer/{r.job_cg.strip('/')}/rank{rank}"
+    os.mkdir(d)
+    r.cgroups.append(d)
+    # the rank and its threads move first, the freeze comes a few snapshots later
+    write(f"{d}/cgroup.procs", str(pids[rank]))
+    r.ev("moved_to_freezer_cgroup", pid=pids[rank], cgroup=d)
+    time.sleep(2.0)
+    t = r.ev("frozen", cgroup=d, pid=pids[rank], rank=rank)
+    write(f"{d}/freezer.state", "FROZEN")
+    r.truth["origin"] = {"kinds": ["rank_stalled", "process_frozen", "cgroup_frozen"], "rank": rank,
+                         "pid": pids[rank], "entity": d[len(CG) + len("/freezer"):], "start_ns": [t, t]}
+    # a frozen process cannot die, so torchrun's SIGKILL waits: an operator thaws the group once
+    # the peer's timeout and the launcher's grace period have passed
+    release(r, lambda: (write(f"{d}/freezer.state", "THAWED"), r.ev("thawed", cgroup=d)))
+
+
+def release(r: Recording, fn) -> None:
+    tm = threading.Timer(r.a.pg_timeout + 45, fn)
+    tm.daemon = True
+    tm.start()
+
+
+def fault_sigkill(r: Recording, rank: int, pids: dict) -> None:
+    t = r.ev("sigkill", pid=pids[rank], rank=rank)
+    os.kill(pids[rank], signal.SIGKILL)
+    r.truth["origin"] = {"kinds": ["signal_kill", "rank_stalled"], "rank": rank, "pid": pids[rank],
+                         "start_ns": [t, t]}
+
+
+def fault_launcher_kill(r: Recording, rank: int, pids: dict) -> None:
+    # as a scheduler ends a job step: SIGKILL to the launcher and every worker at once
+    lp = r.side_json("rank0")["ppid"]
+    t = r.ev("sigkill_job", launcher_pid=lp, pids=pids)
+    for p in [lp] + list(pids.values()):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    r.truth["origin"] = {"kinds": ["signal_kill", "job_killed", "job_failure"], "rank": None, "pid": lp,
+                         "start_ns": [t, t], "what": "the launcher and the workers were SIGKILLed from outside"}
+
+
+def fault_flag(r: Recording, rank: int, pids: dict) -> None:
+    t = r.ev("fault_flag", rank=rank)
+    r.flag.touch()
+    r.truth["flag_ns"] = t
+
+
+def fault_hung_io(r: Recording, rank: int, pids: dict) -> None:
+    t = r.ev("fsfreeze", mount=r.io_mount, rank=rank)
+    subprocess.run(["fsfreeze", "-f", r.io_mount], check=True)
+    release(r, lambda: (subprocess.run(["fsfreeze", "-u", r.io_mount]), r.ev("fs_thawed", mount=r.io_mount)))
+    step_s = _median_step(r)
+    r.truth["origin"] = {"kinds": ["hung_task", "rank_stalled", "process_blocked"], "rank": rank,
+                         "pid": pids[rank], "start_ns": [t, t + int(2 * step_s * 1e9)],
+                         "what": "the rank blocks at its next fsync on the frozen file system"}
+
+
+def fault_throttle(r: Recording, rank: int, pids: dict) -> None:
+    t = r.ev("throttle", cfs_quota_us=30000, cgroup=r.job_cg)
+    write(f"{CG}/cpu/{r.job_cg.strip('/')}/cpu.cfs_quota_us", "30000")
+    r.truth["origin"] = {"kinds": ["cpu_throttle"], "rank": None, "entity": r.job_cg, "start_ns": [t, t]}
+    if r.sleep_while_alive(20):
+        fault_flag(r, rank, pids)
+
+
+def fault_tenant(r: Recording, rank: int, pids: dict) -> None:
+    code = ("import time\nkeep=[]\nwhile True:\n    keep.append(b'\\x5a'*(16<<20))\n    time.sleep(0.5)\n")
+    t = r.ev("tenant_starts", cgroup=r.tenant_cg, processes=12)
+    tp = [r.spawn([SYS_PY, "-c", code], cg=r.tenant_cg, hiers=("cpu", "cpuacct", "memory")) for _ in range(12)]
+    r.truth["origin"] = {"kinds": ["memory_growth", "foreign_memory"], "rank": None, "entity": r.tenant_cg,
+                         "pids": [p.pid for p in tp], "start_ns": [t, t + 1_000_000_000],
+                         "what": "processes of another cgroup under the same memory limit grow"}
+
+
+def fault_cpu_hog(r: Recording, rank: int, pids: dict) -> None:
+    cpu = r.rank_cpu[rank]
+    code = "while True:\n    pass\n"
+    write("/proc/sys/kernel/sched_rt_runtime_us", "-1")
+    r.cleanups.append(lambda: write("/proc/sys/kernel/sched_rt_runtime_us", r.rt_runtime))
+    t = r.ev("rt_hog_starts", cpu=cpu)
+    p = r.spawn(["chrt", "-f", "50", "taskset", "-c", str(cpu), SYS_PY, "-c", code], cg=None)
+    r.truth["origin"] = {"kinds": ["cpu_contention", "foreign_cpu", "rank_stalled"], "rank": rank,
+                         "pid": pids[rank], "hog_pid": p.pid, "start_ns": [t, t + 500_000_000],
+                         "what": f"a SCHED_FIFO busy loop (pid {p.pid}) on CPU {cpu}, where the rank is pinned"}
+    # a starved CPU must not outlive the job for long: the hog is stopped when the peer's timeout
+    # has certainly fired
+    threading.Timer(r.a.pg_timeout + 25, lambda: _kill(p)).start()
+
+
+def _kill(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_sigkill,
+          "launcher-kill": fault_launcher_kill, "exception": fault_flag, "mismatch": fault_flag,
+          "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
+          "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None}
+
+
+# ---------------------------------------------------------------- decoys
+
+def decoy(r: Recording, name: str) -> None:
+    if name == "throttled-cgroup":
+        r.mkcg("cpu", "backup", **{"cpu.cfs_period_us": 100000, "cpu.cfs_quota_us": 10000})
+        r.mkcg("cpuacct", "backup")
+        r.mkcg("memory", "backup")
+        r.snap_extra.append("backup")
+        p = r.spawn([SYS_PY, "-c", "while True:\n    pass\n"], cg="backup")
+        r.truth.setdefault("decoys", []).append(
+            {"what": "an unrelated cgroup /backup throttled to 0.1 CPU", "kinds": ["cpu_throttle"],
+             "entity": "/backup", "pid": p.pid, "ts_ns": r.ev("decoy_throttled_cgroup", pid=p.pid)})
+    elif name == "oom-other":
+        r.mkcg("memory", "cron", **{"memory.limit_in_bytes": 200 << 20})
+        r.snap_extra.append("cron")
+        code = "keep=[]\nwhile True:\n    keep.append(b'\\x11'*(16<<20))\n"
+        p = r.spawn([SYS_PY, "-c", code], cg="cron", hiers=("memory",))
+        r.truth.setdefault("decoys", []).append(
+            {"what": "an unrelated process in /cron killed by its cgroup's OOM killer", "kinds": ["oom_kill"],
+             "entity": "/cron", "pid": p.pid, "ts_ns": r.ev("decoy_oom_other", pid=p.pid)})
+    elif name == "segv-other":
+        p = r.spawn([SYS_PY, "-c", "import ctypes, time\ntime.sleep(0.2)\nctypes.string_at(0)\n"])
+        r.truth.setdefault("decoys", []).append(
+            {"what": "an unrelated python3 process crashed (segfault)", "kinds": ["segfault"],
+             "pid": p.pid, "ts_ns": r.ev("decoy_segv_other", pid=p.pid)})
+
+
+# ---------------------------------------------------------------- the recording
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("scenario", choices=SCENARIOS)
+    ap.add_argument("out")
+    ap.add_argument("--rank", type=int, default=1)
+    ap.add_argument("--via", choices=("hand", "collect"), default="hand")
+    ap.add_argument("--no-perf", action="store_true")
+    ap.add_argument("--decoy", action="append", default=[], choices=DECOYS)
+    ap.add_argument("--baseline", type=float, default=15.0, help="seconds of normal steps before the fault")
+    ap.add_argument("--pg-timeout", type=float, default=30.0)
+    ap.add_argument("--cgroup", default="train_job", help="the job's cgroup path (every hierarchy)")
+    ap.add_argument("--deadline", type=float, default=240.0)
+    a = ap.parse_args()
+    torch_py = os.environ.get("TORCH_PY", "/opt/torchenv/bin/python")
+    if os.geteuid() != 0:
+        raise SystemExit("record: must run as root")
+    if Path(a.out).exists():
+        raise SystemExit(f"record: {a.out} exists; remove it first")
+    r = Recording(a, torch_py)
+    r.snap_extra = []
+    r.rt_runtime = Path("/proc/sys/kernel/sched_rt_runtime_us").read_text().strip()
+    try:
+        return record(r)
+    finally:
+        r.cleanup()
+        print(f"record: scratch in {r.work}", file=sys.stderr)
+
+
+def record(r: Recording) -> int:
+    a = r.a
+    host_dir = r.bundle_host
+    for d in ("host", "logs", "profiler"):
+        (host_dir / d).mkdir(parents=True, exist_ok=True)
+    (r.work / "cwd").mkdir()
+    r.side.mkdir()
+    # The job's cgroups.
+    cg = a.cgroup.strip("/")
+    r.job_cg = "/" + cg
+    mem = {}
+    if a.scenario in ("leak", "throttle-leak"):
+        mem = {"memory.limit_in_bytes": 2560 << 20}
+    if a.scenario == "tenant":
+        # one parent limit for two tenants: the job and another team's ETL
+        parent = os.path.dirname(cg) or "node"
+        if parent == "node" and not cg.startswith("node/"):
+            cg = f"node/{cg}"
+            r.job_cg = "/" + cg
+        r.mkcg("memory", parent, **{"memory.limit_in_bytes": 3800 << 20})
+        r.tenant_cg = f"/{parent}/etl"
+        r.mkcg("memory", r.tenant_cg)
+        r.mkcg("cpu", r.tenant_cg)
+        r.mkcg("cpuacct", r.tenant_cg)
+        r.snap_extra += [parent, r.tenant_cg.strip("/")]
+    r.mkcg("cpu", cg, **{"cpu.cfs_period_us": 100000, "cpu.cfs_quota_us": -1})
+    r.mkcg("cpuacct", cg)
+    r.mkcg("memory", cg, **mem)
+    r.mkcg("freezer", cg)
+    write("/proc/sys/kernel/hung_task_timeout_secs", "10")
+    r.cleanups.append(lambda: write("/proc/sys/kernel/hung_task_timeout_secs", "120"))
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="INFO",
+               AFTERTRACE_SIDE_DIR=str(r.side), AFTERTRACE_FAULT_FLAG=str(r.flag),
+               AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
+               AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
+               TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
+    fault_env = {"exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+                 "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
+    env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
+    if a.scenario in ("leak", "throttle-leak"):
+        env.update(AFTERTRACE_LEAK_MB="256", AFTERTRACE_BATCH="512")
+    wrap: list[str] = []
+    if a.scenario == "hung-io":
+        img = r.work / "metrics.img"
+        subprocess.run(["truncate", "-s", "64M", str(img)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+        r.io_mount = "/mnt/atrec-metrics"
+        os.makedirs(r.io_mount, exist_ok=True)
+        subprocess.run(["mount", "-o", "loop", str(img), r.io_mount], check=True)
+        r.mounts.append(r.io_mount)
+        env["AFTERTRACE_IO_FILE"] = r.a_io_file = f"{r.io_mount}/rank{a.rank}.metrics.jsonl"
+    if a.scenario == "disk-full":
+        r.ckpt_mount = "/mnt/atrec-ckpt"
+        os.makedirs(r.ckpt_mount, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", r.ckpt_mount], check=True)
+        r.mounts.append(r.ckpt_mount)
+        env.update(AFTERTRACE_CKPT_DIR=r.ckpt_mount, AFTERTRACE_CKPT_EVERY="10")
+    if a.scenario == "shm":
+        env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="8")
+        # the job's own mount namespace with a small /dev/shm (as a container runtime gives one)
+        wrap = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                "mount -t tmpfs -o size=64m shm /dev/shm && exec \"$@\"", "shm-wrap"]
+    if a.scenario == "cpu-hog":
+        # ranks pinned one per CPU, as launchers do with --bind / numactl
+        r.rank_cpu = {0: 0, 1: 1}
+    job_py = str(HERE / "incident_job.py")
+    torchrun = [r.torchrun, "--standalone", "--nnodes=1", "--nproc_per_node=2",
+                "--log-dir", str(r.work / "torchrun_logs" if a.via == "collect" else host_dir / "logs" / "torchrun_log_dir"),
+                "--tee", "3", job_py]
+    # Recorders.
+    perf = None
+    snap = None
+    dmesg_c = subprocess.run(["dmesg", "-C"], check=False)
+    if a.via == "hand":
+        (host_dir / "host" / "hostname").write_text(sh(["hostname"]))
+        (host_dir / "host" / "boot_id").write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
+        (host_dir / "host" / "uname_a").write_text(sh(["uname", "-a"]))
+        if not a.no_perf:
+            perf = subprocess.Popen(
+                ["perf", "record", "-k", "CLOCK_MONOTONIC", "-a", "-g", "-c", "1",
+                 "-e", "cpu-clock/freq=29,name=cpu-clock/", "-e", "sched:sched_process_exit",
+                 "-e", "sched:sched_process_fork/call-graph=no/", "-e", "sched:sched_process_exec/call-graph=no/",
+                 "-o", str(r.work / "perf.data")], stdout=subprocess.DEVNULL, stderr=open(r.work / "perf.log", "w"))
+        time.sleep(1.5)
+        r.anchors("start")
+    if a.via == "hand":
+        snap_cgs = [cg] + r.snap_extra
+        # decoy groups are made before the loop starts so that it sees them from the first snapshot
+        for d in a.decoy:
+            if d == "throttled-cgroup":
+                snap_cgs.append("backup")
+            if d == "oom-other":
+                snap_cgs.append("cron")
+        if a.scenario == "freezer":
+            snap_cgs.append(f"{cg}/rank{a.rank}")
+        snap = subprocess.Popen([SYS_PY, str(HERE / "snapshot_loop.py"), "--out", str(host_dir / "cgroup"),
+                                 "--interval", "0.5"] + sum((["--cgroup", c] for c in snap_cgs), []))
+        time.sleep(1.0)
+    # The job.
+    if a.via == "collect":
+        aftertrace = os.environ.get("AFTERTRACE", str(HERE.parents[1] / ".venv" / "bin" / "aftertrace"))
+        # the collector snapshots the job's own cgroups, as a user would run it: a neighbour's
+        # group is only what the kernel's reports say of it
+        extra: list[str] = []
+        cmd = [aftertrace, "collect", "--out", str(r.work / "collect"), "--keep", "3m", "--interval", "0.5s",
+               "--files", str(r.work / "profiler" / "*.pt.trace.json.gz"), "--quiet-output"] + extra + \
+              ([] if a.no_perf else ["--perf", "--perf-freq", "29"]) + ["--"] + torchrun
+    else:
+        cmd = torchrun
+    cmd = wrap + cmd
+    joins = [f"{CG}/{h}/{cg}/cgroup.procs" for h in ("cpu", "cpuacct", "memory", "freezer")]
+    launch = ["sh", "-c", "for f in " + " ".join(joins) + "; do echo $$ > $f; done; exec setsid \"$@\"",
+              "launch"] + cmd
+    logf = open(host_dir / "logs" / "torchrun.log", "wb") if a.via == "hand" else open(r.work / "collect.out", "wb")
+    r.ev("job_start", command=cmd)
+    r.job = subprocess.Popen(launch, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=r.work / "cwd")
+    pids = r.rank_pids()
+    if not pids:
+        raise SystemExit("record: the ranks never came up (see the log)")
+    r.ev("ranks_up", pids=pids)
+    r.truth["ranks"] = {str(k): {"pid": v} for k, v in pids.items()}
+    if a.scenario == "cpu-hog":
+        for k, p in pids.items():
+            for tid in os.listdir(f"/proc/{p}/task"):
+                subprocess.run(["taskset", "-p", "-c", str(r.rank_cpu[k]), tid], capture_output=True)
+        r.ev("ranks_pinned", cpus=r.rank_cpu)
+    t_fault = a.baseline
+    t0 = time.monotonic()
+    for d in a.decoy:
+        if r.sleep_while_alive(max(0.0, t0 + a.baseline / 3 - time.monotonic())):
+            decoy(r, d)
+    if r.sleep_while_alive(max(0.0, t0 + t_fault - time.monotonic())):
+        f = FAULTS[a.scenario]
+        if f is not None:
+            f(r, a.rank, pids)
+    end = time.monotonic() + a.deadline
+    while r.alive() and time.monotonic() < end:
+        time.sleep(0.1)
+    if r.alive():
+        r.ev("deadline_kill")
+        os.killpg(r.job.pid, signal.SIGTERM)
+        time.sleep(5)
+        os.killpg(r.job.pid, signal.SIGKILL)
+    rc = r.job.wait()
+    r.ev("job_end", exit_code=rc)
+    for p in r.helpers:            # tenants and decoys stop with the job (their kills are not the story)
+        _kill(p)
+    logf.close()
+    for m in list(r.mounts):       # a frozen file system thaws only now (the rank was killed)
+        subprocess.run(["fsfreeze", "-u", m], capture_output=True)
+    time.sleep(2.0)
+    if a.via == "hand":
+        r.anchors("end")
+        snap.send_signal(signal.SIGTERM)
+        snap.wait()
+        if perf is not None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+        (host_dir / "dmesg.txt").write_text(sh(["dmesg"]))
+        (host_dir / "dmesg_T.txt").write_text(sh(["dmesg", "-T"]))
+        if perf is not None:
+            (host_dir / "perf").mkdir(exist_ok=True)
+            with open(host_dir / "perf" / "perf.script.txt", "wb") as f:
+                subprocess.run(["perf", "script", "--header", "-i", str(r.work / "perf.data")], stdout=f,
+                               stderr=subprocess.DEVNULL)
+            subprocess.run(["gzip", "-9", str(host_dir / "perf" / "perf.script.txt")], check=True)
+        for p in glob.glob(str(r.work / "profiler" / "*.json.gz")):
+            shutil.copy(p, host_dir / "profiler")
+    else:
+        bundles = sorted(glob.glob(str(r.work / "collect" / "bundle-*")))
+        if not bundles:
+            raise SystemExit("record: the collector wrote no bundle")
+        shutil.rmtree(r.out)
+        shutil.copytree(bundles[-1], r.out)
+    write_truth(r, rc, pids)
+    return 0
+
+
+def _median_step(r: Recording) -> float:
+    """The rank's step time, from the metrics it wrote to the (still readable) file system."""
+    try:
+        ts = [json.loads(l)["t"] for l in Path(r.a_io_file).read_text().splitlines()[-50:]]
+    except (OSError, ValueError, KeyError):
+        return 1.0
+    d = sorted(b - a for a, b in zip(ts, ts[1:]))
+    return d[len(d) // 2] if d else 1.0
+
+
+def write_truth(r: Recording, rc: int, pids: dict) -> None:
+    a = r.a
+    side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
+    t = r.truth
+    if a.scenario in ("exception", "mismatch", "leak") or (a.scenario == "throttle-leak" and "origin" not in t):
+        f = side.get("fault")
+        if f:
+            kinds = {"exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+                     "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
+            t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
+                           "what": f["what"]}
+    if a.scenario == "disk-full":
+        b = side.get("ckpt_begin")
+        x = side.get("ckpt_failed") or side.get("exit_rank0")
+        if b and x:
+            t["origin"] = {"kinds": ["disk_full", "python_exception"], "rank": 0, "pid": pids[0],
+                           "start_ns": [b["ts_ns"], x["ts_ns"]], "what": f"checkpoint {b.get('path')} failed"}
+    if a.scenario == "shm":
+        first = side.get(f"exit_rank{a.rank}")
+        if first:
+            t["origin"] = {"kinds": ["shm_exhausted", "dataloader_worker_killed", "python_exception"], "rank": a.rank,
+                           "pid": pids[a.rank], "start_ns": [t.get("flag_ns", first["ts_ns"]), first["ts_ns"]],
+                           "what": "a DataLoader worker of the rank ran out of shared memory: /dev/shm (64 MiB) "
+                                   "is full once the samples grow"}
+    t.update({
+        "schema": "aftertrace.corpus_truth/1",
+        "id": r.out.name, "scenario": a.scenario, "via": a.via, "host": r.host,
+        "perf": not a.no_perf and a.via == "hand" or (a.via == "collect" and not a.no_perf),
+        "fault_rank": a.rank, "job_cgroup": r.job_cg, "job_exit_code": rc,
+        "side": side, "events": r.events,
+        "recorded_with": " ".join([f"TORCH_PY={r.torch_py}", "python3", "sample_traces/scripts/record_incident.py"]
+                                  + sys.argv[1:]),
+        "versions": {"kernel": sh(["uname", "-r"]).strip(), "perf": sh(["perf", "--version"]).strip(),
+                     "torch": sh([r.torch_py, "-c", "import torch;print(torch.__version__)"]).strip()},
+    })
+    Path(str(r.out) + ".truth.json").write_text(json.dumps(t, indent=2) + "\n")
+    print(f"record: bundle {r.out}, truth {r.out}.truth.json, job exit {rc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
