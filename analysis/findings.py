@@ -13,6 +13,7 @@ import json
 from .links import Evidence, Link, LinkKind, Provenance
 
 DEDUP_WINDOW_NS = 5_000_000_000
+PIPE_SLACK_NS = 250_000_000
 
 
 def _kib(n: int | None) -> str:
@@ -57,11 +58,18 @@ def oom_kills(store, incident_id: str) -> list[Link]:
                    f"anon-rss {_kib(a.get('anon_rss_kb'))}")
         if best["host"]:
             summary += f" on {best['host']}"
+        keep = {k: a.get(k) for k in ("victim_comm", "constraint", "oom_memcg", "task_memcg", "memcg", "scope",
+                                      "anon_rss_kb") if a.get(k) is not None}
+        tasks = tuple((t.get("pid"), t.get("rss"), t.get("name")) for t in a.get("tasks") or ()
+                      if isinstance(t, dict) and isinstance(t.get("pid"), int))
+        if tasks:
+            keep["tasks"] = tasks       # (pid, rss pages, name) of every task the report listed
         links.append(Link(
             kind=LinkKind.OOM_KILL, ts_ns=best["ts_utc_ns"], summary=summary, source=best["path"],
             host=best["host"], pid=a.get("victim_pid"),
             evidence=tuple(Evidence(r["path"], r["line"], r["text"]) for r in g),
-            provenance=Provenance.READ, confidence=1.0, uncertainty_ns=best["uncertainty_ns"]))
+            provenance=Provenance.READ, confidence=1.0, uncertainty_ns=best["uncertainty_ns"],
+            attrs=tuple(keep.items())))
     return links
 
 
@@ -73,7 +81,7 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
     """
     rows = store.query(
         """SELECT e.ts_utc_ns, COALESCE(e.host, s.host) AS host, COALESCE(e.rank, s.rank) AS rank,
-                  e.pid, e.line, e.text, e.name, e.kind, e.attrs, s.path, c.uncertainty_ns
+                  e.pid, e.line, e.text, e.name, e.kind, e.attrs, s.path, s.kind AS source_kind, c.uncertainty_ns
            FROM events e JOIN sources s USING (incident_id, source_id)
            LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                 AND c.domain = s.clock_domain
@@ -85,6 +93,13 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
         if r["kind"] not in known:
             continue
         attrs = json.loads(r["attrs"]) if r["attrs"] else {}
+        if r["source_kind"] in ("app_log", "nccl_log") and isinstance(attrs.get("ts_lo_ns"), int) \
+                and isinstance(attrs.get("ts_hi_ns"), int):
+            # an untimed line is placed between its timed neighbours in the file; in a launcher's
+            # combined log those may come from another rank's pipe, delivered a little earlier or
+            # later than this rank's output
+            attrs["ts_lo_ns"] -= PIPE_SLACK_NS
+            attrs["ts_hi_ns"] += PIPE_SLACK_NS
         summary = attrs.get("summary") or f"{r['name']}: {(r['text'] or '')[:200]}"
         out.append(Link(kind=LinkKind(r["kind"]), ts_ns=r["ts_utc_ns"], summary=summary, source=r["path"],
                         host=r["host"], rank=r["rank"], pid=r["pid"],
@@ -221,14 +236,87 @@ def terminal_failure(links: list[Link]) -> Link | None:
 
 
 # Kinds that end a process or a job, the most final last (ties at the same time go to it).
-FATAL_KINDS = (LinkKind.PYTHON_EXCEPTION, LinkKind.COLLECTIVE_MISMATCH, LinkKind.COLLECTIVE_TIMEOUT,
-               LinkKind.NCCL_INIT_FAILURE, LinkKind.OOM_KILL, LinkKind.SEGFAULT, LinkKind.PROCESS_EXIT,
-               LinkKind.SIGNAL_KILL, LinkKind.KERNEL_PANIC)
+FATAL_KINDS = (LinkKind.PYTHON_EXCEPTION, LinkKind.DISK_FULL, LinkKind.SHM_EXHAUSTED,
+               LinkKind.DATALOADER_WORKER_KILLED, LinkKind.RENDEZVOUS_FAILURE, LinkKind.COLLECTIVE_MISMATCH,
+               LinkKind.COLLECTIVE_TIMEOUT, LinkKind.NCCL_INIT_FAILURE, LinkKind.OOM_KILL, LinkKind.SEGFAULT,
+               LinkKind.PROCESS_EXIT, LinkKind.SIGNAL_KILL, LinkKind.KERNEL_PANIC)
+
+
+def blocked_since(links: list[Link]) -> list[Link]:
+    """A hung-task report says when the blocking began, not when it was noticed: "blocked for more
+    than N seconds" at t means blocked since t - N at the latest, and (the watchdog checks every
+    N seconds by default) since after t - 2N. The kernel repeats the report while the task stays
+    blocked; one finding per task (the first report) keeps the repeats as evidence."""
+    out, first = [], {}
+    for l in sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0)):
+        if l.kind != LinkKind.HUNG_TASK or l.ts_ns is None:
+            out.append(l)
+            continue
+        key = (l.host, l.pid, l.attr("comm"))
+        if key in first:
+            i = first[key]
+            out[i] = dataclasses.replace(out[i], evidence=out[i].evidence + l.evidence[:1])
+            continue
+        n = l.attr("blocked_s")
+        if isinstance(n, str) and n.isdigit():
+            n = int(n)
+        if isinstance(n, int) and n > 0:
+            w = l.timing_ns()
+            attrs = dict(l.attrs)
+            attrs.update(reported_ns=l.ts_ns, ts_lo_ns=w[0] - 2 * n * 10**9 - 10**9, ts_hi_ns=w[1] - n * 10**9,
+                         ts_bound="between", blocked_s=n)
+            l = dataclasses.replace(l, ts_ns=l.ts_ns - n * 10**9, attrs=tuple(attrs.items()),
+                                    summary=l.summary + f" (blocked since before {_hms(l.ts_ns - n * 10**9)})")
+        first[key] = len(out)
+        out.append(l)
+    return out
+
+
+def _hms(ts: int) -> str:
+    from ingest.timeparse import fmt_hms
+    return fmt_hms(ts)
+
+
+def mismatch_deviation(store, incident_id: str, links: list[Link]) -> list[Link]:
+    """Which side of a collective mismatch deviated. Every rank of a mismatch reports it, each
+    naming its own op and a peer's; with two ranks the reports are mirror images. The op the
+    program's earlier collective calls (its Kineto traces) never or seldom made is the deviation: the rank
+    that ran it is marked ``deviates``, and the report of a rank that ran the usual op is only
+    its view of the other's deviation (confidence 0.5)."""
+    mm = [l for l in links if l.kind == LinkKind.COLLECTIVE_MISMATCH and l.attr("op_type") and l.attr("op_type_b")]
+    if not mm:
+        return links
+    # the calls the program made (c10d ops), not what the backend exchanged for them: under
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL every call is preceded by an internal all_gather of fingerprints
+    seen = {r["c"]: r["n"] for r in store.query(
+        """SELECT lower(collective) AS c, count(*) AS n FROM collectives WHERE incident_id = ?
+             AND (role = 'call' OR NOT EXISTS (SELECT 1 FROM collectives WHERE incident_id = ? AND role = 'call'))
+           GROUP BY 1""", [incident_id, incident_id])}
+    if not seen:
+        return links
+
+    def count(op: str) -> int:
+        return seen.get(str(op).lower().replace("_", ""), 0)
+    out = []
+    for l in links:
+        if l in mm and l.attr("rank_a") is not None and l.rank == l.attr("rank_a"):
+            mine, theirs = count(l.attr("op_type")), count(l.attr("op_type_b"))
+            if mine != theirs:
+                dev = mine < theirs
+                attrs = dict(l.attrs, deviates=dev)
+                l = dataclasses.replace(l, attrs=tuple(attrs.items()), confidence=1.0 if dev else 0.5,
+                                        summary=l.summary + (f" ({l.attr('op_type')} is not what the job ran before: "
+                                                             f"{count(l.attr('op_type'))} earlier, "
+                                                             f"{l.attr('op_type_b')} {count(l.attr('op_type_b'))})"
+                                                             if dev else ""))
+        out.append(l)
+    return out
 
 
 def anomalies(store, incident_id: str) -> list[Link]:
     from .detectors import run as metric_detectors
-    links = oom_kills(store, incident_id) + typed_events(store, incident_id)
+    links = oom_kills(store, incident_id) + blocked_since(typed_events(store, incident_id))
+    links = mismatch_deviation(store, incident_id, links)
     links = refine_launcher_times(store, incident_id, links)
     links = metric_detectors(store, incident_id, links)
     return sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0))

@@ -39,10 +39,28 @@ class LinkKind(str, Enum):
     HARDWARE_ERROR = "hardware_error"
     THERMAL_THROTTLE = "thermal_throttle"
     LINK_DOWN = "link_down"
+    PROCESS_STOPPED = "process_stopped"        # a job process seen in state T (stopped by a signal)
+    PROCESS_BLOCKED = "process_blocked"        # a job process seen in state D (uninterruptible wait)
+    CGROUP_FROZEN = "cgroup_frozen"            # a freezer cgroup holding job processes was frozen
+    DISK_FULL = "disk_full"                    # a write failed for lack of space (ENOSPC)
+    SHM_EXHAUSTED = "shm_exhausted"            # shared memory (/dev/shm) too small: a bus error
+    DATALOADER_WORKER_KILLED = "dataloader_worker_killed"
+    CPU_CONTENTION = "cpu_contention"          # processes outside the job took the CPUs a rank needed
+    FOREIGN_MEMORY = "foreign_memory"          # host memory taken by processes outside the job
+    RENDEZVOUS_FAILURE = "rendezvous_failure"  # ranks/nodes could not connect to form the job
 
 
 # A time known only as "after this line" (no later timestamped line in the file): how late it may be.
 AFTER_BOUND_NS = 600_000_000_000
+
+
+def lead_words(lead_s: float | None) -> str | None:
+    """How far a finding is from the failure, in words that are never negative."""
+    if lead_s is None:
+        return None
+    if abs(lead_s) < 0.05:
+        return "at the failure"
+    return f"{abs(lead_s):.1f} s {'before' if lead_s > 0 else 'after'} the failure"
 
 
 class Provenance(str, Enum):
@@ -116,6 +134,7 @@ class Link:
             "source": self.source,
             "summary": self.summary,
             "lead_s": lead,
+            "lead_text": lead_words(lead),
             "evidence": [e.to_json() for e in self.evidence],
             "provenance": self.provenance.value,
             "confidence": self.confidence,

@@ -1,6 +1,8 @@
-"""Plain words for the report: a short phrase per finding, a line per chain, and the
-one-paragraph summary of the incident (what failed, where it started, how it spread, who
-else went down with it)."""
+"""Plain words for the report: a short phrase per finding, a line per chain, and the summary of
+the incident an SRE would sign: where it started (who, when, the evidence in brief), how it
+spread, when and how the job failed, whether the launcher's "root cause" was a victim, and what
+was found but is unrelated. Times of day as people read them; offsets counted from the origin,
+never negative."""
 from __future__ import annotations
 
 from ingest.timeparse import fmt_hms
@@ -24,14 +26,34 @@ def _who(l: Link) -> str:
     return "the job"
 
 
-def _lead(l: Link, failure: Link | None) -> str:
-    if failure is None or failure.ts_ns is None or l.ts_ns is None or l is failure:
+def _after(l: Link, origin: Link | None) -> str:
+    if origin is None or l is origin or l.ts_ns is None or origin.ts_ns is None:
         return ""
-    d = (failure.ts_ns - l.ts_ns) / 1e9
-    lw, fw = l.timing_ns(), failure.timing_ns()
-    if abs(d) < 0.05 or (d < 0 and lw and fw and lw[0] <= fw[1]):
-        return ", at the failure (within the uncertainty of the times)" if abs(d) >= 0.05 else ", at the failure"
-    return f", {d:.1f} s before the failure" if d > 0 else f", {-d:.1f} s after the failure"
+    d = (l.ts_ns - origin.ts_ns) / 1e9
+    return " (at about the same time)" if d < 0.05 else f" ({_dur(d)} later)"
+
+
+def _dur(s: float) -> str:
+    if s < 90:
+        return f"{s:.1f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _cg(l: Link) -> str:
+    return f"cgroup {l.entity}" if l.entity and l.entity.startswith("/") else "the job's cgroup"
+
+
+def _inside(l: Link) -> str:
+    """Who the host finding touches, in words."""
+    if l.attr("outside"):
+        n = len(l.attr("members") or ())
+        return f" (no job process in it{f'; {n} other process' + ('es' if n != 1 else '') if n else ''})"
+    ranks = l.attr("ranks") or ()
+    if ranks:
+        return f" (holding rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+    return ""
 
 
 def phrase(l: Link) -> str:
@@ -39,15 +61,14 @@ def phrase(l: Link) -> str:
     k, r = l.kind, role(l)
     host = f" on {l.host}" if l.host else ""
     if k == K.CPU_THROTTLE:
-        of = f"cgroup {l.entity}" if l.entity and l.entity.startswith("/") else "the job's cgroup"
-        return f"CPU throttling of {of}{host}"
+        return f"CPU throttling of {_cg(l)}{host}{_inside(l)}"
     if k == K.CPU_PRESSURE:
         return f"CPU pressure{host}"
     if k == K.MEMORY_PRESSURE:
         return f"memory pressure{host}"
     if k == K.MEMORY_GROWTH:
-        of = f" of cgroup {l.entity}" if l.entity and l.entity.startswith("/") else ""
-        return f"memory{of} growing toward its limit{host}"
+        of = f" of {_cg(l)}" if l.entity and l.entity.startswith("/") else ""
+        return f"memory{of} growing toward its limit{host}{_inside(l)}"
     if k == K.OOM_KILL:
         return f"the OOM killer killing {_who(l)}{host}"
     if k == K.STEP_SLOWDOWN:
@@ -55,12 +76,34 @@ def phrase(l: Link) -> str:
         x = f" {s / b:.0f}x" if b and s else ""
         return f"rank {l.rank}'s training steps slowing down{x}"
     if k == K.RANK_STALLED:
-        return f"{_who(l)} stopping (no progress after that)"
+        st = l.attr("state")
+        return f"{_who(l)} stopping (no progress after that{'; ' + st if st else ''})"
+    if k == K.CPU_CONTENTION:
+        return f"{l.attr('hog') or 'another process'} taking the CPU {_who(l)} needed"
+    if k == K.CGROUP_FROZEN:
+        return f"the freezer cgroup {l.entity or ''} being frozen{_inside(l)}"
+    if k == K.PROCESS_STOPPED:
+        return f"{_who(l)} being stopped"
+    if k == K.PROCESS_BLOCKED:
+        return f"{_who(l)} blocked in uninterruptible sleep"
+    if k == K.HUNG_TASK:
+        return f"{_who(l)} blocked in the kernel (hung task)"
+    if k == K.DISK_FULL:
+        return f"{_who(l)} failing to write (disk full)"
+    if k == K.SHM_EXHAUSTED:
+        return f"{_who(l)} running out of shared memory (/dev/shm)"
+    if k == K.DATALOADER_WORKER_KILLED:
+        return f"a DataLoader worker of {_who(l)} dying"
+    if k == K.RENDEZVOUS_FAILURE:
+        return f"{_who(l)} failing to join the job (rendezvous)"
     if r == KILLED:
         sig = l.attr("signal") or "a signal"
         return f"{_who(l)} dying from {sig}"
     if r == STOPPED:
-        return f"{_who(l)} being stopped by the launcher ({l.attr('signal') or 'signal'})"
+        ign = l.attr("sigterm_ignored_s")
+        by = f"killed by the launcher ({l.attr('signal')}) after ignoring SIGTERM for {ign:g} s" if ign and \
+            l.attr("signal") == "SIGKILL" else f"being stopped by the launcher ({l.attr('signal') or 'signal'})"
+        return f"{_who(l)} {by}"
     if k == K.PROCESS_EXIT:
         code = l.attr("exitcode")
         return f"{_who(l)} exiting" + (f" with code {code}" if code is not None else "")
@@ -71,7 +114,8 @@ def phrase(l: Link) -> str:
         lost = " (it lost its peer)" if r == PEER_ERROR else ""
         return f"{_who(l)} raising {exc}{m}{lost}"
     if k == K.COLLECTIVE_TIMEOUT:
-        return f"{_who(l)} timing out in a collective"
+        ms = l.attr("wait_ms") or l.attr("timeout_ms")
+        return f"{_who(l)} timing out in a collective" + (f" after waiting {ms / 1000:g} s" if ms else "")
     if k == K.COLLECTIVE_MISMATCH:
         return f"{_who(l)} reporting mismatched collectives"
     if k == K.SEGFAULT:
@@ -81,8 +125,23 @@ def phrase(l: Link) -> str:
     return f"{k.value.replace('_', ' ')} ({_who(l)}{host})"
 
 
+def launcher_victim_of(ch: Chain, failure: Link) -> int | None:
+    """The rank that really started it, when the launcher's "root cause" rank only reacted to it:
+    a link of another rank comes before the named rank's first link on the chain."""
+    rc = failure.attr("root_cause_rank")
+    if rc is None:
+        return None
+    for l in ch.links:
+        if l.rank == rc:
+            return None
+        if l.rank is not None:
+            return l.rank
+    return None
+
+
 def chain_line(ch: Chain, failure: Link | None) -> str:
-    steps = [f"{phrase(l)} ({_t(l.ts_ns)}{_lead(l, failure)})" for l in ch.links]
+    o = ch.origin
+    steps = [f"{phrase(l)} ({_t(l.ts_ns)}{_after(l, o)})" for l in ch.links]
     return " -> ".join(steps)
 
 
@@ -101,31 +160,41 @@ def failure_sentence(failure: Link | None) -> str:
 
 
 def summary(failure: Link | None, chains: list[Chain], victims: list[Link]) -> str:
-    parts = [failure_sentence(failure)]
-    if chains:
-        ch = chains[0]
-        o = ch.origin
-        lead = ""
-        if failure is not None and failure.ts_ns is not None and o.ts_ns is not None:
+    if not chains:
+        parts = [failure_sentence(failure)]
+        if failure is not None:
+            parts.append("No earlier anomaly could be connected to it.")
+        if victims:
+            parts.append("Also affected: " + "; ".join(f"{phrase(v)} at {_t(v.ts_ns)}" for v in victims) + ".")
+        return " ".join(parts)
+    ch = chains[0]
+    o = ch.origin
+    where = f" on host {o.host}" if o.host and f" on {o.host}" not in phrase(o) else ""
+    first = phrase(o)
+    parts = [f"It started with {first}{where} at {_t(o.ts_ns)} UTC."]
+    mids = [l for l in ch.links[1:] if l is not failure and l.kind != K.JOB_FAILURE]
+    if mids:
+        parts.append("Then: " + "; ".join(f"{phrase(l)} at {_t(l.ts_ns)}{_after(l, o)}" for l in mids) + ".")
+    if failure is not None:
+        fs = failure_sentence(failure).rstrip(".")
+        if o is not failure and o.ts_ns is not None and failure.ts_ns is not None:
             d = (failure.ts_ns - o.ts_ns) / 1e9
-            lead = f" {d:.1f} s before the failure" if d >= 0.05 else " at the failure itself"
-        where = f" on host {o.host}" if o.host and f" on {o.host}" not in phrase(o) else ""
-        parts.append(f"It started{lead}{where} with {phrase(o)} at {_t(o.ts_ns)}.")
-        mids = [l for l in ch.links[1:] if l is not failure]
-        if mids:
-            parts.append("Then: " + "; ".join(f"{phrase(l)} at {_t(l.ts_ns)}" for l in mids) + ".")
-        if ch.consequences:
-            parts.append("Alongside: " + "; ".join(f"{phrase(e.effect)} at {_t(e.effect.ts_ns)}"
-                                                   for e in ch.consequences[:4]) + ".")
-        rc = failure.attr("root_cause_rank") if failure is not None else None
-        if rc is not None and o.rank is not None and o.rank != rc:
-            parts.append(f"The launcher's root cause, rank {rc}, was a victim: it failed because of "
-                         f"rank {o.rank}.")
-        if len(chains) > 1:
-            parts.append(f"{len(chains) - 1} weaker alternative chain{'s' if len(chains) > 2 else ''} "
-                         f"{'are' if len(chains) > 2 else 'is'} listed below.")
-    elif failure is not None:
-        parts.append("No earlier anomaly could be connected to it.")
+            fs += f" ({_dur(d)} after it started)" if d >= 0.05 else " (right after it started)"
+        victim_of = launcher_victim_of(ch, failure)
+        if victim_of is not None:
+            fs += f"; rank {failure.attr('root_cause_rank')} is a victim: it failed because of rank {victim_of}"
+        parts.append(fs + ".")
+    if ch.consequences:
+        parts.append("Also explained: " + "; ".join(f"{phrase(e.effect)} at {_t(e.effect.ts_ns)}"
+                                                    for e in ch.consequences[:4]) + ".")
+    if ch.unexplained:
+        parts.append("Unrelated (not explained by this origin): " + "; ".join(
+            f"{phrase(l)} at {_t(l.ts_ns)}" for l in ch.unexplained[:4]) + ".")
+    if len(chains) > 1:
+        parts.append(f"{len(chains) - 1} weaker alternative explanation{'s' if len(chains) > 2 else ''} "
+                     f"{'are' if len(chains) > 2 else 'is'} listed below.")
+    told = {id(e.effect) for e in ch.consequences[:4]}
+    victims = [v for v in victims if id(v) not in told]
     if victims:
         parts.append("Also affected: " + "; ".join(f"{phrase(v)} at {_t(v.ts_ns)}" for v in victims) + ".")
     return " ".join(parts)

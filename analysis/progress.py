@@ -1,29 +1,47 @@
-"""Per-rank progress, and which rank stopped first (``rank_stalled``).
+"""Per-rank progress, and which rank stopped (``rank_stalled``): absence is evidence.
 
-For every rank of the job the aligned store tells, when the data has it:
+For every rank of the job the aligned store tells, when the data has it, its *signs of life*:
 
 * the last training step it reported (a ``step=N`` log line, or a Kineto ``ProfilerStep#N``),
 * the last line it printed itself (launcher lines about it do not count),
-* the last collective it entered (Kineto collectives table),
-* its last CPU sample in ``perf`` (by pid),
+* the end of the last event of its Kineto trace, and the last collective it entered,
+* the last CPU sample of its main thread in ``perf`` (tid = pid; samples in the last seconds
+  before the process's exit after a long silence are its death, not its progress),
+* ``/proc/<pid>/status`` copies: the first snapshot that shows it stopped (T), traced (t) or
+  in uninterruptible sleep (D), and the last one in which it still ran;
 
-and how it ended (the terminal findings about it). The latest of those times is the rank's
-*last sign of life*.
+and how it ended (the terminal findings about it). The latest sign of life is ``last_alive``.
 
-``rank_stalled`` (inferred): a job whose ranks failed *waiting for a peer* — a collective
-timeout, or an error naming the peer (``Connection closed by peer``, ``Connection reset by
-peer``) — while another rank has no failure of its own (no exception, no crash signal, no
-OOM kill): that rank stopped and the others waited for it. Launchers name the first rank to
-*report* a failure as the root cause (torchrun's "Root Cause (first observed failure)"),
-which in a hang is the waiting peer, not the rank that stopped. The stalled rank's finding is
-stamped at its last sign of life and cites the line it last printed. With several candidates
-the earliest last sign of life wins, with lower confidence.
+``rank_stalled`` (inferred): ranks that failed *waiting for a peer* — a collective timeout, or
+an error naming the peer (``Connection closed by peer``) — while another rank had no failure
+of its own: that rank stopped and the others waited for it. A launcher names the first rank to
+*report* a failure as the root cause (torchrun's "Root Cause (first observed failure)"), which
+in a hang is the waiting peer. A signal the launcher sent while tearing the job down (SIGTERM,
+and the SIGKILL at the end of its grace period) is not a failure of the rank's own; a rank
+that outlives the SIGTERM by seconds ignored it, which a stopped, frozen or blocked process
+does. With several candidates the earliest last sign of life wins, with lower confidence.
+Without any waiting rank, a rank whose last sign of life is more than ``GAP_NS`` (and ten of
+its own step times) before every peer's is reported as stalled too.
 
-Without any waiting rank, a rank whose last sign of life is more than ``GAP_NS`` (and ten
-of its own median step times) before every peer's is reported as stalled too.
+When did it stop? Never before its last sign of life (``lo``). Upper bounds (``hi``), the
+tightest that applies:
+
+* a waiting peer's timeout names its wait: that peer entered the collective at its timeout time
+  minus the wait, and the stalled rank would have arrived within about two of its own step
+  times had it been running;
+* the first status snapshot showing it stopped or blocked; a hung-task report of its pid
+  ("blocked for more than N seconds" at t: blocked since t - N at the latest);
+* failing those, four step times (at least 2 s) after its last sign of life.
+
+Worked example (``tests/analysis/test_progress.py``): rank 1 logs step 90 at 10:00:00.000 (steps
+every 0.035 s) and never again; rank 0 raises "Timed out waiting 30000ms for recv" at
+10:00:30.200 (window 10:00:30.1-10:00:30.3). Rank 0 entered the collective by 10:00:00.300; rank 1
+would have arrived by 10:00:00.370. ``rank_stalled`` for rank 1: window [10:00:00.000,
+10:00:00.370], stamped at its last sign of life.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -37,6 +55,10 @@ PEER_ERROR = re.compile(r"closed by peer|reset by peer|Connection refused|remote
 LAUNCHER_CATEGORIES = ("launcher",)
 # A signal a launcher sends to the survivors once a rank failed: not a failure of its own.
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+IGNORED_SIGTERM_NS = 5_000_000_000     # outliving a SIGTERM by this much means it was not acted on
+DEATH_SILENCE_NS = 5_000_000_000       # samples after a silence this long, right before exit: dying
+EXIT_FRAMES = ("do_exit", "do_group_exit", "exit_mmap")
+STUCK_STATES = {"T": "stopped (T)", "t": "stopped by a tracer (t)", "D": "in uninterruptible sleep (D)"}
 
 _UTC = """LEFT JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
           AND c.domain = s.clock_domain"""
@@ -55,13 +77,19 @@ class RankProgress:
     last_collective: str | None = None
     last_collective_ns: int | None = None
     last_cpu_ns: int | None = None
+    last_trace_ns: int | None = None
     step_time_s: float | None = None       # median of its reported step times
+    stuck_ns: int | None = None            # first status snapshot showing it stopped/blocked
+    stuck_state: str | None = None
+    stuck_ev: Evidence | None = None
+    running_ns: int | None = None          # last status snapshot in which it still ran
+    sigterm_ns: int | None = None          # when the launcher sent it SIGTERM
     ended: list[Link] = field(default_factory=list)
 
     @property
     def last_alive_ns(self) -> int | None:
-        ts = [t for t in (self.last_step_ns, self.last_line_ns, self.last_collective_ns, self.last_cpu_ns)
-              if t is not None]
+        ts = [t for t in (self.last_step_ns, self.last_line_ns, self.last_collective_ns, self.last_cpu_ns,
+                          self.last_trace_ns, self.running_ns) if t is not None]
         return max(ts) if ts else None
 
     def to_json(self) -> dict:
@@ -74,6 +102,8 @@ class RankProgress:
                 "last_collective": self.last_collective,
                 "last_collective_time": fmt_utc(self.last_collective_ns),
                 "last_cpu_time": fmt_utc(self.last_cpu_ns),
+                "last_trace_time": fmt_utc(self.last_trace_ns),
+                "stuck_state": self.stuck_state, "stuck_time": fmt_utc(self.stuck_ns),
                 "last_alive_time": fmt_utc(self.last_alive_ns),
                 "median_step_s": self.step_time_s,
                 "ended": [{"kind": l.kind.value, "summary": l.summary, "time": fmt_utc(l.ts_ns)}
@@ -91,6 +121,7 @@ def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankP
                          mode(e.pid) AS pid
                   FROM events e JOIN sources s USING (incident_id, source_id)
                   WHERE e.incident_id = ? AND COALESCE(e.rank, s.rank) IS NOT NULL
+                    AND COALESCE(e.category, '') NOT IN ('launcher', 'collector')
                   GROUP BY ALL ORDER BY count(*) DESC""", [incident_id]):
         p = get(r["rank"])
         p.host = p.host or r["host"]
@@ -99,6 +130,10 @@ def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankP
         p = get(r["rank"])
         p.host = p.host or r["host"]
         p.pid = p.pid or r["pid"]
+    # What the launcher (or the collector) says of each rank's pid: the most direct statement.
+    for r in q("""SELECT rank, pid FROM events WHERE incident_id = ? AND rank IS NOT NULL AND pid IS NOT NULL
+                    AND category IN ('launcher', 'collector') GROUP BY ALL""", [incident_id]):
+        get(r["rank"]).pid = int(r["pid"])
     # Steps reported in the logs (the parser's ``step`` events) ...
     for r in q("""SELECT rank, step, ts, line, text, path, med FROM (
                      SELECT COALESCE(e.rank, s.rank) AS rank,
@@ -132,6 +167,13 @@ def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankP
         p = get(r["rank"])
         if p.last_step_ns is None or (r["ts"] or 0) > p.last_step_ns:
             p.last_step, p.last_step_ns = r["step"], r["ts"]
+    # The end of the last event of each rank's Kineto trace.
+    for r in q("""SELECT COALESCE(e.rank, s.rank) AS rank, max(e.ts_utc_ns + COALESCE(e.dur_ns, 0)) AS ts
+                  FROM events e JOIN sources s USING (incident_id, source_id)
+                  WHERE e.incident_id = ? AND s.kind = 'torch_trace' AND e.ts_utc_ns IS NOT NULL
+                    AND COALESCE(e.rank, s.rank) IS NOT NULL
+                  GROUP BY 1""", [incident_id]):
+        get(r["rank"]).last_trace_ns = r["ts"]
     # The last line each rank printed itself (launcher lines about a rank do not count).
     for r in q("""SELECT rank, ts, line, text, path FROM (
                     SELECT COALESCE(e.rank, s.rank) AS rank, e.ts_utc_ns AS ts, e.line, e.text, s.path,
@@ -157,10 +199,15 @@ def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankP
         p.last_collective, p.last_collective_ns = r["op"], r["ts"]
     pids = {p.pid: p for p in ranks.values() if p.pid is not None}
     if pids:
-        for r in q("""SELECT pid, max(ts_utc_ns) AS ts FROM samples
-                      WHERE incident_id = ? AND pid IN (SELECT unnest(?)) GROUP BY pid""",
-                   [incident_id, list(pids)]):
-            pids[r["pid"]].last_cpu_ns = r["ts"]
+        _perf_life(store, incident_id, pids)
+        _status_life(store, incident_id, pids)
+        for r in q("""SELECT TRY_CAST(json_extract_string(attrs, '$.worker_pid') AS BIGINT) AS pid,
+                             min(ts_utc_ns) AS ts
+                      FROM events WHERE incident_id = ? AND name = 'closing_signal' AND ts_utc_ns IS NOT NULL
+                        AND json_extract_string(attrs, '$.signal') = 'SIGTERM'
+                      GROUP BY 1""", [incident_id]):
+            if r["pid"] in pids:
+                pids[r["pid"]].sigterm_ns = r["ts"]
     for l in links:
         for p in ranks.values():
             if (l.rank == p.rank or (l.pid is not None and l.pid == p.pid)) and l.kind in TERMINAL_KINDS:
@@ -168,9 +215,61 @@ def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankP
     return ranks
 
 
+def _perf_life(store, incident_id: str, pids: dict[int, RankProgress]) -> None:
+    """Last CPU sample of each rank's main thread, its dying moments left out."""
+    exits = {r["tid"]: r["ts"] for r in store.query(
+        """SELECT tid, min(ts_utc_ns) AS ts FROM events WHERE incident_id = ? AND name LIKE '%sched_process_exit'
+             AND tid IN (SELECT unnest(?)) AND ts_utc_ns IS NOT NULL GROUP BY tid""", [incident_id, list(pids)])}
+    # samples whose call chain passes through the kernel's exit path are the process being torn
+    # down (a SIGKILLed process spends its last tenths of a second in exit_mmap), not its progress
+    for r in store.query(
+            """WITH RECURSIVE dying(source_id, stack_id) AS (
+                   SELECT source_id, stack_id FROM stacks
+                   WHERE incident_id = ? AND frame IN (SELECT unnest(?))
+                   UNION
+                   SELECT s.source_id, s.stack_id FROM stacks s
+                   JOIN dying d ON s.source_id = d.source_id AND s.parent_id = d.stack_id
+                   WHERE s.incident_id = ?)
+               SELECT COALESCE(pid, tid) AS pid, list(ts_utc_ns ORDER BY ts_utc_ns) AS ts FROM samples
+               WHERE incident_id = ? AND tid IN (SELECT unnest(?)) AND ts_utc_ns IS NOT NULL
+                 AND (pid IS NULL OR pid = tid)
+                 AND (source_id, stack_id) NOT IN (SELECT (source_id, stack_id) FROM dying)
+               GROUP BY 1""", [incident_id, list(EXIT_FRAMES), incident_id, incident_id, list(pids)]):
+        ts = r["ts"]
+        end = exits.get(r["pid"])
+        if end is not None and ts:
+            # samples after a long silence that end at the exit: the process being killed
+            i = len(ts) - 1
+            while i > 0 and ts[i] >= end - 2 * DEATH_SILENCE_NS // 5:
+                i -= 1
+            if i < len(ts) - 1 and ts[i + 1] - ts[i] >= DEATH_SILENCE_NS:
+                ts = ts[:i + 1]
+        if ts:
+            pids[r["pid"]].last_cpu_ns = ts[-1]
+
+
+def _status_life(store, incident_id: str, pids: dict[int, RankProgress]) -> None:
+    """Process states from ``/proc/<pid>/status`` copies (``proc_state`` events at each change)."""
+    rows = store.query(
+        """SELECT e.pid, e.ts_utc_ns AS ts, json_extract_string(e.attrs, '$.state') AS state, e.line, e.text,
+                  s.path
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND e.name = 'proc_state' AND e.pid IN (SELECT unnest(?))
+             AND e.ts_utc_ns IS NOT NULL ORDER BY e.ts_utc_ns""", [incident_id, list(pids)])
+    for r in rows:
+        p = pids[r["pid"]]
+        st = (r["state"] or "")[:1]
+        if st in STUCK_STATES and p.stuck_ns is None:
+            p.stuck_ns, p.stuck_state = r["ts"], STUCK_STATES[st]
+            p.stuck_ev = Evidence(r["path"], r["line"], r["text"] or "")
+        elif st in ("R",) and p.stuck_ns is None:
+            p.running_ns = r["ts"]
+
+
 TERMINAL_KINDS = (LinkKind.OOM_KILL, LinkKind.SIGNAL_KILL, LinkKind.PROCESS_EXIT, LinkKind.SEGFAULT,
                   LinkKind.PYTHON_EXCEPTION, LinkKind.COLLECTIVE_TIMEOUT, LinkKind.COLLECTIVE_MISMATCH,
-                  LinkKind.NCCL_INIT_FAILURE)
+                  LinkKind.NCCL_INIT_FAILURE, LinkKind.DISK_FULL, LinkKind.SHM_EXHAUSTED,
+                  LinkKind.DATALOADER_WORKER_KILLED, LinkKind.RENDEZVOUS_FAILURE)
 
 
 def waits_for_peer(l: Link) -> bool:
@@ -185,22 +284,54 @@ def waits_for_peer(l: Link) -> bool:
 
 def own_failure(l: Link) -> bool:
     """A failure that started in this rank (not a peer's doing, not the launcher stopping it)."""
-    if l.kind in (LinkKind.OOM_KILL, LinkKind.SEGFAULT, LinkKind.COLLECTIVE_MISMATCH, LinkKind.NCCL_INIT_FAILURE):
+    if l.kind in (LinkKind.OOM_KILL, LinkKind.SEGFAULT, LinkKind.COLLECTIVE_MISMATCH, LinkKind.NCCL_INIT_FAILURE,
+                  LinkKind.DISK_FULL, LinkKind.SHM_EXHAUSTED, LinkKind.DATALOADER_WORKER_KILLED):
         return True
     if l.kind == LinkKind.PYTHON_EXCEPTION:
         return not waits_for_peer(l)
     if l.kind == LinkKind.SIGNAL_KILL:
-        return (l.attr("signal") or "") not in STOP_SIGNALS
+        return (l.attr("signal") or "") not in STOP_SIGNALS and l.attr("sent_by_launcher") is not True
     return False
+
+
+def launcher_stops(ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
+    """A SIGKILL the launcher sent at the end of its grace period is the launcher's doing: a rank
+    that died of SIGKILL after the root-cause failure, seconds after the launcher's SIGTERM, ignored
+    the SIGTERM. Marked ``sent_by_launcher`` with ``sigterm_ignored_s``."""
+    out = []
+    for l in links:
+        p = ranks.get(l.rank) if l.rank is not None else None
+        if (p is not None and l.kind in (LinkKind.SIGNAL_KILL, LinkKind.PROCESS_EXIT) and p.sigterm_ns is not None
+                and l.ts_ns is not None and l.attr("root_cause") is False):
+            w = l.timing_ns()
+            late = w[1] - p.sigterm_ns
+            attrs = dict(l.attrs)
+            if late >= IGNORED_SIGTERM_NS:
+                attrs["sigterm_ignored_s"] = round(late / 1e9, 1)
+            if l.attr("signal") == "SIGKILL":
+                attrs["sent_by_launcher"] = True
+            if attrs != dict(l.attrs):
+                l = dataclasses.replace(l, attrs=tuple(attrs.items()))
+        out.append(l)
+    return out
+
+
+def _cadence_ns(p: RankProgress) -> int:
+    return int(max(p.step_time_s or 0.25, 0.02) * 1e9)
 
 
 def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
     if len(ranks) < 2:
         return []
     waiting = {p.rank for p in ranks.values() if any(waits_for_peer(l) for l in p.ended)}
-    failed = {p.rank for p in ranks.values() if any(own_failure(l) for l in p.ended)}
     alive = [p for p in ranks.values() if p.last_alive_ns is not None]
     if waiting:
+        # a failure of its own before the peers gave up: that rank failed, it did not stop
+        first_wait = min((l.timing_ns()[1] for q in waiting for l in ranks[q].ended if waits_for_peer(l)),
+                         default=None)
+        failed = {p.rank for p in ranks.values()
+                  if any(own_failure(l) and (first_wait is None or l.timing_ns()[0] <= first_wait)
+                         for l in p.ended)}
         cands = [p for p in alive if p.rank not in waiting and p.rank not in failed]
         if not cands:
             return []
@@ -208,12 +339,15 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
         p = cands[0]
         conf = 0.85 if len(cands) == 1 else 0.5
         who = sorted(waiting)
-        wait_l = next(l for q in who for l in ranks[q].ended if waits_for_peer(l))
+        waits = [l for q in who for l in ranks[q].ended if waits_for_peer(l)]
+        wait_l = min(waits, key=lambda l: l.timing_ns()[0])
         why = (f"rank{'s' if len(who) > 1 else ''} {', '.join(map(str, who))} failed waiting for a peer "
                f"({wait_l.summary.split(': ', 1)[-1][:120]}) while rank {p.rank} reported no failure of its own")
-        return [_stall_link(p, why, conf)]
+        hung = [l for l in links if l.kind == LinkKind.HUNG_TASK and l.pid is not None and l.pid == p.pid]
+        return [_stall_link(p, why, conf, waits, hung)]
     # No one waited: a rank that went quiet long before all of its peers.
     alive.sort(key=lambda p: p.last_alive_ns)
+    failed = {p.rank for p in ranks.values() if any(own_failure(l) for l in p.ended)}
     if len(alive) >= 2:
         first, nxt = alive[0], alive[1]
         gap = nxt.last_alive_ns - first.last_alive_ns
@@ -221,14 +355,13 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
         if gap > need and first.rank not in failed:
             why = (f"its last sign of life is {gap / 1e9:.1f} s before any other rank's "
                    f"(rank {nxt.rank} until {fmt_hms(nxt.last_alive_ns)})")
-            return [_stall_link(first, why, 0.6)]
+            return [_stall_link(first, why, 0.6, [])]
     return []
 
 
 def after_last_sign_of_life(ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
     """A rank cannot have died before its last sign of life: a death the launcher reports only
     to the second (or between two of its lines) starts its window there when that falls inside."""
-    import dataclasses
     out = []
     for l in links:
         p = ranks.get(l.rank) if l.rank is not None else None
@@ -247,24 +380,60 @@ def after_last_sign_of_life(ranks: dict[int, RankProgress], links: list[Link]) -
     return out
 
 
-def _stall_link(p: RankProgress, why: str, conf: float) -> Link:
+def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple[int, int, list[str]]:
+    lo = p.last_alive_ns
+    cad = _cadence_ns(p)
+    bounds: list[tuple[int, str]] = []
+    for l in waits:
+        ms = l.attr("wait_ms") or l.attr("timeout_ms")
+        if isinstance(ms, (int, float)) and ms > 0:
+            entered = l.timing_ns()[1] - int(ms * 1e6)
+            bounds.append((entered + 2 * cad, f"rank {l.rank} entered the collective by {fmt_hms(entered)} and "
+                                              f"waited {ms / 1000:g} s"))
+    if p.stuck_ns is not None:
+        bounds.append((p.stuck_ns, f"its status showed it {p.stuck_state} at {fmt_hms(p.stuck_ns)}"))
+    for h in hung:
+        s = h.attr("blocked_s")
+        if isinstance(s, (int, float)):
+            bounds.append((h.timing_ns()[1] - int(s * 1e9),
+                           f"the kernel reported it blocked for more than {s:g} s at {fmt_hms(h.ts_ns)}"))
+    valid = [(b, why) for b, why in bounds if b >= lo]
+    if valid:
+        hi, why = min(valid)
+        return lo, hi, [why]
+    return lo, lo + max(4 * cad, 2_000_000_000), []
+
+
+def _stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung: list[Link] = ()) -> Link:
     bits = []
     if p.last_step is not None:
         bits.append(f"last step {p.last_step} at {fmt_hms(p.last_step_ns)}")
     if p.last_line_ns is not None:
         bits.append(f"last line at {fmt_hms(p.last_line_ns)}")
+    if p.last_trace_ns is not None:
+        bits.append(f"its Kineto trace ends at {fmt_hms(p.last_trace_ns)}")
     if p.last_collective_ns is not None:
         bits.append(f"last collective {p.last_collective} at {fmt_hms(p.last_collective_ns)}")
     if p.last_cpu_ns is not None:
         bits.append(f"last CPU sample at {fmt_hms(p.last_cpu_ns)}")
+    if p.stuck_state:
+        bits.append(f"seen {p.stuck_state} at {fmt_hms(p.stuck_ns)}")
+    ignored = [l.attr("sigterm_ignored_s") for l in p.ended if l.attr("sigterm_ignored_s")]
+    if ignored:
+        bits.append(f"it outlived the launcher's SIGTERM by {ignored[0]:g} s")
+    lo, hi, bound = _stall_window(p, waits, list(hung))
     pid = f" (pid {p.pid})" if p.pid else ""
     summary = f"rank {p.rank}{pid} stopped making progress: {', '.join(bits)}; {why}"
-    ev = tuple(e for e in (p.last_step_ev, p.last_line_ev) if e is not None)
-    if len(ev) == 2 and ev[0] == ev[1]:
-        ev = ev[:1]
-    return Link(kind=LinkKind.RANK_STALLED, ts_ns=p.last_alive_ns, summary=summary,
+    if bound:
+        summary += f"; it stopped before {fmt_hms(hi)} ({bound[0]})"
+    ev = tuple(e for e in (p.last_step_ev, p.last_line_ev, p.stuck_ev) if e is not None)
+    ev = tuple(dict.fromkeys(ev))
+    prov = Provenance.READ if p.stuck_state else Provenance.INFERRED
+    return Link(kind=LinkKind.RANK_STALLED, ts_ns=lo, summary=summary,
                 source=ev[-1].source if ev else "", host=p.host, rank=p.rank, pid=p.pid, evidence=ev,
-                provenance=Provenance.INFERRED, confidence=conf)
+                provenance=prov, confidence=conf,
+                attrs=(("ts_lo_ns", lo), ("ts_hi_ns", hi), ("ts_bound", "between"),
+                       ("state", p.stuck_state), ("sigterm_ignored_s", ignored[0] if ignored else None)))
 
 
 def progress_json(ranks: dict[int, RankProgress]) -> list[dict]:

@@ -10,7 +10,7 @@ SCHEMA = "aftertrace.report/1"
 ANALYSIS_VERSION = "0.2"
 
 NO_CHAIN = ("no causal chain: no earlier finding could be connected to the failure by a known way "
-            "failures propagate (see the findings and their lead times)")
+            "failures propagate, so the failure is its own origin (see the findings and their lead times)")
 
 
 def _iso(dt) -> str | None:
@@ -58,7 +58,7 @@ def build(store, incident_id: str, rc: RootCause, notes: list[str] | None = None
     failure = rc.failure
     f_ts = failure.ts_ns if failure else None
     notes = list(notes or [])
-    if failure is not None and not rc.chains:
+    if failure is not None and (not rc.chains or len(rc.chains[0].links) == 1):
         notes.append(NO_CHAIN)
     origin = rc.chains[0].origin if rc.chains else None
     return {
@@ -71,7 +71,9 @@ def build(store, incident_id: str, rc: RootCause, notes: list[str] | None = None
         "sources": sources_json(store, incident_id),
         "failure": failure.to_json(f_ts) if failure else None,
         "origin": origin.to_json(f_ts) if origin else None,
-        "launcher_root_cause": None if rc.launcher_root_cause is None else {"rank": rc.launcher_root_cause},
+        "launcher_root_cause": None if rc.launcher_root_cause is None else {
+            "rank": rc.launcher_root_cause,
+            "victim_of": narrative.launcher_victim_of(rc.chains[0], failure) if rc.chains and failure else None},
         "victims": [v.to_json(f_ts) for v in rc.victims],
         "anomalies": [a.to_json(f_ts) for a in rc.anomalies],
         "chains": [chains.chain_json(c, f_ts, narrative.chain_line(c, failure)) for c in rc.chains],

@@ -1,14 +1,16 @@
-"""The root-cause analysis of one incident, in one call: findings -> progress and stalled
-ranks -> the terminal failure -> causal chains -> victims -> the summary in plain words.
+"""The root-cause analysis of one incident, in one call: findings -> progress, stops and stalled
+ranks -> who each host finding touches -> the terminal failure -> the origin that explains the
+most, and the chain from it -> victims -> the summary in plain words.
 
 Compute only: returns a :class:`RootCause`; ``analysis.report`` turns it into the report
 document and ``web`` into pages.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from . import findings, narrative, progress
+from . import attribution, contention, findings, narrative, progress
 from .chain_rules import PEER_ERROR, STOPPED, role
 from .chains import Chain, find_chains
 from .links import Link, LinkKind
@@ -49,10 +51,22 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     links = findings.merge_duplicates(findings.anomalies(store, incident_id) + list(extra))
     ranks = progress.rank_progress(store, incident_id, links)
     links = progress.after_last_sign_of_life(ranks, links)
+    links = progress.launcher_stops(ranks, links)
+    for p in ranks.values():       # the ranks' terminal findings as now marked
+        p.ended = [l for l in links if l.kind in progress.TERMINAL_KINDS
+                   and (l.rank == p.rank or (l.pid is not None and l.pid == p.pid))]
+    pids = {r: p.pid for r, p in ranks.items() if p.pid is not None}
+    rank_of = {(ranks[r].host, p): r for r, p in pids.items()}
+    links = [dataclasses.replace(l, rank=rank_of.get((l.host, l.pid), rank_of.get((None, l.pid))))
+             if l.rank is None and l.pid is not None and ((l.host, l.pid) in rank_of or (None, l.pid) in rank_of)
+             else l for l in links]
+    job = attribution.job_pids(store, incident_id, pids)
+    links = attribution.annotate(store, incident_id, links, pids, job)
     links = links + progress.stalled_links(ranks, links)
+    links = links + contention.detect(store, incident_id, links, pids, job)
     links.sort(key=lambda l: (l.ts_ns is None, l.ts_ns or 0))
     failure = findings.terminal_failure(links)
-    chains = find_chains(links, failure)
+    chains = find_chains(links, failure, pids)
     if chains and chains[0].links[-1] is not failure and chains[0].links[-1].kind == failure.kind:
         # the failure's time moved to stay after its cause (within its own uncertainty)
         moved = chains[0].links[-1]

@@ -100,7 +100,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
         where = " ".join(x for x in (a["host"] and f"host {a['host']}",
                                       a["rank"] is not None and f"rank {a['rank']}",
                                       a["pid"] and f"pid {a['pid']}") if x)
-        lead = f" ({a['lead_s']:.1f} s before the failure)" if a.get("lead_s") is not None else ""
+        lead = f" ({a['lead_text']})" if a.get("lead_text") else ""
         console.print(f"  {a['time'] or 'time unknown'}  [bold]{a['kind']}[/bold]  {escape(where)}{lead}")
         console.print(f"      {escape(a['summary'])}")
         for e in a["evidence"][:2]:
@@ -116,7 +116,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
             where = " ".join(x for x in (l["host"] and f"host {l['host']}",
                                           l["rank"] is not None and f"rank {l['rank']}",
                                           l["pid"] and f"pid {l['pid']}") if x)
-            lead = f" ({l['lead_s']:.1f} s before)" if l.get("lead_s") is not None and j < len(c["links"]) - 1 else ""
+            lead = f" ({l['lead_text']})" if l.get("lead_text") and j < len(c["links"]) - 1 else ""
             console.print(f"  {j + 1}. {l['time']}{lead}  [bold]{l['kind']}[/bold]  {escape(where)}")
             console.print(f"       {escape(l['summary'])}")
             if j < len(c["edges"]):

@@ -36,7 +36,7 @@ def _where(l: dict) -> str:
 
 
 def _lead(l: dict) -> str:
-    return f" ({l['lead_s']:.1f} s before the failure)" if l.get("lead_s") is not None else ""
+    return f" ({l['lead_text']})" if l.get("lead_text") else ""
 
 
 def markdown(rep: dict) -> str:
@@ -49,10 +49,10 @@ def markdown(rep: dict) -> str:
     if f:
         out += [f"**Failure** {f['time']} — {md_escape(f['summary'])}", ""]
         out += [f"- `{md_escape(e['source'])}:{e['line']}`" for e in f["evidence"][:3]] + [""]
-    lrc, o = rep.get("launcher_root_cause"), rep.get("origin")
-    if lrc and o and o.get("rank") is not None and lrc["rank"] != o["rank"]:
+    lrc = rep.get("launcher_root_cause")
+    if lrc and lrc.get("victim_of") is not None:
         out += [f"**Note:** the launcher named rank {lrc['rank']} as the root cause (the first failure it "
-                f"observed); the chain shows it was a victim of rank {o['rank']}.", ""]
+                f"observed); the chain shows it was a victim of rank {lrc['victim_of']}.", ""]
     for i, c in enumerate(rep.get("chains", [])):
         title = "Most likely chain" if i == 0 else f"Alternative {i}"
         out += [f"## {title} (score {c['score']:.2f})", ""]
@@ -69,6 +69,10 @@ def markdown(rep: dict) -> str:
             out += ["", "Also explained by this chain:", ""]
             out += [f"- {x['time']} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"
                     for x in c["consequences"]]
+        if c.get("unexplained"):
+            out += ["", "Not explained by this origin (unrelated, or a second problem):", ""]
+            out += [f"- {x['time']} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"
+                    for x in c["unexplained"]]
         out.append("")
     if rep.get("victims"):
         out += ["## Also affected", ""]

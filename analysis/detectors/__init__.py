@@ -3,6 +3,8 @@
 * ``cpu_throttle`` — onset of CFS throttling of a cgroup (cpu.stat rates).
 * ``pressure`` — ``cpu_pressure`` / ``memory_pressure`` from PSI stall-time rates.
 * ``memory_growth`` — memory heading for the cgroup limit, with the projected time to hit it.
+* ``foreign_memory`` — host memory taken by processes outside the snapshotted cgroups.
+* ``freezer`` — ``cgroup_frozen`` from freezer-state snapshots.
 * ``step_slowdown`` — a rank's steps much slower than its own earlier ones (log step lines).
 * ``straggler`` — a rank whose steps take longer than its peers' same steps.
 * ``oom_events`` — OOM kills counted by the cgroup (merged into kernel-log OOM findings).
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from analysis.links import Link
 
-from . import cpu_throttle, memory_growth, oom_events, pressure, step_slowdown, straggler
+from . import cpu_throttle, foreign_memory, freezer, memory_growth, oom_events, pressure, step_slowdown, straggler
 from ._series import time_zone
 
 
@@ -22,7 +24,7 @@ def run(store, incident_id: str, existing: list[Link]) -> list[Link]:
     """``existing`` findings plus what the metric detectors find (OOM counters merged in)."""
     zone = time_zone(store, incident_id)
     found: list[Link] = []
-    for mod in (cpu_throttle, pressure, memory_growth, step_slowdown, straggler):
+    for mod in (cpu_throttle, pressure, memory_growth, foreign_memory, freezer, step_slowdown, straggler):
         found += mod.detect(store, incident_id, zone)
     new, updated = oom_events.detect(store, incident_id, zone, existing)
     return updated + found + new

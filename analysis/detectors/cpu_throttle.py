@@ -59,5 +59,5 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
             out.append(Link(kind=LinkKind.CPU_THROTTLE, ts_ns=s.ts_utc[a], summary=text, source=s.source,
                             host=host, evidence=evidence(s, wanted, zone), provenance=Provenance.INFERRED,
                             confidence=0.9, uncertainty_ns=s.uncertainty_ns,
-                            attrs=onset_window(s, a), entity=entity))
+                            attrs=onset_window(s, a) + (("until_ns", s.ts_utc[b]),), entity=entity))
     return out

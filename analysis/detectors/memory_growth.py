@@ -119,6 +119,9 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
                 limit = None
             after = [t for t in u.ts_raw[i1:i1 + 3]]
             event = any((_at(m.get(e), t) or 0) > 0 for e in EVENTS for t in after)
+            # a job filling an empty cgroup is starting, not leaking: kept (another tenant's
+            # growth starts from nothing too) but said, and weaker
+            startup = start_usage < EMPTY_BYTES
             if limit:
                 if not (gain >= MIN_GAIN_OF_LIMIT * limit and (end_usage >= NEAR_LIMIT * limit or event)):
                     continue
@@ -141,8 +144,15 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
                          f"{hms(g.ts_utc[early[0]])}")
             wanted = [(u.ts_raw[i0 - 1], entity, "memory.usage_bytes"), (t0, entity, "memory.usage_bytes"),
                       (t1, entity, "memory.usage_bytes"), (t0, entity, "memory.limit_bytes")]
+            if startup:
+                text += "; the cgroup was empty before (a start-up, or a new tenant)"
+            near = bool(limit and (end_usage >= NEAR_LIMIT * limit or event)) or event
             out.append(Link(kind=LinkKind.MEMORY_GROWTH, ts_ns=g.ts_utc[a], summary=text, source=g.source,
                             host=host, evidence=evidence(g, wanted, zone), provenance=Provenance.INFERRED,
-                            confidence=0.9 if limit else 0.6, uncertainty_ns=g.uncertainty_ns,
-                            attrs=onset_window(g, a - 1 if early is not None else a, a), entity=entity))
+                            confidence=(0.9 if limit else 0.6) * (0.7 if startup else 1.0),
+                            uncertainty_ns=g.uncertainty_ns,
+                            attrs=onset_window(g, a - 1 if early is not None else a, a) + (
+                                ("until_ns", g.ts_utc[b]), ("gain_bytes", gain), ("near_limit", near),
+                                ("startup", startup)),
+                            entity=entity))
     return out

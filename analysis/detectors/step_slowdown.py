@@ -124,6 +124,6 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
                           host=host, rank=rank, pid=first.get("pid"), evidence=ev,
                           provenance=Provenance.INFERRED,
                           confidence=0.9 if slow > 3 * thr / RATIO else 0.75,
-                          attrs=(("baseline_s", med), ("slow_s", slow), ("first_slow_step", first["step"]))
-                          + window))
+                          attrs=(("baseline_s", med), ("slow_s", slow), ("first_slow_step", first["step"]),
+                                 ("until_ns", rows[b]["ts"])) + window))
     return found

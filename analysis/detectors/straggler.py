@@ -70,5 +70,6 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
                             f"({ratios[i][1]:.1f}x the peers' median)") for i in best[:2])
         found.append(Link(kind=LinkKind.STRAGGLER, ts_ns=start, summary=text, source=first["path"],
                           host=first["host"], rank=rank, evidence=ev, provenance=Provenance.INFERRED,
-                          confidence=0.8, attrs=(("ratio", slow), ("steps", len(best)))))
+                          confidence=0.8, attrs=(("ratio", slow), ("steps", len(best)),
+                                                  ("until_ns", steps[ratios[best[-1]][0]]["ts"]))))
     return found

@@ -176,6 +176,17 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      r"(?: of binary: (?P<binary>.*))?", ("exitcode", "local_rank", "worker_pid")),
     ("closing_signal", None, "closing signal",
      r"Sending process (?P<worker_pid>\d+) closing signal (?P<signal>SIG\w+)", ("worker_pid",)),
+    # what a rank's input pipeline or checkpoint writer says when it runs out of room
+    ("shm_exhausted", "shm_exhausted", "shared memory",
+     r"(?P<io_error>unable to allocate shared memory\(shm\)[^\n]*|Unexpected bus error encountered in worker[^\n]*"
+     r"insufficient shared memory[^\n]*)", ()),
+    ("dataloader_worker_killed", "dataloader_worker_killed", "DataLoader worker (pid",
+     r"DataLoader worker \(pid\(?s?\)? ?(?P<worker_pids>[\d, ]+)\) (?:is killed by signal: (?P<worker_signal>[^.\n]+)|"
+     r"exited unexpectedly)", ()),
+    ("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
+    ("checkpoint_write_failed", "disk_full", "inline_container.cc",
+     r"(?P<io_error>\[enforce fail at inline_container\.cc:\d+\] \. (?:unexpected pos \d+ vs \d+|"
+     r"PytorchStreamWriter failed writing[^\n]*))", ()),
     ("nccl_error", None, "NCCL error",
      r"NCCL error(?: in: (?P<where>[^,]*))?, (?P<nccl_error>[^,]+?)(?:, NCCL version (?P<nccl_version>[\w.+\-]+))?(?:$|\n|\s{2})",
      ()),
@@ -885,8 +896,9 @@ def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
             if said and said[1]:      # e.g. a gloo timeout or a collective mismatch raised as an exception
                 name, kind, fields = said
                 attrs.update(fields)
-                summary = _timeout_summary(name, fields, "", b["exc_msg"]) if kind == "collective_timeout" \
-                    else f"collective mismatch: {b['exc_msg'][:240]}"
+                summary = (_timeout_summary(name, fields, "", b["exc_msg"]) if kind == "collective_timeout" else
+                           f"collective mismatch: {b['exc_msg'][:240]}" if kind == "collective_mismatch" else
+                           f"{KIND_WORDS.get(name, name)}: {b['exc_msg'][:240]}")
                 summary += f" ({b['exc']}{where})"
             elif said:
                 attrs.update(said[2])
@@ -931,6 +943,11 @@ def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
                              rank=f.get("rank"), pid=f.get("pid"), attrs=fa))
     return rows
 
+
+# How a typed exception is named in its summary.
+KIND_WORDS = {"shm_exhausted": "out of shared memory (/dev/shm)", "dataloader_worker_killed": "a DataLoader worker died",
+              "disk_full": "no space left on the device", "checkpoint_write_failed": "writing a checkpoint failed "
+              "(torch.save could not write: the file system is full or failing)"}
 
 _MESSAGES_PY = [(n, k, lit, re.compile(rx), ints) for n, k, lit, rx, ints in MESSAGES]
 

@@ -7,6 +7,7 @@ import pytest
 from server.service import Service
 from server.settings import Settings
 
+from .corpus import causal_order_violations
 from .scenarios import SCENARIOS, build, judge
 
 
@@ -23,6 +24,7 @@ def test_scenario(sc, service, tmp_path):
     rep = service.analyze(sub.incident_id)
     res = judge(sc, rep)
     msg = json.dumps(res, indent=1) + "\n" + rep["summary"]
+    assert causal_order_violations(rep) == [], msg
     assert res["failure_ok"], msg
     assert res["top1"] and res["ends_at_failure"] and res["includes_ok"] and res["hosts_ok"], msg
     if sc.true_origin_utc:

@@ -62,7 +62,7 @@ def test_report_command_hang_in_three_formats(tmp_path):
     iid = json.loads((tmp_path / "r.json").read_text())["incident"]["id"]
     # the terminal summary tells the story: rank 1 stopped, rank 0 (blamed by torchrun) waited for it
     assert "Most likely chain" in r.stdout and "rank_stalled" in r.stdout
-    assert "The launcher's root cause, rank 0, was a victim" in r.stdout
+    assert "rank 0 is a victim: it failed because of rank 1" in r.stdout
     md = run("report", iid[:6], "-o", str(tmp_path / "r.md"), home=h)
     assert md.returncode == 0, md.stderr
     text = (tmp_path / "r.md").read_text()
@@ -72,7 +72,7 @@ def test_report_command_hang_in_three_formats(tmp_path):
     html = run("report", iid, "--format", "html", home=h)
     assert html.returncode == 0 and html.stdout.startswith("<!doctype html>") and 'id="chain-1"' in html.stdout
     js = json.loads(run("report", iid, home=h).stdout)
-    assert js["origin"]["kind"] == "rank_stalled" and js["launcher_root_cause"] == {"rank": 0}
+    assert js["origin"]["kind"] == "rank_stalled" and js["launcher_root_cause"] == {"rank": 0, "victim_of": 1}
     assert run("report", "nope", home=h).returncode == 2
 
 

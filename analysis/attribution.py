@@ -1,0 +1,208 @@
+"""Who a host finding touches: the job's processes and ranks inside a cgroup, or nobody of the job.
+
+A throttled or growing cgroup matters to the job only through the processes in it. The bundle
+says who was where:
+
+* ``members`` rows (``cgroup.procs``/``tasks`` copies in snapshot series, ``/proc/<pid>/cgroup``,
+  the collector's manifest): the pids seen in a cgroup, in any controller, and in the groups
+  below it (``/node`` holds what ``/node/etl`` holds);
+* without membership rows: a bundle whose snapshots cover one cgroup per host is taken to hold
+  the job's cgroup (people snapshot the group their job runs in), and the finding says it was
+  assumed.
+
+The job's processes are the ranks' pids (:mod:`analysis.progress`), the launcher's, and every
+process they forked (perf ``sched_process_fork``, ``PPid`` of ``/proc/<pid>/status`` copies),
+transitively: a DataLoader worker is the job's too.
+
+:func:`annotate` adds to each cgroup finding ``members`` (the pids seen inside, sorted),
+``job_pids`` and ``ranks`` (the job's among them) and ``outside`` (True: processes but none of
+the job's; False: the job's processes are inside; absent: unknown), and ``membership``: how
+it was known (``read``, ``assumed``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .links import Link, LinkKind as K
+
+HOST_KINDS = frozenset({K.CPU_THROTTLE, K.MEMORY_GROWTH, K.CPU_PRESSURE, K.MEMORY_PRESSURE, K.CGROUP_FROZEN})
+
+
+def _has_table(store, name: str) -> bool:
+    try:
+        return bool(store.query("SELECT 1 AS x FROM information_schema.tables WHERE table_name = ?", [name]))
+    except Exception:  # noqa: BLE001 - a store without the catalog view: no such table
+        return False
+
+
+def memberships(store, incident_id: str) -> dict[tuple[str, str], set[int]]:
+    """(host, cgroup) -> pids seen in it (over every snapshot and controller)."""
+    out: dict[tuple[str, str], set[int]] = {}
+    if not _has_table(store, "members"):
+        return out
+    for r in store.query(
+            """SELECT COALESCE(m.host, s.host, '') AS host, m.cgroup, m.pid
+               FROM members m JOIN sources s USING (incident_id, source_id)
+               WHERE m.incident_id = ? AND m.pid IS NOT NULL AND m.cgroup IS NOT NULL
+               GROUP BY ALL""", [incident_id]):
+        out.setdefault((r["host"], _norm(r["cgroup"])), set()).add(int(r["pid"]))
+    return out
+
+
+def _norm(cg: str) -> str:
+    cg = "/" + cg.strip().strip("/")
+    return cg
+
+
+def within(child: str, parent: str) -> bool:
+    """Whether cgroup ``child`` is ``parent`` or below it."""
+    c, p = _norm(child), _norm(parent)
+    return c == p or p == "/" or c.startswith(p + "/")
+
+
+def members_of(cg: str, host: str, table: dict[tuple[str, str], set[int]]) -> set[int] | None:
+    """Pids in cgroup ``cg`` or below it on ``host`` (None: the bundle does not say)."""
+    found = None
+    for (h, g), pids in table.items():
+        if (h == (host or "") or not h or not host) and within(g, cg):
+            found = (found or set()) | pids
+    return found
+
+
+def job_pids(store, incident_id: str, rank_pids: dict[int, int]) -> set[int]:
+    """The ranks' pids, the launcher's, and their descendants as far as the bundle tells."""
+    roots = set(rank_pids.values())
+    children: dict[int, set[int]] = {}
+    for r in store.query(
+            """SELECT TRY_CAST(json_extract_string(attrs, '$.worker_pid') AS BIGINT) AS wp, pid
+               FROM events WHERE incident_id = ? AND name = 'closing_signal'""", [incident_id]):
+        if r["pid"] is not None:
+            roots.add(int(r["pid"]))       # the launcher printed it
+    for r in store.query(
+            """SELECT TRY_CAST(json_extract_string(attrs, '$.pid') AS BIGINT) AS parent,
+                      TRY_CAST(json_extract_string(attrs, '$.child_pid') AS BIGINT) AS child
+               FROM events WHERE incident_id = ? AND name LIKE '%sched_process_fork'""", [incident_id]):
+        if r["parent"] is not None and r["child"] is not None:
+            children.setdefault(int(r["parent"]), set()).add(int(r["child"]))
+    for r in store.query(
+            """SELECT DISTINCT pid, TRY_CAST(json_extract_string(attrs, '$.ppid') AS BIGINT) AS ppid
+               FROM events WHERE incident_id = ? AND name = 'proc_state' AND pid IS NOT NULL""", [incident_id]):
+        if r["ppid"] is not None:
+            children.setdefault(int(r["ppid"]), set()).add(int(r["pid"]))
+    out, todo = set(), list(roots)
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.add(p)
+        todo += children.get(p, ())
+    return out
+
+
+def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, int],
+             jp: set[int] | None = None) -> list[Link]:
+    table = memberships(store, incident_id)
+    jp = job_pids(store, incident_id, rank_pids) if jp is None else jp
+    by_pid = {p: r for r, p in rank_pids.items()}
+    # hosts whose snapshots cover a single cgroup: that one is the job's
+    cgs: dict[str, set[str]] = {}
+    for l in links:
+        if l.kind in HOST_KINDS and l.entity and l.entity.startswith("/"):
+            cgs.setdefault(l.host or "", set()).add(l.entity)
+    out = []
+    for l in links:
+        if l.kind not in HOST_KINDS or not l.entity or not l.entity.startswith("/"):
+            out.append(l)
+            continue
+        inside = members_of(l.entity, l.host or "", table)
+        attrs = dict(l.attrs)
+        if inside:
+            mine = sorted(inside & jp)
+            attrs.update(members=tuple(sorted(inside)), job_pids=tuple(mine),
+                         ranks=tuple(sorted(by_pid[p] for p in mine if p in by_pid)),
+                         outside=not mine, membership="read")
+        elif len(cgs.get(l.host or "", ())) == 1 and rank_pids:
+            attrs.update(job_pids=tuple(sorted(rank_pids.values())), ranks=tuple(sorted(rank_pids)),
+                         outside=False, membership="assumed")
+        out.append(dataclasses.replace(l, attrs=tuple(attrs.items())))
+    return grower(foreign_tasks(out, jp), jp, by_pid)
+
+
+def foreign_tasks(links: list[Link], jp: set[int]) -> list[Link]:
+    """Name the processes behind a ``foreign_memory`` finding: the tasks a later OOM report on the
+    same host lists that are not the job's, largest first."""
+    ooms = [l for l in links if l.kind == K.OOM_KILL and l.attr("tasks") and l.ts_ns is not None]
+    out = []
+    for l in links:
+        if l.kind != K.FOREIGN_MEMORY or l.ts_ns is None:
+            out.append(l)
+            continue
+        until = l.attr("until_ns") or l.ts_ns
+        near = [o for o in ooms if (o.host == l.host or not o.host or not l.host)
+                and l.ts_ns <= o.ts_ns <= until + 120 * 10**9]
+        if not near:
+            out.append(l)
+            continue
+        o = near[0]
+        tasks = [t for t in o.attr("tasks") if t[0] not in jp and t[0] != o.pid]
+        if not tasks:
+            out.append(l)
+            continue
+        tasks.sort(key=lambda t: -(t[1] or 0))
+        rss = sum(t[1] or 0 for t in tasks) * 4096
+        names = sorted({t[2] for t in tasks if t[2]})
+        attrs = dict(l.attrs)
+        attrs.update(pids=tuple(t[0] for t in tasks), foreign_rss_bytes=rss)
+        summary = (l.summary + f"; the OOM report lists {len(tasks)} process{'es' if len(tasks) != 1 else ''} "
+                   f"outside the job ({', '.join(names[:3])}; pids {', '.join(str(t[0]) for t in tasks[:5])}"
+                   f"{', ...' if len(tasks) > 5 else ''}) holding {rss / 2**30:.2f} GiB")
+        out.append(dataclasses.replace(l, pid=tasks[0][0], attrs=tuple(attrs.items()), summary=summary))
+    return out
+
+
+def grower(links: list[Link], jp: set[int], rank_of: dict[int, int]) -> list[Link]:
+    """Which process a cgroup's growth was: when an OOM report of that cgroup (or one above it)
+    right after the growth lists one job process holding more than half of what the cgroup
+    holds, the growth is that process's (its rank and pid are set, the cgroup stays the entity).
+    A leak in one rank is named, not only the group it ran in."""
+    ooms = [l for l in links if l.kind == K.OOM_KILL and l.attr("tasks") and l.ts_ns is not None]
+    out = []
+    for l in links:
+        if l.kind != K.MEMORY_GROWTH or not l.entity or l.ts_ns is None or l.pid is not None:
+            out.append(l)
+            continue
+        until = l.attr("until_ns") or l.ts_ns
+        o = next((o for o in ooms if l.ts_ns <= o.ts_ns <= until + 60 * 10**9
+                  and within(l.entity, o.attr("oom_memcg") or o.attr("memcg") or "/")), None)
+        if o is None:
+            out.append(l)
+            continue
+        tasks = [t for t in o.attr("tasks") if t[1]]
+        total = sum(t[1] for t in tasks)
+        top = max(tasks, key=lambda t: t[1], default=None)
+        if top is None or top[0] not in jp or top[1] * 2 < total:
+            out.append(l)
+            continue
+        rank = rank_of.get(top[0])
+        who = f"rank {rank} (pid {top[0]})" if rank is not None else f"pid {top[0]} ({top[2]})"
+        out.append(dataclasses.replace(
+            l, pid=top[0], rank=rank,
+            summary=l.summary + f"; the OOM report at {_hms(o.ts_ns)} shows {who} holding "
+                                f"{top[1] * 4096 / 2**30:.2f} GiB of the {total * 4096 / 2**30:.2f} GiB its tasks held"))
+    return out
+
+
+def _hms(ts: int) -> str:
+    from ingest.timeparse import fmt_hms
+    return fmt_hms(ts)
+
+
+def touches(cause: Link, pid: int | None, rank: int | None) -> bool | None:
+    """Whether a host finding touches this process (None: the bundle does not say)."""
+    if cause.attr("membership") is None:
+        return None
+    if rank is not None and rank in (cause.attr("ranks") or ()):
+        return True
+    if pid is not None and pid in (cause.attr("job_pids") or ()) + (cause.attr("members") or ()):
+        return True
+    return False

@@ -1,0 +1,97 @@
+"""cpu_contention: a rank slowed or stopped because a process outside the job took its CPU.
+
+When a rank's steps slow down (``step_slowdown``, ``straggler``) or it stops (``rank_stalled``),
+the perf samples of the CPUs it ran on say who had them. The rank's *CPUs* are those that hold
+at least a third of its main thread's samples in the ``BEFORE_NS`` before the change. Over the
+``AFTER_NS`` after it, a task that is not the job's (not a rank, not the launcher, not a process
+or thread they started: :func:`analysis.attribution.job_pids`; the idle task aside) holding at
+least ``SHARE`` of those CPUs' samples — and less than half of that before: a newcomer — while the
+rank's own share of them fell to less than half of what it was, took the CPU from it. The finding names that task (pid, command), the CPU and the
+shares (``starved`` when the task held at least ``STARVED`` of them and the rank almost none:
+only then can it explain a rank that stopped, not just slowed), and is stamped at the task's first sample on that CPU near the change (the sampling
+period before that sample is its window: it may have started running just before).
+
+Worked example (``tests/analysis/test_contention.py``): rank 1 (pid 101) ran on CPU 1 with 58 of
+the 60 samples there in the 20 s before its steps slowed at 10:00:20; from 10:00:19.98 a
+``python3`` (pid 555, not the job's) takes 95 of the 100 samples on CPU 1, and rank 1 only 5:
+cpu_contention for rank 1, pid 555 ``python3`` on CPU 1, 95 %, stamped at 10:00:19.98 with the
+window [10:00:19.946, 10:00:19.98] (one 29 Hz period before).
+"""
+from __future__ import annotations
+
+import statistics
+
+from ingest.timeparse import fmt_hms
+
+from .links import Evidence, Link, LinkKind, Provenance
+
+BEFORE_NS = 20 * 10**9
+AFTER_NS = 20 * 10**9
+SHARE = 0.5
+STARVED = 0.9             # a rank left less than this much of its CPU can still run: slowed, not stopped
+SLOWED = (LinkKind.STEP_SLOWDOWN, LinkKind.STRAGGLER, LinkKind.RANK_STALLED)
+
+
+def _rows(store, incident_id: str, cpus: list[int], lo: int, hi: int, host: str | None) -> list[dict]:
+    return store.query(
+        """SELECT s.cpu, COALESCE(s.pid, s.tid) AS tid, any_value(s.comm) AS comm, count(*) AS n,
+                  min(s.ts_utc_ns) AS first, list(s.ts_utc_ns ORDER BY s.ts_utc_ns) AS ts, any_value(src.path) AS path
+           FROM samples s JOIN sources src USING (incident_id, source_id)
+           WHERE s.incident_id = ? AND s.cpu IN (SELECT unnest(?)) AND s.ts_utc_ns BETWEEN ? AND ?
+             AND (? IS NULL OR COALESCE(s.host, src.host) = ? OR COALESCE(s.host, src.host) IS NULL)
+           GROUP BY ALL""", [incident_id, cpus, lo, hi, host, host])
+
+
+def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job: set[int]) -> list[Link]:
+    out: list[Link] = []
+    done: set[int] = set()
+    for l in sorted((l for l in links if l.kind in SLOWED and l.rank is not None and l.ts_ns is not None),
+                    key=lambda l: l.ts_ns):
+        pid = pids.get(l.rank)
+        if pid is None or l.rank in done:
+            continue
+        t = l.timing_ns()[0]
+        before = store.query(
+            """SELECT cpu, count(*) AS n FROM samples WHERE incident_id = ? AND tid = ? AND ts_utc_ns BETWEEN ? AND ?
+               GROUP BY cpu""", [incident_id, pid, t - BEFORE_NS, t])
+        total_before = sum(r["n"] for r in before)
+        cpus = [r["cpu"] for r in before if r["cpu"] is not None and r["n"] * 3 >= total_before]
+        if not cpus:
+            continue
+        pre = _rows(store, incident_id, cpus, t - BEFORE_NS, t, l.host)
+        post = _rows(store, incident_id, cpus, t - 2 * 10**9, t + AFTER_NS, l.host)
+        busy = [r for r in post if r["tid"] not in (0, None)]
+        n_post = sum(r["n"] for r in busy)
+        n_pre = sum(r["n"] for r in pre if r["tid"] not in (0, None))
+        if not n_post or not n_pre:
+            continue
+        mine_pre = sum(r["n"] for r in pre if r["tid"] == pid) / n_pre
+        mine_post = sum(r["n"] for r in busy if r["tid"] == pid) / n_post
+        others = [r for r in busy if r["tid"] not in job and r["tid"] != pid]
+        if not others:
+            continue
+        top = max(others, key=lambda r: r["n"])
+        share = top["n"] / n_post
+        pre_share = sum(r["n"] for r in pre if r["tid"] == top["tid"]) / n_pre
+        if share < SHARE or mine_post >= 0.5 * mine_pre or pre_share >= 0.5 * share:
+            continue            # no newcomer took the CPU: the rank gave it up, or shared it as before
+        starved = share >= STARVED and mine_post <= 0.05
+        ts = top["ts"]
+        gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
+        period = int(statistics.median(gaps)) if gaps else 10**9 // 29
+        first = top["first"]
+        summary = (f"{top['comm']} (pid {top['tid']}), not a process of the job, took {share:.0%} of the samples of "
+                   f"CPU{'s' if len(cpus) > 1 else ''} {', '.join(map(str, cpus))} from {fmt_hms(first)}, where rank "
+                   f"{l.rank} (pid {pid}) had run ({mine_pre:.0%} of its samples before, {mine_post:.0%} after)")
+        ev = (Evidence(top["path"], None, f"perf: {top['n']} samples of {top['comm']}/{top['tid']} on CPU "
+                                          f"{','.join(map(str, cpus))} between {fmt_hms(t - 2 * 10**9)} and "
+                                          f"{fmt_hms(t + AFTER_NS)}; rank {l.rank}: {mine_post:.0%}"),)
+        out.append(Link(kind=LinkKind.CPU_CONTENTION, ts_ns=first, summary=summary, source=top["path"], host=l.host,
+                        rank=l.rank, pid=pid, evidence=ev, provenance=Provenance.INFERRED, confidence=0.9,
+                        entity=f"pid {top['tid']}",
+                        attrs=(("ts_lo_ns", first - period), ("ts_hi_ns", first), ("ts_bound", "between"),
+                               ("hog", f"{top['comm']} (pid {top['tid']})"), ("hog_pid", top["tid"]),
+                               ("cpus", tuple(cpus)), ("share", round(share, 3)), ("starved", starved),
+                               ("until_ns", t + AFTER_NS), ("outside", True))))
+        done.add(l.rank)
+    return out
