@@ -178,7 +178,7 @@ def test_mountinfo_and_cgroup_paths(tmp_path):
     from ingest.formats._cgroup_read import resolve
     assert resolve("memory/job/memory.usage_in_bytes").entity == "/job"
     assert resolve("cpu,cpuacct/job/cpu.stat").entity == "/job"
-    assert resolve("proc/4242/status").entity == "pid:4242"
+    assert resolve("proc/4242/status").entity == "pid 4242"
     # this host: our own cgroups resolve without error (whatever they are)
     dirs, notes = cgmod.cgroups_of(os.getpid(), cgmod.read_mounts())
     assert all(os.path.isdir(d.path) for d in dirs) and isinstance(notes, list)
@@ -263,7 +263,7 @@ def test_snapshots_are_laid_out_as_the_cgroup_parser_reads_them(tmp_path):
     for want in (("/aftertrace_job", "cpu.nr_throttled"), ("/aftertrace_job", "cpu.quota_ns"),
                  ("/aftertrace_job", "cpu.usage_ns"), ("/aftertrace_job", "memory.usage_bytes"),
                  ("/aftertrace_job", "memory.limit_bytes"), ("/aftertrace_job", "memory.oom_kill"),
-                 (f"pid:{me}", "proc.rss_bytes"), ("host", "host.load1")):
+                 (f"pid {me}", "proc.vm_rss_bytes"), ("host", "host.load1")):
         assert want in got, want
     times = sorted({x["ts_raw_ns"] for x in rows if x["metric"] == "cpu.quota_ns"})
     assert times == [t0 // 1000 * 1000 + i * 500_000_000 for i in range(3)]   # folder names keep µs
