@@ -532,6 +532,16 @@ def test_job_in_a_new_cgroup_is_found_and_snapshotted(tmp_path):
         host = next(iter(man["hosts"]))
         files = list((Path(rec.bundles[0]) / host / "cgroup").glob(f"*/memory/{name}/memory.usage_in_bytes"))
         assert len(files) >= 3
+        # who was in it: cgroup.procs of the group and /proc/<pid>/cgroup of the job's processes
+        assert len(list((Path(rec.bundles[0]) / host / "cgroup").glob(f"*/memory/{name}/cgroup.procs"))) >= 3
+        job = man["job"]["pid"]
+        assert list((Path(rec.bundles[0]) / host / "cgroup").glob(f"*/proc/{job}/cgroup"))
+        g, r, _ = _parse_group(Path(rec.bundles[0]), tmp_path)
+        import pyarrow.parquet as pq
+        members = [row for f in r.parts.get("members", []) for row in pq.read_table(f).to_pylist()]
+        for basis in ("cgroup.procs", "proc_cgroup"):     # (the shell moves itself: it may join late)
+            assert any(m["pid"] == job and m["controller"] == "memory" and m["cgroup"] == f"/{name}"
+                       and m["change"] in ("first", "joined") and m["basis"] == basis for m in members), basis
     finally:
         for _ in range(20):
             try:
