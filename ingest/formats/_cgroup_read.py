@@ -375,7 +375,10 @@ def json_time(v, zone: str | None) -> int | None:
             return int(v * 1_000_000)
         return int(round(v * NS))
     if isinstance(v, str):
-        return header_time(v, zone)
+        try:
+            return header_time(v, zone)
+        except (ValueError, OverflowError):     # a date the calendar does not have
+            return None
     return None
 
 

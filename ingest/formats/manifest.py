@@ -27,8 +27,11 @@ service also reads it before the parse for host attribution and the time zone
   state: these rows say "a process of the job, while the job's cgroups were these".
 
 Every field is type-checked: one of the wrong type is a parse issue naming its JSON path and
-line, and the rest is read. Not JSON, not an object, or larger than :data:`MAX_BYTES` fails the
-source with the reason. Line numbers come from a token scan of the text (:func:`key_lines`).
+line, and the rest is read. A manifest cut or damaged in the middle keeps the top-level keys
+before the damage (the collector writes job, trigger, hosts, ranks before the long lists) and is
+partial, naming the line; bytes that are not UTF-8 are replaced and named. Not a JSON object,
+or larger than :data:`MAX_BYTES`, fails the source with the reason. Line numbers come from a
+token scan of the text (:func:`key_lines`).
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ import re
 from typing import Any
 
 from ..model import CLOCK_WALL
-from ..reader import Head
+from ..reader import STREAM_ENDS, Head
 from ..registry import ParseContext, Parser
 from ._cgroup_read import json_time, resolve
 
@@ -89,6 +92,41 @@ def schema_of(text: str) -> str | None:
 
 _TOK = re.compile(r'"(?:[^"\\\n]|\\.)*"|[{}\[\],:]|-?\d[\d.eE+-]*|true|false|null')
 MAX_DEPTH = 3
+
+
+def read_object(text: str) -> tuple[dict, tuple[int, str] | None]:
+    """The top-level keys of a JSON object text up to where it breaks, and where (offset, why) it
+    does: a manifest cut mid-write (or damaged in its middle) keeps the keys written before the
+    damage. Raises ValueError when the text is not a JSON object at all."""
+    dec = json.JSONDecoder()
+    out: dict = {}
+    i = _ws(text, 0)
+    if not text.startswith("{", i):
+        raise ValueError("the manifest is not a JSON object")
+    i += 1
+    while True:
+        i = _ws(text, i)
+        if text.startswith("}", i):
+            end = _ws(text, i + 1)
+            return out, (None if end == len(text) else (end, "text after the object"))
+        try:
+            key, j = dec.raw_decode(text, i)
+            if not isinstance(key, str):
+                return out, (i, "expected a key")
+            j = _ws(text, j)
+            if not text.startswith(":", j):
+                return out, (j, "expected ':'")
+            val, j = dec.raw_decode(text, _ws(text, j + 1))
+        except json.JSONDecodeError as e:
+            return out, (e.pos, e.msg)
+        except (ValueError, RecursionError) as e:
+            return out, (i, f"{type(e).__name__}: {str(e)[:100]}")
+        out[key] = val
+        i = _ws(text, j)
+        if text.startswith(",", i):
+            i += 1
+        elif not text.startswith("}", i):
+            return out, (i, "expected ',' or '}'" if i < len(text) else "the text ends inside the object")
 
 
 def key_lines(text: str, max_paths: int = 200_000) -> dict[tuple, int]:
@@ -200,23 +238,36 @@ class CollectManifestParser(Parser):
     def parse(self, ctx: ParseContext) -> None:
         limit = min(MAX_BYTES, ctx.max_bytes or MAX_BYTES)
         stream = ctx.open()
+        chunks, n = [], 0
         try:
-            data = stream.read(limit + 1)
-            ctx.bytes_read = len(data)
+            while n <= limit:
+                c = stream.read1(min(1 << 20, limit + 1 - n))
+                if not c:
+                    break
+                chunks.append(c)
+                n += len(c)
+        except STREAM_ENDS as e:        # a cut or damaged .gz: the bytes before it are read
+            ctx.stream_error = e
         finally:
             stream.close()
+        data = b"".join(chunks)
+        ctx.bytes_read = len(data)
         if len(data) > limit:
             raise ValueError(f"the manifest is larger than {limit} bytes; not read")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"the manifest is not UTF-8 text ({e})") from None
-        try:
-            man = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            raise ValueError(f"the manifest is not valid JSON ({str(e)[:200]})") from None
-        if not isinstance(man, dict):
-            raise ValueError(f"the manifest is a JSON {type(man).__name__}, not an object")
+            ctx.sink.issue("undecodable", "not valid UTF-8; bad bytes replaced", line=data.count(b"\n", 0, e.start) + 1,
+                           text=data[max(0, e.start - 60):e.start + 60].decode("utf-8", "replace"))
+            text = data.decode("utf-8", "replace")
+        man, broken = read_object(text)
+        if broken is not None:
+            at, why = broken
+            line = text.count("\n", 0, at) + 1
+            ctx.sink.issue("bad_json", f"not valid JSON from here on ({why}); the keys before it are read",
+                           line=line, text=text[at:at + 200])
+            ctx.truncated = (f"the manifest is cut or damaged at line {line} ({why}); "
+                             f"{len(man)} top-level keys before it were read")
         r = _Reader(ctx, key_lines(text))
         ctx.clock_domain = CLOCK_WALL
         ctx.format = self.name

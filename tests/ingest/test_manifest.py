@@ -155,19 +155,39 @@ def dump_rows(obj, indent: int = 0) -> str:
 
 
 # -- hostile ---------------------------------------------------------------------------------------
-def test_a_manifest_cut_mid_write_fails_with_the_reason(tmp_path):
+def test_a_manifest_cut_mid_write_keeps_the_keys_before_the_cut(tmp_path):
+    data = HANG.read_bytes()
+    cut = data.index(b'"ranks": {')          # inside "hosts", before "ranks"
     p = tmp_path / "aftertrace-manifest.json"
-    p.write_bytes(HANG.read_bytes()[:3000])
+    p.write_bytes(data[:cut - 40])
     assert default_registry().detect(Head.read(p, p.name)).parser is CollectManifestParser
     r = parse(p, tmp_path)
-    assert r.status == "failed" and "the manifest is not valid JSON" in r.error
+    line = data[:cut - 40].count(b"\n") + 1
+    assert r.status == "partial"
+    assert r.error.startswith(f"the manifest is cut or damaged at line {line} (")
+    assert r.error.endswith("6 top-level keys before it were read")     # schema ... window
+    ev = table(r, "events")
+    assert set(ev["name"]) == {"job_failure", "trigger"}
+    assert table(r, "parse_issues")["kind"].to_list() == ["bad_json"]
 
 
-def test_binary_garbage_after_the_schema_fails_cleanly(tmp_path):
+def test_bytes_not_utf8_are_named_and_the_rest_is_read(tmp_path):
+    data = HANG.read_bytes().replace(b'"comm": "pt_elastic"', b'"comm": "pt_\xff\xfelastic"', 1)
     p = tmp_path / "aftertrace-manifest.json"
-    p.write_bytes(b'{"schema": "aftertrace.collect/1", "job": \xff\xfe\x00garbage')
+    p.write_bytes(data)
     r = parse(p, tmp_path)
-    assert r.status == "failed" and "not UTF-8" in r.error
+    iss = table(r, "parse_issues")
+    assert iss["kind"].to_list() == ["undecodable"] and r.status == "partial"
+    assert data.splitlines()[iss["line"][0] - 1].strip().startswith(b'"comm": "pt_')
+    assert len(table(r, "events").filter(pl.col("name") == "job_failure")) == 1
+
+
+def test_binary_garbage_after_the_schema_is_partial_with_the_line(tmp_path):
+    p = tmp_path / "aftertrace-manifest.json"
+    p.write_bytes(b'{"schema": "aftertrace.collect/1",\n "job": \xff\xfe\x00garbage')
+    r = parse(p, tmp_path)
+    assert r.status == "partial" and r.error.startswith("the manifest is cut or damaged at line 2 (")
+    assert r.records == 0
 
 
 def test_a_huge_manifest_is_not_read(tmp_path, monkeypatch):
@@ -220,15 +240,18 @@ def test_wrong_types_are_issues_with_path_and_line_and_the_rest_is_read(tmp_path
     assert sorted(table(r, "facts").filter(pl.col("key") == "rank_pid")["value"]) == ["0=28797"]
 
 
-@pytest.mark.parametrize("text, why", [
-    (b'{"schema": "aftertrace.collect/1", "ranks": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
-    (b'[{"schema": "aftertrace.collect/1"}]', "a JSON list, not an object"),
-])
-def test_not_an_object_fails_with_the_reason(tmp_path, text, why):
+def test_nesting_deeper_than_json_can_follow_is_a_bad_value(tmp_path):
     p = tmp_path / "aftertrace-manifest.json"
-    p.write_bytes(text)
+    p.write_bytes(b'{"schema": "aftertrace.collect/1", "ranks": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     r = parse(p, tmp_path)
-    assert r.status == "failed" and why in r.error
+    assert r.status == "partial" and "RecursionError" in r.error
+
+
+def test_not_an_object_fails_with_the_reason(tmp_path):
+    p = tmp_path / "aftertrace-manifest.json"
+    p.write_bytes(b'[{"schema": "aftertrace.collect/1"}]')
+    r = parse(p, tmp_path)
+    assert r.status == "failed" and "the manifest is not a JSON object" in r.error
 
 
 # -- where the manifests are -----------------------------------------------------------------------
