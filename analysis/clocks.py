@@ -442,6 +442,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     cur = store.cursor()
     cur.execute("DELETE FROM clock_map WHERE incident_id = ?", [incident_id])
     store.insert_rows("clock_map", [e.row(incident_id) for e in entries])
+    # members is a small table, always in the database (also for attached incidents)
+    _place(cur, "members", incident_id)
     attached = getattr(store, "attached_root", None)
     if attached is not None and attached(incident_id):
         # Heavy tables read from Parquet (server/store.py): their views compute ts_utc_ns from
@@ -460,13 +462,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
                WHERE s.incident_id = ? AND c.offset_ns IS NOT NULL""", [incident_id])
         return entries
     for table in ("events", "samples", "metrics", "collectives", "steps"):
-        cur.execute(
-            f"""UPDATE main.{table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
-                                         + CAST(COALESCE(c.drift_ppm, 0) * 1e-6 * t.ts_raw_ns AS BIGINT)
-                FROM sources s, clock_map c
-                WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
-                  AND c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')
-                  AND c.domain = s.clock_domain AND c.offset_ns IS NOT NULL""", [incident_id])
+        _place(cur, table, incident_id)
     # A kernel log with reboots in it: the anchors were read in the last boot, so the records
     # of earlier boots (their own boot clock) stay unplaced rather than being placed wrongly.
     cur.execute(
@@ -478,3 +474,14 @@ def align(store, incident_id: str) -> list[ClockEntry]:
              AND COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.boot') AS INTEGER), 0)
                  <> TRY_CAST(f.value AS INTEGER) - 1""", [incident_id])
     return entries
+
+
+def _place(cur, table: str, incident_id: str) -> None:
+    """ts_utc_ns of a table's rows from their source's clock_map entry (host and domain)."""
+    cur.execute(
+        f"""UPDATE main.{table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
+                                     + CAST(COALESCE(c.drift_ppm, 0) * 1e-6 * t.ts_raw_ns AS BIGINT)
+            FROM sources s, clock_map c
+            WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
+              AND c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')
+              AND c.domain = s.clock_domain AND c.offset_ns IS NOT NULL""", [incident_id])

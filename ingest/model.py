@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -292,6 +292,44 @@ FACTS = Table(
     ),
 )
 
+MEMBERS = Table(
+    "members",
+    "Which process (cgroup.procs, /proc/<pid>/cgroup, the collector's manifest) or thread (tasks, "
+    "cgroup.threads) was in which cgroup when. Bounded: for each file series (one cgroup's "
+    "cgroup.procs, tasks or cgroup.threads in one hierarchy; one pid's /proc/<pid>/cgroup per "
+    "hierarchy) a row is written at the first snapshot that read the file (change 'first'), at "
+    "each snapshot where a pid/tid is listed after the previous read did not list it ('joined'), "
+    "at the first read that no longer lists it ('left', present false), and at the last snapshot "
+    "that read the file for those listed there ('last'). A snapshot that lacks the file says "
+    "nothing (no 'left'). So a pid was in the cgroup from a 'first'/'joined' row up to the next "
+    "'left' row of the same series (exclusive) or its 'last' row (inclusive). Manifest rows "
+    "(basis 'manifest') are a 'first' row at the time the collector first saw the process and a "
+    "'last' row at the time it last saw it, for every cgroup it snapshotted.",
+    (
+        _INC, _SRC,
+        _c("host", "VARCHAR", "-", "host (null: the source's host)"),
+        _c("cgroup", "VARCHAR", "-", "cgroup path as the metrics name it in entity: '/aftertrace_job', "
+           "'/kubepods.slice/x.scope'; the v2 hierarchy of a hybrid host (mounted at unified/) is "
+           "'/unified/<path>'; '/' is the root cgroup", False),
+        _c("controller", "VARCHAR", "-", "hierarchy: the v1 controller folder or /proc/<pid>/cgroup "
+           "controller list as written (cpu, cpuacct, 'cpu,cpuacct', memory, freezer, pids, "
+           "name=systemd, ...); 'unified' for the cgroup v2 hierarchy", False),
+        _c("ts_raw_ns", "BIGINT", "ns", "snapshot time on the source's clock (wall; null: the copy has no time)"),
+        _c("ts_utc_ns", "BIGINT", "ns", "snapshot time in UTC after alignment (filled by analysis)", True, True),
+        _c("pid", "BIGINT", "-", "process (thread group) id; tasks/cgroup.threads rows: the tid when "
+           "the series lists that id as a process anywhere (a main thread), else null"),
+        _c("tid", "BIGINT", "-", "thread id (tasks, cgroup.threads rows); null for process rows"),
+        _c("present", "BOOLEAN", "-", "false on 'left' rows: the file was read and no longer listed it",
+           False),
+        _c("change", "VARCHAR", "-", "first | joined | left | last (see the table's rule)", False),
+        _c("basis", "VARCHAR", "-", "what was read: cgroup.procs | tasks | cgroup.threads | "
+           "proc_cgroup (/proc/<pid>/cgroup) | manifest (aftertrace collect's manifest)", False),
+        _c("file", "VARCHAR", "-", "path in the bundle of the file read (evidence)"),
+        _c("line", "BIGINT", "line", "1-based line of that file that lists the pid/tid (null: 'left' rows, "
+           "whose evidence is the file without it)"),
+    ),
+)
+
 CLOCK_MAP = Table(
     "clock_map",
     "Per host and clock domain: how raw times become UTC (written by analysis).",
@@ -438,13 +476,13 @@ SHARES = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
-        ANCHORS, FACTS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS, METRIC_BINS,
+        ANCHORS, FACTS, MEMBERS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS, METRIC_BINS,
     )
 }
 
 # Tables a parser writes rows into.
 PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts",
-                 "collectives", "steps", "flows")
+                 "collectives", "steps", "flows", "members")
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
 INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "event_bins", "metric_bins")
 

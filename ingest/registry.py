@@ -159,8 +159,9 @@ class GroupParser(Parser):
         return False          # never claims a single file by its head
 
     @classmethod
-    def claim(cls, files: list[tuple[str, str]]) -> list[Group]:  # pragma: no cover - abstract
-        """From (path in bundle, file on disk) of every file not claimed yet, the groups this parser reads."""
+    def claim(cls, files: list[tuple[str, str]], detect=None) -> list[Group]:  # pragma: no cover - abstract
+        """From (path in bundle, file on disk) of every file not claimed yet, the groups this parser reads.
+        ``detect(rel, disk)``, when given, tells whether a per-file parser reads a file."""
         raise NotImplementedError
 
 
@@ -201,8 +202,16 @@ class Registry:
         """Let each group parser, in priority order, claim sets of the files nobody claimed yet."""
         out: list[tuple[type[GroupParser], Group]] = []
         taken: set[str] = set()
+
+        def per_file(rel: str, disk: str) -> bool:
+            """Whether a per-file parser reads this file (a group leaves such files alone)."""
+            try:
+                return self.detect(Head.read(disk, rel)).recognized
+            except Exception:       # unreadable: nobody reads it
+                return False
+
         for p in self.groups:
-            for g in p.claim([f for f in files if f[0] not in taken]):
+            for g in p.claim([f for f in files if f[0] not in taken], detect=per_file):
                 out.append((p, g))
                 taken.update(rel for rel, _ in g.members)
         return out

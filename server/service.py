@@ -34,6 +34,7 @@ from analysis import clocks, report as report_mod, rootcause, timeline
 from ingest import attribution
 from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_full, extract, is_disk_full, sniff_kind,
                            store_raw, store_stream)
+from ingest.formats.manifest import BundleManifests, find_manifests
 from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, merge_ranges, parse_file, split_job
 from ingest.reader import Head
@@ -48,7 +49,6 @@ from .settings import Settings
 from .shares import Shares
 from .store import Store
 
-MANIFEST = "aftertrace-manifest.json"
 INTERRUPTED = "interrupted: the aftertrace process stopped during the analysis; analyse again"
 Progress = Callable[[str, int, int], None]
 
@@ -276,14 +276,16 @@ class Service(Queries, Shares, Exports):
             if stripped:
                 notes.append(f"all files were in one folder {stripped}/; paths are shown without it")
         members = sorted(ex.members, key=lambda m: m.path)
-        manifest, mnotes = self._manifest(ex)
-        notes += mnotes
+        # The manifests (any folder: a bundle folder tarred whole, node bundles side by side):
+        # hosts' paths and the time zone before the parse; each is also parsed as a source.
+        manifests = find_manifests([(m.path, str(m.file), m.size) for m in members if m.ok])
+        notes += manifests.notes
 
         # Detect every extracted file (first KiBs after gunzip).
         results: dict[str, SourceResult] = {}
         jobs: list[ParseJob] = []
         host_jobs: list[ParseJob] = []
-        ok = [m for m in members if m.ok and m.path != MANIFEST]
+        ok = [m for m in members if m.ok]
         # Group parsers first: each set of files they claim is parsed as one source.
         groups = self.registry.claim_groups([(m.path, str(m.file)) for m in ok])
         in_group = {rel: g.rel for _, g in groups for rel, _ in g.members}
@@ -324,14 +326,14 @@ class Service(Queries, Shares, Exports):
         # Host info first: it tells the bundle's time zone for local-time strings.
         for job in host_jobs:
             results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
-        tz, tz_from = self._time_zone(manifest, [results[j.rel] for j in host_jobs])
+        tz, tz_from = self._time_zone(manifests, [results[j.rel] for j in host_jobs])
         tz_ok = tzinfo_for(tz) is not None
         if not tz_ok:
             notes.append(f"time zone {tz!r} ({tz_from}) is not known; local times were read as UTC")
         for job in jobs:
             job.time_zone = tz if tz_ok else "UTC"
         if root:       # the partitions' host: as attributed from paths, the manifest, host-info files
-            self._partition_hosts(jobs, host_jobs, results, manifest)
+            self._partition_hosts(jobs, host_jobs, results, manifests.hosts)
         self._parse_all(jobs, results, progress, sid_of, load)
         for r in results.values():   # a full disk is not the file's fault: the analysis stops
             if r.status == STATUS_FAILED and r.error and is_disk_full(Exception(r.error)):
@@ -345,7 +347,9 @@ class Service(Queries, Shares, Exports):
         for m in members:
             if m.path in in_group:
                 continue
-            if m.path == MANIFEST and m.ok:
+            if m.path in manifests.paths and m.ok and results[m.path].kind == "unrecognized" \
+                    and results[m.path].status != STATUS_FAILED:
+                # a manifest written by hand (no collector schema): read above for hosts and zone
                 r = SourceResult(m.path, kind="host_info", format="manifest", status=STATUS_PARSED,
                                  clock_domain="none", bytes=m.size)
             elif not m.ok:
@@ -357,9 +361,7 @@ class Service(Queries, Shares, Exports):
         assert [sid_of[r.rel] for r in sources] == list(range(1, len(sources) + 1)), "source ids out of order"
         att = [attribution.Attributable(r.rel, r.kind, content_host=r.host, content_rank=r.rank)
                for r in sources]
-        manifest_hosts = {h: v.get("paths", []) for h, v in (manifest.get("hosts") or {}).items()
-                          if isinstance(v, dict)} if manifest else {}
-        notes += attribution.resolve(att, manifest_hosts)
+        notes += attribution.resolve(att, manifests.hosts)
 
         progress("store", 0, 1)
         load.commit(lambda: self._finish_load(iid, sources, att, tz, tz_from))
@@ -382,15 +384,13 @@ class Service(Queries, Shares, Exports):
 
     @staticmethod
     def _partition_hosts(jobs: list[ParseJob], host_jobs: list[ParseJob], results: dict,
-                         manifest: dict | None) -> None:
+                         hosts: dict[str, list[str]]) -> None:
         """``job.host`` of each job: its host as far as it is known before the parse (the final
         attribution also reads the files' contents; the partition's name only organises)."""
         info = {j.rel for j in host_jobs}
         att = [attribution.Attributable(j.rel, "host_info" if j.rel in info else "other",
                                         content_host=results[j.rel].host if j.rel in info else None)
                for j in host_jobs + jobs]
-        hosts = {h: v.get("paths", []) for h, v in ((manifest or {}).get("hosts") or {}).items()
-                 if isinstance(v, dict)}
         attribution.resolve(att, hosts)
         host_of = {a.path: a.host for a in att}
         for j in jobs:
@@ -485,22 +485,9 @@ class Service(Queries, Shares, Exports):
                                     [tz, tz_from, iid])
 
     @staticmethod
-    def _manifest(ex: Extracted) -> tuple[dict | None, list[str]]:
-        for m in ex.members:
-            if m.path == MANIFEST and m.ok:
-                try:
-                    data = json.loads(m.file.read_text(encoding="utf-8"))
-                except (ValueError, UnicodeDecodeError) as e:
-                    return None, [f"{MANIFEST}: not valid JSON ({e}); ignored"]
-                if not isinstance(data, dict):
-                    return None, [f"{MANIFEST}: not a JSON object; ignored"]
-                return data, []
-        return None, []
-
-    @staticmethod
-    def _time_zone(manifest: dict | None, host_results: list[SourceResult]) -> tuple[str, str]:
-        if manifest and isinstance(manifest.get("time_zone"), str):
-            return manifest["time_zone"], "manifest"
+    def _time_zone(manifests: BundleManifests, host_results: list[SourceResult]) -> tuple[str, str]:
+        if manifests.time_zone:
+            return manifests.time_zone, "manifest"
         zones, offsets = [], []
         for r in host_results:
             for f in r.parts.get("facts", []):

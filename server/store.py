@@ -107,9 +107,15 @@ def _v5_metric_bins(cur) -> None:
     cur.execute(TABLES["metric_bins"].ddl())
 
 
+def _v6_members(cur) -> None:
+    """Schema 7: ``members`` (which pids/tids were in which cgroup when); incidents analysed before it
+    have no rows until analysed again."""
+    cur.execute(TABLES["members"].ddl())
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
-                                                4: _v4_event_bins, 5: _v5_metric_bins}
+                                                4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members}
 
 
 class Store:

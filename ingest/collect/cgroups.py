@@ -9,9 +9,12 @@ hierarchy. Root cgroups are not snapshotted unless asked for by name (the host-w
 already in ``/proc/pressure``, ``/proc/loadavg`` and ``/proc/meminfo``).
 
 A snapshot copies the known files verbatim, under the path they have below
-``/sys/fs/cgroup`` (``memory/aftertrace_job/memory.stat``): exactly the names
-``ingest/formats/_cgroup_read.resolve`` maps to an entity and a metric, so the bundle's
-``cgroup/<epoch.usec>/...`` folders read as one cgroup series.
+``/sys/fs/cgroup`` (``memory/aftertrace_job/memory.stat``): names that
+``ingest/formats/_cgroup_read.resolve`` knows, so the bundle's ``cgroup/<epoch.usec>/...``
+folders read as one cgroup series. Besides counters, each snapshot keeps who is in the cgroup
+(``cgroup.procs``, ``/proc/<pid>/cgroup`` of the job's processes) and whether it is frozen
+(``freezer.state``, ``cgroup.events``): a host finding names the ranks it touched, and a job
+frozen by its orchestrator shows as such.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 # v1 controllers whose files aftertrace reads
-V1_WANTED = frozenset({"cpu", "cpuacct", "memory", "pids"})
+V1_WANTED = frozenset({"cpu", "cpuacct", "memory", "pids", "freezer"})
 # every cgroup file aftertrace reads (v1 and v2); a folder gets those of them it has
 CG_FILES = (
     # cpu v1 / v2
@@ -34,6 +37,8 @@ CG_FILES = (
     "memory.events", "memory.pressure",
     # io, pids
     "io.stat", "io.pressure", "pids.current", "pids.max", "pids.events",
+    # membership and freezing (v1 freezer, v2 cgroup.events: populated, frozen)
+    "cgroup.procs", "freezer.state", "cgroup.events",
 )
 HOST_FILES = ("/proc/pressure/cpu", "/proc/pressure/memory", "/proc/pressure/io", "/proc/loadavg",
               "/proc/meminfo")
@@ -212,9 +217,10 @@ class Snapshotter:
             if files and not got and d.path not in self.vanished:
                 self.vanished.append(d.path)
         for pid in pids:
-            t = _read(f"/proc/{pid}/status")
-            if t is not None:
-                out[f"proc/{pid}/status"] = t
+            for name in ("status", "cgroup"):
+                t = _read(f"/proc/{pid}/{name}")
+                if t is not None:
+                    out[f"proc/{pid}/{name}"] = t
         return out
 
 

@@ -9,8 +9,9 @@ Layout (one host folder, as ``sample_traces/oom-after-throttle`` has it)::
                                       start and at the trigger): boot clock <-> UTC
     <host>/dmesg.txt                  the kernel log, raw boot-relative times
     <host>/cgroup/<epoch.usec>/...    one folder per snapshot: cgroup v1/v2 files under their
-                                      /sys/fs/cgroup path, proc/pressure/*, proc/loadavg,
-                                      proc/meminfo, proc/<pid>/status of the job's processes
+                                      /sys/fs/cgroup path (cgroup.procs included), proc/pressure/*,
+                                      proc/loadavg, proc/meminfo, proc/<pid>/status and
+                                      proc/<pid>/cgroup of the job's processes
     <host>/logs/<command>.log         the job's stdout+stderr
     <host>/nccl/<file>                NCCL_DEBUG_FILE output
     <host>/gpu/nvidia_smi.csv         nvidia-smi --query-gpu samples
@@ -162,7 +163,7 @@ class BundleWriter:
                         if r is None:
                             continue
                         self._write(f"{h}/cgroup/{d}/{r}", text.encode("utf-8"))
-                        if r.startswith("proc/") and r.endswith("/status"):
+                        if r.startswith("proc/") and r.split("/")[1].isdigit():
                             pids.add(r.split("/")[1])
                         else:
                             paths.add(r)

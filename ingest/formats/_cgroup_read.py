@@ -9,14 +9,17 @@ found by running the same iterator again and keeping the blocks and lines asked 
 
 Identity of a file (``resolve``): the path is cut after ``sys/fs/cgroup/``; a leading
 ``proc/`` names a host file (``proc/pressure/cpu`` -> entity ``host``, ``proc/<pid>/status``
--> entity ``pid:<pid>``); otherwise a leading cgroup-v1 controller folder (``cpu``,
+and ``proc/<pid>/cgroup`` -> entity ``pid <pid>``; ``pressure/cpu`` without ``proc/`` is the
+host's too); otherwise a leading cgroup-v1 controller folder (``cpu``,
 ``memory``, ``cpu,cpuacct``, ``unified``, ...) is dropped and the rest is the cgroup path:
 ``cpu/aftertrace_job/cpu.stat`` and ``memory/aftertrace_job/memory.stat`` are both entity
 ``/aftertrace_job``; ``kubepods.slice/x.scope/memory.events`` is ``/kubepods.slice/x.scope``.
 (A v2 cgroup literally named like a v1 controller at the top level would lose that part.)
 In hybrid mode the v2 ``unified`` mount is a hierarchy of its own: its groups keep the
 prefix (``/unified/<path>``), so its cpu.stat and the v1 cpuacct.usage of the same group
-stay two series.
+stay two series. ``FileId.controller`` names the hierarchy: the v1 controller folder as
+written, ``unified`` for the v2 mount and for paths with no controller folder (a v2 host's
+copy), ``proc`` for host and process files.
 """
 from __future__ import annotations
 
@@ -67,6 +70,7 @@ class FileId:
     entity: str
     name: str          # the file's name as the table knows it (cpu.stat, pressure/cpu, status)
     spec: FileSpec
+    controller: str = "proc"
 
 
 def resolve(path: str) -> FileId | None:
@@ -80,18 +84,22 @@ def resolve(path: str) -> FileId | None:
         return None
     if parts[0] == "proc" and len(parts) >= 2:
         rest = "/".join(parts[1:])
-        if rest in PROC_FILES:
+        if rest in PROC_FILES and rest != "status" and rest != "cgroup":
             return FileId(HOST, rest, PROC_FILES[rest])
-        if len(parts) == 3 and parts[1].isdigit() and parts[2] == "status":
-            return FileId(f"pid:{parts[1]}", "status", PROC_FILES["status"])
+        if len(parts) == 3 and parts[1].isdigit() and len(parts[1]) <= 10 and parts[2] in ("status", "cgroup"):
+            return FileId(f"pid {int(parts[1])}", parts[2], PROC_FILES[parts[2]])
         return None
+    if len(parts) == 2 and parts[0] == "pressure" and f"pressure/{parts[1]}" in PROC_FILES:
+        return FileId(HOST, f"pressure/{parts[1]}", PROC_FILES[f"pressure/{parts[1]}"])
     spec = FILES.get(parts[-1])
     if spec is None:
         return None
     dirs = parts[:-1]
+    controller = "unified"
     if dirs and dirs[0] in V1_CONTROLLERS:
+        controller = dirs[0]
         dirs = dirs[1:]
-    return FileId("/" + "/".join(dirs), parts[-1], spec)
+    return FileId("/" + "/".join(dirs), parts[-1], spec, controller)
 
 
 # -- one block -> rows --------------------------------------------------------------
@@ -195,7 +203,36 @@ def parse_block(fid: FileId, lines: list[str]) -> tuple[list[Row], list[tuple[in
                     bad.append((i, f"{fid.name}: {k} is not a number"))
                     continue
                 rows.append((ent, f.metric, val * f.scale, f.unit, i))
+        elif g == "percpu":
+            f = spec.fields[""]
+            vals = [_num(t) for t in line.split()]
+            if i > 0 or any(v is None for v in vals):
+                bad.append((i, f"{fid.name}: expected one number per CPU on one line"))
+                continue
+            rows += [(f"{ent} cpu={n}", f.metric, v, f.unit, i) for n, v in enumerate(vals)]
+        elif g == "freezer":
+            v = FREEZER_STATES.get(line)
+            if v is None or i > 0:
+                bad.append((i, f"{fid.name}: expected THAWED, FREEZING or FROZEN"))
+                continue
+            rows.append((ent, spec.fields[""].metric, v, spec.fields[""].unit, i))
+        elif g in ("pids", "tids"):
+            if not _ID.match(line):
+                bad.append((i, f"{fid.name}: expected one {'pid' if g == 'pids' else 'thread id'} per line"))
+        elif g == "proc_cgroup":
+            if not PROC_CGROUP_LINE.match(line):
+                bad.append((i, "cgroup: expected 'hierarchy-ID:controller-list:cgroup-path'"))
+    if fid.name == "status" and fid.controller == "proc":
+        got = {r[1]: r for r in rows}
+        a, b = got.get("proc.voluntary_ctxt_switches"), got.get("proc.nonvoluntary_ctxt_switches")
+        if a and b:
+            rows.append((ent, "proc.ctxt_switches", a[2] + b[2], "count", b[4]))
     return rows, bad
+
+
+FREEZER_STATES = {"THAWED": 0.0, "FREEZING": 0.5, "FROZEN": 1.0}
+_ID = re.compile(r"^\d{1,10}$")
+PROC_CGROUP_LINE = re.compile(r"^(\d{1,10}):([^:]*):(/.*)$")
 
 
 # -- layouts -> blocks ----------------------------------------------------------------
@@ -204,7 +241,7 @@ class Block:
     ts_ns: int | None
     member: str            # path in the bundle of the file that holds the block
     first_line: int        # 1-based line of lines[0] in that file
-    fid: FileId
+    fid: FileId | None     # (None only inside concat_blocks: a file no reader knows)
     lines: list[str]
 
 
@@ -221,8 +258,9 @@ def read_member(disk: str, limit: int | None = None) -> str:
 
 def snapshot_blocks(members: Iterable[tuple[str, str]], prefix_len: int, zone: str | None,
                     want_ts: set[int] | None = None, limit: int | None = None,
-                    on_error=None) -> Iterator[Block]:
-    """Layout 1: ``<group>/<time>/<path>``; members are (path in bundle, file on disk)."""
+                    on_error=None, on_unknown=None) -> Iterator[Block]:
+    """Layout 1: ``<group>/<time>/<path>``; members are (path in bundle, file on disk).
+    ``on_unknown(rel, path, ts)`` hears of the files no reader knows."""
     for rel, disk in members:
         sub = rel[prefix_len:]
         tname, _, path = sub.partition("/")
@@ -231,6 +269,8 @@ def snapshot_blocks(members: Iterable[tuple[str, str]], prefix_len: int, zone: s
             continue
         fid = resolve(path)
         if fid is None:
+            if on_unknown:
+                on_unknown(rel, path, ts)
             continue
         try:
             text = read_member(disk, limit)
@@ -270,15 +310,15 @@ def header_time(s: str, zone: str | None) -> int | None:
 
 
 def concat_blocks(lines: Iterable[tuple[int, str]], rel: str, zone: str | None,
-                  on_bad=None) -> Iterator[Block]:
+                  on_bad=None, on_unknown=None) -> Iterator[Block]:
     """Layout 2: ``==> path <==`` / ``### path @ time`` headers, optional time line before blocks."""
     ts: int | None = None
-    cur: Block | None = None
+    cur: Block | None = None      # (fid None: a file no reader knows, whose lines are skipped)
     for lineno, raw in lines:
         line = raw.rstrip("\r")
         m = HDR_TAIL.match(line) or HDR_HASH.match(line)
         if m:
-            if cur is not None:
+            if cur is not None and cur.fid is not None:
                 yield cur
             path = m.group(1).strip()
             if m.re is HDR_HASH:
@@ -288,10 +328,10 @@ def concat_blocks(lines: Iterable[tuple[int, str]], rel: str, zone: str | None,
                 ts = t if t is not None else ts
             fid = resolve(path)
             if fid is None:
-                if on_bad:
+                if on_unknown:
+                    on_unknown(f"{rel}:{lineno}", path, ts)
+                elif on_bad:
                     on_bad(lineno, line, f"file {path!r} is not one aftertrace reads; its lines are skipped")
-                cur = None
-                continue
             cur = Block(ts, rel, lineno + 1, fid, [])
             continue
         stripped = line.strip()
@@ -301,16 +341,19 @@ def concat_blocks(lines: Iterable[tuple[int, str]], rel: str, zone: str | None,
                 cur is None or any(x.strip() for x in cur.lines)):
             t = header_time(stripped, zone)
             if t is not None:
-                if cur is not None:
+                if cur is not None and cur.fid is not None:
                     yield cur
-                    cur = None
+                cur = None
                 ts = t
                 continue
-        if cur is not None:
+        if cur is not None and cur.fid is None:
+            if stripped:
+                cur.lines[:] = [line]      # (only whether the block has begun matters)
+        elif cur is not None:
             cur.lines.append(line)
         elif stripped and on_bad:
             on_bad(lineno, line, "line outside any file block")
-    if cur is not None:
+    if cur is not None and cur.fid is not None:
         yield cur
 
 
@@ -332,12 +375,15 @@ def json_time(v, zone: str | None) -> int | None:
             return int(v * 1_000_000)
         return int(round(v * NS))
     if isinstance(v, str):
-        return header_time(v, zone)
+        try:
+            return header_time(v, zone)
+        except (ValueError, OverflowError):     # a date the calendar does not have
+            return None
     return None
 
 
 def jsonl_blocks(lines: Iterable[tuple[int, str]], rel: str, zone: str | None,
-                 on_bad=None) -> Iterator[Block]:
+                 on_bad=None, on_unknown=None) -> Iterator[Block]:
     """Layout 3: one JSON object per line: {"t_real_ns"|"ts", "cgroup"|"path", "file", "raw"}."""
     for lineno, raw in lines:
         if not raw.strip():
@@ -358,7 +404,9 @@ def jsonl_blocks(lines: Iterable[tuple[int, str]], rel: str, zone: str | None,
         path = f"{where or ''}/{o['file']}" if o.get("file") else str(where or "")
         fid = resolve(path)
         if fid is None:
-            if on_bad:
+            if on_unknown:
+                on_unknown(f"{rel}:{lineno}", path, ts)
+            elif on_bad:
                 on_bad(lineno, raw, f"file {path!r} is not one aftertrace reads")
             continue
         if ts is None and on_bad:

@@ -31,7 +31,13 @@ memory.oom_delta                d memory.oom (v2 memory.events oom)     count
 memory.max_hits_delta           d memory.max_hits (v2 memory.events max) count
 io.rbytes_per_s / io.wbytes_per_s  d io.rbytes / dt, d io.wbytes / dt   bytes/s
 proc.<n>voluntary_ctxt_switches_per_s  d ... / dt                       1/s
+proc.ctxt_switches_per_s        d proc.ctxt_switches / dt (both kinds)  1/s
 ==============================  ======================================  ==========
+
+Besides metrics, a series reads (``_cgroup_state``): membership (``cgroup.procs``, ``tasks``,
+``cgroup.threads``, ``/proc/<pid>/cgroup`` -> the ``members`` table), process states
+(``/proc/<pid>/status`` -> ``proc_state`` events), freezing (-> ``cgroup_frozen`` ...
+events) and settings (:data:`SETTINGS` -> facts).
 
 A counter that goes down between two snapshots was reset (group re-created, host
 rebooted, counter wrapped): no rate is derived for that pair and the reset is counted
@@ -57,6 +63,7 @@ class Field:
 @dataclass(frozen=True)
 class FileSpec:
     grammar: str              # flat | single | cpu_max | psi | io_stat | loadavg | colon (proc status/meminfo)
+    #                           | percpu | freezer | pids | tids | proc_cgroup | setting (see _cgroup_state)
     fields: dict[str, Field] = field(default_factory=dict)
     default: Field | None = None   # for keys not listed ("{key}" in the metric name is the key)
     counters: frozenset[str] = frozenset()   # keys taken by `default` that are counters
@@ -147,7 +154,34 @@ FILES: dict[str, FileSpec] = {
     # pressure (cgroup v2 files; /proc/pressure/<res> are resolved to these)
     "cpu.pressure": _psi("cpu"), "memory.pressure": _psi("memory"), "io.pressure": _psi("io"),
     "irq.pressure": _psi("irq"),
+    # per-CPU usage (v1 cpuacct: one ns counter per CPU, space-separated): entity '<cgroup> cpu=N'
+    "cpuacct.usage_percpu": FileSpec("percpu", {"": _f("cpu.percpu_usage_ns", "ns", C)}),
+    "cgroup.stat": FileSpec("flat", {}, default=_f("cgroup.stat.{key}", "count")),
+    # freezing: v1 freezer.state THAWED/FREEZING/FROZEN -> 0/0.5/1; v2 cgroup.events frozen 0|1
+    # (0.5 when cgroup.freeze asks for it and the same snapshot's cgroup.events says not yet)
+    "freezer.state": FileSpec("freezer", {"": _f("freezer.frozen", "fraction")}),
+    "freezer.self_freezing": FileSpec("single", {"": _f("freezer.self_freezing", "-")}),
+    "freezer.parent_freezing": FileSpec("single", {"": _f("freezer.parent_freezing", "-")}),
+    "cgroup.events": FileSpec("flat", {"populated": _f("cgroup.populated", "-"),
+                                       "frozen": _f("freezer.frozen", "fraction")}),
+    "cgroup.freeze": FileSpec("single", {"": _f("freezer.freeze_requested", "-")}),
+    # membership (members table, not metrics): pids of the cgroup, tids of the cgroup
+    "cgroup.procs": FileSpec("pids"), "tasks": FileSpec("tids"), "cgroup.threads": FileSpec("tids"),
 }
+
+# Settings: read as facts (key = file name, value = '<cgroup>: <text>') when first seen and when
+# they change; no metric.
+SETTINGS = frozenset(
+    "cgroup.controllers cgroup.subtree_control cgroup.type cgroup.max.depth cgroup.max.descendants "
+    "cgroup.pressure cgroup.clone_children cgroup.sane_behavior notify_on_release release_agent "
+    "cpu.idle cpu.rt_period_us cpu.rt_runtime_us cpu.cfs_burst_us cpu.max.burst cpu.weight.nice "
+    "cpu.uclamp.min cpu.uclamp.max cpuset.cpus cpuset.mems cpuset.cpus.effective cpuset.mems.effective "
+    "cpuset.cpus.partition cpuset.cpu_exclusive cpuset.mem_exclusive memory.use_hierarchy "
+    "memory.swappiness memory.oom.group memory.move_charge_at_immigrate memory.soft_limit_in_bytes "
+    "memory.min memory.low memory.swap.max memory.zswap.max io.weight io.max pids.max "
+    "memory.memsw.limit_in_bytes memory.kmem.limit_in_bytes memory.kmem.tcp.limit_in_bytes".split())
+for _n in SETTINGS:
+    FILES.setdefault(_n, FileSpec("setting"))
 
 # Host files, by their path under /proc.
 PROC_FILES: dict[str, FileSpec] = {
@@ -157,10 +191,11 @@ PROC_FILES: dict[str, FileSpec] = {
     "meminfo": FileSpec("colon", {k: _f(f"meminfo.{k}_bytes", "bytes", GAUGE, 1024) for k in (
         "MemTotal", "MemFree", "MemAvailable", "Buffers", "Cached", "SwapTotal", "SwapFree", "Dirty",
         "AnonPages", "Shmem", "Slab", "Committed_AS")}),
-    "status": FileSpec("colon", {   # /proc/<pid>/status
+    "status": FileSpec("colon", {   # /proc/<pid>/status (+ proc.ctxt_switches: the two summed)
         "voluntary_ctxt_switches": _f("proc.voluntary_ctxt_switches", "count", C),
         "nonvoluntary_ctxt_switches": _f("proc.nonvoluntary_ctxt_switches", "count", C),
-        "VmRSS": _f("proc.rss_bytes", "bytes", GAUGE, 1024), "Threads": _f("proc.threads", "count")}),
+        "VmRSS": _f("proc.vm_rss_bytes", "bytes", GAUGE, 1024), "Threads": _f("proc.threads", "count")}),
+    "cgroup": FileSpec("proc_cgroup"),   # /proc/<pid>/cgroup: members rows
 }
 
 PSI_KEYS = {"avg10": ("avg10", "percent", GAUGE, 1), "avg60": ("avg60", "percent", GAUGE, 1),
@@ -177,6 +212,7 @@ RATES: dict[str, tuple[str, float, str]] = {
     "io.wbytes": ("io.wbytes_per_s", 1.0, "bytes/s"),
     "proc.voluntary_ctxt_switches": ("proc.voluntary_ctxt_switches_per_s", 1.0, "1/s"),
     "proc.nonvoluntary_ctxt_switches": ("proc.nonvoluntary_ctxt_switches_per_s", 1.0, "1/s"),
+    "proc.ctxt_switches": ("proc.ctxt_switches_per_s", 1.0, "1/s"),
 }
 for _r in ("cpu", "memory", "io", "irq"):
     for _k in ("some", "full"):

@@ -27,8 +27,12 @@ Local times without a zone are read in the bundle's time zone.
 Rows: raw metrics (units normalised: ns, bytes, counts, percent) and the derived series
 of ``_cgroup_table`` (rates per second, throttled fraction, cores used, PSI stall %,
 memory growth and headroom, failcnt/oom deltas); counter resets are detected and counted
-(``attrs.counter_resets``). Lines that do not fit their file's grammar are parse issues
-naming the member file and its line; parsing goes on.
+(``attrs.counter_resets``). Membership, process states, freezing and settings become
+``members`` rows, ``proc_state`` / ``cgroup_frozen`` ... events and facts
+(``_cgroup_state``). Lines that do not fit their file's grammar are parse issues naming the
+member file and its line; parsing goes on. A file of the series that no reader knows is one
+``not_read`` issue per file name with the number of snapshots that hold it, never a source
+of its own.
 
 Evidence: the ``metrics`` table has no line column, so :func:`evidence` re-reads the
 members: it runs the same layout iterator over the files (``attrs.disk``) restricted to
@@ -44,16 +48,18 @@ from typing import Iterable
 from ..model import CLOCK_WALL
 from ..reader import Head
 from ..registry import Group, GroupParser, ParseContext, Parser, read_group
+from ._cgroup_state import SeriesState, freezing_value
 from ._cgroup_read import (TS_EPOCH, TS_ISO, Block, concat_blocks, derive, disk_root, header_time,
                            jsonl_blocks, metric_frame, parse_block, parse_time_name, read_member, resolve,
                            snapshot_blocks)
 
 MAX_MEMBER_BYTES = 4 * 1024 * 1024       # a snapshot file larger than this is not a cgroup file
+MAX_UNKNOWN_NAMES = 200                  # distinct names of unread files reported one by one
 DATE_FILES = re.compile(r"^date(?:[._-].*)?$")
 
 
 class _Collector:
-    """Column buffers for one source; blocks in, metric rows + issues out."""
+    """Column buffers for one source; blocks in, metric rows + members/events/facts + issues out."""
 
     def __init__(self, ctx: ParseContext):
         self.ctx = ctx
@@ -65,10 +71,32 @@ class _Collector:
         self.files: Counter = Counter()
         self.times: set = set()
         self.blocks = 0
+        self.state = SeriesState(ctx.sink)
+        # freezer.frozen rows: (row index, controller, member, line, text); (entity, ts) -> cgroup.freeze
+        self.frozen: list[tuple] = []
+        self.freeze_req: dict[tuple, float] = {}
+        # files no reader knows: name -> [copies, first path in the bundle, snapshot times]
+        self.unknown: dict[str, list] = {}
 
     def bad(self, member: str, lineno: int | None, text: str, why: str) -> None:
         where = f"{member}:{lineno}: " if member != self.ctx.rel else ""
         self.ctx.sink.issue("bad_line", f"{where}{why}", line=lineno, text=text)
+
+    def not_read(self, member: str, path: str, ts: int | None = None) -> None:
+        """A file of the series that no reader knows: counted by its name, reported once."""
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if name.isdigit():
+            name = path          # (a bare number is a folder-less path part: keep the whole)
+        u = self.unknown.get(name)
+        if u is None:
+            if len(self.unknown) >= MAX_UNKNOWN_NAMES:
+                name = "(other names)"
+                u = self.unknown.setdefault(name, [0, member, set()])
+            else:
+                u = self.unknown[name] = [0, member, set()]
+        u[0] += 1
+        if ts is not None and len(u[2]) < 1_000_000:
+            u[2].add(ts)
 
     def add(self, b: Block) -> None:
         rows, bad = parse_block(b.fid, b.lines)
@@ -78,15 +106,38 @@ class _Collector:
             self.times.add(b.ts_ns)
         for i, why in bad:
             self.bad(b.member, b.first_line + i, b.lines[i], why)
-        for ent, met, v, u, _ in rows:
+        self.state.add(b)
+        for ent, met, v, u, i in rows:
+            if met == "freezer.frozen":
+                self.frozen.append((len(self.val), b.fid.controller, b.member, b.first_line + i, b.lines[i]))
+            elif met == "freezer.freeze_requested":
+                self.freeze_req[(ent, b.ts_ns)] = v
             self.ent.append(ent)
             self.met.append(met)
             self.ts.append(b.ts_ns)
             self.val.append(v)
             self.unit.append(u)
 
+    def _freezer_rows(self) -> list[tuple]:
+        out = []
+        for idx, ctrl, member, line, text in self.frozen:
+            ent, ts = self.ent[idx], self.ts[idx]
+            v = self.val[idx] = freezing_value(self.val[idx], self.freeze_req.get((ent, ts)))
+            out.append((ent, ctrl, ts, v, member, line, text))
+        return out
+
+    def _report_unknown(self) -> None:
+        for name, (n, example, times) in sorted(self.unknown.items(), key=lambda kv: -kv[1][0]):
+            where = f"{len(times)} snapshots hold" if len(times) > 1 else f"{n} cop{'ies' if n > 1 else 'y'} of"
+            self.ctx.sink.issue("not_read", f"{where} {name!r}, not read: aftertrace has no reader for this file "
+                                            f"(first: {example})", text=example)
+        if self.unknown:
+            self.ctx.attrs["not_read"] = {k: v[0] for k, v in sorted(self.unknown.items())}
+
     def close(self) -> None:
         ctx = self.ctx
+        ctx.attrs.update(self.state.close(self._freezer_rows()))
+        self._report_unknown()
         ctx.sink.add_frame("metrics", metric_frame({"entity": self.ent, "metric": self.met, "ts_raw_ns": self.ts,
                                                     "value": self.val, "unit": self.unit}))
         d, resets = derive(self.ent, self.met, self.ts, self.val)
@@ -125,14 +176,36 @@ class CgroupSnapshotsParser(GroupParser):
     description = "folders of cgroup/proc file copies named by their snapshot time (one source per series)"
 
     @classmethod
-    def claim(cls, files: list[tuple[str, str]]) -> list[Group]:
+    def claim(cls, files: list[tuple[str, str]], detect=None) -> list[Group]:
+        """Every file under the time-named folders of a parent that holds at least one file the
+        table knows. A file no reader knows is claimed too (and reported once per name by the
+        parse) unless it is larger than a cgroup file can be, or ``detect(rel, disk)`` says a
+        per-file parser reads it (asked once per file name and series)."""
         groups: dict[str, list] = {}
+        others: dict[str, list] = {}
         for rel, disk in files:
             parts = rel.split("/")
             i = _ts_part(parts)
-            if i is None or resolve("/".join(parts[i + 1:])) is None:
+            if i is None:
                 continue
-            groups.setdefault("/".join(parts[:i]) + "/", []).append((rel, disk))
+            key = "/".join(parts[:i]) + "/"
+            (groups if resolve("/".join(parts[i + 1:])) is not None else others).setdefault(key, []).append(
+                (rel, disk))
+        for key, extra in others.items():
+            if key not in groups:
+                continue
+            verdict: dict[str, bool] = {}
+            for rel, disk in extra:
+                name = rel.rsplit("/", 1)[-1]
+                try:
+                    if os.path.getsize(disk) > MAX_MEMBER_BYTES:
+                        continue
+                except OSError:
+                    continue
+                if name not in verdict:
+                    verdict[name] = detect is None or not detect(rel, disk)
+                if verdict[name]:
+                    groups[key].append((rel, disk))
         out = []
         for key, members in sorted(groups.items()):
             members.sort()
@@ -149,7 +222,8 @@ class CgroupSnapshotsParser(GroupParser):
         dirs: dict[str, None] = {}
         inner: dict[str, None] = {}
         for b in snapshot_blocks(g["members"], prefix, ctx.time_zone, limit=limit,
-                                 on_error=lambda rel, why: col.bad(rel, None, "", why)):
+                                 on_error=lambda rel, why: col.bad(rel, None, "", why),
+                                 on_unknown=col.not_read):
             col.add(b)
             nbytes += sum(len(x) + 1 for x in b.lines)
             tname, _, path = b.member[prefix:].partition("/")
@@ -182,9 +256,13 @@ class CgroupTreeParser(GroupParser):
     description = "a point-in-time copy of /sys/fs/cgroup (and /proc pressure, meminfo, loadavg, status)"
 
     @classmethod
-    def claim(cls, files: list[tuple[str, str]]) -> list[Group]:
+    def claim(cls, files: list[tuple[str, str]], detect=None) -> list[Group]:
+        """Files under ``sys/fs/cgroup/`` (all of them: a file the table does not know is reported
+        once per name by the parse; one larger than a cgroup file can be is left alone), and the
+        files under a ``proc/`` folder that the table knows."""
         groups: dict[str, list] = {}
         by_dir: dict[str, list] = {}
+        known: set[str] = set()
         for rel, disk in files:
             by_dir.setdefault(rel.rsplit("/", 1)[0] if "/" in rel else "", []).append((rel, disk))
             parts = rel.split("/")
@@ -198,9 +276,20 @@ class CgroupTreeParser(GroupParser):
                     if parts[i] == "proc" and resolve("/".join(parts[i:])) is not None:
                         key = "/".join(parts[:i + 1]) + "/"
                         break
-            if key is None or resolve(("proc/" if key.endswith("proc/") else "") + rel[len(key):]) is None:
+            if key is None:
                 continue
+            if resolve(("proc/" if key.endswith("proc/") else "") + rel[len(key):]) is not None:
+                known.add(key)
+            elif key.endswith("proc/"):
+                continue
+            else:
+                try:
+                    if os.path.getsize(disk) > MAX_MEMBER_BYTES:
+                        continue
+                except OSError:
+                    continue
             groups.setdefault(key, []).append((rel, disk))
+        groups = {k: v for k, v in groups.items() if k in known}
         out = []
         for key, members in sorted(groups.items()):
             members.sort()
@@ -230,6 +319,9 @@ class CgroupTreeParser(GroupParser):
         for rel, disk in g["members"]:
             path = ("proc/" if ex["proc"] else "") + rel[ex["prefix"]:]
             fid = resolve(path)
+            if fid is None:
+                col.not_read(rel, path)
+                continue
             try:
                 text = read_member(disk, MAX_MEMBER_BYTES)
             except (OSError, ValueError, EOFError) as e:
@@ -269,7 +361,8 @@ class CgroupConcatParser(Parser):
     def parse(self, ctx: ParseContext) -> None:
         col = _Collector(ctx)
         for b in concat_blocks(ctx.lines(), ctx.rel, ctx.time_zone,
-                               on_bad=lambda ln, text, why: col.bad(ctx.rel, ln, text, why)):
+                               on_bad=lambda ln, text, why: col.bad(ctx.rel, ln, text, why),
+                               on_unknown=col.not_read):
             col.add(b)
         col.close()
         ctx.attrs.update({"layout": "concatenated blocks", "disk": ctx.path})
@@ -296,7 +389,8 @@ class CgroupJsonlParser(Parser):
     def parse(self, ctx: ParseContext) -> None:
         col = _Collector(ctx)
         for b in jsonl_blocks(ctx.lines(), ctx.rel, ctx.time_zone,
-                              on_bad=lambda ln, text, why: col.bad(ctx.rel, ln, text, why)):
+                              on_bad=lambda ln, text, why: col.bad(ctx.rel, ln, text, why),
+                              on_unknown=col.not_read):
             col.add(b)
         col.close()
         ctx.attrs.update({"layout": "JSON lines", "disk": ctx.path})

@@ -47,6 +47,7 @@ SAMPLES = {
     "app_log": "app_log/torchrun_sigkill.log",
     "host_info": "host_info/proc_stat",
     "kernel_notime": "kernel/issue_ddnet-401_no_timestamp_hung_task.log",
+    "collect_manifest": "../../sample_traces/collected-hang/aftertrace-manifest.json",
 }
 
 # Payloads that must never reach a page unescaped.

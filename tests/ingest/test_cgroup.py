@@ -171,7 +171,7 @@ def test_iso_named_snapshot_folders_and_json_lines_give_the_same_series(recorded
     name = REC_TRUTH["name"]
     for ent, met in ((f"/{name}", "cpu.nr_throttled"), (f"/{name}_mem", "memory.usage_bytes"),
                      (f"/unified/{name}", "cpu.usage_ns"), (f"/{name}", "cpu.usage_ns"), ("host", "meminfo.MemAvailable_bytes"),
-                     (f"pid:{REC_TRUTH['busy_pid']}", "proc.nonvoluntary_ctxt_switches")):
+                     (f"pid {REC_TRUTH['busy_pid']}", "proc.nonvoluntary_ctxt_switches")):
         sa, sb = _series(a, ent, met), _series(b, ent, met)
         assert len(sa) >= 30 and sa["value"].to_list() == sb["value"].to_list(), (ent, met)
         # ISO folder names (µs) and t_real_ns (ns) are the same reading

@@ -178,7 +178,7 @@ def test_mountinfo_and_cgroup_paths(tmp_path):
     from ingest.formats._cgroup_read import resolve
     assert resolve("memory/job/memory.usage_in_bytes").entity == "/job"
     assert resolve("cpu,cpuacct/job/cpu.stat").entity == "/job"
-    assert resolve("proc/4242/status").entity == "pid:4242"
+    assert resolve("proc/4242/status").entity == "pid 4242"
     # this host: our own cgroups resolve without error (whatever they are)
     dirs, notes = cgmod.cgroups_of(os.getpid(), cgmod.read_mounts())
     assert all(os.path.isdir(d.path) for d in dirs) and isinstance(notes, list)
@@ -263,7 +263,7 @@ def test_snapshots_are_laid_out_as_the_cgroup_parser_reads_them(tmp_path):
     for want in (("/aftertrace_job", "cpu.nr_throttled"), ("/aftertrace_job", "cpu.quota_ns"),
                  ("/aftertrace_job", "cpu.usage_ns"), ("/aftertrace_job", "memory.usage_bytes"),
                  ("/aftertrace_job", "memory.limit_bytes"), ("/aftertrace_job", "memory.oom_kill"),
-                 (f"pid:{me}", "proc.rss_bytes"), ("host", "host.load1")):
+                 (f"pid {me}", "proc.vm_rss_bytes"), ("host", "host.load1")):
         assert want in got, want
     times = sorted({x["ts_raw_ns"] for x in rows if x["metric"] == "cpu.quota_ns"})
     assert times == [t0 // 1000 * 1000 + i * 500_000_000 for i in range(3)]   # folder names keep µs
@@ -532,6 +532,16 @@ def test_job_in_a_new_cgroup_is_found_and_snapshotted(tmp_path):
         host = next(iter(man["hosts"]))
         files = list((Path(rec.bundles[0]) / host / "cgroup").glob(f"*/memory/{name}/memory.usage_in_bytes"))
         assert len(files) >= 3
+        # who was in it: cgroup.procs of the group and /proc/<pid>/cgroup of the job's processes
+        assert len(list((Path(rec.bundles[0]) / host / "cgroup").glob(f"*/memory/{name}/cgroup.procs"))) >= 3
+        job = man["job"]["pid"]
+        assert list((Path(rec.bundles[0]) / host / "cgroup").glob(f"*/proc/{job}/cgroup"))
+        g, r, _ = _parse_group(Path(rec.bundles[0]), tmp_path)
+        import pyarrow.parquet as pq
+        members = [row for f in r.parts.get("members", []) for row in pq.read_table(f).to_pylist()]
+        for basis in ("cgroup.procs", "proc_cgroup"):     # (the shell moves itself: it may join late)
+            assert any(m["pid"] == job and m["controller"] == "memory" and m["cgroup"] == f"/{name}"
+                       and m["change"] in ("first", "joined") and m["basis"] == basis for m in members), basis
     finally:
         for _ in range(20):
             try:

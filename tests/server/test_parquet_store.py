@@ -136,7 +136,8 @@ def test_attached_incident_reads_like_the_native_one(tmp_path, bundle):
         assert st.query(f"SELECT count(*) AS n FROM main.{t} WHERE incident_id = ?", [iid])[0]["n"] == 0
     (run,) = (tmp_path / "parts" / iid).iterdir()
     files = sorted(p.relative_to(run).as_posix() for p in run.rglob("*.parquet"))
-    assert files and all(f.split("/")[0] in ATTACHED_TABLES + ("facts", "anchors", "parse_issues") for f in files)
+    assert files and all(f.split("/")[0] in ATTACHED_TABLES + ("facts", "anchors", "parse_issues", "members")
+                         for f in files)
     assert all(f.split("/")[1].startswith("kind=") and f.split("/")[2].startswith("host=") for f in files)
     assert not (run / "_staging").exists()
 

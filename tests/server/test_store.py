@@ -148,3 +148,18 @@ def test_long_text_columns_are_stored_with_zstd(tmp_path):
         "SELECT DISTINCT column_name, compression FROM pragma_storage_info('events') "
         "WHERE column_name IN ('text', 'attrs') AND segment_type = 'VARCHAR'")}
     assert got == {("text", "ZSTD"), ("attrs", "ZSTD")}
+
+
+def test_schema_6_store_gains_the_members_table(tmp_path):
+    """A store written by schema 6 (no members table) is migrated in place and keeps its rows."""
+    s = Store(tmp_path / "a.duckdb")
+    cur = s.cursor()
+    cur.execute("DROP TABLE members")
+    cur.execute("INSERT INTO metrics (incident_id, source_id, metric, value) VALUES ('i', 1, 'm', 2.5)")
+    cur.execute("UPDATE aftertrace_meta SET value = '6' WHERE key = 'schema_version'")
+    s.close()
+    s2 = Store(tmp_path / "a.duckdb")
+    assert s2.schema_version() == SCHEMA_VERSION >= 7
+    assert s2.query("SELECT metric, value FROM metrics") == [{"metric": "m", "value": 2.5}]
+    cols = [c["name"] for c in s2.query("SELECT name FROM pragma_table_info('members')")]
+    assert cols == TABLES["members"].names
