@@ -118,9 +118,13 @@ def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, in
         attrs = dict(l.attrs)
         if inside:
             mine = sorted(inside & jp)
-            attrs.update(members=tuple(sorted(inside)), job_pids=tuple(mine),
-                         ranks=tuple(sorted(by_pid[p] for p in mine if p in by_pid)),
+            ranks = tuple(sorted(by_pid[p] for p in mine if p in by_pid))
+            attrs.update(members=tuple(sorted(inside)), job_pids=tuple(mine), ranks=ranks,
                          outside=not mine, membership="read")
+            if len(ranks) == 1 and l.rank is None and l.pid is None:
+                # a group that holds one rank of the job (a per-rank cgroup): the finding is that rank's
+                out.append(dataclasses.replace(l, rank=ranks[0], pid=rank_pids[ranks[0]], attrs=tuple(attrs.items())))
+                continue
         elif len(cgs.get(l.host or "", ())) == 1 and rank_pids:
             attrs.update(job_pids=tuple(sorted(rank_pids.values())), ranks=tuple(sorted(rank_pids)),
                          outside=False, membership="assumed")

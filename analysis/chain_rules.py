@@ -133,7 +133,7 @@ RULES: tuple[Rule, ...] = (
     _R("oom_kill", "process_exit", P, 0.9, 120, "the OOM-killed process exited"),
     _R("oom_kill", "rank_stalled", P, 0.8, 120, "the OOM-killed rank stopped"),
     _R("oom_kill", "dataloader_worker_killed", H, 0.7, 120, "the OOM killer chose a DataLoader worker"),
-    _R("oom_kill", "job_failure", H, 0.8, 300, "a rank's OOM kill fails the job"),
+    _R("oom_kill", "job_failure", J, 0.8, 300, "a rank's OOM kill fails the job"),
     _R("oom_kill", "collective_timeout", J, 0.7, 1800, "the peers of the killed rank wait in a collective"),
     _R("oom_kill", PEER_ERROR, J, 0.7, 300, "the peers lose their connection to the killed rank"),
     _R("segfault", KILLED, P, 0.95, 120, "the crash is the signal the launcher reported"),

@@ -118,6 +118,7 @@ class Context:
     """What the edges need beyond the findings: who is whom."""
     pids: dict[int, int]                 # rank -> pid
     hosts: set
+    job: frozenset = frozenset()         # every pid of the job (ranks, launcher, what they started)
 
     def same_process(self, c: Link, e: Link) -> bool:
         if c.pid is not None and e.pid is not None:
@@ -130,7 +131,7 @@ class Context:
 
     def in_job(self, l: Link) -> bool:
         return l.rank is not None or l.kind in (LinkKind.JOB_FAILURE, LinkKind.RENDEZVOUS_FAILURE) or (
-            l.pid is not None and l.pid in self.pids.values()) or l.attr("job_process") is True
+            l.pid is not None and (l.pid in self.pids.values() or l.pid in self.job))
 
 
 def _entity(rule: Rule, c: Link, e: Link, ctx: Context) -> float | None:
@@ -296,7 +297,8 @@ def _tree(src: Link, outgoing: dict[int, list[Edge]]) -> dict[int, Edge | None]:
     return parent
 
 
-def find_chains(links: list[Link], failure: Link | None, pids: dict[int, int] | None = None) -> list[Chain]:
+def find_chains(links: list[Link], failure: Link | None, pids: dict[int, int] | None = None,
+                job: set[int] = frozenset()) -> list[Chain]:
     if failure is None or failure.ts_ns is None:
         return []
     fw = failure.timing_ns()
@@ -304,7 +306,7 @@ def find_chains(links: list[Link], failure: Link | None, pids: dict[int, int] | 
              and l.timing_ns()[1] >= fw[0] - NEIGHBOURHOOD_NS and l.timing_ns()[0] <= fw[1] + NEIGHBOURHOOD_NS]
     if not any(l is failure for l in nodes):
         nodes.append(failure)
-    ctx = Context(dict(pids or {}), {l.host for l in links if l.host})
+    ctx = Context(dict(pids or {}), {l.host for l in links if l.host}, frozenset(job))
     incoming = build_graph(nodes, ctx)
     outgoing: dict[int, list[Edge]] = {}
     for eds in incoming.values():

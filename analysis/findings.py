@@ -14,6 +14,7 @@ from .links import Evidence, Link, LinkKind, Provenance
 
 DEDUP_WINDOW_NS = 5_000_000_000
 PIPE_SLACK_NS = 250_000_000
+SAME_END_NS = 60_000_000_000      # job-failure reports this close to the last one are the same end
 
 
 def _kib(n: int | None) -> str:
@@ -216,7 +217,8 @@ def refine_launcher_times(store, incident_id: str, links: list[Link]) -> list[Li
 
 
 def terminal_failure(links: list[Link]) -> Link | None:
-    """The job's end: the launcher's failure report (the last ``job_failure`` placed in time);
+    """The job's end: the launcher's failure report (the last ``job_failure`` placed in time, or the
+    report of that same end that names a root cause);
     without one, the last fatal finding (a panic, a rank killed or crashed or exiting, a
     collective timeout, an OOM kill, an uncaught exception). Which rank *started* it is the
     chain analysis's answer, not this one's: a launcher names the first rank that reported a
@@ -224,7 +226,12 @@ def terminal_failure(links: list[Link]) -> Link | None:
     placed = [l for l in links if l.ts_ns is not None]
     failures = [l for l in placed if l.kind == LinkKind.JOB_FAILURE]
     if failures:
-        return max(failures, key=lambda l: l.ts_ns)
+        # one end can be reported twice (the launcher's summary, then the collector seeing the
+        # launcher exit): the report that names a root cause, else the first of that end
+        last = max(failures, key=lambda l: l.ts_ns)
+        end = [l for l in failures if last.ts_ns - l.ts_ns <= SAME_END_NS]
+        named = [l for l in end if l.attr("root_cause_rank") is not None]
+        return min(named or end, key=lambda l: l.ts_ns)
     from .chain_rules import STOPPED, role
     fatal = [l for l in placed if l.kind in FATAL_KINDS and role(l) != STOPPED]
     if fatal:

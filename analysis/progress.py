@@ -316,6 +316,31 @@ def launcher_stops(ranks: dict[int, RankProgress], links: list[Link]) -> list[Li
     return out
 
 
+def job_end(store, incident_id: str, ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
+    """When a job reported ended by whoever waited for it (the collector's manifest) really ended:
+    after every rank's last sign of life, and — when perf saw the launcher exit — right then."""
+    out = []
+    for l in links:
+        lp = l.attr("launcher_pid")
+        if l.kind != LinkKind.JOB_FAILURE or l.ts_ns is None or lp is None or l.attr("root_cause_rank") is not None:
+            out.append(l)
+            continue
+        ex = store.query("""SELECT min(ts_utc_ns) AS t FROM events WHERE incident_id = ? AND tid = ?
+                              AND name LIKE '%sched_process_exit' AND ts_utc_ns <= ?""", [incident_id, lp, l.ts_ns])
+        # perf's exit event is the end of the kernel's exit path (tearing down memory takes tens
+        # of milliseconds): the end began after the ranks were last seen alive
+        hi = ex[0]["t"] if ex and ex[0]["t"] is not None else l.ts_ns
+        lo = max((p.last_alive_ns for p in ranks.values() if p.last_alive_ns and p.last_alive_ns <= hi),
+                 default=None)
+        if lo is None or lo >= hi:
+            out.append(l)
+            continue
+        attrs = dict(l.attrs)
+        attrs.update(ts_lo_ns=lo, ts_hi_ns=hi, ts_bound="between", ts_after="the ranks' last signs of life")
+        out.append(dataclasses.replace(l, ts_ns=hi, attrs=tuple(attrs.items())))
+    return out
+
+
 def _cadence_ns(p: RankProgress) -> int:
     return int(max(p.step_time_s or 0.25, 0.02) * 1e9)
 

@@ -52,6 +52,7 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     ranks = progress.rank_progress(store, incident_id, links)
     links = progress.after_last_sign_of_life(ranks, links)
     links = progress.launcher_stops(ranks, links)
+    links = progress.job_end(store, incident_id, ranks, links)
     for p in ranks.values():       # the ranks' terminal findings as now marked
         p.ended = [l for l in links if l.kind in progress.TERMINAL_KINDS
                    and (l.rank == p.rank or (l.pid is not None and l.pid == p.pid))]
@@ -66,7 +67,7 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     links = links + contention.detect(store, incident_id, links, pids, job)
     links.sort(key=lambda l: (l.ts_ns is None, l.ts_ns or 0))
     failure = findings.terminal_failure(links)
-    chains = find_chains(links, failure, pids)
+    chains = find_chains(links, failure, pids, job)
     if chains and chains[0].links[-1] is not failure and chains[0].links[-1].kind == failure.kind:
         # the failure's time moved to stay after its cause (within its own uncertainty)
         moved = chains[0].links[-1]
