@@ -72,12 +72,18 @@ def members_of(cg: str, host: str, table: dict[tuple[str, str], set[int]]) -> se
 def job_pids(store, incident_id: str, rank_pids: dict[int, int]) -> set[int]:
     """The ranks' pids, the launcher's, and their descendants as far as the bundle tells."""
     roots = set(rank_pids.values())
-    children: dict[int, set[int]] = {}
     for r in store.query(
             """SELECT TRY_CAST(json_extract_string(attrs, '$.worker_pid') AS BIGINT) AS wp, pid
                FROM events WHERE incident_id = ? AND name = 'closing_signal'""", [incident_id]):
         if r["pid"] is not None:
             roots.add(int(r["pid"]))       # the launcher printed it
+    return descendants(store, incident_id, roots)
+
+
+def descendants(store, incident_id: str, roots: set[int]) -> set[int]:
+    """``roots`` and every process or thread they started (perf fork events, ``PPid`` of status
+    copies), transitively."""
+    children: dict[int, set[int]] = {}
     for r in store.query(
             """SELECT TRY_CAST(json_extract_string(attrs, '$.pid') AS BIGINT) AS parent,
                       TRY_CAST(json_extract_string(attrs, '$.child_pid') AS BIGINT) AS child

@@ -341,6 +341,70 @@ def job_end(store, incident_id: str, ranks: dict[int, RankProgress], links: list
     return out
 
 
+def observed_end(store, incident_id: str, ranks: dict[int, RankProgress], links: list[Link],
+                 job: set[int]) -> list[Link]:
+    """The end of a job that nobody reported: no launcher summary, no manifest, no error of any
+    rank — the processes simply ended (a scheduler's SIGKILL, a node going away). Their deaths are
+    still in the bundle: perf's ``sched_process_exit`` of each rank's main thread, and the snapshot
+    at which ``cgroup.procs`` stops listing it. When every rank's process is seen ending, the job's
+    end is a finding: between the ranks' last signs of life and the first death seen, with the
+    launcher's pid when the cgroup that held the ranks names it (its other member)."""
+    if len(ranks) < 1 or any(l.kind == LinkKind.JOB_FAILURE for l in links):
+        return []
+    if any(own_failure(l) or waits_for_peer(l) for p in ranks.values() for l in p.ended):
+        return []
+    pids = {p.pid: p for p in ranks.values() if p.pid is not None}
+    if len(pids) < len(ranks):
+        return []
+    deaths: dict[int, tuple[int, str]] = {}
+    for r in store.query("""SELECT tid, min(ts_utc_ns) AS t FROM events WHERE incident_id = ? AND tid IN (SELECT unnest(?))
+                              AND name LIKE '%sched_process_exit' AND ts_utc_ns IS NOT NULL GROUP BY tid""",
+                         [incident_id, list(pids)]):
+        deaths[r["tid"]] = (r["t"], "perf saw it exit")
+    left = {}
+    try:
+        rows = store.query("""SELECT pid, min(ts_utc_ns) AS t FROM members WHERE incident_id = ? AND change = 'left'
+                                AND pid IN (SELECT unnest(?)) AND ts_utc_ns IS NOT NULL GROUP BY pid""",
+                           [incident_id, list(pids)])
+    except Exception:  # noqa: BLE001 - a store from before membership rows
+        rows = []
+    for r in rows:
+        left[r["pid"]] = r["t"]
+        if r["pid"] not in deaths:
+            deaths[r["pid"]] = (r["t"], "its cgroup no longer listed it")
+    if set(deaths) != set(pids):
+        return []
+    first = min(t for t, _ in deaths.values())
+    lo = max((p.last_alive_ns for p in ranks.values() if p.last_alive_ns and p.last_alive_ns <= first), default=None)
+    if lo is None:
+        return []
+    launcher = None
+    try:
+        rows = store.query("""SELECT DISTINCT m2.pid FROM members m1 JOIN members m2
+                                ON m1.incident_id = m2.incident_id AND m1.cgroup = m2.cgroup
+                              WHERE m1.incident_id = ? AND m1.pid IN (SELECT unnest(?)) AND m2.pid IS NOT NULL
+                                AND m2.pid NOT IN (SELECT unnest(?))""", [incident_id, list(pids), list(pids)])
+        from .attribution import descendants
+        below = descendants(store, incident_id, set(pids))
+        others = [r["pid"] for r in rows if r["pid"] not in below]
+        launcher = others[0] if len(others) == 1 else None
+    except Exception:  # noqa: BLE001 - a store from before membership rows
+        pass
+    how = "; ".join(f"rank {pids[pid].rank} (pid {pid}): {why} at {fmt_hms(t)}" for pid, (t, why) in sorted(deaths.items()))
+    spread = max(t for t, _ in deaths.values()) - first
+    together = f"within {spread / 1e6:.0f} ms of each other" if spread < 5 * 10**9 else "one after the other"
+    summary = (f"The job's processes ended {together} with no error of their own and no report of a failure "
+               f"({how}): the job was stopped from outside (a signal nobody logged, or the node)")
+    if launcher is not None:
+        summary += f"; the launcher was pid {launcher}"
+    any_p = next(iter(ranks.values()))
+    return [Link(kind=LinkKind.JOB_FAILURE, ts_ns=first, summary=summary, source="", host=any_p.host, pid=launcher,
+                 evidence=tuple(e for p in ranks.values() for e in (p.last_line_ev or p.last_step_ev,) if e)[:2],
+                 provenance=Provenance.INFERRED, confidence=0.8,
+                 attrs=(("ts_lo_ns", lo), ("ts_hi_ns", first), ("ts_bound", "between"),
+                        ("ts_after", "the ranks' last signs of life"), ("observed", True)))]
+
+
 def _cadence_ns(p: RankProgress) -> int:
     return int(max(p.step_time_s or 0.25, 0.02) * 1e9)
 

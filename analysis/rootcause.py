@@ -64,6 +64,7 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     job = attribution.job_pids(store, incident_id, pids)
     links = attribution.annotate(store, incident_id, links, pids, job)
     links = links + progress.stalled_links(ranks, links)
+    links = links + progress.observed_end(store, incident_id, ranks, links, job)
     links = links + contention.detect(store, incident_id, links, pids, job)
     links.sort(key=lambda l: (l.ts_ns is None, l.ts_ns or 0))
     failure = findings.terminal_failure(links)

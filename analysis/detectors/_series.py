@@ -109,6 +109,17 @@ def episodes(values: list[float], thr: float, gap: int = 2, min_points: int = 2)
     return out
 
 
+def first_rise(values: list[float], a: int, med: float, sigma: float, floor: float = 0.0) -> int:
+    """The first point of the rise that crosses the threshold at ``a``: walking back while the
+    values are still above the quiet level (median + 2 sigma, and above ``floor``). A change that
+    began late in an interval shows there only in part, under the threshold: the window must
+    start before that interval, or it claims a precision the snapshots do not have."""
+    soft = max(floor, med + 2 * sigma)
+    while a > 1 and values[a - 1] > soft:
+        a -= 1
+    return a
+
+
 def onset_window(s: Series, a: int, onset: int | None = None) -> tuple[tuple[str, object], ...]:
     """Link attrs saying the change happened between the snapshot before point ``a`` and the
     onset (``onset``, default ``a``)."""

@@ -16,7 +16,7 @@ import statistics
 
 from analysis.links import Link, LinkKind, Provenance
 
-from ._series import by_entity, entity_name, episodes, evidence, hms, load, onset_window, threshold
+from ._series import by_entity, entity_name, episodes, evidence, first_rise, hms, load, onset_window, threshold
 
 SERIES = "cpu.throttled_s_per_s"
 K, ABS_MIN = 8.0, 0.02
@@ -59,5 +59,6 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
             out.append(Link(kind=LinkKind.CPU_THROTTLE, ts_ns=s.ts_utc[a], summary=text, source=s.source,
                             host=host, evidence=evidence(s, wanted, zone), provenance=Provenance.INFERRED,
                             confidence=0.9, uncertainty_ns=s.uncertainty_ns,
-                            attrs=onset_window(s, a) + (("until_ns", s.ts_utc[b]),), entity=entity))
+                            attrs=onset_window(s, first_rise(s.values, a, med, sigma, ABS_MIN / 4), a)
+                            + (("until_ns", s.ts_utc[b]),), entity=entity))
     return out

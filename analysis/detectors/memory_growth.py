@@ -27,7 +27,7 @@ from __future__ import annotations
 from analysis.links import Link, LinkKind, Provenance
 
 from ._series import (by_entity, entity_name, episodes, evidence, fmt_bytes,
-                      hms, load, onset_window, theil_sen, threshold)
+                      first_rise, hms, load, onset_window, theil_sen, threshold)
 
 K, ABS_MIN = 4.0, 8 * 1024 * 1024
 MIN_GAIN_OF_LIMIT, NEAR_LIMIT = 0.10, 0.80
@@ -147,11 +147,12 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
             if startup:
                 text += "; the cgroup was empty before (a start-up, or a new tenant)"
             near = bool(limit and (end_usage >= NEAR_LIMIT * limit or event)) or event
+            lo = a - 1 if early is not None else first_rise(g.values, a, med, sigma, ABS_MIN / 4)
             out.append(Link(kind=LinkKind.MEMORY_GROWTH, ts_ns=g.ts_utc[a], summary=text, source=g.source,
                             host=host, evidence=evidence(g, wanted, zone), provenance=Provenance.INFERRED,
                             confidence=(0.9 if limit else 0.6) * (0.7 if startup else 1.0),
                             uncertainty_ns=g.uncertainty_ns,
-                            attrs=onset_window(g, a - 1 if early is not None else a, a) + (
+                            attrs=onset_window(g, lo, a) + (
                                 ("until_ns", g.ts_utc[b]), ("gain_bytes", gain), ("near_limit", near),
                                 ("startup", startup)),
                             entity=entity))
