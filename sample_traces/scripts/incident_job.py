@@ -20,6 +20,8 @@ Faults that happen *inside* the job start when the recorder creates the flag fil
               ``AFTERTRACE_CKPT_DIR`` and keeps them all (the disk fills up)
   loader      batches come from a DataLoader with ``AFTERTRACE_LOADER_WORKERS`` workers and
               large samples, passed through shared memory (/dev/shm)
+  exit        the rank leaves with ``os._exit(3)``: no traceback, no message (a library that
+              calls exit() on an error it does not report)
 
 Faults from outside (SIGSTOP, the freezer cgroup, SIGKILL, CPU quota, other tenants) need
 nothing from the job. Other settings: AFTERTRACE_PG_TIMEOUT_S (collective timeout, default
@@ -137,6 +139,9 @@ def main():
             if now:
                 fired = True
             x, y = next(data)
+            if fault == "exit" and fired:
+                side("fault", what="os._exit(3)", rank=rank, pid=os.getpid(), step=step)
+                os._exit(3)
             if fault == "exception" and fired:
                 side("fault", what="labels out of range", rank=rank, pid=os.getpid(), step=step)
                 y = y + classes          # a label past the last class: cross_entropy raises

@@ -48,7 +48,10 @@ Scenarios (the rank at fault is ``--rank``, default 1):
                  job does not grow
   cpu-hog        a SCHED_FIFO busy loop outside the job runs on the CPU the rank is pinned to
                  (RT throttling off, as on some HPC nodes): the rank gets no CPU
-  launcher-kill  SIGKILL to torchrun itself (a scheduler preempting the job)
+  launcher-kill  SIGKILL to torchrun and the ranks at once (a scheduler ending the job)
+  sigterm        SIGTERM to the rank from outside (a preemption), not from the launcher
+  worker-kill    batches come from 2 DataLoader workers per rank; SIGKILL to one of the rank's workers
+  silent-exit    the rank calls os._exit(3): no traceback, no message
 
 Decoys (``--decoy``, any number, each started at about a third of the baseline):
 
@@ -76,7 +79,8 @@ HERE = Path(__file__).resolve().parent
 CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
-             "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill")
+             "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
+             "silent-exit")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -265,6 +269,30 @@ def fault_sigkill(r: Recording, rank: int, pids: dict) -> None:
                          "start_ns": [t, t]}
 
 
+def fault_sigterm(r: Recording, rank: int, pids: dict) -> None:
+    t = r.ev("sigterm", pid=pids[rank], rank=rank)
+    os.kill(pids[rank], signal.SIGTERM)
+    r.truth["origin"] = {"kinds": ["signal_kill"], "rank": rank, "pid": pids[rank], "start_ns": [t, t],
+                         "what": "SIGTERM from outside (a preemption), not from the launcher"}
+
+
+def fault_worker_kill(r: Recording, rank: int, pids: dict) -> None:
+    kids = []
+    for task in os.listdir(f"/proc/{pids[rank]}/task"):
+        try:
+            kids += [int(x) for x in Path(f"/proc/{pids[rank]}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    if not kids:
+        raise SystemExit("record: the rank has no DataLoader workers")
+    victim = min(kids)
+    t = r.ev("sigkill_worker", pid=victim, rank=rank, workers=kids)
+    os.kill(victim, signal.SIGKILL)
+    r.truth["origin"] = {"kinds": ["dataloader_worker_killed", "signal_kill"], "rank": rank, "pid": pids[rank],
+                         "pids": [victim], "start_ns": [t, t],
+                         "what": f"SIGKILL from outside to DataLoader worker {victim} of the rank"}
+
+
 def fault_launcher_kill(r: Recording, rank: int, pids: dict) -> None:
     # as a scheduler ends a job step: SIGKILL to the launcher and every worker at once
     lp = r.side_json("rank0")["ppid"]
@@ -336,7 +364,8 @@ def _kill(p: subprocess.Popen) -> None:
 FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_sigkill,
           "launcher-kill": fault_launcher_kill, "exception": fault_flag, "mismatch": fault_flag,
           "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
-          "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None}
+          "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
+          "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag}
 
 
 # ---------------------------------------------------------------- decoys
@@ -433,7 +462,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -454,6 +483,8 @@ def record(r: Recording) -> int:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", r.ckpt_mount], check=True)
         r.mounts.append(r.ckpt_mount)
         env.update(AFTERTRACE_CKPT_DIR=r.ckpt_mount, AFTERTRACE_CKPT_EVERY="10")
+    if a.scenario == "worker-kill":
+        env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="4")
     if a.scenario == "shm":
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="8")
         # the job's own mount namespace with a small /dev/shm (as a container runtime gives one)
@@ -589,10 +620,11 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak") or (a.scenario == "throttle-leak" and "origin" not in t):
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit") or (
+            a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
-            kinds = {"exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+            kinds = {"silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f["what"]}
