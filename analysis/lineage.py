@@ -87,6 +87,8 @@ def is_launcher_stop(l: Link) -> bool:
     if l.kind != K.SIGNAL_KILL:
         return False
     sig = l.attr("signal") or ""
+    if l.attr("outside_signal") is True:
+        return False
     if sig in ("SIGTERM", "SIGINT", "SIGHUP"):
         return True
     return l.attr("sent_by_launcher") is True

@@ -98,7 +98,8 @@ def phrase(l: Link) -> str:
         return f"{_who(l)} failing to join the job (rendezvous)"
     if r == KILLED:
         sig = l.attr("signal") or "a signal"
-        return f"{_who(l)} dying from {sig}"
+        src = " sent from outside the job (not by the launcher)" if l.attr("outside_signal") else ""
+        return f"{_who(l)} dying from {sig}{src}"
     if r == STOPPED:
         ign = l.attr("sigterm_ignored_s")
         by = f"killed by the launcher ({l.attr('signal')}) after ignoring SIGTERM for {ign:g} s" if ign and \

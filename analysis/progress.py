@@ -290,17 +290,28 @@ def own_failure(l: Link) -> bool:
     if l.kind == LinkKind.PYTHON_EXCEPTION:
         return not waits_for_peer(l)
     if l.kind == LinkKind.SIGNAL_KILL:
+        if l.attr("outside_signal") is True:
+            return True
         return (l.attr("signal") or "") not in STOP_SIGNALS and l.attr("sent_by_launcher") is not True
     return False
 
 
 def launcher_stops(ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
-    """A SIGKILL the launcher sent at the end of its grace period is the launcher's doing: a rank
-    that died of SIGKILL after the root-cause failure, seconds after the launcher's SIGTERM, ignored
-    the SIGTERM. Marked ``sent_by_launcher`` with ``sigterm_ignored_s``."""
+    """Which signals the launcher sent. A SIGKILL at the end of its grace period is the launcher's
+    doing: a rank that died of SIGKILL after the root-cause failure, seconds after the launcher's
+    SIGTERM, ignored the SIGTERM (marked ``sent_by_launcher`` with ``sigterm_ignored_s``). A
+    SIGTERM (or SIGINT, SIGHUP) that killed the rank the launcher names as the first failure,
+    with no line of the launcher sending it, came from outside (``outside_signal``)."""
     out = []
     for l in links:
         p = ranks.get(l.rank) if l.rank is not None else None
+        if (p is not None and l.kind == LinkKind.SIGNAL_KILL and l.attr("signal") in STOP_SIGNALS
+                and l.attr("root_cause") is True and (p.sigterm_ns is None or p.sigterm_ns > l.timing_ns()[1])):
+            # the launcher names it the first failure and never said it sent that signal: it came
+            # from outside (a preemption, a user, a scheduler), and it is the rank's own failure
+            attrs = dict(l.attrs, outside_signal=True)
+            out.append(dataclasses.replace(l, attrs=tuple(attrs.items())))
+            continue
         if (p is not None and l.kind in (LinkKind.SIGNAL_KILL, LinkKind.PROCESS_EXIT) and p.sigterm_ns is not None
                 and l.ts_ns is not None and l.attr("root_cause") is False):
             w = l.timing_ns()

@@ -152,6 +152,18 @@ def test_a_sigkill_after_an_ignored_sigterm_is_the_launchers():
     assert not progress.own_failure(marked)
 
 
+def test_a_sigterm_the_launcher_never_sent_is_the_ranks_own_failure():
+    p1 = progress.RankProgress(1, "vm", 101)          # no "Sending process 101 closing signal" line
+    term = link(K.SIGNAL_KILL, at(10), rank=1, pid=101, signal="SIGTERM", root_cause=True, ts_resolution_ns=S)
+    (marked,) = progress.launcher_stops({1: p1}, [term])
+    assert marked.attr("outside_signal") is True and progress.own_failure(marked)
+    fail = link(K.JOB_FAILURE, at(10.5), root_cause_rank=1)
+    assert chains.find_chains([marked, fail], fail, PIDS)[0].origin is marked
+    p1.sigterm_ns = at(9)                              # the launcher did send it: a stop
+    (stop,) = progress.launcher_stops({1: p1}, [term])
+    assert stop.attr("outside_signal") is None and not progress.own_failure(stop)
+
+
 def test_duplicate_copies_merge_to_the_narrower_window():
     wide = link(K.COLLECTIVE_TIMEOUT, at(0), rank=0, summary="rank 0: gloo recv timed out", ts_bound="after")
     narrow = link(K.COLLECTIVE_TIMEOUT, at(5), rank=0, pid=100, summary="rank 0: gloo recv timed out",
