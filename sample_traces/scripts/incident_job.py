@@ -22,6 +22,8 @@ Faults that happen *inside* the job start when the recorder creates the flag fil
               large samples, passed through shared memory (/dev/shm)
   exit        the rank leaves with ``os._exit(3)``: no traceback, no message (a library that
               calls exit() on an error it does not report)
+  deadlock    the rank takes a lock it already holds: its main thread sleeps forever (state S,
+              no CPU, nothing printed) and wakes for no signal but a fatal one
 
 Faults from outside (SIGSTOP, the freezer cgroup, SIGKILL, CPU quota, other tenants) need
 nothing from the job. Other settings: AFTERTRACE_PG_TIMEOUT_S (collective timeout, default
@@ -33,6 +35,7 @@ import datetime
 import json
 import logging
 import os
+import threading
 import time
 
 import torch
@@ -139,6 +142,11 @@ def main():
             if now:
                 fired = True
             x, y = next(data)
+            if fault == "deadlock" and fired:
+                side("fault", what="lock taken twice", rank=rank, pid=os.getpid(), step=step)
+                lock = threading.Lock()
+                lock.acquire()
+                lock.acquire()
             if fault == "exit" and fired:
                 side("fault", what="os._exit(3)", rank=rank, pid=os.getpid(), step=step)
                 os._exit(3)

@@ -52,6 +52,7 @@ Scenarios (the rank at fault is ``--rank``, default 1):
   sigterm        SIGTERM to the rank from outside (a preemption), not from the launcher
   worker-kill    batches come from 2 DataLoader workers per rank; SIGKILL to one of the rank's workers
   silent-exit    the rank calls os._exit(3): no traceback, no message
+  deadlock       the rank takes a lock it already holds and sleeps forever
 
 Decoys (``--decoy``, any number, each started at about a third of the baseline):
 
@@ -80,7 +81,7 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit")
+             "silent-exit", "deadlock")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -365,7 +366,8 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "launcher-kill": fault_launcher_kill, "exception": fault_flag, "mismatch": fault_flag,
           "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
           "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
-          "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag}
+          "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
+          "deadlock": fault_flag}
 
 
 # ---------------------------------------------------------------- decoys
@@ -462,7 +464,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -620,11 +622,11 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak", "silent-exit") or (
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock") or (
             a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
-            kinds = {"silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+            kinds = {"deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f["what"]}
