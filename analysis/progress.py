@@ -289,6 +289,11 @@ def own_failure(l: Link) -> bool:
         return True
     if l.kind == LinkKind.PYTHON_EXCEPTION:
         return not waits_for_peer(l)
+    if l.kind == LinkKind.PROCESS_EXIT:
+        # leaving with an error code is a failure of the rank's own unless it was waiting for a
+        # peer (the callers leave waiting ranks out)
+        code = l.attr("exitcode")
+        return isinstance(code, int) and code != 0
     if l.kind == LinkKind.SIGNAL_KILL:
         if l.attr("outside_signal") is True:
             return True

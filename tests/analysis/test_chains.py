@@ -164,6 +164,17 @@ def test_a_sigterm_the_launcher_never_sent_is_the_ranks_own_failure():
     assert stop.attr("outside_signal") is None and not progress.own_failure(stop)
 
 
+def test_a_rank_that_exits_with_an_error_code_did_not_stall():
+    p0 = progress.RankProgress(0, "vm", 100, last_line_ns=at(0))
+    p1 = progress.RankProgress(1, "vm", 101, last_line_ns=at(0.1))
+    gone = link(K.PROCESS_EXIT, at(0), rank=0, pid=100, exitcode=3, root_cause=True, ts_resolution_ns=S)
+    peer = link(K.PYTHON_EXCEPTION, at(0.2), rank=1, pid=101, gloo_error="Connection closed by peer")
+    p0.ended, p1.ended = [gone], [peer]
+    assert progress.stalled_links({0: p0, 1: p1}, [gone, peer]) == []
+    fail = link(K.JOB_FAILURE, at(0.5), root_cause_rank=0)
+    assert chains.find_chains([gone, peer, fail], fail, PIDS)[0].origin is gone
+
+
 def test_duplicate_copies_merge_to_the_narrower_window():
     wide = link(K.COLLECTIVE_TIMEOUT, at(0), rank=0, summary="rank 0: gloo recv timed out", ts_bound="after")
     narrow = link(K.COLLECTIVE_TIMEOUT, at(5), rank=0, pid=100, summary="rank 0: gloo recv timed out",
