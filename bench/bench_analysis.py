@@ -1,0 +1,175 @@
+"""Analysis cost (everything after the parse: clocks, timeline bins, findings, chains, report)
+on inputs whose size grows the number of findings, and clock alignment on many Kineto files.
+
+Inputs, built from real files and cached under ``bench/out/``:
+
+* ``crashes``: one host whose launcher log is a long run of real failures: the torchrun
+  captures of every sample bundle (``sample_traces/*/vm/logs/torchrun.log``: exceptions, a
+  SIGKILL, a SIGSEGV, collective timeouts and mismatches, OOM kills, ChildFailedError blocks)
+  played one after another, again and again, each copy moved forward in time to start after
+  the previous one ended and given new pids, as a job that the scheduler keeps restarting
+  writes it. Every copy is a new failure, so findings grow with the size.
+* ``kineto``: the real Kineto traces of the sample bundles and ``/work/shared/real_traces``
+  copied per rank with the rank (and, on other hosts, the base time) rewritten: ``x1`` is the
+  sample's own files, ``xN`` N times as many ranks on N/4+1 hosts.
+
+``python bench/bench_analysis.py [--mb 10,20,50,100] [--kineto 1,4,16]`` prints one JSON line
+per measurement (time, peak RSS, and where the time went); ``python -m bench --only analysis``
+writes the rows to RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import shutil
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import OUT, run_child  # noqa: E402
+
+SAMPLES = ROOT / "sample_traces"
+# Played in this order in every copy (each a separate recorded job).
+CRASH_LOGS = [SAMPLES / n / "vm/logs/torchrun.log" for n in (
+    "logs-exception", "logs-hang", "logs-sigkill", "logs-mismatch", "logs-ddp-detail-segv",
+    "oom-after-throttle", "oom-leak-only", "collected-oom-after-throttle", "collected-hang")]
+GAP_S = 7          # seconds between one job's last line and the restarted job's first
+
+# The time stamps of these logs: Python logging / torchrun's ChildFailedError (year first, any
+# separator before the time) and glog lines of c10d and torch.distributed.elastic (no year).
+_ISO = re.compile(r"(?<!\d)(\d{4})-(\d\d)-(\d\d)([ _T])(\d\d):(\d\d):(\d\d)(?!\d)")
+_GLOG = re.compile(r"(?<![\w])([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?=\.\d)")
+# Where these logs name a process: "(pid: N)", "pid=N", "process N", a glog line's thread id.
+_PIDS = re.compile(r"\(pid: (\d+)\)|\bpid=(\d+)|\bprocess (\d+)|^(?:\[default\d+\]:)?[IWEF]\d{4} [\d:.]+ (\d+) ", re.M)
+
+
+def _times(text: str, year: int) -> list[datetime]:
+    out = [datetime(int(m[1]), int(m[2]), int(m[3]), int(m[5]), int(m[6]), int(m[7])) for m in _ISO.finditer(text)]
+    out += [datetime(year, int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6])) for m in _GLOG.finditer(text)]
+    return out
+
+
+def _shift(text: str, delta: timedelta, year: int, pids: dict[str, str]) -> str:
+    def iso(m):
+        t = datetime(int(m[1]), int(m[2]), int(m[3]), int(m[5]), int(m[6]), int(m[7])) + delta
+        return f"{t:%Y-%m-%d}{m[4]}{t:%H:%M:%S}"
+
+    def glog(m):
+        t = datetime(year, int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6])) + delta
+        return f"{m[1]}{t:%m%d %H:%M:%S}"
+
+    text = _GLOG.sub(glog, _ISO.sub(iso, text))
+    if pids:
+        text = re.sub(r"(?<![\w.])(" + "|".join(sorted(pids, key=len, reverse=True)) + r")(?![\w])",
+                      lambda m: pids[m[1]], text)
+    return text
+
+
+def crash_bundle(target_bytes: int, dest: Path | None = None) -> Path:
+    """``crashes``: a one-host bundle whose ``logs/torchrun.log`` holds the real failures of the
+    sample bundles repeated to ``target_bytes``, each copy a later restart with new pids
+    (under bench/out/ unless ``dest`` is given)."""
+    dest = dest or OUT / f"analysis-crashes-{target_bytes // 1_000_000}MB"
+    log = dest / "vm/logs/torchrun.log"
+    if (dest / ".complete").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "vm/logs").mkdir(parents=True)
+    (dest / "vm/host").mkdir()
+    (dest / "vm/host/hostname").write_text("vm\n")
+    srcs = []
+    for p in CRASH_LOGS:
+        text = p.read_text()
+        year = int(_ISO.search(text)[1])
+        ts = _times(text, year)
+        pids = sorted({g for m in _PIDS.finditer(text) for g in m.groups() if g and len(g) >= 3})
+        srcs.append((text, year, min(ts), max(ts), pids))
+    cursor = srcs[0][2]
+    n, k = 0, 0
+    with open(log, "w") as f:
+        while n < target_bytes:
+            for text, year, t0, t1, pids in srcs:
+                delta = cursor - t0
+                new = {p: str(300 + (int(p) + 4099 * k) % 4_000_000) for p in pids} if k else {}
+                n += f.write(_shift(text, delta, year, new))
+                cursor += (t1 - t0) + timedelta(seconds=GAP_S)
+            k += 1
+    # the job's host's clock after the last line, as the collection wrote it
+    (dest / "vm/host/date").write_text(f"{cursor:%a %b %d %H:%M:%S} UTC {cursor:%Y}\n")
+    (dest / ".complete").write_text("")
+    return dest
+
+
+ANALYZE = r"""
+import time, tempfile, shutil, sys, resource
+from pathlib import Path
+t0 = time.perf_counter()
+from server.service import Service
+from server.settings import Settings
+from analysis import clocks, timeline, rootcause, findings, progress, report, chains, clock_collectives, detectors
+import server.service as service
+spent = {}
+def timed(mod, name, label):
+    fn = getattr(mod, name)
+    def wrap(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
+    setattr(mod, name, wrap)
+for mod, name, label in (
+        (clocks, 'align', 'clocks.align'), (clock_collectives, 'host_offsets', 'clock collectives'),
+        (timeline, 'build_bins', 'timeline.build_bins'),
+        (findings, 'oom_kills', 'findings.oom_kills'), (findings, 'typed_events', 'findings.typed_events'),
+        (findings, 'refine_launcher_times', 'findings.refine_launcher_times'),
+        (detectors, 'run', 'detectors'),
+        (findings, 'merge_duplicates', 'findings.merge_duplicates'),
+        (progress, 'rank_progress', 'progress.rank_progress'),
+        (progress, 'after_last_sign_of_life', 'progress.after_last_sign_of_life'),
+        (progress, 'stalled_links', 'progress.stalled_links'),
+        (findings, 'terminal_failure', 'findings.terminal_failure'),
+        (rootcause, 'find_chains', 'chains.find_chains'), (rootcause, '_victims', 'rootcause._victims'),
+        (rootcause.narrative, 'summary', 'narrative.summary'),
+        (rootcause, 'analyze', 'rootcause.analyze (all)'), (service.report_mod, 'build', 'report.build')):
+    if hasattr(mod, name):
+        timed(mod, name, label)
+home = Path(tempfile.mkdtemp(prefix='bench-analysis-'))
+svc = Service(Settings.from_env(home=home))
+t, c = time.perf_counter(), time.process_time()
+sub = svc.submit_path(BUNDLE)
+rep = svc.analyze(sub.incident_id)
+dt, cpu = time.perf_counter() - t, time.process_time() - c
+after_parse = sum(v for k, v in spent.items() if k in ('clocks.align', 'timeline.build_bins',
+                                                      'rootcause.analyze (all)', 'report.build'))
+RESULT = dict(seconds=dt, cpu_s=cpu, analysis_s=after_parse, spent={k: round(v, 3) for k, v in sorted(spent.items())},
+              anomalies=len(rep['anomalies']), sources=len(rep['sources']),
+              chain=' -> '.join(l['kind'] for l in rep['chains'][0]['links']) if rep['chains'] else '',
+              failure=(rep['failure'] or {}).get('summary', '')[:80])
+shutil.rmtree(home)
+"""
+
+
+def analyze(bundle: Path) -> dict:
+    """``Service.submit_path`` + ``analyze`` of ``bundle`` in a fresh process: wall time, peak RSS,
+    the seconds spent in each analysis step (``spent``; the parse is the rest)."""
+    return run_child(f"BUNDLE = {str(bundle)!r}\n" + ANALYZE)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", default="10,20,50,100")
+    args = ap.parse_args()
+    for mb in [int(x) for x in args.mb.split(",") if x]:
+        b = crash_bundle(mb * 1_000_000)
+        r = analyze(b)
+        r["input"] = f"crashes {mb} MB"
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
