@@ -50,6 +50,7 @@ OOM kill 0.5 x (1 - 0.723) x (0.949 x 0.900)^(1/2) = 0.128. The throttling is th
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from .chain_rules import BY_EFFECT, ORIGIN, STOPPED, Rule, Scope, role
@@ -147,14 +148,31 @@ def find_chains(links: list[Link], failure: Link | None) -> list[Chain]:
     by_role: dict[str, list[Link]] = {}
     for l in nodes:
         by_role.setdefault(role(l), []).append(l)
+    # A role's findings in time order: how far their windows reach, so that causes() looks only
+    # at those whose window can meet the rule's (the others _edge refuses), in the same order.
+    reach: dict[str, tuple[list[int], int, int]] = {}
+    for r, ls in by_role.items():
+        ts = [l.ts_ns for l in ls]
+        if all(a <= b for a, b in zip(ts, ts[1:])):
+            ws = [l.timing_ns() for l in ls]
+            reach[r] = (ts, max(w[1] - w[0] for w in ws), max(l.ts_ns - w[0] for l, w in zip(ls, ws)))
     hosts = {l.host for l in links if l.host}
     found: list[Chain] = []
     budget = [MAX_EXPANSIONS]
 
+    def candidates(rule: Rule, e: Link) -> list[Link]:
+        ls = by_role.get(rule.cause, [])
+        if rule.cause not in reach:
+            return ls
+        ts, width, before = reach[rule.cause]
+        ew = e.timing_ns()
+        earliest = e.ts_ns - math.ceil(rule.window_s * 1e9) - 1 - width - (ew[1] - ew[0])
+        return ls[bisect_left(ts, earliest):bisect_right(ts, ew[1] + before)]
+
     def causes(e: Link, on_path: set) -> list[Edge]:
         out = []
         for rule in BY_EFFECT.get(role(e), ()):
-            for c in by_role.get(rule.cause, ()):
+            for c in candidates(rule, e):
                 if id(c) in on_path:
                     continue
                 ed = _edge(rule, c, e, hosts)

@@ -250,3 +250,61 @@ def test_oom_kills_merges_copies_through_the_groups():
     kills = findings.oom_kills(Rows(rows), "i")
     assert [len(k.evidence) for k in kills] == [2, 1]
     assert kills[0].ts_ns == T + 400_000_000 and kills[0].uncertainty_ns == 1_000
+
+
+# -- the chain search looks only at causes whose windows can meet the effect's -------------------
+@pytest.mark.parametrize("name", SAMPLES + ["repeated-crashes"])
+def test_chain_search_same_as_scanning_every_finding(analysed, name, monkeypatch):
+    from analysis import chains, rootcause
+    store, iids = analysed
+    iid = iids[name]
+    extra = clocks.skew_links(clocks.align(store, iid))
+    got = rootcause.analyze(store, iid, extra)
+    # every finding of the cause's role considered (the bisection's bounds opened up)
+    monkeypatch.setattr(chains, "bisect_left", lambda a, x: 0)
+    monkeypatch.setattr(chains, "bisect_right", lambda a, x: len(a))
+    want = rootcause.analyze(store, iid, extra)
+    assert got.chains == want.chains and got.failure == want.failure and got.anomalies == want.anomalies
+
+
+CHAIN_KINDS = [LinkKind.CPU_THROTTLE, LinkKind.MEMORY_GROWTH, LinkKind.STEP_SLOWDOWN, LinkKind.OOM_KILL,
+               LinkKind.SIGNAL_KILL, LinkKind.PROCESS_EXIT, LinkKind.PYTHON_EXCEPTION,
+               LinkKind.COLLECTIVE_TIMEOUT, LinkKind.RANK_STALLED, LinkKind.SEGFAULT, LinkKind.JOB_FAILURE]
+
+
+@st.composite
+def chain_links(draw):
+    ts = T + draw(st.integers(0, 4000)) * 1_000_000_000     # (beyond every rule's window)
+    attrs = {}
+    if draw(st.booleans()):
+        attrs.update(ts_lo_ns=ts - draw(st.integers(0, 900)) * 1_000_000_000, ts_hi_ns=ts + 1_000_000_000,
+                     ts_bound="between")
+    elif draw(st.booleans()):
+        attrs["ts_bound"] = "after"
+    if draw(st.booleans()):
+        attrs["ts_resolution_ns"] = 1_000_000_000
+    kind = draw(st.sampled_from(CHAIN_KINDS))
+    if kind == LinkKind.SIGNAL_KILL:
+        attrs["signal"] = draw(st.sampled_from(["SIGKILL", "SIGTERM"]))
+    if kind == LinkKind.PYTHON_EXCEPTION and draw(st.booleans()):
+        attrs["exc_msg"] = "Connection closed by peer"
+    return Link(kind=kind, ts_ns=ts, summary=f"{kind.value} {ts}", source="x.log",
+                host=draw(st.sampled_from([None, "n1", "n2"])), rank=draw(st.sampled_from([None, 0, 1, 2])),
+                pid=draw(st.sampled_from([None, 11, 12])), confidence=draw(st.sampled_from([1.0, 0.9, 0.6])),
+                uncertainty_ns=draw(st.sampled_from([None, 0, 500_000_000, 200_000_000_000])),
+                attrs=tuple(attrs.items()))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(chain_links(), min_size=1, max_size=40), st.booleans())
+def test_chain_search_same_as_scan_on_generated_findings(ls, in_time_order):
+    from analysis import chains
+    if in_time_order:         # as rootcause gives them (else: the plain scan, kept for any order)
+        ls.sort(key=lambda l: l.ts_ns)
+    failure = max((l for l in ls if l.kind == LinkKind.JOB_FAILURE), key=lambda l: l.ts_ns, default=ls[-1])
+    got = chains.find_chains(ls, failure)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(chains, "bisect_left", lambda a, x: 0)
+        mp.setattr(chains, "bisect_right", lambda a, x: len(a))
+        want = chains.find_chains(ls, failure)
+    assert got == want
