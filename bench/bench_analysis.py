@@ -154,10 +154,114 @@ shutil.rmtree(home)
 """
 
 
-def analyze(bundle: Path) -> dict:
-    """``Service.submit_path`` + ``analyze`` of ``bundle`` in a fresh process: wall time, peak RSS,
-    the seconds spent in each analysis step (``spent``; the parse is the rest)."""
-    return run_child(f"BUNDLE = {str(bundle)!r}\n" + ANALYZE)
+# -- Kineto files per rank ---------------------------------------------------------------------
+PROFILER = SAMPLES / "oom-after-throttle/vm/profiler"
+HOST_SHIFT_NS = 1_700_000_000     # the second host's wall clock runs this far ahead
+
+
+def kineto_bundle(scale: int, ranks: int = 8, per_host: int = 4, dest: Path | None = None) -> Path:
+    """``kineto``: ``ranks`` ranks on ``ranks / per_host`` hosts; each rank holds the real Kineto
+    traces of one of the sample's two ranks (12 files, one profiler cycle each: two
+    ProfilerStep markers and their gloo all-reduces), ``scale`` times over: each repetition
+    the next profiler cycles of a longer run, moved on in time by the 12 files' span and in
+    step numbers by their count. The rank in ``distributedInfo`` is rewritten; every host
+    after the first has its clock ``HOST_SHIFT_NS`` ahead, for clock alignment to find from
+    the collectives."""
+    dest = dest or OUT / f"analysis-kineto-x{scale}"
+    if (dest / ".complete").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    by_pid: dict[str, list[dict]] = {}
+    for f in sorted(PROFILER.glob("*.pt.trace.json.gz")):
+        by_pid.setdefault(f.name.split(".")[0], []).append(json.loads(gzip.decompress(f.read_bytes())))
+    pids = sorted(by_pid)
+    span, steps = {}, {}
+    for p, docs in by_pid.items():
+        ts = [int(d["baseTimeNanoseconds"]) + int(float(e["ts"]) * 1000) for d in docs for e in d["traceEvents"]
+              if "ts" in e]
+        span[p] = max(ts) - min(ts) + 1_000_000_000
+        steps[p] = 1 + max(int(e["name"].split("#")[1]) for d in docs for e in d["traceEvents"]
+                           if str(e.get("name", "")).startswith("ProfilerStep#"))
+    for r in range(ranks):
+        h, local = divmod(r, per_host)
+        host = f"node-{h}"
+        d = dest / host / "profiler"
+        d.mkdir(parents=True, exist_ok=True)
+        (dest / host / "hostname").write_text(host + "\n")
+        p = pids[r % len(pids)]
+        for k in range(scale):
+            for i, doc in enumerate(by_pid[p]):
+                doc = dict(doc)
+                doc["baseTimeNanoseconds"] = int(doc["baseTimeNanoseconds"]) + k * span[p] + (HOST_SHIFT_NS if h else 0)
+                doc["distributedInfo"] = dict(doc.get("distributedInfo") or {}, rank=r, world_size=ranks)
+                if k:
+                    doc["traceEvents"] = [
+                        dict(e, name=f"ProfilerStep#{int(e['name'].split('#')[1]) + k * steps[p]}")
+                        if str(e.get("name", "")).startswith("ProfilerStep#") else e for e in doc["traceEvents"]]
+                name = f"{host}_{20000 + local}.{k:03d}{i:02d}.pt.trace.json.gz"
+                (d / name).write_bytes(gzip.compress(json.dumps(doc).encode(), 1))
+    (dest / ".complete").write_text("")
+    return dest
+
+
+INGEST = r"""
+import time, json
+from pathlib import Path
+from server.service import Service
+from server.settings import Settings
+home = Path(HOME)
+svc = Service(Settings.from_env(home=home))
+t = time.perf_counter()
+iid = svc.submit_path(BUNDLE).incident_id
+rep = svc.analyze(iid)
+(home / "incident").write_text(iid)
+RESULT = dict(seconds=time.perf_counter() - t, sources=len(rep['sources']))
+"""
+
+ALIGN = r"""
+import time, resource
+from pathlib import Path
+from server.service import Service
+from server.settings import Settings
+from analysis import clocks, clock_collectives
+home = Path(HOME)
+st = Service(Settings.from_env(home=home)).store
+iid = (home / "incident").read_text()
+st.query("SELECT count(*) AS n FROM collectives WHERE incident_id = ?", [iid])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter()
+entries = clocks.align(st, iid)
+dt = time.perf_counter() - t
+t = time.perf_counter()
+offs = clock_collectives.host_offsets(st, iid)
+dt_cc = time.perf_counter() - t
+n = st.query("SELECT count(*) AS files FROM sources WHERE incident_id = ? AND kind = 'torch_trace'", [iid])[0]
+RESULT = dict(seconds=dt, collectives_s=dt_cc, rss_before_mib=before, files=n['files'],
+              offsets=[(o.host, o.offset_ns, o.uncertainty_ns, o.pairs) for o in offs])
+"""
+
+
+def kineto_home(scale: int) -> Path:
+    """The ``kineto`` bundle at ``scale`` ingested and analysed once (cached): its store's home."""
+    home = OUT / f"analysis-kineto-x{scale}.home"
+    if not (home / "incident").exists():
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        run_child(f"HOME = {str(home)!r}\nBUNDLE = {str(kineto_bundle(scale))!r}\n" + INGEST)
+    return home
+
+
+def align(home: Path, cwd: Path | None = None) -> dict:
+    """``clocks.align`` of the stored incident in a fresh process (``cwd``: whose code runs):
+    seconds, peak RSS, the RSS before it, the host offsets found."""
+    return run_child(f"HOME = {str(home)!r}\n" + ALIGN, cwd=cwd)
+
+
+def analyze(bundle: Path, cwd: Path | None = None) -> dict:
+    """``Service.submit_path`` + ``analyze`` of ``bundle`` in a fresh process (``cwd``: whose
+    code runs): wall time, peak RSS, the seconds spent in each analysis step (``spent``; the
+    parse is the rest)."""
+    return run_child(f"BUNDLE = {str(bundle)!r}\n" + ANALYZE, cwd=cwd)
 
 
 def main() -> None:
