@@ -9,13 +9,17 @@ Inputs, built from real files and cached under ``bench/out/``:
   played one after another, again and again, each copy moved forward in time to start after
   the previous one ended and given new pids, as a job that the scheduler keeps restarting
   writes it. Every copy is a new failure, so findings grow with the size.
-* ``kineto``: the real Kineto traces of the sample bundles and ``/work/shared/real_traces``
-  copied per rank with the rank (and, on other hosts, the base time) rewritten: ``x1`` is the
-  sample's own files, ``xN`` N times as many ranks on N/4+1 hosts.
+* ``kineto``: the real Kineto traces of the sample bundle (``oom-after-throttle``, 12 files per
+  rank) copied per rank with the rank (and, on the second host, the base time) rewritten: 8
+  ranks on 2 hosts; ``x1`` each rank's 12 files, ``xN`` N times as many files per rank, as
+  later profiler cycles of a longer run (times and step numbers moved on).
 
-``python bench/bench_analysis.py [--mb 10,20,50,100] [--kineto 1,4,16]`` prints one JSON line
-per measurement (time, peak RSS, and where the time went); ``python -m bench --only analysis``
-writes the rows to RESULTS.md.
+``python bench/bench_analysis.py [--mb 10,20,50,100] [--kineto 1,4,16] [--rounds N] [--old DIR]``
+prints one JSON line per measurement (time, CPU time, peak RSS, and where the time went), then
+a Markdown table of min / median per input; ``--old DIR`` runs the code of another checkout
+(e.g. ``git archive <commit> | tar -x -C DIR``) on the same inputs, interleaved with this
+one's, alternating which goes first. ``python -m bench --only analysis`` writes the rows to
+RESULTS.md.
 """
 from __future__ import annotations
 
@@ -24,13 +28,14 @@ import gzip
 import json
 import re
 import shutil
+import statistics
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import OUT, run_child  # noqa: E402
+from common import OUT, machine, run_child  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 # Played in this order in every copy (each a separate recorded job).
@@ -264,15 +269,47 @@ def analyze(bundle: Path, cwd: Path | None = None) -> dict:
     return run_child(f"BUNDLE = {str(bundle)!r}\n" + ANALYZE, cwd=cwd)
 
 
+def _stats(xs: list[float], fmt: str = ".2f") -> str:
+    return f"{min(xs):{fmt}} / {statistics.median(xs):{fmt}}"
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", default="10,20,50,100")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", default="10,20,50,100", help="sizes of the crash-dense log, MB ('' for none)")
+    ap.add_argument("--kineto", default="1,4,16", help="Kineto files per rank, times the sample's ('' for none)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--old", type=Path, help="a checkout of the code to compare with (run interleaved with this one)")
     args = ap.parse_args()
-    for mb in [int(x) for x in args.mb.split(",") if x]:
-        b = crash_bundle(mb * 1_000_000)
-        r = analyze(b)
-        r["input"] = f"crashes {mb} MB"
-        print(json.dumps(r), flush=True)
+    codes = [("new", ROOT)] + ([("old", args.old)] if args.old else [])
+    got: dict[tuple, list[dict]] = {}
+    for rnd in range(args.rounds):
+        for mb in [int(x) for x in args.mb.split(",") if x]:
+            b = crash_bundle(mb * 1_000_000)
+            for label, cwd in (codes if rnd % 2 == 0 else codes[::-1]):
+                r = analyze(b, cwd)
+                got.setdefault(("crashes", mb, label), []).append(r)
+                print(json.dumps(dict(r, input=f"crashes {mb} MB", code=label, round=rnd)), flush=True)
+        for k in [int(x) for x in args.kineto.split(",") if x]:
+            home = kineto_home(k)
+            for label, cwd in (codes if rnd % 2 == 0 else codes[::-1]):
+                r = align(home, cwd)
+                got.setdefault(("kineto", k, label), []).append(r)
+                print(json.dumps(dict(r, input=f"kineto x{k}", code=label, round=rnd)), flush=True)
+    print(f"\n{machine()}, {args.rounds} round(s), min / median\n")
+    print("| input | code | seconds | CPU s | peak RSS MiB | findings / files | seconds in (median run) |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for (what, size, label), rs in got.items():
+        mid = sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2]
+        if what == "crashes":
+            spent = ", ".join(f"{k} {v:.2f}" for k, v in mid["spent"].items() if v >= 0.05)
+            print(f"| crash-dense log {size} MB | {label} | {_stats([r['seconds'] for r in rs])} | "
+                  f"{_stats([r['cpu_s'] for r in rs])} | {_stats([r['peak_rss_mib'] for r in rs], '.0f')} | "
+                  f"{mid['anomalies']:,} | {spent} |")
+        else:
+            print(f"| Kineto x{size} | {label} | {_stats([r['seconds'] for r in rs])} | | "
+                  f"{_stats([r['peak_rss_mib'] for r in rs], '.0f')} | {mid['files']:,} | "
+                  f"host_offsets {_stats([r['collectives_s'] for r in rs])} s; RSS before {mid['rss_before_mib']:.0f}; "
+                  f"offsets {mid['offsets']} |")
 
 
 if __name__ == "__main__":
