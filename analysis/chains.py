@@ -76,7 +76,7 @@ AFTER_FAILURE_W = 0.3
 NEIGHBOURHOOD_NS = 3600 * 10**9
 MAX_VISITS = 20_000
 NEAREST = 32              # point causes looked at per rule and effect, the latest first
-MAX_WIDTH_NS = 600 * 10**9
+MAX_WIDTH_NS = 3600 * 10**9  # a cause window wider than this (an hour) is not looked for further back
 MAX_CANDIDATES = 200
 P0 = 0.2                  # how likely a finding is a coincidence, unrelated to the origin
 LINEAGE_RULE = Rule(LINEAGE, LINEAGE, Scope.PROCESS, 0.95, 3600,
@@ -242,9 +242,11 @@ def build_graph(nodes: list[Link], ctx: Context) -> dict[int, list[Edge]]:
     for l in nodes:
         by_role.setdefault(role(l), []).append(l)
     starts: dict[str, list[int]] = {}
+    widest: dict[str, int] = {}
     for r, ls in by_role.items():
         ls.sort(key=lambda l: l.timing_ns()[0])
         starts[r] = [l.timing_ns()[0] for l in ls]
+        widest[r] = max(l.timing_ns()[1] - l.timing_ns()[0] for l in ls)
     incoming: dict[int, list[Edge]] = {}
     for e in nodes:
         ew = e.timing_ns()
@@ -260,7 +262,10 @@ def build_graph(nodes: list[Link], ctx: Context) -> dict[int, list[Edge]]:
             if rule.cause in CONDITIONS:
                 pool = cands[:hi]
             else:
-                lo = bisect.bisect_left(starts[rule.cause], ew[0] - int(rule.window_s * 1e9) - MAX_WIDTH_NS)
+                # _time accepts a lead up to the window plus both widths; a cause's start is at most
+                # its width before its time: so nothing starting earlier than this can qualify
+                reach = int(rule.window_s * 1e9) + 2 * min(widest[rule.cause], MAX_WIDTH_NS) + (ew[1] - ew[0])
+                lo = bisect.bisect_left(starts[rule.cause], ew[0] - reach)
                 pool = cands[max(lo, hi - NEAREST):hi]
             for c in pool:
                 if c is e:

@@ -30,6 +30,7 @@ timeline.
 """
 from __future__ import annotations
 
+import heapq
 import statistics
 from dataclasses import dataclass
 
@@ -51,22 +52,83 @@ class HostOffset:
 
 def _exec_collectives(store, incident_id: str) -> pl.DataFrame:
     from .kineto_derived import collectives, steps
-    c = collectives(store, incident_id)
+    return _numbered(collectives(store, incident_id), steps(store, incident_id))
+
+
+def _numbered(c: pl.DataFrame, st: pl.DataFrame) -> pl.DataFrame:
+    """Each exec collective with its rank's CPU step (``ProfilerStep#N`` it started in) and its
+    number ``k`` within (rank, step, collective); see the module docstring.
+
+    A collective's step is the first step (by number) of its rank whose span [start, end) holds
+    its start; a rank with steps drops collectives outside all of them, a rank without keeps
+    them with no step. Copies of one collective start (rank, start, op, thread) are kept once.
+    Found with an as-of join on the start (steps of a rank that do not overlap: the only
+    candidate is the last step starting before), else by a sweep over the rank's steps in time
+    order: memory grows with the rows, never with collectives x steps."""
     if c.is_empty():
         return c
     c = c.filter((pl.col("role") == "exec") & pl.col("host").is_not_null() & pl.col("rank").is_not_null())
-    st = steps(store, incident_id)
     if not st.is_empty():
         st = st.filter(pl.col("side") == "cpu").select(
             "rank", "step", s0=pl.col("ts_raw_ns"), s1=pl.col("ts_raw_ns") + pl.col("dur_ns"))
-        c = c.join(st, on="rank", how="left").filter(
-            pl.col("step").is_null() | ((pl.col("ts_raw_ns") >= pl.col("s0")) & (pl.col("ts_raw_ns") < pl.col("s1"))))
+        c = _in_steps(c, st)
         c = c.unique(subset=["rank", "ts_raw_ns", "op", "tid"], keep="first", maintain_order=True)
     else:
         c = c.with_columns(step=pl.lit(None, pl.Int64))
     c = c.sort("rank", "ts_raw_ns").with_columns(
         k=pl.int_range(pl.len()).over("rank", "step", "collective"))
     return c.select("host", "rank", "step", "collective", "k", start="ts_raw_ns", end="end_raw_ns")
+
+
+def _in_steps(c: pl.DataFrame, st: pl.DataFrame) -> pl.DataFrame:
+    """``c`` (its order kept) with ``step``: see :func:`_numbered`."""
+    c = c.with_row_index("_row")
+    stepped = st.filter(pl.col("rank").is_not_null())["rank"].unique()
+    free = c.filter(~pl.col("rank").is_in(stepped.implode())).with_columns(step=pl.lit(None, st["step"].dtype))
+    # A step row without a number holds everything of its rank (it sorts before the numbered ones).
+    unnumbered = st.filter(pl.col("step").is_null() & pl.col("rank").is_not_null())["rank"].unique()
+    whole = c.filter(pl.col("rank").is_in(unnumbered.implode())).with_columns(step=pl.lit(None, st["step"].dtype))
+    spans = (st.filter(pl.col("step").is_not_null() & pl.col("rank").is_in(stepped.implode())
+                       & ~pl.col("rank").is_in(unnumbered.implode()) & (pl.col("s1") > pl.col("s0")))
+             .sort("rank", "s0", "step")
+             .with_columns(_overlap=pl.col("s0") < pl.col("s1").cum_max().shift(1).over("rank")))
+    overlapping = spans.filter(pl.col("_overlap"))["rank"].unique()
+    rest = c.filter(pl.col("rank").is_in(stepped.implode()) & ~pl.col("rank").is_in(unnumbered.implode())
+                    & pl.col("ts_raw_ns").is_not_null())
+    simple = rest.filter(~pl.col("rank").is_in(overlapping.implode()))
+    parts = [free, whole]
+    if not simple.is_empty():
+        s = spans.filter(~pl.col("rank").is_in(overlapping.implode())).select("rank", "s0", "s1", "step").sort("s0")
+        j = simple.sort("ts_raw_ns").join_asof(s, left_on="ts_raw_ns", right_on="s0", by="rank",
+                                                strategy="backward", check_sortedness=False)
+        parts.append(j.filter(pl.col("ts_raw_ns") < pl.col("s1")).drop("s0", "s1"))
+    if not overlapping.is_empty():
+        parts.append(_sweep(rest.filter(pl.col("rank").is_in(overlapping.implode())),
+                            spans.filter(pl.col("rank").is_in(overlapping.implode()))))
+    return pl.concat([p.cast({"step": st["step"].dtype}) for p in parts], how="vertical").sort("_row").drop("_row")
+
+
+def _sweep(c: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Ranks whose steps overlap: per rank, starts in time order against the steps begun so
+    far, the lowest-numbered one still open (a heap of them by number)."""
+    by_rank: dict = {}
+    for r, s0, s1, n in spans.select("rank", "s0", "s1", "step").iter_rows():
+        by_rank.setdefault(r, []).append((s0, s1, n))
+    rows, got = [], []
+    cur, open_, j, todo = None, [], 0, []
+    for i, r, ts in c.sort("rank", "ts_raw_ns").select("_row", "rank", "ts_raw_ns").iter_rows():
+        if r != cur:
+            cur, open_, j, todo = r, [], 0, by_rank.get(r, [])
+        while j < len(todo) and todo[j][0] <= ts:
+            heapq.heappush(open_, (todo[j][2], todo[j][1]))
+            j += 1
+        while open_ and open_[0][1] <= ts:
+            heapq.heappop(open_)
+        if open_:
+            rows.append(i)
+            got.append(open_[0][0])
+    found = pl.DataFrame({"_row": rows, "step": got}, schema={"_row": c["_row"].dtype, "step": spans["step"].dtype})
+    return c.join(found, on="_row", how="inner")
 
 
 def host_offsets(store, incident_id: str) -> list[HostOffset]:

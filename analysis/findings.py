@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from bisect import bisect_left
 
 from .links import Evidence, Link, LinkKind, Provenance
 
@@ -37,20 +38,10 @@ def oom_kills(store, incident_id: str) -> list[Link]:
                 AND c.domain = s.clock_domain
            WHERE e.incident_id = ? AND e.kind = 'oom_kill'
            ORDER BY e.ts_utc_ns NULLS LAST""", [incident_id])
-    groups: list[list[dict]] = []
     for r in rows:
         r["attrs"] = json.loads(r["attrs"]) if r["attrs"] else {}
-        for g in groups:
-            g0 = g[0]
-            if g0["host"] == r["host"] and g0["pid"] == r["pid"] and (
-                    g0["ts_utc_ns"] is None or r["ts_utc_ns"] is None
-                    or abs(g0["ts_utc_ns"] - r["ts_utc_ns"]) <= DEDUP_WINDOW_NS):
-                g.append(r)
-                break
-        else:
-            groups.append([r])
     links = []
-    for g in groups:
+    for g in _kill_groups(rows):
         placed = [r for r in g if r["ts_utc_ns"] is not None]
         best = min(placed, key=lambda r: (r["uncertainty_ns"] is None, r["uncertainty_ns"] or 0)) if placed else g[0]
         a = best["attrs"]
@@ -72,6 +63,53 @@ def oom_kills(store, incident_id: str) -> list[Link]:
             provenance=Provenance.READ, confidence=1.0, uncertainty_ns=best["uncertainty_ns"],
             attrs=tuple(keep.items())))
     return links
+
+
+def _kill_groups(rows: list[dict]) -> list[list[dict]]:
+    """The copies of each kill: a row joins the first group (in the order groups were started)
+    of its host and pid whose first row is within ``DEDUP_WINDOW_NS`` of it, or untimed, or
+    any when the row itself is untimed; else it starts a group.
+
+    Groups are looked up per (host, pid); the query's rows come in time order, so a bucket's
+    timed groups start in time order and the first one in the window is found by bisection
+    (rows out of order fall back to a scan of the bucket)."""
+    groups: list[list[dict]] = []
+    # (host, pid) -> [groups in start order, first times of its timed groups, their positions,
+    #                 position of its first untimed group, timed starts still in order]
+    buckets: dict[tuple, list] = {}
+    for r in rows:
+        t = r["ts_utc_ns"]
+        b = buckets.get((r["host"], r["pid"]))
+        if b is None:
+            b = buckets[(r["host"], r["pid"])] = [[], [], [], None, True]
+        gl, starts, at, untimed, ordered = b
+        pos = None
+        if gl and t is None:
+            pos = 0
+        elif gl and not ordered:
+            pos = next((i for i, g in enumerate(gl) if g[0]["ts_utc_ns"] is None
+                        or abs(g[0]["ts_utc_ns"] - t) <= DEDUP_WINDOW_NS), None)
+        elif gl:
+            j = bisect_left(starts, t - DEDUP_WINDOW_NS)
+            if j < len(starts) and starts[j] <= t + DEDUP_WINDOW_NS:
+                pos = at[j]
+            if untimed is not None and (pos is None or untimed < pos):
+                pos = untimed
+        if pos is not None:
+            gl[pos].append(r)
+            continue
+        g = [r]
+        groups.append(g)
+        if t is None:
+            if b[3] is None:
+                b[3] = len(gl)
+        else:
+            if starts and t < starts[-1]:
+                b[4] = False
+            starts.append(t)
+            at.append(len(gl))
+        gl.append(g)
+    return groups
 
 
 def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",)) -> list[Link]:
@@ -128,22 +166,132 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
     only in part, the time becomes the middle of their intersection.
     """
     out: list[Link] = []
+    # Copies share (kind, host, rank, summary): each such group is searched on its own, its kept
+    # findings by the order they were first kept (the order of ``out``).
+    groups: dict[tuple, _Kept] = {}
+    sizes: dict[tuple, int] = {}
     for l in links:
-        w = l.timing_ns()
-        for i, m in enumerate(out):
-            if (m.kind != l.kind or m.host != l.host or m.rank != l.rank or m.summary != l.summary
-                    or m.kind == LinkKind.OOM_KILL or (m.pid and l.pid and m.pid != l.pid)):
-                continue
-            mw = m.timing_ns()
-            if (w is None) != (mw is None):
-                continue
-            if w is not None and (w[0] > mw[1] or mw[0] > w[1]):
-                continue
-            out[i] = _merge_pair(m, l)
-            break
-        else:
+        k = (l.kind, l.host, l.rank, l.summary)
+        sizes[k] = sizes.get(k, 0) + 1
+    for l in links:
+        if l.kind == LinkKind.OOM_KILL:     # (each kill report is its own finding: oom_kills merged them)
             out.append(l)
+            continue
+        k = (l.kind, l.host, l.rank, l.summary)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = _Kept(sizes[k])
+        w = l.timing_ns()
+        slot = g.first(w, l.pid or None)
+        if slot is None:
+            g.add(len(out), w, l.pid or None)
+            out.append(l)
+        else:
+            m = _merge_pair(out[slot], l)
+            out[slot] = m
+            g.update(slot, m.timing_ns(), m.pid or None)
     return out
+
+
+class _Kept:
+    """The kept findings of one (kind, host, rank, summary) group, for :func:`merge_duplicates`:
+    the first kept (in ``out`` order) whose pid agrees with a pid (either unknown, or equal)
+    and whose time window overlaps a window (an untimed finding: that is untimed too).
+
+    Timed ones sit in a segment tree over the order they were kept, each node holding the
+    earliest start and the latest end of the windows below it, so the search enters only
+    subtrees that can hold an overlap: O(log n) for the windows of real findings (short, and
+    in time order), however many copies the group has. A merge changes a kept finding's window
+    and may give it a pid (never another one): updated in place. Untimed findings stay untimed
+    when merged; for them the first without a pid and the first with each pid are enough.
+    """
+
+    __slots__ = ("size", "lo", "hi", "slots", "pids", "leaf_of", "untimed", "pos_of", "first_none",
+                 "first_with")
+
+    def __init__(self, capacity: int) -> None:
+        size = 1
+        while size < capacity:
+            size *= 2
+        self.size = size
+        self.lo = [_INF] * (2 * size)      # per node: the earliest window start below it
+        self.hi = [-_INF] * (2 * size)     # per node: the latest window end below it
+        self.slots: list[int] = []         # leaf -> index in ``out``
+        self.pids: list[int | None] = []   # leaf -> pid of the kept finding
+        self.leaf_of: dict[int, int] = {}
+        self.untimed: list[list] = []      # [index in out, pid] in the order kept
+        self.pos_of: dict[int, int] = {}   # index in out -> position in ``untimed``
+        self.first_none = 0                # no untimed one before this position is without a pid
+        self.first_with: dict[int, int] = {}   # pid -> position of the first untimed one with it
+
+    def first(self, w: tuple[int, int] | None, pid: int | None) -> int | None:
+        if w is None:
+            return self._first_untimed(pid)
+        a, b = w
+        lo, hi, size, pids = self.lo, self.hi, self.size, self.pids
+        stack = [1]
+        while stack:
+            node = stack.pop()
+            if lo[node] > b or hi[node] < a:
+                continue
+            if node >= size:
+                p = pids[node - size]
+                if pid is None or p is None or p == pid:
+                    return self.slots[node - size]
+                continue
+            stack.append(2 * node + 1)      # (popped after the left one: the earliest kept wins)
+            stack.append(2 * node)
+        return None
+
+    def _first_untimed(self, pid: int | None) -> int | None:
+        u = self.untimed
+        if not u:
+            return None
+        if pid is None:
+            return u[0][0]
+        while self.first_none < len(u) and u[self.first_none][1] is not None:
+            self.first_none += 1
+        pos = min(self.first_none, self.first_with.get(pid, len(u)))
+        return u[pos][0] if pos < len(u) else None
+
+    def add(self, slot: int, w: tuple[int, int] | None, pid: int | None) -> None:
+        if w is None:
+            self.pos_of[slot] = len(self.untimed)
+            self.untimed.append([slot, None])
+            self._untimed_pid(len(self.untimed) - 1, pid)
+            return
+        leaf = len(self.slots)
+        self.leaf_of[slot] = leaf
+        self.slots.append(slot)
+        self.pids.append(pid)
+        self._set(leaf, w)
+
+    def update(self, slot: int, w: tuple[int, int] | None, pid: int | None) -> None:
+        if w is None:
+            self._untimed_pid(self.pos_of[slot], pid)
+            return
+        leaf = self.leaf_of[slot]
+        self.pids[leaf] = pid
+        self._set(leaf, w)
+
+    def _untimed_pid(self, pos: int, pid: int | None) -> None:
+        self.untimed[pos][1] = pid
+        if pid is not None and self.first_with.get(pid, pos + 1) > pos:
+            self.first_with[pid] = pos
+
+    def _set(self, leaf: int, w: tuple[int, int]) -> None:
+        lo, hi = self.lo, self.hi
+        node = leaf + self.size
+        lo[node], hi[node] = w
+        node //= 2
+        while node:
+            l, r = 2 * node, 2 * node + 1
+            lo[node] = lo[l] if lo[l] < lo[r] else lo[r]
+            hi[node] = hi[l] if hi[l] > hi[r] else hi[r]
+            node //= 2
+
+
+_INF = float("inf")
 
 
 def _merge_pair(a: Link, b: Link) -> Link:
@@ -190,6 +338,7 @@ def refine_launcher_times(store, incident_id: str, links: list[Link]) -> list[Li
            ORDER BY e.ts_utc_ns""", [incident_id])
     if not rows:
         return links
+    near = _LauncherLines(rows)
     out = []
     for l in links:
         res = l.attr("ts_resolution_ns")
@@ -197,23 +346,61 @@ def refine_launcher_times(store, incident_id: str, links: list[Link]) -> list[Li
                 LinkKind.JOB_FAILURE, LinkKind.SIGNAL_KILL, LinkKind.PROCESS_EXIT):
             out.append(l)
             continue
-        near = [r for r in rows if l.ts_ns <= r["ts"] < l.ts_ns + res and (not l.host or not r["host"]
-                                                                           or r["host"] == l.host)]
-        if not near:
+        # the launcher's lines within the report's second, on its host (or on no stated host)
+        first = near.first(l.ts_ns, l.ts_ns + res, l.host)
+        if first is None:
             out.append(l)
             continue
         attrs = {k: v for k, v in l.attrs if k != "ts_resolution_ns"}
         ts = l.ts_ns
-        own_stop = [r for r in near if r["name"] == "closing_signal" and r["pid"] == l.pid and l.pid]
         if l.kind == LinkKind.JOB_FAILURE:
-            ts = near[0]["ts"]
-        elif own_stop and l.attr("root_cause") is False:
-            ts = own_stop[0]["ts"]
+            ts = first["ts"]
+        elif l.attr("root_cause") is False and l.pid and (
+                own_stop := near.first(l.ts_ns, l.ts_ns + res, l.host, l.pid)) is not None:
+            ts = own_stop["ts"]
         else:
-            attrs.update(ts_lo_ns=l.ts_ns, ts_hi_ns=near[0]["ts"], ts_bound="between")
-            ts = (l.ts_ns + near[0]["ts"]) // 2
+            attrs.update(ts_lo_ns=l.ts_ns, ts_hi_ns=first["ts"], ts_bound="between")
+            ts = (l.ts_ns + first["ts"]) // 2
         out.append(dataclasses.replace(l, ts_ns=ts, attrs=tuple(attrs.items())))
     return out
+
+
+class _LauncherLines:
+    """The launcher's ``worker_failed``/``closing_signal`` rows (in time order, as queried),
+    indexed for :func:`refine_launcher_times`: the first row in a time range on a host (rows
+    without a host count for every host; no host asked: every row), optionally only the
+    ``closing_signal`` rows of one pid. Each index is a subsequence of the rows, so bisecting
+    its times finds its first row in the range; of two indexes the row first in the query's
+    order wins. O(log n) a look-up, where a scan of the rows was O(n)."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+        self.index: dict[tuple, tuple[list[int], list[int]]] = {}
+        for i, r in enumerate(rows):
+            h = r["host"] or None
+            keys = [("any",), ("host", h)]
+            if r["name"] == "closing_signal" and r["pid"]:
+                keys += [("stop", r["pid"]), ("stop", r["pid"], h)]
+            for k in keys:
+                ts, at = self.index.setdefault(k, ([], []))
+                ts.append(r["ts"])
+                at.append(i)
+
+    def _first(self, key: tuple, t0: int, t1: int) -> int | None:
+        got = self.index.get(key)
+        if got is None:
+            return None
+        ts, at = got
+        j = bisect_left(ts, t0)
+        return at[j] if j < len(ts) and ts[j] < t1 else None
+
+    def first(self, t0: int, t1: int, host: str | None, pid: int | None = None) -> dict | None:
+        if pid is None:
+            keys = [("any",)] if not host else [("host", host), ("host", None)]
+        else:
+            keys = [("stop", pid)] if not host else [("stop", pid, host), ("stop", pid, None)]
+        found = [i for k in keys if (i := self._first(k, t0, t1)) is not None]
+        return self.rows[min(found)] if found else None
 
 
 def terminal_failure(links: list[Link]) -> Link | None:

@@ -36,12 +36,13 @@ def scaled(name: str, sources: list[Path], target_bytes: int) -> Path:
     return dest
 
 
-def run_child(code: str) -> dict:
-    """Run Python code in a fresh process; it prints one JSON line. Adds peak RSS (MiB)."""
+def run_child(code: str, cwd: Path | None = None) -> dict:
+    """Run Python code in a fresh process; it prints one JSON line. Adds peak RSS (MiB).
+    ``cwd``: the checkout whose code it imports (default: this one)."""
     wrapper = code + "\nimport resource, json, sys\n" \
         "print(json.dumps(dict(RESULT, peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))\n"
     r = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[1])
+                       cwd=cwd or Path(__file__).resolve().parents[1])
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1])

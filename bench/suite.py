@@ -24,6 +24,11 @@ e2e       ``aftertrace analyze`` (Service.submit_path + analyze) of bundles of 8
 query     timeline window latency p50/p95 at 1 M (full: also 10 M) events and flame-graph
           latency over 0.2 M (2 M) samples: the sample's rows copied in time
 export    Perfetto and Chrome trace export of the 1 M (10 M) event incident (bench_export)
+analysis  the analysis of crash-dense torchrun logs, 10 and 100 MB (quick: 10, 30): every sample
+          bundle's real failures played again and again, each a later restart (bench_analysis),
+          whole ``Service.analyze`` and where its time goes; and clock alignment over 1x, 4x, 16x
+          the Kineto files per rank (the sample's traces as later profiler cycles, 8 ranks on
+          2 hosts): its time and peak memory
 ========  =================================================================================
 
 A stage that fails, or a figure that is missing, is written as MISSING with the reason and
@@ -388,8 +393,54 @@ def stage_export(quick: bool) -> list[dict]:
     return rows
 
 
+def _breakdown(r: dict) -> str:
+    """Where an analysis' seconds went, from bench_analysis's per-function timings."""
+    sp = r["spent"]
+    find = sum(sp.get(k, 0) for k in ("findings.oom_kills", "findings.typed_events", "findings.refine_launcher_times",
+                                      "detectors", "findings.merge_duplicates"))
+    prog = sum(sp.get(k, 0) for k in ("progress.rank_progress", "progress.after_last_sign_of_life",
+                                      "progress.stalled_links"))
+    parts = [("parse + load", r["seconds"] - r["analysis_s"]), ("clocks", sp.get("clocks.align", 0)),
+             ("timeline bins", sp.get("timeline.build_bins", 0)), ("findings", find),
+             ("of which merge", sp.get("findings.merge_duplicates", 0)),
+             ("refine", sp.get("findings.refine_launcher_times", 0)), ("detectors", sp.get("detectors", 0)),
+             ("progress", prog), ("chains", sp.get("chains.find_chains", 0)), ("report", sp.get("report.build", 0))]
+    return ", ".join(f"{k} {v:.2f}" for k, v in parts)
+
+
+def stage_analysis(quick: bool) -> list[dict]:
+    import bench_analysis as ba
+    sizes = [10, 30] if quick else [10, 100]
+    rows, took = [], {}
+    for mb in sizes:
+        bundle = ba.crash_bundle(mb * 1_000_000)
+        r = min((ba.analyze(bundle) for _ in range(2)), key=lambda r: r["seconds"])
+        took[mb] = r["seconds"]
+        rows.append(row("analysis", f"crash-dense torchrun log, {mb} MB ({r['anomalies']:,} findings)",
+                        "aftertrace analyze (Service.submit_path + analyze)", r["seconds"], "s",
+                        rss=r["peak_rss_mib"], note=f"{r['cpu_s']:.1f} CPU-s; seconds in: {_breakdown(r)}"))
+    lo, hi = sizes
+    ratio = took[hi] / took[lo]
+    rows.append(row("analysis", f"crash-dense torchrun logs, {hi} MB vs {lo} MB", "analysis time ratio", ratio, "x",
+                    f"<= {1.2 * hi / lo:.0f}", ratio <= 1.2 * hi / lo, note="O(n log n) in findings: at most 1.2x linear"))
+    rss = {}
+    for k in (1, 4, 16):
+        r = min((ba.align(ba.kineto_home(k)) for _ in range(2)), key=lambda r: r["peak_rss_mib"])
+        rss[k] = r["peak_rss_mib"]
+        (host, off, unc, pairs), = r["offsets"]
+        rows.append(row("analysis", f"Kineto x{k}: {r['files']:,} files, 8 ranks on 2 hosts", "clocks.align", r["seconds"],
+                        "s", rss=r["peak_rss_mib"],
+                        note=f"RSS before it {r['rss_before_mib']:.0f} MiB; host_offsets {r['collectives_s']:.2f} s; "
+                             f"{pairs} collectives matched, {host} at {off / 1e9:+.6f} s +- {unc / 1e3:.0f} us"))
+    ratio = rss[16] / rss[1]
+    rows.append(row("analysis", "Kineto x16 vs x1 files", "clock alignment peak RSS ratio", ratio, "x", "<= 1.5",
+                    ratio <= 1.5))
+    return rows
+
+
 STAGES = {"perf": stage_perf, "kineto": stage_kineto, "logs": stage_logs, "kernel": stage_kernel,
-          "cgroup": stage_cgroup, "e2e": stage_e2e, "query": stage_query, "export": stage_export}
+          "cgroup": stage_cgroup, "e2e": stage_e2e, "query": stage_query, "export": stage_export,
+          "analysis": stage_analysis}
 
 
 # -- the harness ---------------------------------------------------------------------------------

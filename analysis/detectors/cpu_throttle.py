@@ -16,7 +16,8 @@ import statistics
 
 from analysis.links import Link, LinkKind, Provenance
 
-from ._series import by_entity, entity_name, episodes, evidence, first_rise, hms, load, onset_window, threshold
+from ._series import (between, by_entity, entity_name, episodes, evidence, first_rise, hms, load, onset_window,
+                      threshold, value_at)
 
 SERIES = "cpu.throttled_s_per_s"
 K, ABS_MIN = 8.0, 0.02
@@ -37,12 +38,11 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
             prev = s.ts_raw[a - 1] if a > 0 else None
             mag = statistics.median(s.values[a:b + 1])
             frac = m.get("cpu.throttled_fraction")
-            fr = [v for t, v in zip(frac.ts_raw, frac.values) if t0 <= t <= s.ts_raw[b]] if frac else []
-            qc = m.get("cpu.quota_cores")
-            quota = next((v for t, v in zip(qc.ts_raw, qc.values) if t == t0), None) if qc else None
+            fr = between(frac, t0, s.ts_raw[b])[1] if frac else []
+            quota = value_at(m.get("cpu.quota_cores"), t0)
             qn = m.get("cpu.quota_ns")
-            qprev = next((v for t, v in zip(qn.ts_raw, qn.values) if t == prev), None) if qn and prev else None
-            qnow = next((v for t, v in zip(qn.ts_raw, qn.values) if t == t0), None) if qn else None
+            qprev = value_at(qn, prev) if prev else None
+            qnow = value_at(qn, t0)
             text = f"CPU throttling of {entity_name(entity)} "
             text += (f"began between {hms(s.ts_utc[a - 1])} and {hms(s.ts_utc[a])}" if a > 0 else
                      "was already on at the first snapshot")

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from analysis.links import Link, LinkKind, Provenance
 
-from ._series import (by_entity, entity_name, episodes, evidence, fmt_bytes,
-                      first_rise, hms, load, onset_window, theil_sen, threshold)
+from ._series import (between, by_entity, entity_name, episodes, evidence, first_rise, fmt_bytes,
+                      hms, load, onset_window, theil_sen, threshold, value_at)
 
 K, ABS_MIN = 4.0, 8 * 1024 * 1024
 MIN_GAIN_OF_LIMIT, NEAR_LIMIT = 0.10, 0.80
@@ -37,23 +37,13 @@ EMPTY_BYTES = 64 * 1024 * 1024       # a cgroup holding less than this has no jo
 EVENTS = ("memory.oom_kill_delta", "memory.oom_delta", "memory.failcnt_delta", "memory.max_hits_delta")
 
 
-def _at(s, t):
-    if s is None:
-        return None
-    for tt, v in zip(s.ts_raw, s.values):
-        if tt == t:
-            return v
-    return None
-
-
 def _no_release(u, g, end: int, start: int) -> bool:
     """Usage never fell more than 1 % below its running peak between two rising runs."""
     peak = 0.0
-    for t, v in zip(u.ts_raw, u.values):
-        if g.ts_raw[end] <= t <= g.ts_raw[start]:
-            peak = max(peak, v)
-            if v < 0.99 * peak:
-                return False
+    for v in between(u, g.ts_raw[end], g.ts_raw[start])[1]:
+        peak = max(peak, v)
+        if v < 0.99 * peak:
+            return False
     return True
 
 
@@ -114,11 +104,11 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
                 continue
             start_usage, onset_usage, end_usage = u.values[i0 - 1], u.values[i0], u.values[i1]
             gain = end_usage - start_usage
-            limit = _at(lim_s, t0)
+            limit = value_at(lim_s, t0)
             if limit is not None and limit >= 1 << 60:
                 limit = None
             after = [t for t in u.ts_raw[i1:i1 + 3]]
-            event = any((_at(m.get(e), t) or 0) > 0 for e in EVENTS for t in after)
+            event = any((value_at(m.get(e), t) or 0) > 0 for e in EVENTS for t in after)
             # a job filling an empty cgroup is starting, not leaking: kept (another tenant's
             # growth starts from nothing too) but said, and weaker
             startup = start_usage < EMPTY_BYTES

@@ -13,6 +13,7 @@ asynchronously) and one of them falls behind.
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 
 from analysis.links import Evidence, Link, LinkKind, Provenance
 
@@ -39,18 +40,52 @@ def _steps(store, incident_id: str) -> dict[int, dict[int, dict]]:
     return out
 
 
+def _peer_medians(by_rank: dict[int, dict[int, dict]]):
+    """``f(rank, step)``: the median of the other ranks' times of that step (None: no other rank
+    has it). Each step's times are sorted once; a rank's peers are that list without one copy
+    of its own time, read by index: O(ranks x steps x log ranks) where collecting and sorting
+    the peers for every rank and step cost ranks^2 x steps. The value is the one
+    ``statistics.median`` gives on the peers (the same sorted values, the same arithmetic);
+    steps with a NaN time (which has no sorted order) take the peers as they come."""
+    at_step: dict[int, list[float]] = {}
+    for steps in by_rank.values():
+        for n, r in steps.items():
+            at_step.setdefault(n, []).append(r["dt"])
+    odd = set()
+    for n, v in at_step.items():
+        if any(x != x for x in v):
+            odd.add(n)
+        else:
+            v.sort()
+
+    def median(rank: int, n: int) -> float | None:
+        if n in odd:
+            peers = [by_rank[q][n]["dt"] for q in by_rank if q != rank and n in by_rank[q]]
+            return statistics.median(peers) if peers else None
+        v = at_step[n]
+        m = len(v) - 1                     # the peers: v without one copy of the rank's own time
+        if m == 0:
+            return None
+        own = bisect_left(v, by_rank[rank][n]["dt"])
+
+        def peer(i: int) -> float:
+            return v[i] if i < own else v[i + 1]
+        return peer(m // 2) if m % 2 else (peer(m // 2 - 1) + peer(m // 2)) / 2
+    return median
+
+
 def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
     by_rank = _steps(store, incident_id)
     if len(by_rank) < 2:
         return []
     found = []
+    peer_median = _peer_medians(by_rank)
     for rank, steps in sorted(by_rank.items()):
         ratios: list[tuple[int, float]] = []
         for n in sorted(steps):
-            peers = [by_rank[q][n]["dt"] for q in by_rank if q != rank and n in by_rank[q]]
-            if not peers:
+            med = peer_median(rank, n)
+            if med is None:
                 continue
-            med = statistics.median(peers)
             if med > 0:
                 ratios.append((n, steps[n]["dt"] / med))
         # runs of steps at or above RATIO, joined over one step below; the longest with MIN_STEPS of them
