@@ -135,7 +135,8 @@ def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, in
             attrs.update(job_pids=tuple(sorted(rank_pids.values())), ranks=tuple(sorted(rank_pids)),
                          outside=False, membership="assumed")
         out.append(dataclasses.replace(l, attrs=tuple(attrs.items())))
-    return grower(foreign_tasks(out, jp), jp, by_pid)
+    owner = {d: r for r, p in rank_pids.items() for d in descendants(store, incident_id, {p})}
+    return grower(foreign_tasks(out, jp), jp, by_pid, owner, rank_pids)
 
 
 def foreign_tasks(links: list[Link], jp: set[int]) -> list[Link]:
@@ -170,11 +171,15 @@ def foreign_tasks(links: list[Link], jp: set[int]) -> list[Link]:
     return out
 
 
-def grower(links: list[Link], jp: set[int], rank_of: dict[int, int]) -> list[Link]:
+def grower(links: list[Link], jp: set[int], rank_of: dict[int, int], owner: dict[int, int] | None = None,
+           rank_pids: dict[int, int] | None = None) -> list[Link]:
     """Which process a cgroup's growth was: when an OOM report of that cgroup (or one above it)
     right after the growth lists one job process holding more than half of what the cgroup
-    holds, the growth is that process's (its rank and pid are set, the cgroup stays the entity).
-    A leak in one rank is named, not only the group it ran in."""
+    holds, the growth is that process's (its rank and pid are set, the cgroup stays the entity);
+    else, when the processes of one rank (the rank and what it started: ``owner`` maps each pid
+    to its rank) hold more than half, the growth is that rank's. A leak in one rank, or in its
+    DataLoader workers, is named, not only the group it ran in."""
+    owner = owner or {}
     ooms = [l for l in links if l.kind == K.OOM_KILL and l.attr("tasks") and l.ts_ns is not None]
     out = []
     for l in links:
@@ -190,6 +195,22 @@ def grower(links: list[Link], jp: set[int], rank_of: dict[int, int]) -> list[Lin
         tasks = [t for t in o.attr("tasks") if t[1]]
         total = sum(t[1] for t in tasks)
         top = max(tasks, key=lambda t: t[1], default=None)
+        if top is not None and top[0] in jp and top[1] * 2 < total and owner and rank_pids:
+            by_rank: dict[int, list] = {}
+            for t in tasks:
+                if t[0] in owner:
+                    by_rank.setdefault(owner[t[0]], []).append(t)
+            best = max(by_rank.items(), key=lambda kv: sum(t[1] for t in kv[1]), default=None)
+            if best is not None and sum(t[1] for t in best[1]) * 2 >= total:
+                r, ts_ = best
+                held = sum(t[1] for t in ts_) * 4096 / 2**30
+                names = ", ".join(f"{t[2]} {t[0]}" for t in sorted(ts_, key=lambda t: -t[1])[:4])
+                out.append(dataclasses.replace(
+                    l, pid=rank_pids[r], rank=r,
+                    summary=l.summary + f"; the OOM report at {_hms(o.ts_ns)} shows the processes of rank {r} "
+                                        f"({names}) holding {held:.2f} GiB of the {total * 4096 / 2**30:.2f} GiB "
+                                        f"its tasks held"))
+                continue
         if top is None or top[0] not in jp or top[1] * 2 < total:
             out.append(l)
             continue

@@ -68,9 +68,13 @@ def phrase(l: Link) -> str:
         return f"memory pressure{host}"
     if k == K.MEMORY_GROWTH:
         of = f" of {_cg(l)}" if l.entity and l.entity.startswith("/") else ""
+        if l.pid is not None:
+            return f"memory of {_who(l)} in {_cg(l)} growing toward the limit{host}"
         return f"memory{of} growing toward its limit{host}{_inside(l)}"
     if k == K.OOM_KILL:
-        return f"the OOM killer killing {_who(l)}{host}"
+        comm = l.attr("victim_comm")
+        who = _who(l) + (f" ({comm})" if comm and l.rank is None else "")
+        return f"the OOM killer killing {who}{host}"
     if k == K.STEP_SLOWDOWN:
         b, s = l.attr("baseline_s"), l.attr("slow_s")
         x = f" {s / b:.0f}x" if b and s else ""
@@ -78,6 +82,8 @@ def phrase(l: Link) -> str:
     if k == K.RANK_STALLED:
         st = l.attr("state")
         return f"{_who(l)} stopping (no progress after that{'; ' + st if st else ''})"
+    if k == K.FOREIGN_MEMORY:
+        return f"memory on {l.host or 'the host'} taken by processes outside the job's cgroups"
     if k == K.CPU_CONTENTION:
         return f"{l.attr('hog') or 'another process'} taking the CPU {_who(l)} needed"
     if k == K.CGROUP_FROZEN:
@@ -146,12 +152,12 @@ def chain_line(ch: Chain, failure: Link | None) -> str:
     return " -> ".join(steps)
 
 
-def failure_sentence(failure: Link | None) -> str:
+def failure_sentence(failure: Link | None, after: str = "") -> str:
     if failure is None:
         return "No terminal failure was found in the bundle (no launcher failure report, no fatal error)."
     rc = failure.attr("root_cause_rank")
     how = failure.summary.split(";")[0] if failure.kind == K.JOB_FAILURE else phrase(failure)
-    s = (f"The job failed at {_t(failure.ts_ns)} UTC" if failure.ts_ns is not None else
+    s = (f"The job failed at {_t(failure.ts_ns)} UTC{after}" if failure.ts_ns is not None else
          "The job failed at a time the bundle does not let aftertrace place (no clock anchor for its source)")
     if failure.kind == K.JOB_FAILURE and rc is not None:
         s += f": the launcher reported rank {rc} as the root cause (its first observed failure)"
@@ -177,10 +183,11 @@ def summary(failure: Link | None, chains: list[Chain], victims: list[Link]) -> s
     if mids:
         parts.append("Then: " + "; ".join(f"{phrase(l)} at {_t(l.ts_ns)}{_after(l, o)}" for l in mids) + ".")
     if failure is not None:
-        fs = failure_sentence(failure).rstrip(".")
+        after = ""
         if o is not failure and o.ts_ns is not None and failure.ts_ns is not None:
             d = (failure.ts_ns - o.ts_ns) / 1e9
-            fs += f" ({_dur(d)} after it started)" if d >= 0.05 else " (right after it started)"
+            after = f", {_dur(d)} after it started" if d >= 0.05 else ", right after it started"
+        fs = failure_sentence(failure, after).rstrip(".")
         victim_of = launcher_victim_of(ch, failure)
         if victim_of is not None:
             fs += f"; rank {failure.attr('root_cause_rank')} is a victim: it failed because of rank {victim_of}"

@@ -38,8 +38,10 @@ def _used(m: dict) -> tuple[list[int], list[int | None], list[float]] | None:
 
 
 def _gain(series, t0: int, t1: int) -> float:
+    """The most the series rose above its value at ``t0`` within [t0, t1]: a cgroup whose memory
+    was freed again by the end (an OOM kill) still took it meanwhile."""
     pts = [(t, v) for t, v in zip(series.ts_raw, series.values) if t0 <= t <= t1]
-    return (pts[-1][1] - pts[0][1]) if len(pts) >= 2 else 0.0
+    return max(v for _, v in pts) - pts[0][1] if len(pts) >= 2 else 0.0
 
 
 def detect(store, incident_id: str, zone: str | None) -> list[Link]:

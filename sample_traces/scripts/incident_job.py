@@ -22,6 +22,8 @@ Faults that happen *inside* the job start when the recorder creates the flag fil
               large samples, passed through shared memory (/dev/shm)
   exit        the rank leaves with ``os._exit(3)``: no traceback, no message (a library that
               calls exit() on an error it does not report)
+  worker_leak the rank's DataLoader workers keep 8 MiB per sample they load (with
+              AFTERTRACE_LOADER_WORKERS)
   deadlock    the rank takes a lock it already holds: its main thread sleeps forever (state S,
               no CPU, nothing printed) and wakes for no signal but a fatal one
 
@@ -62,8 +64,9 @@ class Samples(torch.utils.data.Dataset):
     came from). Each worker's batch travels through shared memory. Once ``long_flag`` exists,
     the payloads are long (the part of the data set with long sequences)."""
 
-    def __init__(self, n, dim, classes, long_flag):
-        self.n, self.dim, self.classes, self.long_flag = n, dim, classes, long_flag
+    def __init__(self, n, dim, classes, long_flag, leak_flag=""):
+        self.n, self.dim, self.classes, self.long_flag, self.leak_flag = n, dim, classes, long_flag, leak_flag
+        self.kept = []
 
     def __len__(self):
         return self.n
@@ -72,13 +75,15 @@ class Samples(torch.utils.data.Dataset):
         g = torch.Generator().manual_seed(i)
         long = bool(self.long_flag) and os.path.exists(self.long_flag)
         payload = torch.zeros((1 << 18) if long else 16)
+        if self.leak_flag and os.path.exists(self.leak_flag):
+            self.kept.append(b"\x5a" * (8 << 20))     # a per-sample cache in the worker, never freed
         return torch.randn(self.dim, generator=g), int(torch.randint(0, self.classes, (1,), generator=g)), payload
 
 
-def batches(batch, dim, classes, long_flag):
+def batches(batch, dim, classes, long_flag, leak_flag=""):
     workers = int(os.environ.get("AFTERTRACE_LOADER_WORKERS", "0"))
     if workers:
-        ds = Samples(10**9, dim, classes, long_flag)
+        ds = Samples(10**9, dim, classes, long_flag, leak_flag)
         dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
                                          prefetch_factor=int(os.environ.get("AFTERTRACE_PREFETCH", "4")),
                                          persistent_workers=True)
@@ -131,7 +136,8 @@ def main():
             schedule=torch.profiler.schedule(wait=every - 3, warmup=1, active=2, repeat=0),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(prof_dir, use_gzip=True))
         prof.start()
-    data = batches(batch, dim, classes, flag if fault == "loader" and mine else "")
+    data = batches(batch, dim, classes, flag if fault == "loader" and mine else "",
+                   flag if fault == "worker_leak" and mine else "")
     fired = False
     step = 0
     max_steps = int(os.environ.get("AFTERTRACE_MAX_STEPS", "1000000"))

@@ -53,6 +53,8 @@ Scenarios (the rank at fault is ``--rank``, default 1):
   worker-kill    batches come from 2 DataLoader workers per rank; SIGKILL to one of the rank's workers
   silent-exit    the rank calls os._exit(3): no traceback, no message
   deadlock       the rank takes a lock it already holds and sleeps forever
+  worker-oom     the rank's DataLoader workers keep 8 MiB per sample until the job's memory cgroup
+                 (2.5 GiB) OOM-kills one
 
 Decoys (``--decoy``, any number, each started at about a third of the baseline):
 
@@ -81,7 +83,7 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit", "deadlock")
+             "silent-exit", "deadlock", "worker-oom")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -294,6 +296,20 @@ def fault_worker_kill(r: Recording, rank: int, pids: dict) -> None:
                          "what": f"SIGKILL from outside to DataLoader worker {victim} of the rank"}
 
 
+def fault_worker_leak(r: Recording, rank: int, pids: dict) -> None:
+    kids = []
+    for task in os.listdir(f"/proc/{pids[rank]}/task"):
+        try:
+            kids += [int(x) for x in Path(f"/proc/{pids[rank]}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    t = r.ev("fault_flag", rank=rank, workers=kids)
+    r.flag.touch()
+    r.truth["origin"] = {"kinds": ["memory_growth", "oom_kill", "dataloader_worker_killed"], "rank": rank,
+                         "pid": pids[rank], "pids": kids, "start_ns": [t, t + 1_000_000_000],
+                         "what": "the rank's DataLoader workers start keeping 8 MiB per sample"}
+
+
 def fault_launcher_kill(r: Recording, rank: int, pids: dict) -> None:
     # as a scheduler ends a job step: SIGKILL to the launcher and every worker at once
     lp = r.side_json("rank0")["ppid"]
@@ -367,7 +383,7 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
           "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
-          "deadlock": fault_flag}
+          "deadlock": fault_flag, "worker-oom": fault_worker_leak}
 
 
 # ---------------------------------------------------------------- decoys
@@ -438,7 +454,7 @@ def record(r: Recording) -> int:
     cg = a.cgroup.strip("/")
     r.job_cg = "/" + cg
     mem = {}
-    if a.scenario in ("leak", "throttle-leak"):
+    if a.scenario in ("leak", "throttle-leak", "worker-oom"):
         mem = {"memory.limit_in_bytes": 2560 << 20}
     if a.scenario == "tenant":
         # one parent limit for two tenants: the job and another team's ETL
@@ -464,7 +480,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -485,7 +501,7 @@ def record(r: Recording) -> int:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", r.ckpt_mount], check=True)
         r.mounts.append(r.ckpt_mount)
         env.update(AFTERTRACE_CKPT_DIR=r.ckpt_mount, AFTERTRACE_CKPT_EVERY="10")
-    if a.scenario == "worker-kill":
+    if a.scenario in ("worker-kill", "worker-oom"):
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="4")
     if a.scenario == "shm":
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="8")

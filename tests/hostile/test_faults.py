@@ -251,7 +251,7 @@ def test_server_killed_during_analysis(tmp_path):
         st = _wait_done(srv.url, iid)
         assert st["status"] == "done", (st, srv.logtext())
         rep = httpx.get(f"{srv.url}/api/incidents/{iid}/report").json()
-        assert rep["summary"].startswith("The job failed at 13:28:56.147 UTC"), rep["summary"]
+        assert rep["summary"].startswith("It started with CPU throttling") and "The job failed at 13:28:56.147 UTC" in rep["summary"], rep["summary"]
     finally:
         srv.stop()
     assert "Traceback" not in srv.logtext()

@@ -93,7 +93,7 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     assert "<b>bold</b>" not in page.content()                 # the title is shown as text
     assert page.inner_text("h2 >> nth=0") == "browser test <b>bold</b>"
     summary = page.inner_text(".summary")
-    assert "It started 31.7 s before the failure" in summary and "CPU throttling" in summary
+    assert summary.startswith("It started with CPU throttling") and "31.7 s after it started" in summary
     chain = page.inner_text("#chain-1")
     for kind in ("cpu_throttle", "memory_growth", "oom_kill", "signal_kill", "job_failure"):
         assert kind in chain
@@ -165,7 +165,7 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     _shot(shared, "6-shared-report")
     assert "Shared read-only report" in shared.inner_text("#share-banner")
     assert "<i>see chain</i>" in shared.inner_text("#share-banner")          # shown as text
-    assert "It started 31.7 s before the failure" in shared.inner_text(".summary >> nth=1")
+    assert "31.7 s after it started" in shared.inner_text(".summary >> nth=1")
     assert shared.locator("a").count() == 0                                   # no way to the rest of the app
     row = page.locator("#share-list tbody tr", has_text="rank 0 OOM-killed")
     row.locator("button.revoke").click()
