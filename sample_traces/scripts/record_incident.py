@@ -272,6 +272,17 @@ def fault_sigkill(r: Recording, rank: int, pids: dict) -> None:
                          "start_ns": [t, t]}
 
 
+def _children(pid: int) -> list[int]:
+    """The processes a process started (every thread's children: one forks from any thread)."""
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            kids += [int(x) for x in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
 def fault_sigterm(r: Recording, rank: int, pids: dict) -> None:
     t = r.ev("sigterm", pid=pids[rank], rank=rank)
     os.kill(pids[rank], signal.SIGTERM)
@@ -280,12 +291,7 @@ def fault_sigterm(r: Recording, rank: int, pids: dict) -> None:
 
 
 def fault_worker_kill(r: Recording, rank: int, pids: dict) -> None:
-    kids = []
-    for task in os.listdir(f"/proc/{pids[rank]}/task"):
-        try:
-            kids += [int(x) for x in Path(f"/proc/{pids[rank]}/task/{task}/children").read_text().split()]
-        except OSError:
-            pass
+    kids = _children(pids[rank])
     if not kids:
         raise SystemExit("record: the rank has no DataLoader workers")
     victim = min(kids)
@@ -297,12 +303,7 @@ def fault_worker_kill(r: Recording, rank: int, pids: dict) -> None:
 
 
 def fault_worker_leak(r: Recording, rank: int, pids: dict) -> None:
-    kids = []
-    for task in os.listdir(f"/proc/{pids[rank]}/task"):
-        try:
-            kids += [int(x) for x in Path(f"/proc/{pids[rank]}/task/{task}/children").read_text().split()]
-        except OSError:
-            pass
+    kids = _children(pids[rank])
     t = r.ev("fault_flag", rank=rank, workers=kids)
     r.flag.touch()
     r.truth["origin"] = {"kinds": ["memory_growth", "oom_kill", "dataloader_worker_killed"], "rank": rank,
