@@ -70,6 +70,8 @@ def phrase(l: Link) -> str:
         of = f" of {_cg(l)}" if l.entity and l.entity.startswith("/") else ""
         if l.pid is not None:
             return f"memory of {_who(l)} in {_cg(l)} growing toward the limit{host}"
+        if l.attr("startup") and not l.attr("near_limit"):
+            return f"{_cg(l)} filling up from empty (a start-up){host}{_inside(l)}"
         return f"memory{of} growing toward its limit{host}{_inside(l)}"
     if k == K.OOM_KILL:
         comm = l.attr("victim_comm")
