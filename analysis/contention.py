@@ -6,16 +6,18 @@ at least a third of its main thread's samples in the ``BEFORE_NS`` before the ch
 ``AFTER_NS`` after it, a task that is not the job's (not a rank, not the launcher, not a process
 or thread they started: :func:`analysis.attribution.job_pids`; the idle task aside) holding at
 least ``SHARE`` of those CPUs' samples — and less than half of that before: a newcomer — while the
-rank's own share of them fell to less than half of what it was, took the CPU from it. The finding names that task (pid, command), the CPU and the
-shares (``starved`` when the task held at least ``STARVED`` of them and the rank almost none:
-only then can it explain a rank that stopped, not just slowed), and is stamped at the task's first sample on that CPU near the change (the sampling
-period before that sample is its window: it may have started running just before).
+rank's own share of them fell to less than half of what it was, took the CPU from it. The
+finding names that task (pid, command), the CPU and the shares (``starved`` when the task held at least ``STARVED`` of them and the rank almost none:
+only then can it explain a rank that stopped, not just slowed), and is stamped at the task's
+first sample on that CPU from ``LEAD_NS`` before the change on (the sampling period before that
+sample is its window: it may have started running just before).
 
 Worked example (``tests/analysis/test_contention.py``): rank 1 (pid 101) ran on CPU 1 with 58 of
-the 60 samples there in the 20 s before its steps slowed at 10:00:20; from 10:00:19.98 a
-``python3`` (pid 555, not the job's) takes 95 of the 100 samples on CPU 1, and rank 1 only 5:
-cpu_contention for rank 1, pid 555 ``python3`` on CPU 1, 95 %, stamped at 10:00:19.98 with the
-window [10:00:19.946, 10:00:19.98] (one 29 Hz period before).
+the 60 samples there in the 20 s before its steps slowed at 10:00:20; a ``python3`` (pid 555,
+not the job's) runs there from 10:00:19.98 on, and in the 20 s from 10:00:20 it takes 95 of the
+100 samples of CPU 1, rank 1 only 5: cpu_contention for rank 1, pid 555 ``python3`` on CPU 1,
+95 %, starved (5 % left), stamped at 10:00:19.98 with the window [10:00:19.946, 10:00:19.98]
+(one 29 Hz period before).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from .links import Evidence, Link, LinkKind, Provenance
 
 BEFORE_NS = 20 * 10**9
 AFTER_NS = 20 * 10**9
+LEAD_NS = 2 * 10**9        # how long before the change the newcomer's first sample may be
 SHARE = 0.5
 STARVED = 0.9             # a rank left less than this much of its CPU can still run: slowed, not stopped
 SLOWED = (LinkKind.STEP_SLOWDOWN, LinkKind.STRAGGLER, LinkKind.RANK_STALLED)
@@ -59,7 +62,7 @@ def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job
         if not cpus:
             continue
         pre = _rows(store, incident_id, cpus, t - BEFORE_NS, t, l.host)
-        post = _rows(store, incident_id, cpus, t - 2 * 10**9, t + AFTER_NS, l.host)
+        post = _rows(store, incident_id, cpus, t, t + AFTER_NS, l.host)
         busy = [r for r in post if r["tid"] not in (0, None)]
         n_post = sum(r["n"] for r in busy)
         n_pre = sum(r["n"] for r in pre if r["tid"] not in (0, None))
@@ -79,7 +82,11 @@ def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job
         ts = top["ts"]
         gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
         period = int(statistics.median(gaps)) if gaps else 10**9 // 29
-        first = top["first"]
+        # it may have begun a little before the change showed in the rank's steps
+        near = store.query("""SELECT min(ts_utc_ns) AS t FROM samples WHERE incident_id = ? AND tid = ?
+                                AND cpu IN (SELECT unnest(?)) AND ts_utc_ns BETWEEN ? AND ?""",
+                           [incident_id, top["tid"], cpus, t - LEAD_NS, t + AFTER_NS])
+        first = near[0]["t"] if near and near[0]["t"] is not None else top["first"]
         summary = (f"{top['comm']} (pid {top['tid']}), not a process of the job, took {share:.0%} of the samples of "
                    f"CPU{'s' if len(cpus) > 1 else ''} {', '.join(map(str, cpus))} from {fmt_hms(first)}, where rank "
                    f"{l.rank} (pid {pid}) had run ({mine_pre:.0%} of its samples before, {mine_post:.0%} after)")
