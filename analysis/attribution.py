@@ -28,18 +28,9 @@ from .links import Link, LinkKind as K
 HOST_KINDS = frozenset({K.CPU_THROTTLE, K.MEMORY_GROWTH, K.CPU_PRESSURE, K.MEMORY_PRESSURE, K.CGROUP_FROZEN})
 
 
-def _has_table(store, name: str) -> bool:
-    try:
-        return bool(store.query("SELECT 1 AS x FROM information_schema.tables WHERE table_name = ?", [name]))
-    except Exception:  # noqa: BLE001 - a store without the catalog view: no such table
-        return False
-
-
 def memberships(store, incident_id: str) -> dict[tuple[str, str], set[int]]:
     """(host, cgroup) -> pids seen in it (over every snapshot and controller)."""
     out: dict[tuple[str, str], set[int]] = {}
-    if not _has_table(store, "members"):
-        return out
     for r in store.query(
             """SELECT COALESCE(m.host, s.host, '') AS host, m.cgroup, m.pid
                FROM members m JOIN sources s USING (incident_id, source_id)
@@ -69,20 +60,18 @@ def members_of(cg: str, host: str, table: dict[tuple[str, str], set[int]]) -> se
     return found
 
 
-def job_pids(store, incident_id: str, rank_pids: dict[int, int]) -> set[int]:
+def job_pids(store, incident_id: str, rank_pids: dict[int, int], children: dict[int, set[int]]) -> set[int]:
     """The ranks' pids, the launcher's, and their descendants as far as the bundle tells."""
     roots = set(rank_pids.values())
     for r in store.query(
-            """SELECT TRY_CAST(json_extract_string(attrs, '$.worker_pid') AS BIGINT) AS wp, pid
-               FROM events WHERE incident_id = ? AND name = 'closing_signal'""", [incident_id]):
+            """SELECT pid FROM events WHERE incident_id = ? AND name = 'closing_signal'""", [incident_id]):
         if r["pid"] is not None:
             roots.add(int(r["pid"]))       # the launcher printed it
-    return descendants(store, incident_id, roots)
+    return descendants(children, roots)
 
 
-def descendants(store, incident_id: str, roots: set[int]) -> set[int]:
-    """``roots`` and every process or thread they started (perf fork events, ``PPid`` of status
-    copies), transitively."""
+def children_of(store, incident_id: str) -> dict[int, set[int]]:
+    """pid -> the processes and threads it started (perf fork events, ``PPid`` of status copies)."""
     children: dict[int, set[int]] = {}
     for r in store.query(
             """SELECT TRY_CAST(json_extract_string(attrs, '$.pid') AS BIGINT) AS parent,
@@ -95,6 +84,11 @@ def descendants(store, incident_id: str, roots: set[int]) -> set[int]:
                FROM events WHERE incident_id = ? AND name = 'proc_state' AND pid IS NOT NULL""", [incident_id]):
         if r["ppid"] is not None:
             children.setdefault(int(r["ppid"]), set()).add(int(r["pid"]))
+    return children
+
+
+def descendants(children: dict[int, set[int]], roots: set[int]) -> set[int]:
+    """``roots`` and everything they started, transitively (``children``: :func:`children_of`)."""
     out, todo = set(), list(roots)
     while todo:
         p = todo.pop()
@@ -105,10 +99,9 @@ def descendants(store, incident_id: str, roots: set[int]) -> set[int]:
     return out
 
 
-def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, int],
-             jp: set[int] | None = None) -> list[Link]:
+def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, int], jp: set[int],
+             children: dict[int, set[int]]) -> list[Link]:
     table = memberships(store, incident_id)
-    jp = job_pids(store, incident_id, rank_pids) if jp is None else jp
     by_pid = {p: r for r, p in rank_pids.items()}
     # hosts whose snapshots cover a single cgroup: that one is the job's
     cgs: dict[str, set[str]] = {}
@@ -135,7 +128,7 @@ def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, in
             attrs.update(job_pids=tuple(sorted(rank_pids.values())), ranks=tuple(sorted(rank_pids)),
                          outside=False, membership="assumed")
         out.append(dataclasses.replace(l, attrs=tuple(attrs.items())))
-    owner = {d: r for r, p in rank_pids.items() for d in descendants(store, incident_id, {p})}
+    owner = {d: r for r, p in rank_pids.items() for d in descendants(children, {p})}
     return grower(foreign_tasks(out, jp), jp, by_pid, owner, rank_pids)
 
 

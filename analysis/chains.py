@@ -410,11 +410,10 @@ def _chain(o: Link, failure: Link, tree: dict, path_edges: list[Edge], nodes: li
     links = tuple([o] + [ed.effect for ed in path_edges])
     on = {id(l) for l in links}
     byid = {id(l): l for l in nodes}
-    reach = tree
     cons = [tree[i] for i in tree if i not in on and i in byid and tree[i] is not None]
     cons.sort(key=lambda ed: (ed.effect.ts_ns, -ed.strength))
     fw = failure.timing_ns()
-    unexplained = tuple(sorted((l for l in nodes if id(l) not in reach and l.timing_ns()[0] <= fw[1]
+    unexplained = tuple(sorted((l for l in nodes if id(l) not in tree and l.timing_ns()[0] <= fw[1]
                                 and role(l) not in NEVER_ORIGIN and l.kind != LinkKind.JOB_FAILURE),
                                key=lambda l: l.ts_ns))
     return Chain(links, tuple(path_edges), score, tuple(cons), unexplained)

@@ -491,9 +491,10 @@ def mismatch_deviation(store, incident_id: str, links: list[Link]) -> list[Link]
 
     def count(op: str) -> int:
         return seen.get(str(op).lower().replace("_", ""), 0)
+    reports = {id(l) for l in mm}
     out = []
     for l in links:
-        if l in mm and l.attr("rank_a") is not None and l.rank == l.attr("rank_a"):
+        if id(l) in reports and l.attr("rank_a") is not None and l.rank == l.attr("rank_a"):
             mine, theirs = count(l.attr("op_type")), count(l.attr("op_type_b"))
             if mine != theirs:
                 dev = mine < theirs

@@ -110,7 +110,7 @@ class RankProgress:
                           for l in self.ended]}
 
 
-def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankProgress]:
+def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
     q = store.query
     ranks: dict[int, RankProgress] = {}
 
@@ -208,11 +208,20 @@ def rank_progress(store, incident_id: str, links: list[Link]) -> dict[int, RankP
                       GROUP BY 1""", [incident_id]):
             if r["pid"] in pids:
                 pids[r["pid"]].sigterm_ns = r["ts"]
-    for l in links:
-        for p in ranks.values():
-            if (l.rank == p.rank or (l.pid is not None and l.pid == p.pid)) and l.kind in TERMINAL_KINDS:
-                p.ended.append(l)
     return ranks
+
+
+def attach_ended(ranks: dict[int, RankProgress], links: list[Link]) -> None:
+    """Each rank's terminal findings (its ``ended``): those naming its rank or its pid."""
+    by_pid = {p.pid: p for p in ranks.values() if p.pid is not None}
+    for p in ranks.values():
+        p.ended = []
+    for l in links:
+        if l.kind not in TERMINAL_KINDS:
+            continue
+        hit = {id(p): p for p in (ranks.get(l.rank), by_pid.get(l.pid)) if p is not None}
+        for p in hit.values():
+            p.ended.append(l)
 
 
 def _perf_life(store, incident_id: str, pids: dict[int, RankProgress]) -> None:
@@ -358,7 +367,7 @@ def job_end(store, incident_id: str, ranks: dict[int, RankProgress], links: list
 
 
 def observed_end(store, incident_id: str, ranks: dict[int, RankProgress], links: list[Link],
-                 job: set[int]) -> list[Link]:
+                 children: dict[int, set[int]]) -> list[Link]:
     """The end of a job that nobody reported: no launcher summary, no manifest, no error of any
     rank — the processes simply ended (a scheduler's SIGKILL, a node going away). Their deaths are
     still in the bundle: perf's ``sched_process_exit`` of each rank's main thread, and the snapshot
@@ -377,15 +386,9 @@ def observed_end(store, incident_id: str, ranks: dict[int, RankProgress], links:
                               AND name LIKE '%sched_process_exit' AND ts_utc_ns IS NOT NULL GROUP BY tid""",
                          [incident_id, list(pids)]):
         deaths[r["tid"]] = (r["t"], "perf saw it exit")
-    left = {}
-    try:
-        rows = store.query("""SELECT pid, min(ts_utc_ns) AS t FROM members WHERE incident_id = ? AND change = 'left'
-                                AND pid IN (SELECT unnest(?)) AND ts_utc_ns IS NOT NULL GROUP BY pid""",
-                           [incident_id, list(pids)])
-    except Exception:  # noqa: BLE001 - a store from before membership rows
-        rows = []
-    for r in rows:
-        left[r["pid"]] = r["t"]
+    for r in store.query("""SELECT pid, min(ts_utc_ns) AS t FROM members WHERE incident_id = ? AND change = 'left'
+                              AND pid IN (SELECT unnest(?)) AND ts_utc_ns IS NOT NULL GROUP BY pid""",
+                         [incident_id, list(pids)]):
         if r["pid"] not in deaths:
             deaths[r["pid"]] = (r["t"], "its cgroup no longer listed it")
     if set(deaths) != set(pids):
@@ -394,18 +397,14 @@ def observed_end(store, incident_id: str, ranks: dict[int, RankProgress], links:
     lo = max((p.last_alive_ns for p in ranks.values() if p.last_alive_ns and p.last_alive_ns <= first), default=None)
     if lo is None:
         return []
-    launcher = None
-    try:
-        rows = store.query("""SELECT DISTINCT m2.pid FROM members m1 JOIN members m2
-                                ON m1.incident_id = m2.incident_id AND m1.cgroup = m2.cgroup
-                              WHERE m1.incident_id = ? AND m1.pid IN (SELECT unnest(?)) AND m2.pid IS NOT NULL
-                                AND m2.pid NOT IN (SELECT unnest(?))""", [incident_id, list(pids), list(pids)])
-        from .attribution import descendants
-        below = descendants(store, incident_id, set(pids))
-        others = [r["pid"] for r in rows if r["pid"] not in below]
-        launcher = others[0] if len(others) == 1 else None
-    except Exception:  # noqa: BLE001 - a store from before membership rows
-        pass
+    rows = store.query("""SELECT DISTINCT m2.pid FROM members m1 JOIN members m2
+                            ON m1.incident_id = m2.incident_id AND m1.cgroup = m2.cgroup
+                          WHERE m1.incident_id = ? AND m1.pid IN (SELECT unnest(?)) AND m2.pid IS NOT NULL
+                            AND m2.pid NOT IN (SELECT unnest(?))""", [incident_id, list(pids), list(pids)])
+    from .attribution import descendants
+    below = descendants(children, set(pids))
+    others = [r["pid"] for r in rows if r["pid"] not in below]
+    launcher = others[0] if len(others) == 1 else None
     how = "; ".join(f"rank {pids[pid].rank} (pid {pid}): {why} at {fmt_hms(t)}" for pid, (t, why) in sorted(deaths.items()))
     spread = max(t for t, _ in deaths.values()) - first
     together = f"within {spread / 1e6:.0f} ms of each other" if spread < 5 * 10**9 else "one after the other"

@@ -49,22 +49,21 @@ def _victims(links: list[Link], chain: Chain | None, failure: Link | None) -> li
 
 def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     links = findings.merge_duplicates(findings.anomalies(store, incident_id) + list(extra))
-    ranks = progress.rank_progress(store, incident_id, links)
+    ranks = progress.rank_progress(store, incident_id)
     links = progress.after_last_sign_of_life(ranks, links)
     links = progress.launcher_stops(ranks, links)
     links = progress.job_end(store, incident_id, ranks, links)
-    for p in ranks.values():       # the ranks' terminal findings as now marked
-        p.ended = [l for l in links if l.kind in progress.TERMINAL_KINDS
-                   and (l.rank == p.rank or (l.pid is not None and l.pid == p.pid))]
+    progress.attach_ended(ranks, links)      # the ranks' terminal findings as now marked
     pids = {r: p.pid for r, p in ranks.items() if p.pid is not None}
     rank_of = {(ranks[r].host, p): r for r, p in pids.items()}
     links = [dataclasses.replace(l, rank=rank_of.get((l.host, l.pid), rank_of.get((None, l.pid))))
              if l.rank is None and l.pid is not None and ((l.host, l.pid) in rank_of or (None, l.pid) in rank_of)
              else l for l in links]
-    job = attribution.job_pids(store, incident_id, pids)
-    links = attribution.annotate(store, incident_id, links, pids, job)
+    children = attribution.children_of(store, incident_id)
+    job = attribution.job_pids(store, incident_id, pids, children)
+    links = attribution.annotate(store, incident_id, links, pids, job, children)
     links = links + progress.stalled_links(ranks, links)
-    links = links + progress.observed_end(store, incident_id, ranks, links, job)
+    links = links + progress.observed_end(store, incident_id, ranks, links, children)
     links = links + contention.detect(store, incident_id, links, pids, job)
     links.sort(key=lambda l: (l.ts_ns is None, l.ts_ns or 0))
     failure = findings.terminal_failure(links)

@@ -519,7 +519,7 @@ def record(r: Recording) -> int:
     # Recorders.
     perf = None
     snap = None
-    dmesg_c = subprocess.run(["dmesg", "-C"], check=False)
+    subprocess.run(["dmesg", "-C"], check=False)
     if a.via == "hand":
         (host_dir / "host" / "hostname").write_text(sh(["hostname"]))
         (host_dir / "host" / "boot_id").write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
