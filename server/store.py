@@ -118,6 +118,13 @@ MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shar
                                                 4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members}
 
 
+def _close_quietly(con) -> None:
+    try:
+        con.close()
+    except Exception:
+        pass
+
+
 class Store:
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = str(path)
@@ -137,7 +144,11 @@ class Store:
         # keeping it makes DuckDB re-assemble inserted row groups at commit: the commit of a 232 MB
         # Kineto trace's rows takes 0.25 s with it, 0.1 s without.
         self._con.execute("SET preserve_insertion_order = false")
-        self._local = threading.local()
+        # thread ident -> [thread, cursor, search-path generation]. Owned by the store, not by a
+        # threading.local: a cursor freed by its thread's exit is freed inside PyThreadState_Clear,
+        # and when that thread is a daemon ending while the interpreter finalizes, DuckDB's
+        # destructor (which releases and retakes the GIL) aborts the whole process.
+        self._cursors: dict[int, list] = {}
         self._lock = threading.Lock()
         self._search_path: str | None = None   # set once the store has an attached incident
         self._path_gen = 0                       # bumped when it changes (cursors follow)
@@ -148,24 +159,35 @@ class Store:
 
     # -- connections ------------------------------------------------------------
     def cursor(self):
-        cur = getattr(self._local, "cur", None)
-        if cur is None:
-            cur = self._local.cur = self._con.cursor()
-            self._local.gen = 0
-        if self._local.gen != self._path_gen:
-            gen, path = self._path_gen, self._search_path
+        me = threading.current_thread()
+        ent = self._cursors.get(me.ident)
+        if ent is None or ent[0] is not me:
+            ent = self._new_cursor(me)
+        if ent[2] != self._path_gen:
+            gen, path, cur = self._path_gen, self._search_path, ent[1]
             cur.execute(f"SET search_path = '{path}'" if path else "RESET search_path")
             # attached incidents: their files' Parquet footers are kept between queries (a timeline
             # of a 64-rank incident, ~1,000 event files: 2.7 -> 1.8 s)
             cur.execute(f"SET parquet_metadata_cache = {'true' if path else 'false'}")
-            self._local.gen = gen
-        return cur
+            ent[2] = gen
+        return ent[1]
+
+    def _new_cursor(self, me: threading.Thread) -> list:
+        """A cursor for ``me``; the cursors of threads that have ended are closed here, on a live
+        thread, so there is at most one per live thread."""
+        with self._lock:
+            dead = [k for k, (t, _, _) in self._cursors.items() if k == me.ident or not t.is_alive()]
+            for k in dead:
+                _close_quietly(self._cursors.pop(k)[1])
+            ent = self._cursors[me.ident] = [me, self._con.cursor(), 0]
+            return ent
 
     def close(self) -> None:
-        try:
-            self._con.close()
-        except Exception:
-            pass
+        with self._lock:
+            for _, cur, _ in self._cursors.values():
+                _close_quietly(cur)
+            self._cursors.clear()
+        _close_quietly(self._con)
 
     # -- schema ------------------------------------------------------------------
     def schema_version(self) -> int:
