@@ -33,7 +33,9 @@ nothing from the job. Other settings: AFTERTRACE_PG_TIMEOUT_S (collective timeou
 every ``AFTERTRACE_PROFILE_EVERY`` steps; unset: no profiler), AFTERTRACE_MAX_STEPS.
 """
 
+import ctypes
 import datetime
+import fcntl
 import json
 import logging
 import os
@@ -108,8 +110,15 @@ def main():
                         format=f"%(asctime)s %(levelname)s [rank{rank}] %(name)s: %(message)s")
     log = logging.getLogger("train")
 
-    dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
     side(f"rank{rank}", rank=rank, local_rank=local_rank, pid=os.getpid(), ppid=os.getppid())
+    if fault == "stale_lock" and rank == fault_rank:
+        # the rank's data cache is locked by a process a previous job left behind: it waits for
+        # the lock before joining the process group, silently, as file-lock helpers do
+        lock = open(os.environ["AFTERTRACE_LOCK_FILE"], "a")
+        side("fault", what="waits for a cache lock a stale process holds, before joining", rank=rank,
+             pid=os.getpid(), step=-1)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
     log.info("initialized process group backend=gloo world_size=%d local_rank=%d pid=%d",
              world, local_rank, os.getpid())
 
@@ -156,6 +165,9 @@ def main():
             if fault == "exit" and fired:
                 side("fault", what="os._exit(3)", rank=rank, pid=os.getpid(), step=step)
                 os._exit(3)
+            if fault == "segv" and fired:
+                side("fault", what="null pointer read in native code", rank=rank, pid=os.getpid(), step=step)
+                ctypes.string_at(0)      # SIGSEGV in C, as a bad extension or driver call would
             if fault == "exception" and fired:
                 side("fault", what="labels out of range", rank=rank, pid=os.getpid(), step=step)
                 y = y + classes          # a label past the last class: cross_entropy raises

@@ -53,6 +53,10 @@ Scenarios (the rank at fault is ``--rank``, default 1):
   worker-kill    batches come from 2 DataLoader workers per rank; SIGKILL to one of the rank's workers
   silent-exit    the rank calls os._exit(3): no traceback, no message
   deadlock       the rank takes a lock it already holds and sleeps forever
+  segv           the rank reads through a null pointer in native code (ctypes): SIGSEGV
+  stale-lock     a process left behind by an earlier job holds the lock of the rank's data cache
+                 (flock); the rank waits for it before joining the process group, its peer times
+                 out at start (a rendezvous failure)
   worker-oom     the rank's DataLoader workers keep 8 MiB per sample until the job's memory cgroup
                  (2.5 GiB) OOM-kills one
 
@@ -83,7 +87,7 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit", "deadlock", "worker-oom")
+             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -384,7 +388,7 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
           "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
-          "deadlock": fault_flag, "worker-oom": fault_worker_leak}
+          "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None}
 
 
 # ---------------------------------------------------------------- decoys
@@ -481,7 +485,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -509,6 +513,13 @@ def record(r: Recording) -> int:
         # the job's own mount namespace with a small /dev/shm (as a container runtime gives one)
         wrap = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                 "mount -t tmpfs -o size=64m shm /dev/shm && exec \"$@\"", "shm-wrap"]
+    if a.scenario == "stale-lock":
+        lock = r.work / "cache.lock"
+        lock.touch()
+        holder = subprocess.Popen(["flock", "-x", str(lock), "sleep", "100000"], start_new_session=True)
+        r.helpers.append(holder)
+        r.ev("stale_lock_holder", pid=holder.pid, lock=str(lock))
+        env["AFTERTRACE_LOCK_FILE"] = str(lock)
     if a.scenario == "cpu-hog":
         # ranks pinned one per CPU, as launchers do with --bind / numactl
         r.rank_cpu = {0: 0, 1: 1}
@@ -639,11 +650,11 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock") or (
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock") or (
             a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
-            kinds = {"deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+            kinds = {"stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f["what"]}
