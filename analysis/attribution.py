@@ -11,13 +11,26 @@ says who was where:
   assumed.
 
 The job's processes are the ranks' pids (:mod:`analysis.progress`), the launcher's, and every
-process they forked (perf ``sched_process_fork``, ``PPid`` of ``/proc/<pid>/status`` copies),
-transitively: a DataLoader worker is the job's too.
+process they started, transitively: a DataLoader worker is the job's too. Who started whom is
+read from perf ``sched_process_fork`` records, ``PPid`` of ``/proc/<pid>/status`` copies, and a
+rank's own words: ``DataLoader worker (pid 1043) is killed by signal`` in rank 1's log names
+1043 as rank 1's worker (:func:`named_children`).
 
 :func:`annotate` adds to each cgroup finding ``members`` (the pids seen inside, sorted),
 ``job_pids`` and ``ranks`` (the job's among them) and ``outside`` (True: processes but none of
 the job's; False: the job's processes are inside; absent: unknown), and ``membership``: how
 it was known (``read``, ``assumed``).
+
+Whose growth it was (:func:`grower`), a worked example. The job's memory cgroup grows to its
+limit and the OOM report lists (pid, pages, name): the launcher 1025 (54,257), rank 0 = 1029
+(95,224), rank 1 = 1030 (95,709) and four DataLoader workers 1041 (293,649), 1042 (60,756),
+1043 (269,481), 1046 (60,807): 929,883 pages. No task holds half. No perf, no status copies,
+but rank 1's log says ``DataLoader worker (pid 1043) is killed by signal: Killed``, so 1043 is
+rank 1's. By rank, rank 1 holds 1030 + 1043 = 365,190, under half. The largest tasks that
+together hold half are 1041 and 1043 (563,130); the one whose owner is known is rank 1's, and
+1041 was seen in the growing cgroup: the growth is rank 1's (``owner = inferred``), and the
+summary says that whose 1041 is the bundle does not show. Had 1041 been named by rank 0's log,
+the holders would belong to two ranks and the growth would stay the cgroup's.
 """
 from __future__ import annotations
 
@@ -87,6 +100,19 @@ def children_of(store, incident_id: str) -> dict[int, set[int]]:
     return children
 
 
+def named_children(links: list[Link], rank_pids: dict[int, int], children: dict[int, set[int]]) -> dict[int, set[int]]:
+    """``children`` with the DataLoader workers a rank named in its own log (a rank only reports
+    the death of its own workers) added under the rank's pid."""
+    out = {p: set(c) for p, c in children.items()}
+    for l in links:
+        if l.kind != K.DATALOADER_WORKER_KILLED or l.rank not in rank_pids:
+            continue
+        for w in str(l.attr("worker_pids") or "").replace(",", " ").split():
+            if w.isdigit() and int(w) != rank_pids[l.rank]:
+                out.setdefault(rank_pids[l.rank], set()).add(int(w))
+    return out
+
+
 def descendants(children: dict[int, set[int]], roots: set[int]) -> set[int]:
     """``roots`` and everything they started, transitively (``children``: :func:`children_of`)."""
     out, todo = set(), list(roots)
@@ -143,7 +169,7 @@ def foreign_tasks(links: list[Link], jp: set[int]) -> list[Link]:
             continue
         until = l.attr("until_ns") or l.ts_ns
         near = [o for o in ooms if (o.host == l.host or not o.host or not l.host)
-                and l.ts_ns <= o.ts_ns <= until + 120 * 10**9]
+                and _may_follow(o, l, until + 120 * 10**9)]
         if not near:
             out.append(l)
             continue
@@ -180,7 +206,7 @@ def grower(links: list[Link], jp: set[int], rank_of: dict[int, int], owner: dict
             out.append(l)
             continue
         until = l.attr("until_ns") or l.ts_ns
-        o = next((o for o in ooms if l.ts_ns <= o.ts_ns <= until + 60 * 10**9
+        o = next((o for o in ooms if _may_follow(o, l, until + 60 * 10**9)
                   and within(l.entity, o.attr("oom_memcg") or o.attr("memcg") or "/")), None)
         if o is None:
             out.append(l)
@@ -188,21 +214,25 @@ def grower(links: list[Link], jp: set[int], rank_of: dict[int, int], owner: dict
         tasks = [t for t in o.attr("tasks") if t[1]]
         total = sum(t[1] for t in tasks)
         top = max(tasks, key=lambda t: t[1], default=None)
-        if top is not None and top[0] in jp and top[1] * 2 < total and owner and rank_pids:
-            by_rank: dict[int, list] = {}
-            for t in tasks:
-                if t[0] in owner:
-                    by_rank.setdefault(owner[t[0]], []).append(t)
-            best = max(by_rank.items(), key=lambda kv: sum(t[1] for t in kv[1]), default=None)
-            if best is not None and sum(t[1] for t in best[1]) * 2 >= total:
-                r, ts_ = best
+        if top is not None and top[1] * 2 < total and owner and rank_pids and not l.attr("outside"):
+            named = _rank_of_holders(tasks, total, owner, set(l.attr("members") or ()))
+            if named is not None:
+                r, ts_, unknown = named
                 held = sum(t[1] for t in ts_) * 4096 / 2**30
                 names = ", ".join(f"{t[2]} {t[0]}" for t in sorted(ts_, key=lambda t: -t[1])[:4])
+                attrs = dict(l.attrs)
+                attrs["owner"] = "inferred" if unknown else "read"
+                also = ""
+                if unknown:
+                    attrs["owner_unknown_pids"] = tuple(t[0] for t in unknown)
+                    also = (f"; {', '.join(f'{t[2]} {t[0]}' for t in unknown[:4])} also held much of it, "
+                            f"and whose {'they are' if len(unknown) > 1 else 'it is'} the bundle does not "
+                            f"say (no fork record, no status copy)")
                 out.append(dataclasses.replace(
-                    l, pid=rank_pids[r], rank=r,
+                    l, pid=rank_pids[r], rank=r, attrs=tuple(attrs.items()),
                     summary=l.summary + f"; the OOM report at {_hms(o.ts_ns)} shows the processes of rank {r} "
                                         f"({names}) holding {held:.2f} GiB of the {total * 4096 / 2**30:.2f} GiB "
-                                        f"its tasks held"))
+                                        f"its tasks held" + also))
                 continue
         if top is None or top[0] not in jp or top[1] * 2 < total:
             out.append(l)
@@ -214,6 +244,43 @@ def grower(links: list[Link], jp: set[int], rank_of: dict[int, int], owner: dict
             summary=l.summary + f"; the OOM report at {_hms(o.ts_ns)} shows {who} holding "
                                 f"{top[1] * 4096 / 2**30:.2f} GiB of the {total * 4096 / 2**30:.2f} GiB its tasks held"))
     return out
+
+
+def _may_follow(report: Link, finding: Link, by_ns: int) -> bool:
+    """Whether an OOM report can be the one after ``finding``: by their stated windows (a kernel
+    line read from ``dmesg -T`` is only known to the second, and may print before a snapshot
+    series' finding in time while being after it), it may be at or after the finding's start and
+    no later than ``by_ns``."""
+    r, f = report.timing_ns(), finding.timing_ns()
+    return r is not None and f is not None and r[1] >= f[0] and r[0] <= by_ns
+
+
+def _rank_of_holders(tasks: list, total: int, owner: dict[int, int], members: set[int]):
+    """(rank, its tasks, holders of unknown owner) when the growth is one rank's: either that
+    rank's processes hold half of what the OOM report lists, or, of the largest tasks that
+    together hold half ("the holders"), every one whose owner the bundle shows is that rank's
+    (at least one is) and the others were seen inside the growing cgroup; None otherwise."""
+    by_rank: dict[int, list] = {}
+    for t in tasks:
+        if t[0] in owner:
+            by_rank.setdefault(owner[t[0]], []).append(t)
+    best = max(by_rank.items(), key=lambda kv: sum(t[1] for t in kv[1]), default=None)
+    if best is not None and sum(t[1] for t in best[1]) * 2 >= total:
+        return best[0], best[1], []
+    holders, held = [], 0
+    for t in sorted(tasks, key=lambda t: -t[1]):
+        if held * 2 >= total:
+            break
+        holders.append(t)
+        held += t[1]
+    ranks = {owner[t[0]] for t in holders if t[0] in owner}
+    if len(ranks) != 1:
+        return None
+    (r,) = ranks
+    unknown = [t for t in holders if t[0] not in owner]
+    if members and any(t[0] not in members for t in unknown):
+        return None
+    return r, by_rank[r], unknown
 
 
 def _hms(ts: int) -> str:

@@ -145,6 +145,25 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
                         evidence=(Evidence(r["path"], r["line"], r["text"] or ""),),
                         provenance=Provenance.READ, confidence=1.0, uncertainty_ns=r["uncertainty_ns"],
                         attrs=_scalar_attrs(attrs)))
+    return local_ranks(out)
+
+
+def local_ranks(links: list[Link]) -> list[Link]:
+    """Give a rank to findings that only know their launcher stream's local rank (torchrun's
+    ``[default1]:`` before the process printed its global rank): the launcher's failure table in
+    the same file says which rank each local rank was (``rank: 1 (local_rank: 1)``, with its pid)."""
+    said: dict[tuple[str, int], tuple[int, int | None]] = {}
+    for l in links:
+        lr = l.attr("local_rank")
+        if l.rank is not None and isinstance(lr, int):
+            said.setdefault((l.source, lr), (l.rank, l.pid))
+    if not said:
+        return links
+    out = []
+    for l in links:
+        lr = l.attr("local_rank")
+        hit = said.get((l.source, lr)) if l.rank is None and isinstance(lr, int) else None
+        out.append(l if hit is None else dataclasses.replace(l, rank=hit[0], pid=l.pid if l.pid is not None else hit[1]))
     return out
 
 

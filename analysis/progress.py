@@ -492,7 +492,8 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
         ms = l.attr("wait_ms") or l.attr("timeout_ms")
         if isinstance(ms, (int, float)) and ms > 0:
             entered = l.timing_ns()[1] - int(ms * 1e6)
-            bounds.append((entered + 2 * cad, f"rank {l.rank} entered the collective by {fmt_hms(entered)} and "
+            what = "began waiting for its peers' keys in the store" if l.attr("store_keys") else "entered the collective"
+            bounds.append((entered + 2 * cad, f"rank {l.rank} {what} by {fmt_hms(entered)} and "
                                               f"waited {ms / 1000:g} s"))
     if p.stuck_ns is not None:
         bounds.append((p.stuck_ns, f"its status showed it {p.stuck_state} at {fmt_hms(p.stuck_ns)}"))

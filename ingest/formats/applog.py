@@ -168,6 +168,13 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
     ("gloo_timeout", "collective_timeout", "Timed out waiting ",
      r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?Timed out waiting (?P<wait_ms>\d+)ms for (?P<gloo_op>\w+) operation",
      ("wait_ms",)),
+    # c10d's TCPStore: a rank waited for keys its peers never wrote (at start: a peer that never
+    # joined), or could not reach the store at all
+    ("store_wait_timeout", None, "timeout after",
+     r"wait timeout after (?P<wait_ms>\d+)ms, keys: (?P<store_keys>\S+(?:, \S+)*)", ("wait_ms",)),
+    ("store_connect_timeout", None, "has timed out after",
+     r"The client socket has timed out after (?P<wait_ms>\d+)ms while trying to connect to "
+     r"\((?P<store_host>[^,()]+), (?P<store_port>\d+)\)", ("wait_ms", "store_port")),
     ("gloo_peer_closed", None, "by peer",
      r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?(?P<gloo_error>Connection closed by peer|Read error|"
      r"Connection reset by peer)(?: \[(?P<peer>[^\]]+)\]:?(?P<peer_port>\d+)?)?", ()),
@@ -1375,7 +1382,12 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
     typed_res = pl.when(pl.col("kind").is_not_null() & ~pl.col("ts_interp") & pl.col("res").is_not_null()).then(
         pl.concat_str([pl.lit('"ts_resolution_ns":'), pl.col("res").cast(pl.String)]))
     extra = pl.concat_str([pl.lit('"repeated":'), pl.col("repeated").cast(pl.String)])
-    ev = ev.with_columns(_x=pl.concat_str([bounds, typed_res, extra], separator=",", ignore_nulls=True))
+    # a finding on a torchrun ``[defaultN]:`` stream whose global rank no line stated: the local
+    # rank is kept, for the launcher's failure table (rank N (local_rank: M)) to resolve later
+    tee = pl.col("stream").fill_null("").str.extract(r"^(\d+)\|\|\|$", 1)
+    local = pl.when(pl.col("kind").is_not_null() & pl.col("rank").is_null() & tee.is_not_null()).then(
+        pl.concat_str([pl.lit('"local_rank":'), tee]))
+    ev = ev.with_columns(_x=pl.concat_str([bounds, typed_res, extra, local], separator=",", ignore_nulls=True))
     a, x = pl.col("attrs"), pl.col("_x")
     ev = ev.with_columns(attrs=pl.when(x == "").then(a).when(a.is_null()).then(pl.concat_str([
         pl.lit("{"), x, pl.lit("}")])).otherwise(pl.concat_str([a.str.slice(0, a.str.len_chars() - 1), pl.lit(","), x,

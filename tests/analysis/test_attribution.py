@@ -1,0 +1,82 @@
+"""Whose a cgroup's growth was: the worked example of ``analysis/attribution.py`` exactly."""
+import dataclasses
+
+from analysis import attribution
+from analysis.links import Evidence, Link, LinkKind as K
+
+S = 1_000_000_000
+T0 = 1796169553 * S
+RANKS = {0: 1029, 1: 1030}
+TASKS = ((1025, 54257, "pt_elastic"), (1029, 95224, "python3"), (1030, 95709, "python3"),
+         (1041, 293649, "pt_data_worker"), (1042, 60756, "pt_data_worker"),
+         (1043, 269481, "pt_data_worker"), (1046, 60807, "pt_data_worker"))
+MEMBERS = tuple(t[0] for t in TASKS)
+
+
+def link(kind, t, rank=None, pid=None, entity=None, **attrs):
+    return Link(kind=kind, ts_ns=t, summary=kind.value, source="x", host="vm", rank=rank, pid=pid,
+                evidence=(Evidence("x", 1, "l"),), attrs=tuple(attrs.items()), entity=entity)
+
+
+def _growth():
+    return link(K.MEMORY_GROWTH, T0, entity="/train_job", until_ns=T0 + S, members=MEMBERS,
+                job_pids=(1025, 1029, 1030), ranks=(0, 1), outside=False, membership="read")
+
+
+def _oom(victim):
+    return link(K.OOM_KILL, T0 + 2 * S, pid=victim, oom_memcg="/train_job", memcg="/train_job", tasks=TASKS)
+
+
+def _attribute(named_by: dict[int, str]):
+    died = [link(K.DATALOADER_WORKER_KILLED, T0 + 3 * S, rank=r, pid=RANKS[r], worker_pids=w)
+            for r, w in named_by.items()]
+    links = [_growth(), _oom(1041)] + died
+    children = attribution.named_children(links, RANKS, {})
+    jp = attribution.descendants(children, set(RANKS.values()) | {1025})
+    owner = {d: r for r, p in RANKS.items() for d in attribution.descendants(children, {p})}
+    out = attribution.grower(links, jp, {p: r for r, p in RANKS.items()}, owner, RANKS)
+    return next(l for l in out if l.kind == K.MEMORY_GROWTH), children
+
+
+def test_worked_example():
+    g, children = _attribute({1: "1043"})
+    assert children == {1030: {1043}}
+    assert (g.rank, g.pid, g.entity) == (1, 1030, "/train_job")
+    assert g.attr("owner") == "inferred" and g.attr("owner_unknown_pids") == (1041,)
+    assert "pt_data_worker 1043" in g.summary and "pt_data_worker 1041" in g.summary
+    assert "does not say" in g.summary
+
+
+def test_holders_of_two_ranks_leave_the_growth_to_the_cgroup():
+    g, _ = _attribute({1: "1043", 0: "1041"})
+    assert (g.rank, g.pid) == (None, None)
+
+
+def test_a_holder_seen_outside_the_growing_cgroup_is_not_guessed_into_a_rank():
+    g0 = _growth()          # the snapshots saw the ranks and 1043 inside, never 1041
+    g = dataclasses.replace(g0, attrs=tuple((k, MEMBERS[:3] + (1043,) if k == "members" else v)
+                                            for k, v in g0.attrs))
+    died = link(K.DATALOADER_WORKER_KILLED, T0 + 3 * S, rank=1, pid=1030, worker_pids="1043")
+    children = attribution.named_children([died], RANKS, {})
+    owner = {d: r for r, p in RANKS.items() for d in attribution.descendants(children, {p})}
+    out = attribution.grower([g, _oom(1041), died], set(owner) | {1025}, {1029: 0, 1030: 1}, owner, RANKS)
+    assert next(l for l in out if l.kind == K.MEMORY_GROWTH).rank is None
+
+
+def test_a_rank_holding_half_is_read_not_inferred():
+    g, _ = _attribute({1: "1041, 1043"})       # pid(s) list: both workers named by rank 1
+    assert (g.rank, g.attr("owner"), g.attr("owner_unknown_pids")) == (1, "read", None)
+
+
+def test_an_oom_report_known_to_the_second_may_print_before_the_growth_it_follows():
+    # dmesg -T: the report is somewhere in [T0 - 0.4 s, T0 + 0.6 s], the growth starts at T0
+    oom = dataclasses.replace(_oom(1041), ts_ns=T0 - 400_000_000,
+                              attrs=_oom(1041).attrs + (("ts_resolution_ns", S),))
+    died = link(K.DATALOADER_WORKER_KILLED, T0 + 3 * S, rank=1, pid=1030, worker_pids="1043")
+    children = attribution.named_children([died], RANKS, {})
+    owner = {d: r for r, p in RANKS.items() for d in attribution.descendants(children, {p})}
+    out = attribution.grower([_growth(), oom, died], set(owner) | {1025}, {1029: 0, 1030: 1}, owner, RANKS)
+    assert next(l for l in out if l.kind == K.MEMORY_GROWTH).rank == 1
+    early = dataclasses.replace(oom, ts_ns=T0 - 2 * S)         # wholly before the growth: not its report
+    out = attribution.grower([_growth(), early, died], set(owner) | {1025}, {1029: 0, 1030: 1}, owner, RANKS)
+    assert next(l for l in out if l.kind == K.MEMORY_GROWTH).rank is None
