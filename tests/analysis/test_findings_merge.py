@@ -318,3 +318,18 @@ def test_chain_search_same_as_scan_on_generated_findings(ls, in_time_order):
         mp.setattr(chains, "MAX_WIDTH_NS", 10**18)
         want = chains.find_chains(ls, failure)
     assert got == want
+
+
+def test_local_ranks_are_resolved_by_the_launchers_table_in_the_same_file():
+    from analysis.findings import local_ranks
+    from analysis.links import Evidence, Link, LinkKind as K
+
+    def mk(kind, src, rank=None, pid=None, **attrs):
+        return Link(kind=kind, ts_ns=1, summary="x", source=src, rank=rank, pid=pid,
+                    evidence=(Evidence(src, 1, "l"),), attrs=tuple(attrs.items()))
+    exc = mk(K.PYTHON_EXCEPTION, "a/torchrun.log", local_rank=0)
+    other = mk(K.PYTHON_EXCEPTION, "b/torchrun.log", local_rank=0)      # another node's launcher
+    table = mk(K.PROCESS_EXIT, "a/torchrun.log", rank=8, pid=4711, local_rank=0)
+    out = local_ranks([exc, other, table])
+    assert (out[0].rank, out[0].pid) == (8, 4711)
+    assert (out[1].rank, out[1].pid) == (None, None)

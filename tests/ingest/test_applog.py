@@ -411,3 +411,16 @@ def test_step_values_equal_the_step_grammar():
         assert got.rows() == want.rows()
         assert got["_step"].drop_nulls().len() >= 10 and got["_loss"].drop_nulls().len() >= 10
 
+
+
+def test_store_timeout_before_the_rank_is_known(tmp_path):
+    """Rank 0 gives up waiting in TCPStore for a peer that never joined, on torchrun's
+    ``[default0]:`` stream before any ``[rank0]:`` line: the exception keeps its local rank (the
+    launcher's failure table resolves it) and the wait it states."""
+    res = parse(APP / "torchrun_store-timeout.log", tmp_path, rel="vm/logs/torchrun.log")
+    assert typed(res) == [(19, "python_exception", None, None), (44, "job_failure", None, None),
+                          (65, "signal_kill", 1, 27496), (74, "process_exit", 0, 27495)]
+    exc = by_line(res)[19]["attrs"]
+    assert (exc["exc_type"], exc["wait_ms"], exc["store_keys"], exc["local_rank"]) == (
+        "torch.distributed.DistStoreError", 30000, "/default_pg/0//cpu//0/1", 0)
+    assert by_line(res)[74]["attrs"]["local_rank"] == 0
