@@ -156,6 +156,11 @@ def main():
             now = mine and flag and not fired and os.path.exists(flag)
             if now:
                 fired = True
+            if fault == "uneven" and fired:
+                # this rank's shard is shorter: its loop ends, it tears down and exits 0
+                side("fault", what="its data runs out: it leaves the training loop and exits 0", rank=rank,
+                     pid=os.getpid(), step=step)
+                break
             x, y = next(data)
             if fault == "deadlock" and fired:
                 side("fault", what="lock taken twice", rank=rank, pid=os.getpid(), step=step)

@@ -54,6 +54,10 @@ Scenarios (the rank at fault is ``--rank``, default 1):
   silent-exit    the rank calls os._exit(3): no traceback, no message
   deadlock       the rank takes a lock it already holds and sleeps forever
   segv           the rank reads through a null pointer in native code (ctypes): SIGSEGV
+  uneven         the rank's data runs out early (uneven shards): it leaves the loop, tears down
+                 and exits 0, silently; its peer's next collective fails
+  rank-quota     the rank's process is moved into its own cpu cgroup whose quota is 1 ms per 1 s
+                 (a per-container limit set wrong): it barely runs; its peer times out
   stale-lock     a process left behind by an earlier job holds the lock of the rank's data cache
                  (flock); the rank waits for it before joining the process group, its peer times
                  out at start (a rendezvous failure)
@@ -87,7 +91,7 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock")
+             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -352,6 +356,18 @@ def fault_throttle(r: Recording, rank: int, pids: dict) -> None:
         fault_flag(r, rank, pids)
 
 
+def fault_rank_quota(r: Recording, rank: int, pids: dict) -> None:
+    sub = f"{r.job_cg.strip('/')}/rank{rank}"
+    r.mkcg("cpu", sub, **{"cpu.cfs_period_us": 1000000, "cpu.cfs_quota_us": 1000})
+    r.mkcg("cpuacct", sub)
+    t = r.ev("rank_quota", cgroup="/" + sub, cfs_quota_us=1000, cfs_period_us=1000000, pid=pids[rank])
+    for h in ("cpu", "cpuacct"):
+        r.join(pids[rank], h, sub)
+    r.truth["origin"] = {"kinds": ["cpu_throttle"], "rank": rank, "pid": pids[rank], "entity": "/" + sub,
+                         "start_ns": [t, t + 100_000_000],
+                         "what": f"rank {rank} moved into /{sub} with a CPU quota of 1 ms per second"}
+
+
 def fault_tenant(r: Recording, rank: int, pids: dict) -> None:
     code = ("import time\nkeep=[]\nwhile True:\n    keep.append(b'\\x5a'*(16<<20))\n    time.sleep(0.5)\n")
     t = r.ev("tenant_starts", cgroup=r.tenant_cg, processes=12)
@@ -388,7 +404,8 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
           "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
-          "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None}
+          "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
+          "uneven": fault_flag, "rank-quota": fault_rank_quota}
 
 
 # ---------------------------------------------------------------- decoys
@@ -485,7 +502,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -551,7 +568,7 @@ def record(r: Recording) -> int:
                 snap_cgs.append("backup")
             if d == "oom-other":
                 snap_cgs.append("cron")
-        if a.scenario == "freezer":
+        if a.scenario in ("freezer", "rank-quota"):
             snap_cgs.append(f"{cg}/rank{a.rank}")
         snap = subprocess.Popen([SYS_PY, str(HERE / "snapshot_loop.py"), "--out", str(host_dir / "cgroup"),
                                  "--interval", "0.5"] + sum((["--cgroup", c] for c in snap_cgs), []))
@@ -650,11 +667,11 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock") or (
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven") or (
             a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
-            kinds = {"stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+            kinds = {"uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f["what"]}
