@@ -42,15 +42,19 @@ HOST_KINDS = frozenset({K.CPU_THROTTLE, K.MEMORY_GROWTH, K.CPU_PRESSURE, K.MEMOR
 
 
 def memberships(store, incident_id: str) -> dict[tuple[str, str], set[int]]:
-    """(host, cgroup) -> pids seen in it (over every snapshot and controller)."""
-    out: dict[tuple[str, str], set[int]] = {}
+    """(host, cgroup) -> pids seen in it (over every snapshot and controller). The collector's
+    manifest only says "the job's processes, while its cgroups were these", not which process was
+    in which group: its rows count for a group only when nothing read that group's members
+    (``cgroup.procs``, ``tasks``, ``/proc/<pid>/cgroup``)."""
+    read: dict[tuple[str, str], set[int]] = {}
+    said: dict[tuple[str, str], set[int]] = {}
     for r in store.query(
-            """SELECT COALESCE(m.host, s.host, '') AS host, m.cgroup, m.pid
+            """SELECT COALESCE(m.host, s.host, '') AS host, m.cgroup, m.pid, m.basis = 'manifest' AS said
                FROM members m JOIN sources s USING (incident_id, source_id)
                WHERE m.incident_id = ? AND m.pid IS NOT NULL AND m.cgroup IS NOT NULL
                GROUP BY ALL""", [incident_id]):
-        out.setdefault((r["host"], _norm(r["cgroup"])), set()).add(int(r["pid"]))
-    return out
+        (said if r["said"] else read).setdefault((r["host"], _norm(r["cgroup"])), set()).add(int(r["pid"]))
+    return read | {k: v for k, v in said.items() if k not in read}
 
 
 def _norm(cg: str) -> str:

@@ -83,6 +83,8 @@ def phrase(l: Link) -> str:
         return f"rank {l.rank}'s training steps slowing down{x}"
     if k == K.RANK_STALLED:
         st = l.attr("state")
+        if l.attr("exited_ns"):
+            return f"{_who(l)} leaving the job (it stopped making progress and exited without reporting an error)"
         return f"{_who(l)} stopping (no progress after that{'; ' + st if st else ''})"
     if k == K.FOREIGN_MEMORY:
         return f"memory on {l.host or 'the host'} taken by processes outside the job's cgroups"

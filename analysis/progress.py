@@ -84,7 +84,17 @@ class RankProgress:
     stuck_ev: Evidence | None = None
     running_ns: int | None = None          # last status snapshot in which it still ran
     sigterm_ns: int | None = None          # when the launcher sent it SIGTERM
+    exit_ns: int | None = None             # when perf saw its main thread exit
     ended: list[Link] = field(default_factory=list)
+
+    @property
+    def last_progress_ns(self) -> int | None:
+        """Its last sign of progress: a step, a log line, a collective, a Kineto event. CPU
+        samples and a running state say it was alive, not that it got anywhere (a teardown, a
+        spin on a lock and a rank's last step all burn CPU)."""
+        ts = [t for t in (self.last_step_ns, self.last_line_ns, self.last_collective_ns, self.last_trace_ns)
+              if t is not None]
+        return max(ts) if ts else None
 
     @property
     def last_alive_ns(self) -> int | None:
@@ -246,6 +256,7 @@ def _perf_life(store, incident_id: str, pids: dict[int, RankProgress]) -> None:
                GROUP BY 1""", [incident_id, list(EXIT_FRAMES), incident_id, incident_id, list(pids)]):
         ts = r["ts"]
         end = exits.get(r["pid"])
+        pids[r["pid"]].exit_ns = end
         if end is not None and ts:
             # samples after a long silence that end at the exit: the process being killed
             i = len(ts) - 1
@@ -448,7 +459,7 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
         why = (f"rank{'s' if len(who) > 1 else ''} {', '.join(map(str, who))} failed waiting for a peer "
                f"({wait_l.summary.split(': ', 1)[-1][:120]}) while rank {p.rank} reported no failure of its own")
         hung = [l for l in links if l.kind == LinkKind.HUNG_TASK and l.pid is not None and l.pid == p.pid]
-        return [_stall_link(p, why, conf, waits, hung)]
+        return [_stall_link(p, why, conf, waits, hung, min(l.ts_ns for l in waits))]
     # No one waited: a rank that went quiet long before all of its peers.
     alive.sort(key=lambda p: p.last_alive_ns)
     failed = {p.rank for p in ranks.values() if any(own_failure(l) for l in p.ended)}
@@ -485,7 +496,10 @@ def after_last_sign_of_life(ranks: dict[int, RankProgress], links: list[Link]) -
 
 
 def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple[int, int, list[str]]:
-    lo = p.last_alive_ns
+    """It stopped after its last sign of progress (or of life, when it left none) and before the
+    first bound the bundle gives: a peer's stated wait, a stuck status, the hung-task watchdog;
+    without one, a few steps after it was last seen alive."""
+    lo = p.last_progress_ns or p.last_alive_ns
     cad = _cadence_ns(p)
     bounds: list[tuple[int, str]] = []
     for l in waits:
@@ -506,10 +520,11 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
     if valid:
         hi, why = min(valid)
         return lo, hi, [why]
-    return lo, lo + max(4 * cad, 2_000_000_000), []
+    return lo, max(lo, p.last_alive_ns or lo) + max(4 * cad, 2_000_000_000), []
 
 
-def _stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung: list[Link] = ()) -> Link:
+def _stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung: list[Link] = (),
+                peers_failed_ns: int | None = None) -> Link:
     bits = []
     if p.last_step is not None:
         bits.append(f"last step {p.last_step} at {fmt_hms(p.last_step_ns)}")
@@ -519,8 +534,18 @@ def _stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung:
         bits.append(f"its Kineto trace ends at {fmt_hms(p.last_trace_ns)}")
     if p.last_collective_ns is not None:
         bits.append(f"last collective {p.last_collective} at {fmt_hms(p.last_collective_ns)}")
+    prog = p.last_progress_ns
     if p.last_cpu_ns is not None:
-        bits.append(f"last CPU sample at {fmt_hms(p.last_cpu_ns)}")
+        after = prog is not None and p.last_cpu_ns - prog > 4 * _cadence_ns(p)
+        bits.append(f"last CPU sample at {fmt_hms(p.last_cpu_ns)}"
+                    + (" (it still ran after its last progress)" if after else ""))
+    # an exit nobody asked for (no launcher signal before it) and no error of its own: it left
+    left = (p.exit_ns is not None and (p.sigterm_ns is None or p.exit_ns < p.sigterm_ns)
+            and not any(own_failure(l) for l in p.ended))
+    if left:
+        before = peers_failed_ns is not None and p.exit_ns < peers_failed_ns
+        bits.append(f"its process exited at {fmt_hms(p.exit_ns)}{', before any peer failed,' if before else ''} "
+                    f"with no error reported (perf saw the exit)")
     if p.stuck_state:
         bits.append(f"seen {p.stuck_state} at {fmt_hms(p.stuck_ns)}")
     ignored = [l.attr("sigterm_ignored_s") for l in p.ended if l.attr("sigterm_ignored_s")]
@@ -538,7 +563,8 @@ def _stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung:
                 source=ev[-1].source if ev else "", host=p.host, rank=p.rank, pid=p.pid, evidence=ev,
                 provenance=prov, confidence=conf,
                 attrs=(("ts_lo_ns", lo), ("ts_hi_ns", hi), ("ts_bound", "between"),
-                       ("state", p.stuck_state), ("sigterm_ignored_s", ignored[0] if ignored else None)))
+                       ("state", p.stuck_state), ("sigterm_ignored_s", ignored[0] if ignored else None),
+                       ("exited_ns", p.exit_ns if left else None)))
 
 
 def progress_json(ranks: dict[int, RankProgress]) -> list[dict]:
