@@ -39,6 +39,7 @@ import fcntl
 import json
 import logging
 import os
+import socket
 import threading
 import time
 
@@ -110,7 +111,8 @@ def main():
                         format=f"%(asctime)s %(levelname)s [rank{rank}] %(name)s: %(message)s")
     log = logging.getLogger("train")
 
-    side(f"rank{rank}", rank=rank, local_rank=local_rank, pid=os.getpid(), ppid=os.getppid())
+    side(f"rank{rank}", rank=rank, local_rank=local_rank, pid=os.getpid(), ppid=os.getppid(),
+         host=socket.gethostname())
     if fault == "stale_lock" and rank == fault_rank:
         # the rank's data cache is locked by a process a previous job left behind: it waits for
         # the lock before joining the process group, silently, as file-lock helpers do
@@ -162,6 +164,12 @@ def main():
                      pid=os.getpid(), step=step)
                 break
             x, y = next(data)
+            if fault == "spin" and fired:
+                # a bug that loops forever without yielding (a retry loop, a bad termination test):
+                # the rank burns its CPU and makes no progress
+                side("fault", what="loops forever on the CPU", rank=rank, pid=os.getpid(), step=step)
+                while True:
+                    pass
             if fault == "deadlock" and fired:
                 side("fault", what="lock taken twice", rank=rank, pid=os.getpid(), step=step)
                 lock = threading.Lock()

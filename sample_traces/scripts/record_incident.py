@@ -54,6 +54,7 @@ Scenarios (the rank at fault is ``--rank``, default 1):
   silent-exit    the rank calls os._exit(3): no traceback, no message
   deadlock       the rank takes a lock it already holds and sleeps forever
   segv           the rank reads through a null pointer in native code (ctypes): SIGSEGV
+  spin           the rank loops forever on the CPU (a retry loop that never ends): busy, no progress
   uneven         the rank's data runs out early (uneven shards): it leaves the loop, tears down
                  and exits 0, silently; its peer's next collective fails
   rank-quota     the rank's process is moved into its own cpu cgroup whose quota is 1 ms per 1 s
@@ -91,7 +92,7 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota")
+             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -405,7 +406,7 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
           "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
-          "uneven": fault_flag, "rank-quota": fault_rank_quota}
+          "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag}
 
 
 # ---------------------------------------------------------------- decoys
@@ -502,7 +503,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -667,11 +668,11 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven") or (
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven", "spin") or (
             a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
-            kinds = {"uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+            kinds = {"spin": ["rank_stalled"], "uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f["what"]}
