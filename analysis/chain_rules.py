@@ -51,7 +51,8 @@ class Rule:
     why: str
     min_lead_s: float = 0.0   # the cause must lead by this much (a build-up takes time)
     lag_s: float = 30.0       # a condition's effect may start this long after the condition ended
-    cause_attr: str | None = None   # an attribute the cause must have (true) for this rule to apply
+    cause_attr: str | None = None   # an attribute the cause must not have false for this rule to apply
+    needs: str | None = None        # an attribute the cause must have true for this rule to apply
 
 
 # Roles beyond the kind: see role().
@@ -154,6 +155,8 @@ RULES: tuple[Rule, ...] = (
     _R(KILLED, "collective_timeout", J, 0.6, 1800, "the peers of the killed rank wait in a collective"),
     _R(KILLED, "job_failure", J, 0.9, 300, "the launcher saw a rank die from a signal and ended the job"),
     _R(KILLED, "process_exit", P, 0.8, 120, "the killed process exited"),
+    _R(KILLED, "rank_stalled", H, 0.9, 60, "the node's launcher and its ranks were killed together",
+       needs="launcher_killed"),
     _R("process_exit", PEER_ERROR, J, 0.6, 300, "the peers lost their connection to the exited rank"),
     _R("process_exit", "collective_timeout", J, 0.4, 1800, "the peers of the exited rank wait in a collective"),
     _R("process_exit", "job_failure", J, 0.9, 300, "the launcher saw a rank exit with an error and ended the job"),

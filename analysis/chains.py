@@ -137,6 +137,8 @@ class Context:
 def _entity(rule: Rule, c: Link, e: Link, ctx: Context) -> float | None:
     if rule.cause_attr and c.attr(rule.cause_attr) is False:
         return None
+    if rule.needs and c.attr(rule.needs) is not True:
+        return None
     if rule.scope == Scope.MEMCG and e.kind == LinkKind.MEMORY_GROWTH:
         # a child's growth is its parent's when it is most of it
         if not (c.entity and e.entity and c.entity != e.entity and attribution.within(c.entity, e.entity)):

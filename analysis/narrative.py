@@ -106,6 +106,10 @@ def phrase(l: Link) -> str:
         return f"a DataLoader worker of {_who(l)} dying"
     if k == K.RENDEZVOUS_FAILURE:
         return f"{_who(l)} failing to join the job (rendezvous)"
+    if r == KILLED and l.attr("launcher_killed"):
+        where = f" on {l.host}" if l.host else ""
+        took = f" and rank {l.rank} with it" if l.rank is not None else " and its ranks with it"
+        return f"the launcher{where} (pid {l.pid}){took} being killed by {l.attr('signal')} from outside"
     if r == KILLED:
         sig = l.attr("signal") or "a signal"
         src = " sent from outside the job (not by the launcher)" if l.attr("outside_signal") else ""

@@ -352,6 +352,36 @@ def launcher_stops(ranks: dict[int, RankProgress], links: list[Link]) -> list[Li
     return out
 
 
+def killed_launchers(ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
+    """A launcher killed by a signal, as the collector that waited for it saw (its manifest's job
+    outcome): a launcher never signals itself, so the signal came from outside (a preemption, a
+    scheduler, a person) and took that node's ranks with it. On a job of several nodes that is
+    the cause of what the other nodes' ranks then saw; the launcher's job outcome stays the
+    failure of its own node. The kill happened after that node's ranks were last seen alive and
+    by the time the collector saw the launcher end."""
+    out = []
+    for l in links:
+        sig = l.attr("signal")
+        lp = l.attr("launcher_pid")
+        if l.kind != LinkKind.JOB_FAILURE or not sig or lp is None or l.ts_ns is None or l.attr("root_cause_rank") is not None:
+            continue
+        mine = [p for p in ranks.values() if p.host == l.host or not p.host or not l.host]
+        lo = max((p.last_alive_ns for p in mine if p.last_alive_ns is not None and p.last_alive_ns <= l.ts_ns),
+                 default=l.ts_ns)
+        one = mine[0] if len(mine) == 1 else None
+        took = (f", and with it rank {one.rank}" + (f" (pid {one.pid})" if one.pid else "")) if one else (
+            f", and with it ranks {', '.join(str(p.rank) for p in sorted(mine, key=lambda p: p.rank))}" if mine else "")
+        where = f" on {l.host}" if l.host else ""
+        out.append(Link(kind=LinkKind.SIGNAL_KILL, ts_ns=lo,
+                        summary=f"the launcher{where} (pid {lp}) was killed by {sig} from outside{took}: its "
+                                f"collector saw it end at {fmt_hms(l.ts_ns)}",
+                        source=l.source, host=l.host, rank=one.rank if one else None, pid=lp, evidence=l.evidence,
+                        provenance=Provenance.READ, confidence=0.9,
+                        attrs=(("signal", sig), ("outside_signal", True), ("launcher_killed", True),
+                               ("ts_lo_ns", lo), ("ts_hi_ns", l.ts_ns), ("ts_bound", "between"))))
+    return links + out
+
+
 def job_end(store, incident_id: str, ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
     """When a job reported ended by whoever waited for it (the collector's manifest) really ended:
     after every rank's last sign of life, and — when perf saw the launcher exit — right then."""

@@ -52,6 +52,7 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     ranks = progress.rank_progress(store, incident_id)
     links = progress.after_last_sign_of_life(ranks, links)
     links = progress.launcher_stops(ranks, links)
+    links = progress.killed_launchers(ranks, links)
     links = progress.job_end(store, incident_id, ranks, links)
     progress.attach_ended(ranks, links)      # the ranks' terminal findings as now marked
     pids = {r: p.pid for r, p in ranks.items() if p.pid is not None}

@@ -1,4 +1,6 @@
 """When a rank stopped: the worked example of ``analysis/progress.py`` exactly."""
+import dataclasses
+
 from analysis import progress
 from analysis.links import Evidence, Link, LinkKind as K
 
@@ -50,3 +52,32 @@ def test_without_a_waiting_peer_a_long_silence_is_a_stall():
     assert stall.rank == 1 and "100.0 s before any other rank's" in stall.summary
     p1.last_line_ns = at(90)
     assert progress.stalled_links({0: p0, 1: p1}, []) == []
+
+
+def test_a_stall_starts_at_the_last_progress_not_at_the_last_cpu_sample():
+    # the rank left its loop after step 90 and still ran (its teardown) until it exited
+    p0 = progress.RankProgress(0, "vm", 100, last_step=91, last_step_ns=at(0.03), step_time_s=0.035)
+    p1 = progress.RankProgress(1, "vm", 101, last_step=90, last_step_ns=at(0), step_time_s=0.035,
+                               last_cpu_ns=at(0.9), exit_ns=at(0.95))
+    reset = link(K.PYTHON_EXCEPTION, at(1.1), rank=0, pid=100, exc_msg="Connection closed by peer")
+    p0.ended = [reset]
+    (stall,) = progress.stalled_links({0: p0, 1: p1}, [reset])
+    assert stall.ts_ns == at(0) and stall.timing_ns()[1] >= at(0.9)
+    assert stall.attr("exited_ns") == at(0.95)
+    assert "it still ran after its last progress" in stall.summary and "before any peer failed" in stall.summary
+
+
+def test_a_launcher_killed_from_outside_takes_its_nodes_rank():
+    pa = progress.RankProgress(0, "nodeA", 100, last_step_ns=at(0.4))
+    pb = progress.RankProgress(1, "nodeB", 200, last_step_ns=at(0.2))
+    ended = Link(kind=K.JOB_FAILURE, ts_ns=at(0.5), summary="aftertrace collect: the job ended with killed by SIGKILL",
+                 source="bundle-nodeB/aftertrace-manifest.json", host="nodeB", pid=199,
+                 evidence=(Evidence("m", 3, "job"),), attrs=(("signal", "SIGKILL"), ("launcher_pid", 199)))
+    out = progress.killed_launchers({0: pa, 1: pb}, [ended])
+    kill = out[-1]
+    assert (kill.kind, kill.host, kill.rank, kill.pid) == (K.SIGNAL_KILL, "nodeB", 1, 199)
+    assert kill.timing_ns() == (at(0.2), at(0.5))
+    assert kill.attr("outside_signal") is True and kill.attr("launcher_killed") is True
+    # a launcher that ended with an exit code was not killed
+    code = dataclasses.replace(ended, attrs=(("exit_code", 1), ("launcher_pid", 199)))
+    assert progress.killed_launchers({0: pa, 1: pb}, [code]) == [code]
