@@ -19,6 +19,10 @@ Scenarios:
                  outside (a preemption or a scheduler reclaiming that node); node B's collector
                  survives and writes its bundle; node A's rank times out in gloo and its agent
                  names node A's rank as the root cause
+  node-freeze    after a quiet baseline node B's job cgroup (its agent and rank) is FROZEN by the
+                 freezer cgroup (a node that hangs: a stuck hypervisor, a paused VM); node A's
+                 rank times out in gloo and its agent ends; 20 s after that node B is thawed,
+                 its rank finds its peer gone and its agent reports the failure
 """
 from __future__ import annotations
 
@@ -45,6 +49,14 @@ def now() -> int:
     return time.time_ns()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,7 +65,7 @@ def free_port() -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=("node-preempt",))
+    ap.add_argument("scenario", choices=("node-preempt", "node-freeze"))
     ap.add_argument("out")
     ap.add_argument("--baseline", type=float, default=15.0)
     ap.add_argument("--pg-timeout", type=float, default=30.0)
@@ -122,19 +134,39 @@ def main() -> int:
         time.sleep(a.baseline)
         victim = next(r for r, v in ranks.items() if v["host"] == "nodeB")
         v = ranks[victim]
-        t = ev("preempt_nodeB", rank=victim, pid=v["pid"], agent=v["ppid"], signal="SIGKILL")
-        for pid in (v["ppid"], v["pid"]):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        truth = {"origin": {"kinds": ["signal_kill", "job_failure"], "rank": victim, "pid": v["pid"], "host": "nodeB",
-                            "start_ns": [t, t],
-                            "what": f"node B's agent (pid {v['ppid']}) and rank {victim} (pid {v['pid']}) SIGKILLed "
-                                    "from outside"},
+        frozen = f"{CG}/freezer/train_nodeB/freezer.state"
+        if a.scenario == "node-preempt":
+            t = ev("preempt_nodeB", rank=victim, pid=v["pid"], agent=v["ppid"], signal="SIGKILL")
+            for pid in (v["ppid"], v["pid"]):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            origin = {"kinds": ["signal_kill", "job_failure"], "rank": victim, "pid": v["pid"], "host": "nodeB",
+                      "start_ns": [t, t],
+                      "what": f"node B's agent (pid {v['ppid']}) and rank {victim} (pid {v['pid']}) SIGKILLed "
+                              "from outside"}
+        else:
+            # the collector of node B is in that cgroup too (it started the job): it moves out
+            # first, as a node's monitoring outlives a hung workload
+            coll_b = procs["nodeB"].pid
+            Path(f"{CG}/freezer/cgroup.procs").write_text(str(coll_b))
+            time.sleep(1.0)
+            t = ev("freeze_nodeB", rank=victim, pid=v["pid"], agent=v["ppid"], cgroup="/train_nodeB")
+            Path(frozen).write_text("FROZEN")
+            origin = {"kinds": ["cgroup_frozen", "rank_stalled"], "rank": victim, "pid": v["pid"], "host": "nodeB",
+                      "entity": "/train_nodeB", "start_ns": [t, t],
+                      "what": f"node B's job cgroup (agent pid {v['ppid']}, rank {victim} pid {v['pid']}) frozen"}
+        truth = {"origin": origin,
                  "ranks": {str(r): {"pid": x["pid"], "host": x["host"], "agent": x["ppid"]} for r, x in ranks.items()}}
         end = time.monotonic() + a.deadline
         while time.monotonic() < end and any(p.poll() is None for p in procs.values()):
+            if a.scenario == "node-freeze" and not _alive(ranks[1 - victim]["pid"]) and \
+                    not any(e["what"] == "thaw_nodeB" for e in events):
+                # (node A's agent then waits at its exit barrier for node B's)
+                time.sleep(20.0)
+                ev("thaw_nodeB")
+                Path(frozen).write_text("THAWED")
             time.sleep(0.2)
         for p in procs.values():
             if p.poll() is None:
@@ -162,6 +194,10 @@ def main() -> int:
         print(f"record: bundle {out}, truth {out}.truth.json", file=sys.stderr)
         return 0
     finally:
+        try:
+            Path(f"{CG}/freezer/train_nodeB/freezer.state").write_text("THAWED")
+        except OSError:
+            pass
         for p in procs.values():
             if p.poll() is None:
                 try:
