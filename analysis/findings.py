@@ -118,14 +118,22 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
     The summary is the event's ``attrs.summary`` when the parser wrote one, else its name and
     text. Kinds outside :class:`LinkKind` are kept out (and would be a parser bug).
     """
+    # A source's rank (a file of one rank's output) is not given to the unprefixed lines of a
+    # launcher log whose rank output is prefixed (torchrun --tee ``[default0]:``): those are the
+    # agent's own, even in a node's log that holds one rank.
     rows = store.query(
-        """SELECT e.ts_utc_ns, COALESCE(e.host, s.host) AS host, COALESCE(e.rank, s.rank) AS rank,
+        """WITH teed AS (SELECT DISTINCT source_id FROM events
+                         WHERE incident_id = ? AND starts_with(text, '[default'))
+           SELECT e.ts_utc_ns, COALESCE(e.host, s.host) AS host,
+                  CASE WHEN e.rank IS NOT NULL THEN e.rank
+                       WHEN e.source_id IN (SELECT source_id FROM teed) AND NOT starts_with(e.text, '[default')
+                       THEN NULL ELSE s.rank END AS rank,
                   e.pid, e.line, e.text, e.name, e.kind, e.attrs, s.path, s.kind AS source_kind, c.uncertainty_ns
            FROM events e JOIN sources s USING (incident_id, source_id)
            LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                 AND c.domain = s.clock_domain
            WHERE e.incident_id = ? AND e.kind IS NOT NULL AND e.kind NOT IN (SELECT unnest(?))
-           ORDER BY e.ts_utc_ns NULLS LAST, s.path, e.line""", [incident_id, list(skip)])
+           ORDER BY e.ts_utc_ns NULLS LAST, s.path, e.line""", [incident_id, incident_id, list(skip)])
     known = {k.value for k in LinkKind}
     out = []
     for r in rows:

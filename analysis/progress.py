@@ -56,6 +56,7 @@ LAUNCHER_CATEGORIES = ("launcher",)
 # A signal a launcher sends to the survivors once a rank failed: not a failure of its own.
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 IGNORED_SIGTERM_NS = 5_000_000_000     # outliving a SIGTERM by this much means it was not acted on
+LATE_WAIT_NS = 5_000_000_000           # a peer error this long after the first wait failed: aftermath
 DEATH_SILENCE_NS = 5_000_000_000       # samples after a silence this long, right before exit: dying
 EXIT_FRAMES = ("do_exit", "do_group_exit", "exit_mmap")
 STUCK_STATES = {"T": "stopped (T)", "t": "stopped by a tracer (t)", "D": "in uninterruptible sleep (D)"}
@@ -184,18 +185,26 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
                     AND COALESCE(e.rank, s.rank) IS NOT NULL
                   GROUP BY 1""", [incident_id]):
         get(r["rank"]).last_trace_ns = r["ts"]
-    # The last line each rank printed itself (launcher lines about a rank do not count).
+    # The last line each rank printed itself. Launcher lines about a rank do not count, nor lines
+    # that name another process, nor, in a launcher's log whose rank output is prefixed
+    # (torchrun --tee: ``[default0]:``), the unprefixed lines: those are the agent's own, even
+    # when the file holds one rank (a node of a multi-node job).
+    rank_pids = sorted({p.pid for p in ranks.values() if p.pid is not None})
     for r in q("""SELECT rank, ts, line, text, path FROM (
-                    SELECT COALESCE(e.rank, s.rank) AS rank, e.ts_utc_ns AS ts, e.line, e.text, s.path,
-                           row_number() OVER (PARTITION BY COALESCE(e.rank, s.rank)
-                                              ORDER BY e.ts_utc_ns DESC, COALESCE(e.ts_interpolated, false),
-                                                       e.line DESC) AS n
-                    FROM events e JOIN sources s USING (incident_id, source_id)
-                    WHERE e.incident_id = ? AND s.kind IN ('app_log', 'nccl_log') AND e.ts_utc_ns IS NOT NULL
-                      AND NOT COALESCE(e.ts_interpolated, false)
-                      AND COALESCE(e.category, '') NOT IN (SELECT unnest(?))
-                      AND COALESCE(e.rank, s.rank) IS NOT NULL)
-                  WHERE n = 1""", [incident_id, list(LAUNCHER_CATEGORIES)]):
+                    SELECT rank, ts, line, text, path,
+                           row_number() OVER (PARTITION BY rank ORDER BY ts DESC, line DESC) AS n
+                    FROM (SELECT COALESCE(e.rank, s.rank) AS rank, e.ts_utc_ns AS ts, e.line, e.text, s.path,
+                                 e.pid, e.category, e.ts_interpolated,
+                                 starts_with(e.text, '[default') AS prefixed,
+                                 bool_or(starts_with(e.text, '[default')) OVER (PARTITION BY e.source_id) AS teed
+                          FROM events e JOIN sources s USING (incident_id, source_id)
+                          WHERE e.incident_id = ? AND s.kind IN ('app_log', 'nccl_log') AND e.ts_utc_ns IS NOT NULL)
+                    WHERE NOT COALESCE(ts_interpolated, false)
+                      AND COALESCE(category, '') NOT IN (SELECT unnest(?))
+                      AND (pid IS NULL OR len(?) = 0 OR pid IN (SELECT unnest(?)))
+                      AND (prefixed OR NOT teed)
+                      AND rank IS NOT NULL)
+                  WHERE n = 1""", [incident_id, list(LAUNCHER_CATEGORIES), rank_pids, rank_pids]):
         p = get(r["rank"])
         p.last_line_ns = r["ts"]
         p.last_line_ev = Evidence(r["path"], r["line"], r["text"] or "")
@@ -468,7 +477,13 @@ def _cadence_ns(p: RankProgress) -> int:
 def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
     if len(ranks) < 2:
         return []
-    waiting = {p.rank for p in ranks.values() if any(waits_for_peer(l) for l in p.ended)}
+    # ranks that failed waiting for a peer; a peer error that began well after the first rank
+    # failed waiting is the aftermath of that failure (the rank found its peer gone, perhaps
+    # once it could run again), not a wait
+    waited = {p.rank: [l for l in p.ended if waits_for_peer(l) and l.ts_ns is not None] for p in ranks.values()}
+    ends = [min(l.timing_ns()[1] for l in ls) for ls in waited.values() if ls]
+    horizon = min(ends) + LATE_WAIT_NS if ends else None
+    waiting = {r for r, ls in waited.items() if ls and min(l.timing_ns()[0] for l in ls) <= horizon}
     alive = [p for p in ranks.values() if p.last_alive_ns is not None]
     if waiting:
         # a failure of its own before the peers gave up: that rank failed, it did not stop
@@ -484,10 +499,11 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
         p = cands[0]
         conf = 0.85 if len(cands) == 1 else 0.5
         who = sorted(waiting)
-        waits = [l for q in who for l in ranks[q].ended if waits_for_peer(l)]
+        waits = [l for q in who for l in waited[q]]
         wait_l = min(waits, key=lambda l: l.timing_ns()[0])
         why = (f"rank{'s' if len(who) > 1 else ''} {', '.join(map(str, who))} failed waiting for a peer "
-               f"({wait_l.summary.split(': ', 1)[-1][:120]}) while rank {p.rank} reported no failure of its own")
+               f"({wait_l.summary.split(': ', 1)[-1][:120]}) while rank {p.rank} reported no failure of its own"
+               + (" by then" if any(l.ts_ns is not None and l.ts_ns > horizon for l in p.ended) else ""))
         hung = [l for l in links if l.kind == LinkKind.HUNG_TASK and l.pid is not None and l.pid == p.pid]
         return [_stall_link(p, why, conf, waits, hung, min(l.ts_ns for l in waits))]
     # No one waited: a rank that went quiet long before all of its peers.

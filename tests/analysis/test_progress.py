@@ -81,3 +81,15 @@ def test_a_launcher_killed_from_outside_takes_its_nodes_rank():
     # a launcher that ended with an exit code was not killed
     code = dataclasses.replace(ended, attrs=(("exit_code", 1), ("launcher_pid", 199)))
     assert progress.killed_launchers({0: pa, 1: pb}, [code]) == [code]
+
+
+def test_a_peer_error_long_after_the_first_wait_is_aftermath_not_a_wait():
+    # rank 1 was frozen at 0 s; rank 0 timed out at 30 s; rank 1, thawed at 50 s, found its peer gone
+    p0 = progress.RankProgress(0, "nodeA", 100, last_step=91, last_step_ns=at(0.03), step_time_s=0.035)
+    p1 = progress.RankProgress(1, "nodeB", 200, last_step=90, last_step_ns=at(0), step_time_s=0.035)
+    timeout = link(K.COLLECTIVE_TIMEOUT, at(30.2), rank=0, pid=100, wait_ms=30000)
+    later = link(K.PYTHON_EXCEPTION, at(50.5), rank=1, pid=200, exc_msg="Connection closed by peer")
+    p0.ended, p1.ended = [timeout], [later]
+    (stall,) = progress.stalled_links({0: p0, 1: p1}, [timeout, later])
+    assert (stall.rank, stall.ts_ns) == (1, at(0))
+    assert "reported no failure of its own by then" in stall.summary
