@@ -23,6 +23,8 @@ Scenarios:
                  freezer cgroup (a node that hangs: a stuck hypervisor, a paused VM); node A's
                  rank times out in gloo and its agent ends; 20 s after that node B is thawed,
                  its rank finds its peer gone and its agent reports the failure
+  node-missing   node B never starts (its host did not come up); node A's agent waits in the c10d
+                 rendezvous (join timeout 30 s) and gives up; only node A's bundle exists
 """
 from __future__ import annotations
 
@@ -63,9 +65,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _node_missing(a, out: Path, work: Path, side: Path, procs: dict, ev, events: list, torch_py: str) -> int:
+    t = events[0]["ts_ns"]
+    end = time.monotonic() + a.deadline
+    while time.monotonic() < end and procs["nodeA"].poll() is None:
+        time.sleep(0.2)
+    if procs["nodeA"].poll() is None:
+        ev("deadline_kill")
+        os.killpg(procs["nodeA"].pid, signal.SIGKILL)
+        procs["nodeA"].wait()
+    ev("job_end", exit_codes={"nodeA": procs["nodeA"].returncode})
+    b = sorted(glob.glob(str(work / "collect-nodeA" / "bundle-*")))
+    if not b:
+        raise SystemExit(f"record: the collector of nodeA wrote no bundle (see {work}/collect-nodeA.out)")
+    out.mkdir(parents=True)
+    shutil.copytree(b[-1], out / "bundle-nodeA")
+    truth = {"origin": {"kinds": ["rendezvous_failure"], "rank": None, "pid": None,
+                        "start_ns": [t, t + 3_000_000_000],
+                        "what": "node B never started: node A's agent waited in the rendezvous from its start"},
+             "schema": "aftertrace.corpus_truth/1", "id": out.name, "scenario": a.scenario, "via": "collect",
+             "host": "nodeA", "perf": False, "fault_rank": None, "job_exit_codes": {"nodeA": procs["nodeA"].returncode},
+             "events": events, "side": {p.stem: json.loads(p.read_text()) for p in side.glob("*.json")},
+             "recorded_with": " ".join([f"TORCH_PY={torch_py}", "python3", "sample_traces/scripts/record_two_nodes.py"]
+                                       + sys.argv[1:]),
+             "versions": {"kernel": os.uname().release,
+                          "torch": subprocess.run([torch_py, "-c", "import torch;print(torch.__version__)"],
+                                                  capture_output=True, text=True).stdout.strip()}}
+    Path(str(out) + ".truth.json").write_text(json.dumps(truth, indent=2) + "\n")
+    print(f"record: bundle {out}, truth {out}.truth.json", file=sys.stderr)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=("node-preempt", "node-freeze"))
+    ap.add_argument("scenario", choices=("node-preempt", "node-freeze", "node-missing"))
     ap.add_argument("out")
     ap.add_argument("--baseline", type=float, default=15.0)
     ap.add_argument("--pg-timeout", type=float, default=30.0)
@@ -102,14 +135,18 @@ def main() -> int:
         subprocess.run(["dmesg", "-C"], check=False)
         ev("job_start", port=port)
         for i, n in enumerate(NODES):
+            if a.scenario == "node-missing" and n == "nodeB":
+                continue
             prof = work / f"profiler-{n}"
             prof.mkdir()
             env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="INFO",
                        AFTERTRACE_SIDE_DIR=str(side), AFTERTRACE_FAULT="none",
                        AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout), AFTERTRACE_PROFILER_DIR=str(prof),
                        AFTERTRACE_PROFILE_EVERY="40", TORCH_DISTRIBUTED_DEBUG="INFO")
-            job = [torchrun, "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
-                   f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=twonodes", "--max-restarts=0", "--local-addr=127.0.0.1",
+            rdzv = ["--rdzv-conf", f"join_timeout={int(a.pg_timeout)}"] if a.scenario == "node-missing" else []
+            job = [torchrun, "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d"] + rdzv + [
+                   
+f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=twonodes", "--max-restarts=0", "--local-addr=127.0.0.1",
                    "--log-dir", str(work / f"torchrun_logs-{n}"), "--tee", "3", str(HERE / "incident_job.py")]
             coll = [aftertrace, "collect", "--out", str(work / f"collect-{n}"), "--keep", "3m", "--interval", "0.5s",
                     "--files", str(prof / "*.pt.trace.json.gz"), "--quiet-output", "--"] + job
@@ -118,6 +155,8 @@ def main() -> int:
                    f'hostname {n}; for f in {joins}; do echo $$ > $f; done; exec setsid "$@"', "node"] + coll
             logs[n] = open(work / f"collect-{n}.out", "wb")
             procs[n] = subprocess.Popen(cmd, stdout=logs[n], stderr=subprocess.STDOUT, env=env, cwd=work)
+        if a.scenario == "node-missing":
+            return _node_missing(a, out, work, side, procs, ev, events, torch_py)
         ranks: dict[int, dict] = {}
         end = time.monotonic() + 120
         while time.monotonic() < end and len(ranks) < 2:
