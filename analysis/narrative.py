@@ -16,6 +16,9 @@ def _t(ts: int | None) -> str:
     return fmt_hms(ts, "an unknown time")
 
 
+WIDE_NS = 5_000_000_000     # an origin known to less than this is told as a point in time
+
+
 def _who(l: Link) -> str:
     if l.rank is not None and l.pid is not None:
         return f"rank {l.rank} (pid {l.pid})"
@@ -105,6 +108,9 @@ def phrase(l: Link) -> str:
     if k == K.DATALOADER_WORKER_KILLED:
         return f"a DataLoader worker of {_who(l)} dying"
     if k == K.RENDEZVOUS_FAILURE:
+        if l.rank is None and str(l.attr("exc_type") or "").endswith("RendezvousTimeoutError"):
+            where = f" on {l.host}" if l.host else ""
+            return f"the launcher{where} giving up waiting for the other nodes to join (rendezvous timeout)"
         return f"{_who(l)} failing to join the job (rendezvous)"
     if r == KILLED and l.attr("launcher_killed"):
         where = f" on {l.host}" if l.host else ""
@@ -186,7 +192,14 @@ def summary(failure: Link | None, chains: list[Chain], victims: list[Link]) -> s
     o = ch.origin
     where = f" on host {o.host}" if o.host and f" on {o.host}" not in phrase(o) else ""
     first = phrase(o)
-    parts = [f"It started with {first}{where} at {_t(o.ts_ns)} UTC."]
+    w = o.timing_ns()
+    if o.kind != K.RANK_STALLED and w is not None and w[1] - w[0] > WIDE_NS:
+        # a line without its own time (placed between its timed neighbours): say so, not a midpoint
+        when = f"between {_t(w[0])} and {_t(w[1])} UTC (its line has no time of its own)" if \
+            o.attr("ts_bound") == "between" else f"at {_t(o.ts_ns)} UTC (to within {_dur((w[1] - w[0]) / 2e9)})"
+    else:
+        when = f"at {_t(o.ts_ns)} UTC"
+    parts = [f"It started with {first}{where} {when}."]
     mids = [l for l in ch.links[1:] if l is not failure and l.kind != K.JOB_FAILURE]
     if mids:
         parts.append("Then: " + "; ".join(f"{phrase(l)} at {_t(l.ts_ns)}{_after(l, o)}" for l in mids) + ".")

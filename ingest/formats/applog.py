@@ -909,6 +909,10 @@ def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
                 summary += f" ({b['exc']}{where})"
             elif said:
                 attrs.update(said[2])
+            by_type = EXC_KINDS.get((b["exc"] or "").rsplit(".", 1)[-1])
+            if by_type and kind == "python_exception":
+                name, kind = by_type[0], by_type[1]
+                summary = f"{by_type[2]} ({b['exc']}{where})"
             if rank is not None:
                 summary = f"rank {rank}: " + summary
             rows.append(dict(common, category="traceback", name=name, kind=kind,
@@ -952,6 +956,11 @@ def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
 
 
 # How a typed exception is named in its summary.
+# Exceptions whose class says what happened, message or not: (event name, kind, summary).
+EXC_KINDS = {
+    "RendezvousTimeoutError": ("rendezvous_timeout", "rendezvous_failure",
+                               "the launcher gave up waiting for the other nodes to join the rendezvous"),
+}
 KIND_WORDS = {"shm_exhausted": "out of shared memory (/dev/shm)", "dataloader_worker_killed": "a DataLoader worker died",
               "disk_full": "no space left on the device", "checkpoint_write_failed": "writing a checkpoint failed "
               "(torch.save could not write: the file system is full or failing)"}

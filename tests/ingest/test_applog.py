@@ -424,3 +424,13 @@ def test_store_timeout_before_the_rank_is_known(tmp_path):
     assert (exc["exc_type"], exc["wait_ms"], exc["store_keys"], exc["local_rank"]) == (
         "torch.distributed.DistStoreError", 30000, "/default_pg/0//cpu//0/1", 0)
     assert by_line(res)[74]["attrs"]["local_rank"] == 0
+
+
+def test_a_rendezvous_timeout_is_typed_by_its_class(tmp_path):
+    res = parse(APP / "torchrun_rendezvous-timeout.log", tmp_path, rel="nodeA/logs/torchrun.log")
+    (ev,) = [e for e in events(res) if e["kind"]]
+    assert (ev["kind"], ev["name"], ev["line"]) == ("rendezvous_failure", "rendezvous_timeout", 7)
+    assert ev["attrs"]["exc_type"] == "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
+    assert "gave up waiting for the other nodes" in ev["attrs"]["summary"]
+    # an untimed traceback: placed between the timed lines around it
+    assert ev["attrs"]["ts_bound"] == "between"
