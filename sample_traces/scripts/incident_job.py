@@ -67,8 +67,9 @@ class Samples(torch.utils.data.Dataset):
     came from). Each worker's batch travels through shared memory. Once ``long_flag`` exists,
     the payloads are long (the part of the data set with long sequences)."""
 
-    def __init__(self, n, dim, classes, long_flag, leak_flag=""):
+    def __init__(self, n, dim, classes, long_flag, leak_flag="", hang_flag=""):
         self.n, self.dim, self.classes, self.long_flag, self.leak_flag = n, dim, classes, long_flag, leak_flag
+        self.hang_flag = hang_flag
         self.kept = []
 
     def __len__(self):
@@ -78,18 +79,26 @@ class Samples(torch.utils.data.Dataset):
         g = torch.Generator().manual_seed(i)
         long = bool(self.long_flag) and os.path.exists(self.long_flag)
         payload = torch.zeros((1 << 18) if long else 16)
+        if self.hang_flag and os.path.exists(self.hang_flag):
+            # the worker blocks for good reading its sample (a dead network mount, a lock): silent
+            d = os.environ.get("AFTERTRACE_SIDE_DIR", "")
+            if d and not os.path.exists(os.path.join(d, "fault.json")):
+                side("fault", what="the rank's DataLoader workers block reading a sample",
+                     rank=int(os.environ.get("RANK", "-1")), pid=os.getppid(), worker_pid=os.getpid(), step=-1)
+            threading.Event().wait()
         if self.leak_flag and os.path.exists(self.leak_flag):
             self.kept.append(b"\x5a" * (8 << 20))     # a per-sample cache in the worker, never freed
         return torch.randn(self.dim, generator=g), int(torch.randint(0, self.classes, (1,), generator=g)), payload
 
 
-def batches(batch, dim, classes, long_flag, leak_flag=""):
+def batches(batch, dim, classes, long_flag, leak_flag="", hang_flag=""):
     workers = int(os.environ.get("AFTERTRACE_LOADER_WORKERS", "0"))
     if workers:
-        ds = Samples(10**9, dim, classes, long_flag, leak_flag)
+        ds = Samples(10**9, dim, classes, long_flag, leak_flag, hang_flag)
         dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
                                          prefetch_factor=int(os.environ.get("AFTERTRACE_PREFETCH", "4")),
-                                         persistent_workers=True)
+                                         persistent_workers=True,
+                                         timeout=float(os.environ.get("AFTERTRACE_LOADER_TIMEOUT", "0")))
         for x, y, _ in dl:
             yield x, y
     while True:
@@ -148,7 +157,7 @@ def main():
             on_trace_ready=torch.profiler.tensorboard_trace_handler(prof_dir, use_gzip=True))
         prof.start()
     data = batches(batch, dim, classes, flag if fault == "loader" and mine else "",
-                   flag if fault == "worker_leak" and mine else "")
+                   flag if fault == "worker_leak" and mine else "", flag if fault == "worker_hang" and mine else "")
     fired = False
     step = 0
     max_steps = int(os.environ.get("AFTERTRACE_MAX_STEPS", "1000000"))

@@ -54,6 +54,8 @@ Scenarios (the rank at fault is ``--rank``, default 1):
   silent-exit    the rank calls os._exit(3): no traceback, no message
   deadlock       the rank takes a lock it already holds and sleeps forever
   segv           the rank reads through a null pointer in native code (ctypes): SIGSEGV
+  worker-hang    the rank's 2 DataLoader workers block for good reading a sample; the DataLoader's
+                 own timeout (10 s) raises in the rank
   spin           the rank loops forever on the CPU (a retry loop that never ends): busy, no progress
   uneven         the rank's data runs out early (uneven shards): it leaves the loop, tears down
                  and exits 0, silently; its peer's next collective fails
@@ -92,7 +94,7 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin")
+             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -406,7 +408,8 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
           "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
-          "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag}
+          "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag,
+          "worker-hang": fault_flag}
 
 
 # ---------------------------------------------------------------- decoys
@@ -503,7 +506,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -524,8 +527,10 @@ def record(r: Recording) -> int:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", r.ckpt_mount], check=True)
         r.mounts.append(r.ckpt_mount)
         env.update(AFTERTRACE_CKPT_DIR=r.ckpt_mount, AFTERTRACE_CKPT_EVERY="10")
-    if a.scenario in ("worker-kill", "worker-oom"):
+    if a.scenario in ("worker-kill", "worker-oom", "worker-hang"):
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="4")
+    if a.scenario == "worker-hang":
+        env["AFTERTRACE_LOADER_TIMEOUT"] = "10"
     if a.scenario == "shm":
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="8")
         # the job's own mount namespace with a small /dev/shm (as a container runtime gives one)
@@ -668,11 +673,12 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven", "spin") or (
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven", "spin", "worker-hang") or (
             a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
-            kinds = {"spin": ["rank_stalled"], "uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+            kinds = {"worker-hang": ["dataloader_stall", "rank_stalled", "python_exception"],
+                     "spin": ["rank_stalled"], "uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f["what"]}
