@@ -129,6 +129,7 @@ RULES: tuple[Rule, ...] = (
     _R("straggler", "collective_timeout", J, 0.6, 1800, "peers wait for the straggler in collectives"),
     _R("dataloader_stall", "step_slowdown", P, 0.7, 900, "the rank waited for input batches"),
     _R("dataloader_stall", "rank_stalled", P, 0.6, 900, "the rank waited for input batches"),
+    _R("dataloader_stall", SELF_ERROR, P, 0.9, 900, "the DataLoader's own timeout raised in the rank"),
     # The process dies.
     _R("oom_kill", KILLED, P, 0.95, 120, "the OOM killer's SIGKILL is what the launcher saw"),
     _R("oom_kill", "process_exit", P, 0.9, 120, "the OOM-killed process exited"),

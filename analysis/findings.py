@@ -493,6 +493,38 @@ def blocked_since(links: list[Link]) -> list[Link]:
     return out
 
 
+def starved_of_input(links: list[Link]) -> list[Link]:
+    """A rank whose DataLoader raised "timed out after N seconds" at t got no batch from N seconds
+    before t: its input pipeline had stopped by t - N (a condition that lasted until t). Its
+    workers may have stopped a little earlier, while batches already fetched kept the rank going;
+    the window reaches back another N for that (a buffer of less than N seconds of batches)."""
+    out = list(links)
+    # a rank raises before its process ends: an untimed traceback at the end of a log is bounded
+    # by the exit the launcher reports
+    ends: dict[int, int] = {}
+    for e in links:
+        if e.kind in (LinkKind.PROCESS_EXIT, LinkKind.SIGNAL_KILL) and e.rank is not None and e.ts_ns is not None:
+            ends[e.rank] = min(ends.get(e.rank, e.timing_ns()[1]), e.timing_ns()[1])
+    for l in links:
+        w = l.attr("loader_wait_s")
+        try:
+            n = int(float(w) * 1e9) if w is not None else 0
+        except (TypeError, ValueError):
+            n = 0
+        if l.kind != LinkKind.PYTHON_EXCEPTION or n <= 0 or l.ts_ns is None:
+            continue
+        lo, hi = l.timing_ns()
+        hi = max(lo, min(hi, ends.get(l.rank, hi)))
+        who = f"rank {l.rank}" if l.rank is not None else "the process"
+        out.append(Link(kind=LinkKind.DATALOADER_STALL, ts_ns=hi - n, host=l.host, rank=l.rank, pid=l.pid,
+                        summary=f"{who}'s DataLoader delivered no batch for {n / 1e9:g} s: its workers had stopped "
+                                f"by {_hms(hi - n)} (it raised \"DataLoader timed out\" at {_hms(l.ts_ns)})",
+                        source=l.source, evidence=l.evidence, provenance=Provenance.INFERRED, confidence=0.9,
+                        attrs=(("ts_lo_ns", lo - 2 * n), ("ts_hi_ns", hi - n), ("ts_bound", "between"),
+                               ("until_ns", l.ts_ns), ("loader_wait_s", n / 1e9))))
+    return out
+
+
 def _hms(ts: int) -> str:
     from ingest.timeparse import fmt_hms
     return fmt_hms(ts)
@@ -539,6 +571,6 @@ def anomalies(store, incident_id: str) -> list[Link]:
     from .detectors import run as metric_detectors
     links = oom_kills(store, incident_id) + blocked_since(typed_events(store, incident_id))
     links = mismatch_deviation(store, incident_id, links)
-    links = refine_launcher_times(store, incident_id, links)
+    links = starved_of_input(refine_launcher_times(store, incident_id, links))
     links = metric_detectors(store, incident_id, links)
     return sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0))

@@ -9,7 +9,7 @@ from ingest.timeparse import fmt_hms
 
 from .chain_rules import KILLED, PEER_ERROR, STOPPED, role
 from .chains import Chain
-from .links import Link, LinkKind as K
+from .links import Link, LinkKind as K, Provenance
 
 
 def _t(ts: int | None) -> str:
@@ -105,6 +105,8 @@ def phrase(l: Link) -> str:
         return f"{_who(l)} failing to write (disk full)"
     if k == K.SHM_EXHAUSTED:
         return f"{_who(l)} running out of shared memory (/dev/shm)"
+    if k == K.DATALOADER_STALL:
+        return f"the DataLoader of {_who(l)} no longer delivering batches"
     if k == K.DATALOADER_WORKER_KILLED:
         return f"a DataLoader worker of {_who(l)} dying"
     if k == K.RENDEZVOUS_FAILURE:
@@ -195,7 +197,8 @@ def summary(failure: Link | None, chains: list[Chain], victims: list[Link]) -> s
     w = o.timing_ns()
     if o.kind != K.RANK_STALLED and w is not None and w[1] - w[0] > WIDE_NS:
         # a line without its own time (placed between its timed neighbours): say so, not a midpoint
-        when = f"between {_t(w[0])} and {_t(w[1])} UTC (its line has no time of its own)" if \
+        untimed = " (its line has no time of its own)" if o.provenance == Provenance.READ else ""
+        when = f"between {_t(w[0])} and {_t(w[1])} UTC{untimed}" if \
             o.attr("ts_bound") == "between" else f"at {_t(o.ts_ns)} UTC (to within {_dur((w[1] - w[0]) / 2e9)})"
     else:
         when = f"at {_t(o.ts_ns)} UTC"

@@ -306,6 +306,8 @@ def waits_for_peer(l: Link) -> bool:
     if l.kind == LinkKind.COLLECTIVE_TIMEOUT:
         return True
     if l.kind == LinkKind.PYTHON_EXCEPTION:
+        if l.attr("loader_wait_s") is not None:
+            return False       # it timed out waiting for its own DataLoader workers, not for a peer
         text = " ".join(str(x) for x in (l.attr("gloo_error"), l.attr("exc_msg"), l.summary) if x)
         return bool(PEER_ERROR.search(text))
     return False

@@ -190,6 +190,8 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
     ("dataloader_worker_killed", "dataloader_worker_killed", "DataLoader worker (pid",
      r"DataLoader worker \(pid\(?s?\)? ?(?P<worker_pids>[\d, ]+)\) (?:is killed by signal: (?P<worker_signal>[^.\n]+)|"
      r"exited unexpectedly)", ()),
+    ("dataloader_timeout", None, "DataLoader timed out after",
+     r"DataLoader timed out after (?P<loader_wait_s>\d+(?:\.\d+)?) seconds", ()),
     ("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
     ("checkpoint_write_failed", "disk_full", "inline_container.cc",
      r"(?P<io_error>\[enforce fail at inline_container\.cc:\d+\] \. (?:unexpected pos \d+ vs \d+|"

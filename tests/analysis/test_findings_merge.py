@@ -333,3 +333,21 @@ def test_local_ranks_are_resolved_by_the_launchers_table_in_the_same_file():
     out = local_ranks([exc, other, table])
     assert (out[0].rank, out[0].pid) == (8, 4711)
     assert (out[1].rank, out[1].pid) == (None, None)
+
+
+def test_a_dataloader_timeout_dates_when_the_input_stopped():
+    from analysis.findings import starved_of_input
+    from analysis.links import Evidence, Link, LinkKind as K
+    S = 10**9
+    t = 1796179497 * S
+    # an untimed traceback after the rank's last timed line (t - 6 s), bounded by the exit at t + 4 s
+    exc = Link(kind=K.PYTHON_EXCEPTION, ts_ns=t - 6 * S, summary="rank 1: RuntimeError: DataLoader timed out",
+               source="torchrun.log", rank=1, pid=29634, evidence=(Evidence("torchrun.log", 649, "l"),),
+               attrs=(("loader_wait_s", "10.0"), ("ts_bound", "after")))
+    ended = Link(kind=K.PROCESS_EXIT, ts_ns=t + 4 * S, summary="exit", source="torchrun.log", rank=1, pid=29634,
+                 evidence=(Evidence("torchrun.log", 700, "l"),), attrs=(("exitcode", 1),))
+    out = starved_of_input([exc, ended])
+    (stall,) = [l for l in out if l.kind == K.DATALOADER_STALL]
+    assert (stall.rank, stall.pid, stall.ts_ns) == (1, 29634, t - 6 * S)    # exit - 10 s
+    assert stall.timing_ns() == (t - 26 * S, t - 6 * S)                     # and another 10 s before
+    assert stall.attr("until_ns") == t - 6 * S and len(out) == 3
