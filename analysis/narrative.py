@@ -29,6 +29,16 @@ def _who(l: Link) -> str:
     return "the job"
 
 
+def _mid_when(l: Link, origin: Link) -> str:
+    """When a step of the chain happened: a line with no time of its own, placed between timed
+    lines far apart, is told as that interval, not as a point in it."""
+    w = l.timing_ns()
+    if (w is not None and w[1] - w[0] > WIDE_NS and l.provenance == Provenance.READ
+            and l.attr("ts_bound") == "between"):
+        return f"between {_t(w[0])} and {_t(w[1])} (its line has no time of its own)"
+    return f"at {_t(l.ts_ns)}{_after(l, origin)}"
+
+
 def _after(l: Link, origin: Link | None) -> str:
     if origin is None or l is origin or l.ts_ns is None or origin.ts_ns is None:
         return ""
@@ -205,7 +215,7 @@ def summary(failure: Link | None, chains: list[Chain], victims: list[Link]) -> s
     parts = [f"It started with {first}{where} {when}."]
     mids = [l for l in ch.links[1:] if l is not failure and l.kind != K.JOB_FAILURE]
     if mids:
-        parts.append("Then: " + "; ".join(f"{phrase(l)} at {_t(l.ts_ns)}{_after(l, o)}" for l in mids) + ".")
+        parts.append("Then: " + "; ".join(f"{phrase(l)} {_mid_when(l, o)}" for l in mids) + ".")
     if failure is not None:
         after = ""
         if o is not failure and o.ts_ns is not None and failure.ts_ns is not None:

@@ -62,7 +62,7 @@ def test_report_command_hang_in_three_formats(tmp_path):
     iid = json.loads((tmp_path / "r.json").read_text())["incident"]["id"]
     # the terminal summary tells the story: rank 1 stopped, rank 0 (blamed by torchrun) waited for it
     assert "Most likely chain" in r.stdout and "rank_stalled" in r.stdout
-    assert "rank 0 is a victim: it failed because of rank 1" in r.stdout
+    assert "rank 0 is a victim: it failed because of rank 1" in " ".join(r.stdout.split())   # (wrapped to the terminal)
     md = run("report", iid[:6], "-o", str(tmp_path / "r.md"), home=h)
     assert md.returncode == 0, md.stderr
     text = (tmp_path / "r.md").read_text()
