@@ -493,6 +493,9 @@ def blocked_since(links: list[Link]) -> list[Link]:
     return out
 
 
+MAX_WAIT_NS = 7 * 86400 * 10**9      # a stated wait longer than this is not a time to date anything by
+
+
 def starved_of_input(links: list[Link]) -> list[Link]:
     """A rank whose DataLoader raised "timed out after N seconds" at t got no batch from N seconds
     before t: its input pipeline had stopped by t - N (a condition that lasted until t). Its
@@ -509,9 +512,9 @@ def starved_of_input(links: list[Link]) -> list[Link]:
         w = l.attr("loader_wait_s")
         try:
             n = int(float(w) * 1e9) if w is not None else 0
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             n = 0
-        if l.kind != LinkKind.PYTHON_EXCEPTION or n <= 0 or l.ts_ns is None:
+        if l.kind != LinkKind.PYTHON_EXCEPTION or not 0 < n <= MAX_WAIT_NS or l.ts_ns is None:
             continue
         lo, hi = l.timing_ns()
         hi = max(lo, min(hi, ends.get(l.rank, hi)))

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 from ingest.timeparse import fmt_hms
 
+from .findings import MAX_WAIT_NS
 from .links import Evidence, Link, LinkKind, Provenance
 
 GAP_NS = 30_000_000_000
@@ -489,8 +490,7 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
     alive = [p for p in ranks.values() if p.last_alive_ns is not None]
     if waiting:
         # a failure of its own before the peers gave up: that rank failed, it did not stop
-        first_wait = min((l.timing_ns()[1] for q in waiting for l in ranks[q].ended if waits_for_peer(l)),
-                         default=None)
+        first_wait = min((l.timing_ns()[1] for q in waiting for l in waited[q]), default=None)
         failed = {p.rank for p in ranks.values()
                   if any(own_failure(l) and (first_wait is None or l.timing_ns()[0] <= first_wait)
                          for l in p.ended)}
@@ -552,7 +552,7 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
     bounds: list[tuple[int, str]] = []
     for l in waits:
         ms = l.attr("wait_ms") or l.attr("timeout_ms")
-        if isinstance(ms, (int, float)) and ms > 0:
+        if isinstance(ms, (int, float)) and 0 < ms * 1e6 <= MAX_WAIT_NS:
             entered = l.timing_ns()[1] - int(ms * 1e6)
             what = "began waiting for its peers' keys in the store" if l.attr("store_keys") else "entered the collective"
             bounds.append((entered + 2 * cad, f"rank {l.rank} {what} by {fmt_hms(entered)} and "

@@ -351,3 +351,12 @@ def test_a_dataloader_timeout_dates_when_the_input_stopped():
     assert (stall.rank, stall.pid, stall.ts_ns) == (1, 29634, t - 6 * S)    # exit - 10 s
     assert stall.timing_ns() == (t - 26 * S, t - 6 * S)                     # and another 10 s before
     assert stall.attr("until_ns") == t - 6 * S and len(out) == 3
+
+
+def test_a_stated_wait_out_of_any_range_dates_nothing():
+    from analysis.findings import starved_of_input
+    from analysis.links import Evidence, Link, LinkKind as K
+    for w in ("1e30", "inf", "nan", "-5", "ten"):
+        exc = Link(kind=K.PYTHON_EXCEPTION, ts_ns=1796179497 * 10**9, summary="x", source="x", rank=1,
+                   evidence=(Evidence("x", 1, "l"),), attrs=(("loader_wait_s", w),))
+        assert starved_of_input([exc]) == [exc], w

@@ -93,3 +93,12 @@ def test_a_peer_error_long_after_the_first_wait_is_aftermath_not_a_wait():
     (stall,) = progress.stalled_links({0: p0, 1: p1}, [timeout, later])
     assert (stall.rank, stall.ts_ns) == (1, at(0))
     assert "reported no failure of its own by then" in stall.summary
+
+
+def test_a_stated_wait_out_of_any_range_bounds_nothing():
+    p0 = progress.RankProgress(0, "vm", 100, last_step=91, last_step_ns=at(0.03), step_time_s=0.035)
+    p1 = progress.RankProgress(1, "vm", 101, last_step=90, last_step_ns=at(0), step_time_s=0.035)
+    timeout = link(K.COLLECTIVE_TIMEOUT, at(30.2), rank=0, pid=100, wait_ms=10**23)
+    p0.ended = [timeout]
+    (stall,) = progress.stalled_links({0: p0, 1: p1}, [timeout])
+    assert stall.ts_ns == at(0) and "waited" not in stall.summary
