@@ -187,6 +187,10 @@ def main():
             if fault == "exit" and fired:
                 side("fault", what="os._exit(3)", rank=rank, pid=os.getpid(), step=step)
                 os._exit(3)
+            if fault == "abort" and fired:
+                side("fault", what="abort() in native code (a failed check)", rank=rank, pid=os.getpid(),
+                     step=step)
+                ctypes.CDLL(None).abort()   # as a C++ CHECK or assert in an extension does
             if fault == "segv" and fired:
                 side("fault", what="null pointer read in native code", rank=rank, pid=os.getpid(), step=step)
                 ctypes.string_at(0)      # SIGSEGV in C, as a bad extension or driver call would

@@ -3,7 +3,7 @@
     TORCH_PY=/opt/torchenv/bin/python python3 sample_traces/scripts/record_incident.py \\
         SCENARIO OUT_DIR [--rank N] [--via collect] [--no-perf] [--decoy NAME ...]
 
-A 2-rank gloo training job (``incident_job.py``) runs under torchrun inside fresh cgroup v1
+A gloo training job (``incident_job.py``, 2 ranks or ``--nproc``) runs under torchrun inside fresh cgroup v1
 groups; after a quiet baseline something goes wrong, the way it goes wrong on real clusters,
 and the job fails. What the recorder did, and when, is the ground truth: it is written to
 ``OUT_DIR.truth.json`` and never into the bundle ``OUT_DIR/``.
@@ -66,6 +66,7 @@ Scenarios (the rank at fault is ``--rank``, default 1):
                  out at start (a rendezvous failure)
   worker-oom     the rank's DataLoader workers keep 8 MiB per sample until the job's memory cgroup
                  (2.5 GiB) OOM-kills one
+  abort          a native library's check fails in the rank: abort() (SIGABRT), no Python traceback
 
 Decoys (``--decoy``, any number, each started at about a third of the baseline):
 
@@ -94,7 +95,7 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang")
+             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang", "abort")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -166,7 +167,7 @@ class Recording:
     def rank_pids(self, timeout: float = 120) -> dict[int, int]:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            r = {i: self.side_json(f"rank{i}") for i in range(2)}
+            r = {i: self.side_json(f"rank{i}") for i in range(self.a.nproc)}
             if all(r.values()):
                 return {i: v["pid"] for i, v in r.items()}
             if self.job is not None and self.job.poll() is not None:
@@ -409,7 +410,7 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
           "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
           "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag,
-          "worker-hang": fault_flag}
+          "worker-hang": fault_flag, "abort": fault_flag}
 
 
 # ---------------------------------------------------------------- decoys
@@ -446,6 +447,7 @@ def main() -> int:
     ap.add_argument("scenario", choices=SCENARIOS)
     ap.add_argument("out")
     ap.add_argument("--rank", type=int, default=1)
+    ap.add_argument("--nproc", type=int, default=2, help="ranks (torchrun --nproc_per_node)")
     ap.add_argument("--via", choices=("hand", "collect"), default="hand")
     ap.add_argument("--no-perf", action="store_true")
     ap.add_argument("--decoy", action="append", default=[], choices=DECOYS)
@@ -506,7 +508,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"abort": "abort", "worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -545,9 +547,9 @@ def record(r: Recording) -> int:
         env["AFTERTRACE_LOCK_FILE"] = str(lock)
     if a.scenario == "cpu-hog":
         # ranks pinned one per CPU, as launchers do with --bind / numactl
-        r.rank_cpu = {0: 0, 1: 1}
+        r.rank_cpu = {k: k % os.cpu_count() for k in range(a.nproc)}
     job_py = str(HERE / "incident_job.py")
-    torchrun = [r.torchrun, "--standalone", "--nnodes=1", "--nproc_per_node=2",
+    torchrun = [r.torchrun, "--standalone", "--nnodes=1", f"--nproc_per_node={a.nproc}",
                 "--log-dir", str(r.work / "torchrun_logs" if a.via == "collect" else host_dir / "logs" / "torchrun_log_dir"),
                 "--tee", "3", job_py]
     # Recorders.
@@ -673,11 +675,11 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven", "spin", "worker-hang") or (
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven", "spin", "worker-hang", "abort") or (
             a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
-            kinds = {"worker-hang": ["dataloader_stall", "rank_stalled", "python_exception"],
+            kinds = {"abort": ["signal_kill", "process_exit"], "worker-hang": ["dataloader_stall", "rank_stalled", "python_exception"],
                      "spin": ["rank_stalled"], "uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
@@ -699,7 +701,7 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
         "schema": "aftertrace.corpus_truth/1",
         "id": r.out.name, "scenario": a.scenario, "via": a.via, "host": r.host,
         "perf": not a.no_perf and a.via == "hand" or (a.via == "collect" and not a.no_perf),
-        "fault_rank": a.rank, "job_cgroup": r.job_cg, "job_exit_code": rc,
+        "fault_rank": a.rank, "nproc": a.nproc, "job_cgroup": r.job_cg, "job_exit_code": rc,
         "side": side, "events": r.events,
         "recorded_with": " ".join([f"TORCH_PY={r.torch_py}", "python3", "sample_traces/scripts/record_incident.py"]
                                   + sys.argv[1:]),
