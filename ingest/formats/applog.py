@@ -28,7 +28,10 @@ Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
 4. Multi-line blocks are grouped per output stream (the wrapper prefix):
    Python tracebacks (chained ones included) become one ``python_exception``
    event with exception type, message, last frame and rank; faulthandler dumps
-   (``Fatal Python error: Segmentation fault``) one ``segfault`` event; the
+   (``Fatal Python error: Segmentation fault``) one event of the fatal signal they
+   name (``FATAL_SIGNALS``: ``segfault`` for SIGSEGV and SIGBUS, ``signal_kill``
+   for SIGABRT, SIGFPE and SIGILL; an interpreter's own fatal error ends in
+   ``abort()``, so SIGABRT); the
    ``ChildFailedError`` summary one ``job_failure`` event plus one event per
    failure (time, host, rank, local_rank, exitcode, signal, pid, error file,
    traceback, ``root_cause``) typed ``signal_kill`` (exitcode < 0) or
@@ -241,6 +244,12 @@ TB_START = "Traceback (most recent call last):"
 TB_CHAIN = ("During handling of the above exception, another exception occurred:",
             "The above exception was the direct cause of the following exception:")
 FATAL_START = "Fatal Python error: "
+# faulthandler's words for the fatal signals it catches (Modules/faulthandler.c), and the kind of
+# each; any other "Fatal Python error" is the interpreter's own (Py_FatalError), which ends the
+# process with abort()
+FATAL_SIGNALS = {"Segmentation fault": ("SIGSEGV", "segfault"), "Bus error": ("SIGBUS", "segfault"),
+                 "Aborted": ("SIGABRT", "signal_kill"), "Floating-point exception": ("SIGFPE", "signal_kill"),
+                 "Illegal instruction": ("SIGILL", "signal_kill")}
 BLOCK_ROW = (r"^(?:$|\s|Traceback \(|Fatal Python error|Current thread|Thread 0x|Extension modules|Stack \(most"
              r"|During handling|The above exception|=+$|-+$|Failures:|Root Cause|\[\d+\]:$"
              r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b)")
@@ -889,8 +898,9 @@ def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
             where = f" at {os.path.basename(f[0])}:{f[1]} in {f[2]}"
         if b["type"] == "fatal":
             what = b["what"]
-            attrs = {"error": what, "frames": len(b["frames"]), "last_frame": where.strip() or None}
-            kind = "segfault" if "Segmentation" in what or "Bus error" in what else "python_exception"
+            sig, kind = next((v for k, v in FATAL_SIGNALS.items() if what.startswith(k)), ("SIGABRT", "signal_kill"))
+            attrs = {"error": what, "frames": len(b["frames"]), "last_frame": where.strip() or None,
+                     "signal": sig, "self_signal": True}
             attrs["summary"] = f"Python fatal error: {what}{where}" + (f" (rank {rank})" if rank is not None else "")
             rows.append(dict(common, category="traceback", name="fatal_error", kind=kind, severity="crit",
                              attrs=attrs))

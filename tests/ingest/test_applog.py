@@ -434,3 +434,16 @@ def test_a_rendezvous_timeout_is_typed_by_its_class(tmp_path):
     assert "gave up waiting for the other nodes" in ev["attrs"]["summary"]
     # an untimed traceback: placed between the timed lines around it
     assert ev["attrs"]["ts_bound"] == "between"
+
+
+def test_faulthandler_names_the_fatal_signal(tmp_path):
+    # faulthandler's "Aborted" is SIGABRT the process raised itself: a fatal signal, not an exception
+    res = parse(APP / "torchrun_abort.log", tmp_path)
+    fatal = [e for e in events(res) if e["name"] == "fatal_error"]
+    assert [(e["kind"], e["rank"], e["attrs"]["signal"], e["attrs"]["self_signal"]) for e in fatal] == \
+        [("signal_kill", 1, "SIGABRT", True)]
+    assert "incident_job.py:193 in main" in fatal[0]["attrs"]["last_frame"]
+    assert not [e for e in events(res) if e["kind"] == "python_exception" and e["rank"] == 1]
+    segv = [e for e in events(parse(APP / "torchrun_ddp-detail-segv.log", tmp_path / "s"))
+            if e["name"] == "fatal_error"]
+    assert {(e["kind"], e["attrs"]["signal"]) for e in segv} == {("segfault", "SIGSEGV")}
