@@ -47,7 +47,9 @@ Scenarios (the rank at fault is ``--rank``, default 1):
                  grows (6 processes) until the limit: the OOM killer kills a rank, though the
                  job does not grow
   cpu-hog        a SCHED_FIFO busy loop outside the job runs on the CPU the rank is pinned to
-                 (RT throttling off, as on some HPC nodes): the rank gets no CPU
+                 (RT throttling off, as on some HPC nodes): the rank gets no CPU (on kernels with
+                 the fair deadline server, 6.12 and later, it still gets 5 %: its steps slow
+                 twentyfold but its peer does not time out, and the job runs to the deadline)
   launcher-kill  SIGKILL to torchrun and the ranks at once (a scheduler ending the job)
   sigterm        SIGTERM to the rank from outside (a preemption), not from the launcher
   worker-kill    batches come from 2 DataLoader workers per rank; SIGKILL to one of the rank's workers
@@ -197,7 +199,9 @@ class Recording:
                     with open(p, "w") as f:
                         f.write(str(os.getpid()))
                 os.setsid()
-        p = subprocess.Popen(cmd, preexec_fn=pre, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        # a helper leads its own process group (killed as a group), in a cgroup or not
+        p = subprocess.Popen(cmd, preexec_fn=pre, start_new_session=pre is None, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, **kw)
         self.helpers.append(p)
         return p
 
@@ -214,6 +218,30 @@ class Recording:
             "realtime_ns": time.clock_gettime_ns(time.CLOCK_REALTIME),
             "monotonic_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
             "boottime_ns": time.clock_gettime_ns(time.CLOCK_BOOTTIME)}
+
+    def kmsg_probe(self, label: str) -> None:
+        """A line written to the kernel log with the monotonic and wall clocks read around the
+        write: the truth of the kernel log's own clock (printk's clock is not CLOCK_MONOTONIC;
+        on this VM it runs some ppm apart). The line holds no time, so nothing in the bundle
+        gives the answer away."""
+        m0, r0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.clock_gettime_ns(time.CLOCK_REALTIME)
+        try:
+            with open("/dev/kmsg", "w") as f:
+                f.write(f"aftertrace-recorder: clock probe {label}\n")
+        except OSError:
+            return
+        m1, r1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.clock_gettime_ns(time.CLOCK_REALTIME)
+        self.truth.setdefault("kmsg_probes", []).append(
+            {"text": f"aftertrace-recorder: clock probe {label}", "monotonic_ns": [m0, m1], "realtime_ns": [r0, r1]})
+
+    def probe_loop(self, every_s: float = 10.0) -> None:
+        n = 0
+        while self.alive():
+            n += 1
+            self.kmsg_probe(f"during job {n}")
+            end = time.monotonic() + every_s
+            while self.alive() and time.monotonic() < end:
+                time.sleep(0.2)
 
     def cleanup(self) -> None:
         for fn in reversed(self.cleanups):
@@ -556,6 +584,7 @@ def record(r: Recording) -> int:
     perf = None
     snap = None
     subprocess.run(["dmesg", "-C"], check=False)
+    r.kmsg_probe("start")
     if a.via == "hand":
         (host_dir / "host" / "hostname").write_text(sh(["hostname"]))
         (host_dir / "host" / "boot_id").write_text(Path("/proc/sys/kernel/random/boot_id").read_text())
@@ -599,6 +628,7 @@ def record(r: Recording) -> int:
     logf = open(host_dir / "logs" / "torchrun.log", "wb") if a.via == "hand" else open(r.work / "collect.out", "wb")
     r.ev("job_start", command=cmd)
     r.job = subprocess.Popen(launch, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=r.work / "cwd")
+    threading.Thread(target=r.probe_loop, daemon=True).start()
     pids = r.rank_pids()
     if not pids:
         raise SystemExit("record: the ranks never came up (see the log)")
@@ -623,9 +653,12 @@ def record(r: Recording) -> int:
         time.sleep(0.1)
     if r.alive():
         r.ev("deadline_kill")
-        os.killpg(r.job.pid, signal.SIGTERM)
-        time.sleep(5)
-        os.killpg(r.job.pid, signal.SIGKILL)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(r.job.pid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(5)
     rc = r.job.wait()
     r.ev("job_end", exit_code=rc)
     for p in r.helpers:            # tenants and decoys stop with the job (their kills are not the story)
@@ -634,6 +667,8 @@ def record(r: Recording) -> int:
     for m in list(r.mounts):       # a frozen file system thaws only now (the rank was killed)
         subprocess.run(["fsfreeze", "-u", m], capture_output=True)
     time.sleep(2.0)
+    r.kmsg_probe("end")
+    time.sleep(0.2)
     if a.via == "hand":
         r.anchors("end")
         snap.send_signal(signal.SIGTERM)
