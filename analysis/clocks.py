@@ -10,8 +10,7 @@ Methods, best first (for the ``boot`` domain):
 
 0. ``perf reference time``: ``perf record -k CLOCK_MONOTONIC`` writes the
    monotonic clock and the time of day read together (``# reference time``).
-   Exact for perf's own samples; dmesg's printk clock differs from MONOTONIC by
-   well under a millisecond, so the stated uncertainty is 1 ms.
+   Exact for perf's own samples (1 ms stated).
 1. ``uptime+date``: a ``/proc/uptime`` reading next to a ``date`` reading. The
    offset is ``wall - boottime`` of each pair; with several pairs the median is
    used and the uncertainty is the larger of the best pair's own uncertainty and
@@ -25,6 +24,18 @@ Methods, best first (for the ``boot`` domain):
    the launcher's report of the failed worker (see :func:`_pid_deaths`).
 6. none: the domain stays unplaced; its rows keep ``ts_utc_ns`` null and the
    report says so.
+
+Every one of these reads CLOCK_MONOTONIC or CLOCK_BOOTTIME, but the kernel stamps its log with
+printk's clock (the oscillator's raw ``sched_clock``), which parts from them at the
+oscillator's frequency error: measured on the recording VM with lines written to ``/dev/kmsg``
+between two clock readings, printk ran 37.9 ms ahead of CLOCK_MONOTONIC after 6.3 h (1.7 ppm).
+So the boot clock's uncertainty grows by ``PRINTK_DRIFT_PPM`` of the latest printk stamp
+(:func:`solve_boot`), unless the method read printk stamps itself (a death in the kernel's log
+against the launcher's report).
+
+``kernel_wall`` (dmesg -T, dmesg --time-format iso): wall times dmesg computed from the boot
+clock when it ran; placed through the same records of a raw log, else by the bounds of the
+conversion (:func:`solve_kernel_wall`).
 
 The best available method is used; every other method is compared with it, and
 two that disagree by more than the sum of their stated uncertainties become a
@@ -41,8 +52,9 @@ file holds ``1234.56 2000.00`` (uptime) and ``1764417073.250000000`` (``date
 +%s.%N``). Uptime is truncated to 10 ms, so the boot reading is taken as
 1234.565 s +- 5 ms. The offset is 1764417073.250 - 1234.565 = 1764415838.685 s.
 A dmesg line ``[ 1200.000000] ...`` is then placed at 1764417038.685 s UTC
-(2025-11-29T11:50:38.685Z), +- 10 ms (5 ms truncation plus up to 5 ms between
-the two reads).
+(2025-11-29T11:50:38.685Z), +- 34 ms: 5 ms truncation, up to 5 ms between the two
+reads, and 24 ms for printk's clock parting from the one uptime reads (``PRINTK_DRIFT_PPM``,
+20 ppm of the latest stamp, 1200 s).
 
 Drift: a local clock can run at a slightly different rate from wall time (printk's clock
 is not slewed by NTP; a VM's clock may be paused). When the chosen method has anchors in
@@ -62,10 +74,10 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
-from ingest.model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
+from ingest.model import CLOCK_BOOT, CLOCK_KERNEL_WALL, CLOCK_NONE, CLOCK_WALL
 
 SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two files
 # /proc/uptime is CLOCK_BOOTTIME; printk and perf use a clock that stops while the host is
@@ -104,13 +116,15 @@ class ClockEntry:
     others: tuple = field(default=())         # (method, offset, uncertainty) of the methods not chosen
     drift_ppm: float | None = None            # applied: utc = raw + offset + drift_ppm * 1e-6 * raw
     drift: dict | None = None                 # the measurement, applied or not (see drift_fit)
+    allowances: tuple = field(default=())     # what was added to the uncertainty beyond the anchors
 
     def row(self, incident_id: str) -> dict:
         return {"incident_id": incident_id, "host": self.host, "domain": self.domain,
                 "offset_ns": self.offset_ns, "drift_ppm": self.drift_ppm,
                 "uncertainty_ns": self.uncertainty_ns, "method": self.method,
                 "evidence": json.dumps({"used": list(self.evidence), "other_methods": list(self.others),
-                                        "conflicts": list(self.conflicts), "drift": self.drift})}
+                                        "conflicts": list(self.conflicts), "drift": self.drift,
+                                        "allowances": list(self.allowances)})}
 
 
 def collect_anchors(store, incident_id: str) -> list[Anchor]:
@@ -128,6 +142,15 @@ def collect_anchors(store, incident_id: str) -> list[Anchor]:
     return _current_boot_journal(store, incident_id, anchors)
 
 
+# printk's clock (the raw oscillator's sched_clock) parts from the NTP-disciplined monotonic and
+# wall clocks that every anchor reads at the oscillator's frequency error: on the recording VM
+# 1.7 ppm (printk 37.9 ms ahead after 6.3 h of uptime, bench/eval_clocks.py), tens of ppm on
+# server hardware. Placing printk stamps by those anchors allows this much of the stamp.
+PRINTK_DRIFT_PPM = 20
+# the same drift where the uptime is unknown (a converted log alone): half a second, 20 ppm of 7 h
+KERNEL_WALL_DRIFT_NS = 500_000_000
+# methods that read printk stamps themselves (the kernel's report of a death against the launcher's)
+PRINTK_METHODS = ("a process death seen by the kernel",)
 LAUNCHER_LATENCY_NS = 2_000_000_000   # a launcher notices a dead worker within this (torchrun polls)
 # A worker that exits with an error code (not a signal) may be reported with the time its error was
 # recorded (torchrun's @record error file), before the process finished exiting: allow that much.
@@ -203,43 +226,100 @@ def _current_boot_journal(store, incident_id: str, anchors: list[Anchor]) -> lis
     return [a for a in anchors if a.name != "journal" or (a.source, a.line) in keep]
 
 
+# How long after its printed time a record of a converted kernel log can be: util-linux 2.38 prints
+# dmesg -T as floor(boot instant) + floor(stamp), up to 2 s before the record (other versions add
+# the fractions first: up to 1 s); --time-format iso keeps the µs.
+KERNEL_WALL_SPAN_NS = {"dmesg_ctime": 2_000_000_000, "dmesg_iso": 1_000}
+
+
+def _kernel_pairs(store, incident_id: str) -> list[dict]:
+    """The same kernel records in a raw log (boot clock) and in a log dmesg converted to wall time
+    (``kernel_wall``): matched by text and by their order among equal texts."""
+    return store.query(
+        r"""WITH lines AS (
+             SELECT COALESCE(s.host, '') AS host, s.format, s.path, e.line, e.ts_raw_ns,
+                    regexp_replace(split_part(e.text, chr(10), 1),
+                                   '^([^\]]*\] ?|\d{4}-\d\d-\d\dT[0-9:,.]+[+-]\d\d:?\d\d ?)', '') AS msg
+             FROM events e JOIN sources s USING (incident_id, source_id)
+             WHERE e.incident_id = ? AND s.format IN ('dmesg_raw', 'dmesg_ctime', 'dmesg_iso') AND e.text IS NOT NULL
+               AND e.ts_raw_ns IS NOT NULL),
+           k AS (SELECT *, row_number() OVER (PARTITION BY host, format, path, msg ORDER BY line) AS n FROM lines)
+           SELECT r.host, r.path AS raw_path, c.path AS t_path, c.format AS t_format, r.ts_raw_ns AS raw_ns,
+                  c.ts_raw_ns AS t_ns, r.line AS raw_line
+           FROM k r JOIN k c ON r.host = c.host AND r.msg = c.msg AND r.n = c.n
+           WHERE r.format = 'dmesg_raw' AND c.format IN ('dmesg_ctime', 'dmesg_iso') AND length(r.msg) > 0""",
+        [incident_id])
+
+
 def _dmesg_t_pairs(store, incident_id: str) -> list[Anchor]:
     """Raw dmesg next to dmesg -T: the same records on the boot clock and in wall seconds.
 
-    ``dmesg -T`` printed floor(offset + raw) in whole seconds, so each pair bounds the offset to
-    [T - raw, T + 1 s - raw); the intersection over all pairs is the estimate (it narrows as the
-    records' sub-second phases differ). dmesg computed that offset itself when it ran, from the
-    clocks of that moment: after a suspend, or on a clock that drifted, it is off, which the
-    comparison with the other anchors shows as clock skew.
+    dmesg -T prints either floor(boot instant + stamp) (then each pair bounds the offset to
+    [T - raw, T + 1 s - raw), and the intersection narrows as the records' sub-second phases
+    differ) or, as util-linux 2.38 does, floor(boot instant) + floor(stamp) (then T - floor(raw)
+    is one whole second k for every pair, and the offset lies in [k, k + 1 s)). Which one printed
+    the file is not written in it: where the pairs fit both, the offset is anywhere either allows.
+    dmesg computed that offset itself when it ran, from the clocks of that moment: after a
+    suspend, or on a clock that drifted, it is off, which the comparison with the other anchors
+    shows as clock skew.
     """
-    rows = store.query(
-        r"""WITH lines AS (
-             SELECT COALESCE(s.host, '') AS host, s.format, s.path, e.line, e.ts_raw_ns,
-                    regexp_replace(split_part(e.text, chr(10), 1), '^[^\]]*\] ?', '') AS msg
-             FROM events e JOIN sources s USING (incident_id, source_id)
-             WHERE e.incident_id = ? AND s.format IN ('dmesg_raw', 'dmesg_ctime') AND e.text IS NOT NULL
-               AND e.ts_raw_ns IS NOT NULL),
-           k AS (SELECT *, row_number() OVER (PARTITION BY host, format, path, msg ORDER BY line) AS n FROM lines)
-           SELECT r.host, r.path AS raw_path, c.path AS t_path, r.ts_raw_ns AS raw_ns, c.ts_raw_ns AS t_ns,
-                  r.line AS raw_line
-           FROM k r JOIN k c ON r.host = c.host AND r.msg = c.msg AND r.n = c.n
-           WHERE r.format = 'dmesg_raw' AND c.format = 'dmesg_ctime' AND length(r.msg) > 0""", [incident_id])
     by: dict[tuple, list] = {}
-    for r in rows:
+    for r in _kernel_pairs(store, incident_id):
         by.setdefault((r["host"], r["raw_path"], r["t_path"]), []).append(r)
     out = []
     for (host, raw_path, t_path), pairs in by.items():
+        res = 1_000 if pairs[0]["t_format"] == "dmesg_iso" else 1_000_000_000
+        fits = []
         lo = max(p["t_ns"] - p["raw_ns"] for p in pairs)
-        hi = min(p["t_ns"] + 1_000_000_000 - p["raw_ns"] for p in pairs)
+        hi = min(p["t_ns"] + res - p["raw_ns"] for p in pairs)
         if lo <= hi:
+            fits.append((lo, hi))
+        ks = {p["t_ns"] - p["raw_ns"] // 1_000_000_000 * 1_000_000_000 for p in pairs}
+        if res > 1_000 and len(ks) == 1:
+            k = ks.pop()
+            fits.append((k, k + 1_000_000_000))
+        if fits:
+            lo, hi = min(f[0] for f in fits), max(f[1] for f in fits)
             off, unc = (lo + hi) // 2, max(1, (hi - lo) // 2)
         else:   # not one constant offset (suspend, or times from different runs of dmesg)
-            offs = sorted(p["t_ns"] + 500_000_000 - p["raw_ns"] for p in pairs)
+            offs = sorted(p["t_ns"] + res - p["raw_ns"] for p in pairs)
             off = offs[len(offs) // 2]
-            unc = max(abs(o - off) for o in offs) + 500_000_000
+            unc = max(abs(o - off) for o in offs) + res
         out.append(Anchor(host, "dmesg_T", 0, off, unc, f"{raw_path} + {t_path} ({len(pairs)} records)",
                           min(p["raw_line"] for p in pairs)))
     return out
+
+
+def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], formats: set[str]) -> ClockEntry:
+    """Place a kernel log that dmesg converted to wall time (``kernel_wall``).
+
+    Where the same records are in a raw log whose boot clock is placed, each pair says exactly
+    where its converted time lies: the offset is the middle of the pairs' range, its uncertainty
+    half that range plus the boot clock's. Otherwise the conversion itself bounds it: the record
+    lies from 0 to 2 s after the printed second (``KERNEL_WALL_SPAN_NS``), and dmesg took the
+    boot instant from clocks that part from printk's by ``PRINTK_DRIFT_PPM`` of the uptime,
+    unknown here: ``KERNEL_WALL_DRIFT_NS`` is allowed for it.
+
+    Worked example (``tests/analysis/test_clocks.py``): dmesg -T prints ``22:14:56`` for a
+    record stamped 1643.343165 s that the boot clock (offset 1796161653.812760 s, ±1 ms) places
+    at 22:14:57.155925; a second record stamped 1643.912000 s, printed ``22:14:56`` too, is at
+    22:14:57.724760. The offsets are 1.155925 and 1.724760 s: 1.4403425 s, ± 0.2844175 s + 1 ms.
+    Without the raw log the same records get +0.75 s ± 1.25 s: from 0.5 s before the printed
+    second to 2 s after it.
+    """
+    span = max((KERNEL_WALL_SPAN_NS.get(f, 2_000_000_000) for f in formats), default=2_000_000_000)
+    if boot is not None and boot.offset_ns is not None and pairs:
+        ppm = boot.drift_ppm or 0.0
+        offs = [p["raw_ns"] + boot.offset_ns + int(ppm * 1e-6 * p["raw_ns"]) - p["t_ns"] for p in pairs]
+        lo, hi = min(offs), max(offs)
+        return ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2 + (boot.uncertainty_ns or 0),
+                          f"the same {len(pairs)} records in the raw kernel log, placed by {boot.method}",
+                          ({"pairs": len(pairs), "raw": pairs[0]["raw_path"], "converted": pairs[0]["t_path"]},))
+    lo, hi = -KERNEL_WALL_DRIFT_NS, span
+    return ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2,
+                      f"converted by dmesg when it ran: {span / 1e9:g} s of truncation and up to "
+                      f"{KERNEL_WALL_DRIFT_NS / 1e9:g} s of kernel-clock drift allowed (no raw kernel log to "
+                      "place it by)")
 
 
 def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> list[Anchor]:
@@ -285,7 +365,7 @@ def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> l
     return out
 
 
-PRINTK_VS_MONOTONIC_NS = 1_000_000   # printk's local_clock vs CLOCK_MONOTONIC, typically well under 1 ms
+PRINTK_VS_MONOTONIC_NS = 1_000_000   # perf's reference pair itself (the drift is PRINTK_DRIFT_PPM)
 CONFLICT_SLACK_NS = 1_000_000
 
 
@@ -361,7 +441,20 @@ def boot_estimates(anchors: list[Anchor]) -> list[Estimate]:
     return out
 
 
-def solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
+def solve_boot(host: str, anchors: list[Anchor], printk_ns: int = 0) -> ClockEntry:
+    """The boot clock's offset from the best method; ``printk_ns``, the latest printk stamp of the
+    host's kernel logs, widens the uncertainty by ``PRINTK_DRIFT_PPM`` of it (printk's clock is
+    not the one the anchors read) unless the method read printk stamps itself."""
+    entry = _solve_boot(host, anchors)
+    if entry.offset_ns is None or not printk_ns or entry.method.startswith(PRINTK_METHODS):
+        return entry
+    extra = PRINTK_DRIFT_PPM * printk_ns // 1_000_000
+    return replace(entry, uncertainty_ns=(entry.uncertainty_ns or 0) + extra,
+                   allowances=({"what": "printk clock drift", "ns": extra, "ppm": PRINTK_DRIFT_PPM,
+                                "latest_stamp_s": printk_ns / 1e9},))
+
+
+def _solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
     ests = boot_estimates(anchors)
     if not ests:
         return ClockEntry(host, CLOCK_BOOT, None, None,
@@ -419,11 +512,27 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     from .clock_collectives import host_offsets
     cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
+    printk = {r["host"]: r["last"] for r in store.query(
+        """SELECT COALESCE(s.host, '') AS host, max(e.ts_raw_ns) AS last
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND s.clock_domain = 'boot' AND s.kind = 'dmesg' GROUP BY 1""", [incident_id])}
+    kpairs: dict[str, list] = {}
+    for p in _kernel_pairs(store, incident_id):
+        kpairs.setdefault(p["host"], []).append(p)
+    kformats = {}
+    for r in store.query("""SELECT COALESCE(host, '') AS host, format FROM sources
+                            WHERE incident_id = ? AND clock_domain = ?""", [incident_id, CLOCK_KERNEL_WALL]):
+        kformats.setdefault(r["host"], set()).add(r["format"])
     entries = []
+    boot_of: dict[str, ClockEntry] = {}
     for d in sorted(doms, key=lambda d: (d["host"], d["domain"])):
         host, dom = d["host"], d["domain"]
         if dom == CLOCK_BOOT:
-            entries.append(solve_boot(host, by_host.get(host, [])))
+            boot_of[host] = solve_boot(host, by_host.get(host, []), printk.get(host) or 0)
+            entries.append(boot_of[host])
+        elif dom == CLOCK_KERNEL_WALL:
+            entries.append(solve_kernel_wall(host, boot_of.get(host), kpairs.get(host, []),
+                                             kformats.get(host, set())))
         elif dom == CLOCK_WALL and host in cross:
             h = cross[host]
             entries.append(ClockEntry(

@@ -72,3 +72,31 @@ def compare(prefix: str, suffix: str, sources: dict[str, list[Path]], codes: lis
         extra = ", ".join(f"{k}={r[k]}" for k in row_keys if r.get(k) is not None)
         print(f"| {r['input']} | {r['tool']} | {r['MB/s']} | {r['seconds']:.2f} | {r['peak_rss_mib']:.0f} | {extra} |")
     return rows
+
+
+def corpus_cli(doc: str, title: str, command: str, run, table, passed, extra_args=()) -> int:
+    """The command line both corpus evaluations share: --half/--only/--out, the halves reported
+    apart (a table each), the Markdown written with the command and the script's docstring."""
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--half", choices=("dev", "heldout", "both"), default="both")
+    ap.add_argument("--only", help="only cases whose id contains this")
+    ap.add_argument("--out", help="also write the Markdown tables here")
+    for name, help_ in extra_args:
+        ap.add_argument(name, help=help_)
+    a = ap.parse_args()
+    halves = ("dev", "heldout") if a.half == "both" else (a.half,)
+    rows = run(halves, a.only)
+    parts = []
+    for h in halves:
+        hr = [r for r in rows if r["half"] == h]
+        if hr:
+            parts.append(f"## {'Development' if h == 'dev' else 'Held-out'} half\n\n{table(hr)}")
+    text = "\n\n".join(parts) + "\n"
+    print(text)
+    if a.out:
+        Path(a.out).write_text(f"# {title}\n\nCommand (from the repository root):\n\n    {command}\n\n"
+                               + (doc.split("\n", 4)[4]).strip() + "\n\n" + text)
+    sys.stdout.flush()
+    return 0 if passed(rows, a) else 1

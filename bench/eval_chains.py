@@ -13,7 +13,6 @@ used to tune rules, priors or thresholds.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import corpus_cli  # noqa: E402
 from server.service import Service  # noqa: E402
 from server.settings import Settings  # noqa: E402
 from tests.analysis.corpus import build, cases, judge  # noqa: E402
@@ -62,28 +62,13 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--half", choices=("dev", "heldout", "both"), default="both")
-    ap.add_argument("--only", help="only cases whose id contains this")
-    ap.add_argument("--out", help="also write the Markdown tables here")
-    ap.add_argument("--json", help="also write every judged row (with the report's summary) here")
-    a = ap.parse_args()
-    halves = ("dev", "heldout") if a.half == "both" else (a.half,)
-    rows = run(halves, a.only)
-    parts = []
-    for h in halves:
-        hr = [r for r in rows if r["half"] == h]
-        if hr:
-            parts.append(f"## {'Development' if h == 'dev' else 'Held-out'} half\n\n{table(hr)}")
-    text = "\n\n".join(parts) + "\n"
-    print(text)
-    if a.out:
-        Path(a.out).write_text("# Diagnosis evaluation\n\nCommand (from the repository root):\n\n    "
-                               ".venv/bin/python bench/eval_chains.py --out bench/results/chains.md\n\n"
-                               + (__doc__.split("\n", 4)[4]).strip() + "\n\n" + text)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
-    return 0 if all(r["ok"] for r in rows) else 1
+    def passed(rows, a) -> bool:
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1))
+        return all(r["ok"] for r in rows)
+    return corpus_cli(__doc__, "Diagnosis evaluation",
+                      ".venv/bin/python bench/eval_chains.py --out bench/results/chains.md", run, table, passed,
+                      [("--json", "also write every judged row (with the report's summary) here")])
 
 
 if __name__ == "__main__":

@@ -33,7 +33,10 @@ CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since
 CLOCK_WALL = "wall"        # host wall clock (CLOCK_REALTIME), ns since epoch
 CLOCK_PROCESS = "process"  # process-relative steady clock
 CLOCK_NONE = "none"        # the source carries no usable time at all
-CLOCK_DOMAINS = (CLOCK_BOOT, CLOCK_WALL, CLOCK_PROCESS, CLOCK_NONE)
+# wall time the kernel log's reader computed from the boot clock when it ran (dmesg -T, dmesg
+# --time-format iso): an estimated boot instant plus the printk stamp, not the wall clock itself
+CLOCK_KERNEL_WALL = "kernel_wall"
+CLOCK_DOMAINS = (CLOCK_BOOT, CLOCK_WALL, CLOCK_KERNEL_WALL, CLOCK_PROCESS, CLOCK_NONE)
 
 # Source kinds (DESIGN.md "Report JSON").
 SOURCE_KINDS = (

@@ -9,14 +9,17 @@ reference/FORMATS.md 4.1). Every variant may carry the ``--decode`` prefix
 parser             line                                             clock   time
 =================  ===============================================  ======  =====================================
 ``dmesg_raw``      ``[ 1234.567890] text``                          boot    printk ``local_clock()``, µs
-``dmesg_ctime``    ``[Sun Nov 29 13:38:49 2026] text`` (``-T``)      wall    local time, 1 s, bundle zone
-``dmesg_iso``      ``2026-11-29T13:38:49,486513+00:00 text``         wall    with its UTC offset, µs
+``dmesg_ctime``    ``[Sun Nov 29 13:38:49 2026] text`` (``-T``)      kwall   local time, 1 s, bundle zone
+``dmesg_iso``      ``2026-11-29T13:38:49,486513+00:00 text``         kwall   with its UTC offset, µs
 ``dmesg_kmsg``     ``6,998,1725604821,-;text`` + `` KEY=value``       boot    printk µs; seq numbers
 =================  ===============================================  ======  =====================================
 
 ``-T`` and ``--time-format iso`` are *converted by dmesg when it ran*: boot time
 estimated at that moment, suspend not accounted for, and (``-T``) 1 s
-truncation; the source's attrs say so. sosreport's ``sos_commands/kernel/dmesg``
+truncation; the source's attrs say so. Their clock is ``kernel_wall`` (kwall), not
+the wall clock: util-linux 2.38 prints ``floor(boot instant) + floor(stamp)``, up to
+2 s before the record, and the printk clock parts from the wall clock since boot
+(``analysis/clocks.py`` places them). sosreport's ``sos_commands/kernel/dmesg``
 and ``dmesg_-T`` and ``/var/log/dmesg`` are these same formats; pstore
 ``dmesg-erst-*`` files are raw with ``<N>`` priorities.
 
@@ -33,7 +36,7 @@ import re
 
 import polars as pl
 
-from ..model import CLOCK_BOOT, CLOCK_WALL
+from ..model import CLOCK_BOOT, CLOCK_KERNEL_WALL
 from ..registry import ParseContext
 from ..timeparse import MONTH_RE, WEEKDAY_RE
 from .kernel import (DECODE_LEVELS, MAX_SECONDS, NS, KernelLogParser, _scatter, days_from_civil, extract_distinct,
@@ -274,7 +277,7 @@ def _raw_msg(rb: pl.Expr, ok: pl.Expr | None) -> pl.Expr:
 
 class DmesgCtimeParser(KernelLogParser):
     name = "dmesg_ctime"
-    clock_domain = CLOCK_WALL
+    clock_domain = CLOCK_KERNEL_WALL
     description = "dmesg -T: local wall time computed by dmesg when it ran (1 s)"
     grammar = CTIME
 
@@ -293,7 +296,7 @@ class DmesgCtimeParser(KernelLogParser):
 
 class DmesgIsoParser(KernelLogParser):
     name = "dmesg_iso"
-    clock_domain = CLOCK_WALL
+    clock_domain = CLOCK_KERNEL_WALL
     description = "dmesg --time-format iso (also with --decode): wall time with its UTC offset, µs"
     grammar = ISO
 

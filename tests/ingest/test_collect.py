@@ -369,7 +369,8 @@ def test_the_bundle_ingests_and_gives_the_recorded_chain(tmp_path):
         assert src[p]["status"] == "parsed", (p, src[p])
     assert all(s["host"] == "vm" for p, s in src.items() if p.startswith("vm/"))
     clock = src["vm/dmesg.txt"]["clock"]
-    assert clock["method"] == "uptime+date" and clock["uncertainty_s"] <= 0.011
+    # 10 ms of anchors, plus printk's clock drift allowed over the kernel log's stamps (~20 min)
+    assert clock["method"] == "uptime+date" and 0.011 < clock["uncertainty_s"] <= 0.011 + 20e-6 * 1800
     assert rep["time_zone"] == {"zone": "UTC", "from": "manifest"}
     kinds = [l["kind"] for l in rep["chains"][0]["links"]]
     assert kinds[0] == "cpu_throttle" and "memory_growth" in kinds and "oom_kill" in kinds

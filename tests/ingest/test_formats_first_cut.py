@@ -285,7 +285,7 @@ def test_dmesg_ctime_uses_the_bundle_time_zone(tmp_path):
                  "[Sun Nov 29 13:11:14 2026] Memory cgroup out of memory: Killed process 42 (python)\n")
     utc = parse(p, tmp_path / "a")
     berlin = parse(p, tmp_path / "b", time_zone="Europe/Berlin")
-    assert (utc.format, utc.clock_domain) == ("dmesg_ctime", "wall")
+    assert (utc.format, utc.clock_domain) == ("dmesg_ctime", "kernel_wall")
     t_utc = [e["ts_raw_ns"] for e in rows(utc, "events")]
     t_ber = [e["ts_raw_ns"] for e in rows(berlin, "events")]
     # 2026-11-29 13:11:13 UTC = 1795957873 s; Berlin is UTC+1 in November

@@ -1,0 +1,194 @@
+"""Clock placement of kernel events against the recorder's truth, the corpus halves apart.
+
+    .venv/bin/python bench/eval_clocks.py [--half dev|heldout|both] [--only SUBSTR] [--out FILE]
+
+The truth of a kernel record's time: the recorder writes lines to ``/dev/kmsg`` (``clock
+probe ...``, no time in them) between two readings of ``CLOCK_REALTIME`` and ``CLOCK_MONOTONIC``
+and keeps those readings in the truth file only. Each probe's printk stamp in the bundle's raw
+``dmesg.txt`` against its wall readings gives printk's offset to UTC within 0.3 ms; a straight
+line through the probes gives every other record's true time. Cases recorded before the probes
+have only the recorder's two clock readings (before and after the job): their records' truth
+takes printk's clock for ``CLOCK_MONOTONIC``, which the probes show is 38 ms off on this VM
+(printk runs 1.7 ppm fast) -- those rows say ``truth: monotonic`` and are marked as weaker.
+``dmesg_T.txt`` holds the same records in the same order, so its line *n* has the truth of
+``dmesg.txt``'s line *n* (checked by their text).
+
+For every variant (``full``, ``no-anchors``, ``dmesg-T-only``, ``no-perf``; see
+``tests/analysis/corpus.py``) the whole analysis runs as ``aftertrace analyze`` does; then,
+for every kernel record placed on UTC: its error against the truth and whether the truth lies
+inside the window the report states for it (the clock mapping's uncertainty; an unknown
+uncertainty counts as a zero-width window). A record left unplaced is counted as such.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import corpus_cli  # noqa: E402
+from server.service import Service  # noqa: E402
+from server.settings import Settings  # noqa: E402
+from tests.analysis.corpus import build, cases  # noqa: E402
+
+RAW = re.compile(rb"^\[\s*(\d+)\.(\d{6})\]\s?(.*)$")
+T_LINE = re.compile(rb"^\[[^\]]*\]\s?(.*)$")
+VARIANTS = ("full", "no-anchors", "dmesg-T-only", "no-perf")
+
+
+def true_offset(clocks: dict, mono_ns: int) -> float:
+    """realtime - monotonic at ``mono_ns``, linear between the recorder's two readings."""
+    s, e = clocks["start"], clocks["end"]
+    o0 = s["realtime_ns"] - s["monotonic_ns"]
+    o1 = e["realtime_ns"] - e["monotonic_ns"]
+    span = e["monotonic_ns"] - s["monotonic_ns"]
+    f = 0.0 if span <= 0 else (mono_ns - s["monotonic_ns"]) / span
+    return o0 + (o1 - o0) * min(1.0, max(0.0, f))
+
+
+def probe_fit(probes: list[dict], raw: list[bytes]):
+    """printk stamp -> UTC from the recorder's clock probes: (a, b) of utc = p + a + b * p."""
+    pts = []
+    for pr in probes:
+        want = pr["text"].encode()
+        for line in raw:
+            m = RAW.match(line)
+            if m and m.group(3) == want:
+                p = int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
+                pts.append((p, (pr["realtime_ns"][0] + pr["realtime_ns"][1]) / 2 - p))
+                break
+    if not pts:
+        return None
+    if len(pts) == 1 or max(p for p, _ in pts) - min(p for p, _ in pts) < 1e9:
+        return sum(o for _, o in pts) / len(pts), 0.0
+    n = len(pts)
+    mp = sum(p for p, _ in pts) / n
+    mo = sum(o for _, o in pts) / n
+    b = sum((p - mp) * (o - mo) for p, o in pts) / sum((p - mp) ** 2 for p, _ in pts)
+    return mo - b * mp, b
+
+
+def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tuple[int, bytes]]]]:
+    """How the truth was found, and {'dmesg.txt' | 'dmesg_T.txt': {line: (true utc ns, text)}}."""
+    raw: list[bytes] = []
+    tee: list[bytes] = []
+    with tarfile.open(bundle) as tf:
+        for m in tf.getmembers():
+            if m.name.endswith("/dmesg.txt"):
+                raw = tf.extractfile(m).read().splitlines()
+            elif m.name.endswith("/dmesg_T.txt"):
+                tee = tf.extractfile(m).read().splitlines()
+    fit = probe_fit(truth.get("kmsg_probes") or [], raw)
+    how = "probes" if fit else "monotonic"
+    out: dict[str, dict[int, tuple[int, bytes]]] = {"dmesg.txt": {}, "dmesg_T.txt": {}}
+    for i, line in enumerate(raw, 1):
+        m = RAW.match(line)
+        if not m:
+            continue
+        p = int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
+        off = fit[0] + fit[1] * p if fit else true_offset(truth["clocks"], p)
+        out["dmesg.txt"][i] = (int(p + off), m.group(3))
+    for i, line in enumerate(tee, 1):
+        m = T_LINE.match(line)
+        t = out["dmesg.txt"].get(i)
+        if m and t and m.group(1) == t[1]:
+            out["dmesg_T.txt"][i] = t
+    return how, out
+
+
+def measure(svc, incident_id: str, truth: dict[str, dict[int, tuple[int, bytes]]]) -> list[dict]:
+    rows = svc.store.query(
+        """SELECT s.path, e.line, e.ts_utc_ns, c.uncertainty_ns, c.method
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
+                                AND c.domain = s.clock_domain
+           WHERE e.incident_id = ? AND (s.path LIKE '%/dmesg.txt' OR s.path LIKE '%/dmesg_T.txt')
+             AND s.kind = 'dmesg'""",
+        [incident_id])
+    out = []
+    for name in ("dmesg.txt", "dmesg_T.txt"):
+        errs, unc, inside, unplaced, methods = [], [], 0, 0, set()
+        for r in rows:
+            if r["path"].rsplit("/", 1)[-1] != name:
+                continue
+            t = truth[name].get(r["line"])
+            if t is None:
+                continue
+            if r["ts_utc_ns"] is None:
+                unplaced += 1
+                continue
+            err = r["ts_utc_ns"] - t[0]
+            errs.append(err)
+            unc.append(r["uncertainty_ns"])
+            methods.add(r["method"])
+            if abs(err) <= (r["uncertainty_ns"] or 0):
+                inside += 1
+        if not errs and not unplaced:
+            continue
+        known = [u for u in unc if u is not None]
+        out.append({"file": name, "records": len(errs) + unplaced, "placed": len(errs), "unplaced": unplaced,
+                    "inside": inside, "max_err_ms": max((abs(e) for e in errs), default=None),
+                    "median_err_ms": sorted(abs(e) for e in errs)[len(errs) // 2] if errs else None,
+                    "stated_ms": (max(known) if len(known) == len(unc) else None) if unc else None,
+                    "methods": sorted(methods)})
+    return out
+
+
+def run(halves, only: str | None) -> list[dict]:
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        svc = Service(Settings.from_env(home=Path(d) / "home"))
+        for c in cases(halves):
+            if c.scenario is not None or c.id.rsplit("/", 1)[-1] not in VARIANTS:
+                continue
+            if not (c.truth.get("clocks") or c.truth.get("kmsg_probes")) or (only and only not in c.id):
+                continue
+            how, truth = truth_lines(c.bundle, c.truth)
+            sub = svc.submit_path(build(c, Path(d)), title=c.id)
+            svc.analyze(sub.incident_id)
+            for m in measure(svc, sub.incident_id, truth):
+                m.update(case=c.id, half=c.half, truth=how)
+                out.append(m)
+                print(f"{c.id:45s} {m['file']:12s} placed {m['placed']}/{m['records']} inside {m['inside']} "
+                      f"max {ms(m['max_err_ms'])} ms stated {ms(m['stated_ms'])} ms", file=sys.stderr)
+    return out
+
+
+def ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| case | truth | file | kernel records | placed | truth inside the stated window | max error ms | "
+             "median error ms | stated ± ms | method |", "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['truth']} | {r['file']} | {r['records']} | {r['placed']} | {r['inside']}/{r['placed']} | "
+                     f"{ms(r['max_err_ms'])} | {ms(r['median_err_ms'])} | {ms(r['stated_ms'])} | "
+                     f"{'; '.join(r['methods']) or '-'} |")
+    lines.append("")
+    for how, v, f in [(h, v, f) for h in ("probes", "monotonic") for v in VARIANTS
+                      for f in ("dmesg.txt", "dmesg_T.txt")]:
+        vr = [r for r in rows if r["case"].endswith("/" + v) and r["file"] == f and r["truth"] == how]
+        if not vr:
+            continue
+        n = sum(r["records"] for r in vr)
+        p = sum(r["placed"] for r in vr)
+        i = sum(r["inside"] for r in vr)
+        mx = max((r["max_err_ms"] for r in vr if r["max_err_ms"] is not None), default=None)
+        lines.append(f"- truth from {how}, `{v}`, `{f}`: {p}/{n} kernel records placed, truth inside the stated window for {i}/{p}, "
+                     f"largest error {ms(mx)} ms")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    return corpus_cli(__doc__, "Clock evaluation",
+                      ".venv/bin/python bench/eval_clocks.py --out bench/results/clocks.md", run, table,
+                      lambda rows, a: all(r["inside"] == r["placed"] == r["records"] for r in rows))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
