@@ -528,6 +528,38 @@ def starved_of_input(links: list[Link]) -> list[Link]:
     return out
 
 
+PRINTED_KINDS = frozenset({LinkKind.PYTHON_EXCEPTION, LinkKind.COLLECTIVE_TIMEOUT, LinkKind.COLLECTIVE_MISMATCH,
+                           LinkKind.SEGFAULT, LinkKind.DISK_FULL, LinkKind.SHM_EXHAUSTED})
+DEATH_KINDS = frozenset({LinkKind.SIGNAL_KILL, LinkKind.SEGFAULT, LinkKind.PROCESS_EXIT, LinkKind.OOM_KILL})
+
+
+def printed_before_death(links: list[Link]) -> list[Link]:
+    """A process prints nothing once it is dead. A line of a rank's own output with no time of its
+    own is placed between the timed lines around it, and in a launcher's combined log the next
+    timed line can come long after the rank died (its peers go on printing): such a window is cut
+    at the latest time the rank's death allows."""
+    death: dict[int, int] = {}
+    for d in links:
+        # every death's window holds the death: the least of their latest times bounds it
+        if d.kind in DEATH_KINDS and d.rank is not None and d.ts_ns is not None:
+            death[d.rank] = min(death.get(d.rank, d.timing_ns()[1]), d.timing_ns()[1])
+    if not death:
+        return links
+    out = []
+    for l in links:
+        lo, hi = l.attr("ts_lo_ns"), l.attr("ts_hi_ns")
+        end = death.get(l.rank) if l.rank is not None else None
+        printed = l.kind in PRINTED_KINDS or l.attr("self_signal") is True
+        if (end is None or not printed or l.ts_ns is None or not isinstance(lo, int) or not isinstance(hi, int)
+                or not lo <= end < hi):
+            out.append(l)
+            continue
+        attrs = dict(l.attrs)
+        attrs.update(ts_hi_ns=end, ts_bound="between")
+        out.append(dataclasses.replace(l, ts_ns=min(l.ts_ns, (lo + end) // 2), attrs=tuple(attrs.items())))
+    return out
+
+
 def _hms(ts: int) -> str:
     from ingest.timeparse import fmt_hms
     return fmt_hms(ts)
@@ -574,6 +606,6 @@ def anomalies(store, incident_id: str) -> list[Link]:
     from .detectors import run as metric_detectors
     links = oom_kills(store, incident_id) + blocked_since(typed_events(store, incident_id))
     links = mismatch_deviation(store, incident_id, links)
-    links = starved_of_input(refine_launcher_times(store, incident_id, links))
+    links = printed_before_death(starved_of_input(refine_launcher_times(store, incident_id, links)))
     links = metric_detectors(store, incident_id, links)
     return sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0))

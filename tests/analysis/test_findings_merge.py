@@ -360,3 +360,21 @@ def test_a_stated_wait_out_of_any_range_dates_nothing():
         exc = Link(kind=K.PYTHON_EXCEPTION, ts_ns=1796179497 * 10**9, summary="x", source="x", rank=1,
                    evidence=(Evidence("x", 1, "l"),), attrs=(("loader_wait_s", w),))
         assert starved_of_input([exc]) == [exc], w
+
+
+def test_a_line_printed_by_a_rank_is_not_placed_after_its_death():
+    from analysis.findings import printed_before_death
+    # an untimed fatal-error dump of rank 1, between a timed line at t=10.0 s and the next timed
+    # line of the combined log at t=10.4 s (another rank's); rank 1 died at 10.1 s (its exit, 1 ms)
+    s = 10**9
+    dump = Link(kind=LinkKind.SIGNAL_KILL, ts_ns=10 * s + s // 5, summary="Fatal Python error: Aborted",
+                source="torchrun.log", rank=1, attrs=(("ts_lo_ns", 10 * s), ("ts_hi_ns", 10 * s + 2 * s // 5),
+                                                      ("self_signal", True)))
+    exit_ = Link(kind=LinkKind.SIGNAL_KILL, ts_ns=10 * s + s // 10, summary="exit", source="perf", rank=1,
+                 uncertainty_ns=1_000_000)
+    peer = Link(kind=LinkKind.PYTHON_EXCEPTION, ts_ns=10 * s + s // 5, summary="rank 0 lost its peer",
+                source="torchrun.log", rank=0, attrs=(("ts_lo_ns", 10 * s), ("ts_hi_ns", 10 * s + 2 * s // 5)))
+    out = printed_before_death([dump, exit_, peer])
+    assert out[0].timing_ns() == (10 * s, 10 * s + s // 10 + 1_000_000)
+    assert out[0].ts_ns == 10 * s + s // 20 + 500_000
+    assert out[1] is exit_ and out[2] is peer      # another rank's line is not bounded by this death
