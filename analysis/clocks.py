@@ -127,7 +127,7 @@ class ClockEntry:
                                         "allowances": list(self.allowances)})}
 
 
-def collect_anchors(store, incident_id: str) -> list[Anchor]:
+def collect_anchors(store, incident_id: str, kernel_pairs: list[dict] | None = None) -> list[Anchor]:
     rows = store.query(
         """SELECT COALESCE(a.host, s.host, '') AS host, a.name, a.local_ns, a.wall_ns,
                   a.uncertainty_ns, s.path, a.line, a.text
@@ -137,7 +137,7 @@ def collect_anchors(store, incident_id: str) -> list[Anchor]:
     anchors = [Anchor(r["host"], r["name"], r["local_ns"], r["wall_ns"], r["uncertainty_ns"],
                       r["path"], r["line"], r["text"]) for r in rows]
     anchors += _paired_readings(store, incident_id, {a.source for a in anchors if a.name == "uptime_date"})
-    anchors += _dmesg_t_pairs(store, incident_id)
+    anchors += _dmesg_t_pairs(_kernel_pairs(store, incident_id) if kernel_pairs is None else kernel_pairs)
     anchors += _pid_deaths(store, incident_id)
     return _current_boot_journal(store, incident_id, anchors)
 
@@ -251,7 +251,7 @@ def _kernel_pairs(store, incident_id: str) -> list[dict]:
         [incident_id])
 
 
-def _dmesg_t_pairs(store, incident_id: str) -> list[Anchor]:
+def _dmesg_t_pairs(kernel_pairs: list[dict]) -> list[Anchor]:
     """Raw dmesg next to dmesg -T: the same records on the boot clock and in wall seconds.
 
     dmesg -T prints either floor(boot instant + stamp) (then each pair bounds the offset to
@@ -264,7 +264,7 @@ def _dmesg_t_pairs(store, incident_id: str) -> list[Anchor]:
     shows as clock skew.
     """
     by: dict[tuple, list] = {}
-    for r in _kernel_pairs(store, incident_id):
+    for r in kernel_pairs:
         by.setdefault((r["host"], r["raw_path"], r["t_path"]), []).append(r)
     out = []
     for (host, raw_path, t_path), pairs in by.items():
@@ -500,7 +500,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     doms = store.query(
         """SELECT DISTINCT COALESCE(host, '') AS host, clock_domain AS domain FROM sources
            WHERE incident_id = ? AND clock_domain IS NOT NULL""", [incident_id])
-    anchors = collect_anchors(store, incident_id)
+    pairs = _kernel_pairs(store, incident_id)
+    anchors = collect_anchors(store, incident_id, pairs)
     by_host: dict[str, list[Anchor]] = {}
     for a in anchors:
         by_host.setdefault(a.host, []).append(a)
@@ -517,7 +518,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
            FROM events e JOIN sources s USING (incident_id, source_id)
            WHERE e.incident_id = ? AND s.clock_domain = 'boot' AND s.kind = 'dmesg' GROUP BY 1""", [incident_id])}
     kpairs: dict[str, list] = {}
-    for p in _kernel_pairs(store, incident_id):
+    for p in pairs:
         kpairs.setdefault(p["host"], []).append(p)
     kformats = {}
     for r in store.query("""SELECT COALESCE(host, '') AS host, format FROM sources
