@@ -7,7 +7,8 @@ beside it. The half is the folder a case was recorded into (``dev/`` or ``heldou
 before any recording was analysed. Variants drop sources the way real bundles lack them (see
 ``tests/analysis/corpus.py``): bundles gathered by hand get ``no-anchors`` (no uptime/date/btime
 files) and ``dmesg-T-only`` (only the human-readable kernel log, no perf, no anchors), and every
-bundle with perf data a ``no-perf`` variant.
+bundle with perf data a ``no-perf`` variant and, where the bundle holds clock anchors, ``bare``
+(no anchor at all: no uptime/date/btime files and no ``perf -k`` reference time).
 """
 import json
 import tarfile
@@ -33,6 +34,8 @@ def main() -> None:
                 variants += ["no-anchors", "dmesg-T-only"]
             if has_perf:
                 variants.append("no-perf")
+                if t.get("anchors_in_bundle", True):
+                    variants.append("bare")
             out.append({"id": f"{half}/{name}", "half": half, "scenario": t["scenario"], "via": t.get("via"),
                         "bundle": str(b.relative_to(ROOT)), "truth": str(truth.relative_to(ROOT)),
                         "variants": variants, "decoys": [d["what"] for d in t.get("decoys", [])]})

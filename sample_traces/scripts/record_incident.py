@@ -2,6 +2,7 @@
 
     TORCH_PY=/opt/torchenv/bin/python python3 sample_traces/scripts/record_incident.py \\
         SCENARIO OUT_DIR [--rank N] [--via collect] [--no-perf] [--decoy NAME ...]
+        [--perf-clock default] [--no-anchors]
 
 A gloo training job (``incident_job.py``, 2 ranks or ``--nproc``) runs under torchrun inside fresh cgroup v1
 groups; after a quiet baseline something goes wrong, the way it goes wrong on real clusters,
@@ -12,10 +13,11 @@ The bundle is what a person would gather by hand (``--via hand``, the default):
 
     <host>/host/start/, <host>/host/end/   clock anchors before and after the job:
                                            /proc/uptime, date +%s.%N, date, date --iso-8601=ns,
-                                           /proc/stat
+                                           /proc/stat (not with --no-anchors)
     <host>/host/{hostname,boot_id,uname_a}
     <host>/dmesg.txt, <host>/dmesg_T.txt   raw dmesg and dmesg -T, taken after the job
-    <host>/perf/perf.script.txt.gz         perf script --header (system-wide, -k CLOCK_MONOTONIC,
+    <host>/perf/perf.script.txt.gz         perf script --header (system-wide, -k CLOCK_MONOTONIC
+                                           or with --perf-clock default perf's own clock,
                                            cpu-clock with call chains, process exit/fork/exec)
     <host>/cgroup/<epoch>/...              snapshots every 0.5 s (``snapshot_loop.py``) of the
                                            job's cgroups and of every other group the scenario
@@ -207,7 +209,9 @@ class Recording:
 
     # -- the host side
     def anchors(self, which: str) -> None:
-        d = self.bundle_host / "host" / which
+        # --no-anchors: the readings are taken (the truth needs them) but kept out of the bundle,
+        # as in a bundle gathered by hand without uptime/date
+        d = (self.work / "anchors" if self.a.no_anchors else self.bundle_host / "host") / which
         d.mkdir(parents=True, exist_ok=True)
         (d / "proc_uptime").write_text(Path("/proc/uptime").read_text())
         (d / "date_epoch").write_text(sh(["date", "+%s.%N"]))
@@ -478,6 +482,11 @@ def main() -> int:
     ap.add_argument("--nproc", type=int, default=2, help="ranks (torchrun --nproc_per_node)")
     ap.add_argument("--via", choices=("hand", "collect"), default="hand")
     ap.add_argument("--no-perf", action="store_true")
+    ap.add_argument("--perf-clock", choices=("monotonic", "default"), default="monotonic",
+                    help="perf record -k CLOCK_MONOTONIC (writes a reference time) or perf's own clock "
+                         "(printk's, no reference time: what a plain `perf record` gives)")
+    ap.add_argument("--no-anchors", action="store_true",
+                    help="no uptime/date/btime readings in the bundle (the truth keeps them)")
     ap.add_argument("--decoy", action="append", default=[], choices=DECOYS)
     ap.add_argument("--baseline", type=float, default=15.0, help="seconds of normal steps before the fault")
     ap.add_argument("--pg-timeout", type=float, default=30.0)
@@ -591,7 +600,8 @@ def record(r: Recording) -> int:
         (host_dir / "host" / "uname_a").write_text(sh(["uname", "-a"]))
         if not a.no_perf:
             perf = subprocess.Popen(
-                ["perf", "record", "-k", "CLOCK_MONOTONIC", "-a", "-g", "-c", "1",
+                ["perf", "record"] + (["-k", "CLOCK_MONOTONIC"] if a.perf_clock == "monotonic" else []) +
+                ["-a", "-g", "-c", "1",
                  "-e", "cpu-clock/freq=29,name=cpu-clock/", "-e", "sched:sched_process_exit",
                  "-e", "sched:sched_process_fork/call-graph=no/", "-e", "sched:sched_process_exec/call-graph=no/",
                  "-o", str(r.work / "perf.data")], stdout=subprocess.DEVNULL, stderr=open(r.work / "perf.log", "w"))
@@ -736,6 +746,7 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
         "schema": "aftertrace.corpus_truth/1",
         "id": r.out.name, "scenario": a.scenario, "via": a.via, "host": r.host,
         "perf": not a.no_perf and a.via == "hand" or (a.via == "collect" and not a.no_perf),
+        "perf_clock": None if a.no_perf else a.perf_clock, "anchors_in_bundle": not a.no_anchors,
         "fault_rank": a.rank, "nproc": a.nproc, "job_cgroup": r.job_cg, "job_exit_code": rc,
         "side": side, "events": r.events,
         "recorded_with": " ".join([f"TORCH_PY={r.torch_py}", "python3", "sample_traces/scripts/record_incident.py"]

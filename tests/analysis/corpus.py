@@ -18,6 +18,7 @@ the origin is a miss.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import tarfile
@@ -36,9 +37,15 @@ VARIANTS = {
     "dmesg-T-only": ("host/start", "host/end", "host/anchors.txt", "host/btime", "dmesg.txt", "perf"),
     "no-perf": ("perf",),
     "no-cgroup": ("cgroup",),
+    # no reading that pairs the boot clock with the wall clock at all: perf's `-k` reference time
+    # goes too (VARIANT_EDITS), as with a perf too old to write one
+    "bare": ("host/start", "host/end", "host/anchors.txt", "host/btime"),
     "logs-only": ("host/start", "host/end", "host/anchors.txt", "host/btime", "dmesg.txt", "dmesg_T.txt",
                   "perf", "cgroup", "profiler", "kernel"),
 }
+
+# Lines taken out of files by a variant: glob (relative to the host folder) -> line prefix.
+VARIANT_EDITS = {"bare": (("perf/*.gz", b"# reference time"),)}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class Case:
     drop: tuple[str, ...] = ()
     scenario: object = None     # a scenarios.Scenario for the pre-corpus samples
     tags: tuple[str, ...] = field(default=())
+    edits: tuple[tuple[str, bytes], ...] = ()
 
 
 def cases(halves=("dev", "heldout")) -> list[Case]:
@@ -65,7 +73,7 @@ def cases(halves=("dev", "heldout")) -> list[Case]:
             truth = json.loads((ROOT / c["truth"]).read_text())
             for v in c.get("variants", ["full"]):
                 out.append(Case(f"{c['id']}/{v}", c["half"], ROOT / c["bundle"], truth, VARIANTS[v],
-                                tags=tuple(c.get("tags", ()))))
+                                tags=tuple(c.get("tags", ())), edits=VARIANT_EDITS.get(v, ())))
     return out
 
 
@@ -93,7 +101,18 @@ def build(c: Case, dest: Path) -> Path:
         for g in c.drop:
             for p in host.glob(g):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
+        for g, prefix in c.edits:
+            for p in host.glob(g):
+                _drop_lines(p, prefix)
     return out
+
+
+def _drop_lines(path: Path, prefix: bytes) -> None:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        lines = [ln for ln in f if not ln.startswith(prefix)]
+    with opener(path, "wb") as f:
+        f.writelines(lines)
 
 
 def _window(link: dict) -> tuple[float, float] | None:
