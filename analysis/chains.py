@@ -450,12 +450,20 @@ def _window_s(l: Link) -> list[float] | None:
     return None if w is None else [w[0] / 1e9, w[1] / 1e9]
 
 
+def _order(e: Edge) -> str:
+    """``undecidable`` when the cause's time window reaches past the start of the effect's: the
+    clocks' uncertainty (or a line's resolution) cannot tell which came first, and the edge
+    rests on its rule alone; else ``certain``."""
+    wc, we = e.cause.timing_ns(), e.effect.timing_ns()
+    return "undecidable" if wc is not None and we is not None and wc[1] > we[0] else "certain"
+
+
 def chain_json(ch: Chain, failure_ts_ns: int | None, summary: str) -> dict:
     return {"score": round(ch.score, 3), "summary": summary,
             "origin": ch.origin.kind.value,
             "lead_s": None if failure_ts_ns is None else round(max(0, failure_ts_ns - ch.origin.ts_ns) / 1e9, 3),
             "links": [l.to_json(failure_ts_ns) for l in ch.links],
-            "edges": [e.to_json() for e in ch.edges],
+            "edges": [dict(e.to_json(), order=_order(e)) for e in ch.edges],
             "consequences": [dict(e.effect.to_json(failure_ts_ns), because=e.rule.why,
                                   caused_by=next((i for i, l in enumerate(ch.links) if l is e.cause), None),
                                   cause={"kind": e.cause.kind.value, "rank": e.cause.rank, "pid": e.cause.pid,

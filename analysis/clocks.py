@@ -45,7 +45,14 @@ the anchors belong to the boot the bundle was collected in.
 
 ``wall`` sources are taken as UTC already (the host clock is assumed
 NTP-synchronised; local-time strings were converted with the bundle's time
-zone when they were parsed), uncertainty unknown (reported as null).
+zone when they were parsed). One host's wall clock is the reference every other clock is placed
+against: ± 0 (a line's own resolution is its event's time window). With several hosts and no
+collectives to match, each is the reference for its own clocks, and ``NTP_ASSUMED_NS`` is stated
+for the NTP error between them, as an assumption.
+
+Processes seen on both clocks (:mod:`analysis.clock_match`: perf's exits against torchrun's
+signals and reports) place the boot clock with no anchor at all, replace an anchor they are more
+precise than, and are otherwise checked against it like any other method.
 
 Worked example (the one ``tests/analysis/test_clocks.py`` checks): a host-info
 file holds ``1234.56 2000.00`` (uptime) and ``1764417073.250000000`` (``date
@@ -80,6 +87,9 @@ from pathlib import PurePosixPath
 from ingest.model import CLOCK_BOOT, CLOCK_KERNEL_WALL, CLOCK_NONE, CLOCK_WALL
 
 SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two files
+# Hosts' wall clocks against each other where nothing in the bundle measures it (no collectives
+# to match): NTP keeps servers within a few ms of each other, over the internet within tens.
+NTP_ASSUMED_NS = 100_000_000
 # /proc/uptime is CLOCK_BOOTTIME; printk and perf use a clock that stops while the host is
 # suspended (a paused or snapshotted VM too). The method says so wherever it is shown.
 UPTIME_METHOD = "uptime+date"
@@ -163,11 +173,15 @@ def _pid_deaths(store, incident_id: str) -> list[Anchor]:
     The kernel prints the OOM kill (or perf records the exit) at the instant of death, on the
     boot clock; torchrun reports the failed worker when its monitor loop notices, at most
     ``LAUNCHER_LATENCY_NS`` later, in wall time (ms in its log line, whole seconds in the
-    ChildFailedError block). Each pair bounds the boot clock's offset to
+    ChildFailedError block; a ``failed`` line is printed after the shutdown it started, so the
+    first closing signal of that shutdown stands for it, :func:`analysis.clock_match.noticed`).
+    Each pair bounds the boot clock's offset to
     [report - latency - raw, report + resolution - raw]; bounds of several pairs intersect. A
     worker that exited with an error code rather than by a signal can be reported with the time
     its error was recorded, before its exit finished (``EXIT_CLEANUP_NS`` earlier at most), which
-    widens that pair's upper bound.
+    widens that pair's upper bound; so can every row of the ChildFailedError block (torchrun
+    dates a failure by its error file whatever the exit code: a rank that recorded a timeout and
+    was then SIGTERMed while tearing down is dated before its death).
     """
     rows = store.query(
         r"""WITH k AS (
@@ -180,19 +194,23 @@ def _pid_deaths(store, incident_id: str) -> list[Anchor]:
             l AS (
               SELECT COALESCE(s.host, '') AS host,
                      COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT), e.pid) AS pid,
-                     e.ts_raw_ns AS wall_ns,
+                     e.ts_raw_ns AS wall_ns, e.name AS lname,
                      CASE WHEN e.name = 'worker_failed' THEN 1000000 ELSE 1000000000 END AS res_ns,
-                     COALESCE(e.kind = 'process_exit'
+                     COALESCE(e.name = 'worker_failure' OR e.kind = 'process_exit'
                               OR TRY_CAST(json_extract_string(e.attrs, '$.exitcode') AS BIGINT) >= 0, false)
                        AS exited, s.path, e.line
               FROM events e JOIN sources s USING (incident_id, source_id)
               WHERE e.incident_id = ? AND s.clock_domain = 'wall' AND e.ts_raw_ns IS NOT NULL
                 AND (e.name = 'worker_failed' OR e.kind IN ('signal_kill', 'process_exit')))
             SELECT k.host, k.pid, k.raw_ns, k.path AS kpath, k.line AS kline, l.wall_ns, l.res_ns,
-                   l.exited, l.path AS lpath, l.line AS lline
+                   l.exited, l.path AS lpath, l.line AS lline, l.lname
             FROM k JOIN l ON k.host = l.host AND k.pid = l.pid""", [incident_id, incident_id])
+    from .clock_match import noticed
+    seen = noticed(store, incident_id) if any(r["lname"] == "worker_failed" for r in rows) else {}
     by: dict[str, list] = {}
     for r in rows:
+        if r["lname"] == "worker_failed":
+            r["wall_ns"] = min(r["wall_ns"], seen.get((r["lpath"], r["lline"]), r["wall_ns"]))
         by.setdefault(r["host"], []).append(r)
     out = []
     for host, pairs in by.items():
@@ -232,12 +250,8 @@ def _current_boot_journal(store, incident_id: str, anchors: list[Anchor]) -> lis
 KERNEL_WALL_SPAN_NS = {"dmesg_ctime": 2_000_000_000, "dmesg_iso": 1_000}
 
 
-def _kernel_pairs(store, incident_id: str) -> list[dict]:
-    """The same kernel records in a raw log (boot clock) and in a log dmesg converted to wall time
-    (``kernel_wall``): matched by text and by their order among equal texts."""
-    return store.query(
-        r"""WITH lines AS (
-             SELECT COALESCE(s.host, '') AS host, s.format, s.path, e.line, e.ts_raw_ns,
+_KERNEL_TWINS = r"""WITH lines AS (
+             SELECT COALESCE(s.host, '') AS host, s.format, s.path, s.source_id, e.line, e.ts_raw_ns, e.ts_utc_ns,
                     regexp_replace(split_part(e.text, chr(10), 1),
                                    '^([^\]]*\] ?|\d{4}-\d\d-\d\dT[0-9:,.]+[+-]\d\d:?\d\d ?)', '') AS msg
              FROM events e JOIN sources s USING (incident_id, source_id)
@@ -245,10 +259,16 @@ def _kernel_pairs(store, incident_id: str) -> list[dict]:
                AND e.ts_raw_ns IS NOT NULL),
            k AS (SELECT *, row_number() OVER (PARTITION BY host, format, path, msg ORDER BY line) AS n FROM lines)
            SELECT r.host, r.path AS raw_path, c.path AS t_path, c.format AS t_format, r.ts_raw_ns AS raw_ns,
-                  c.ts_raw_ns AS t_ns, r.line AS raw_line
+                  c.ts_raw_ns AS t_ns, r.line AS raw_line, c.source_id AS t_sid, c.line AS t_line, r.ts_utc_ns AS utc
            FROM k r JOIN k c ON r.host = c.host AND r.msg = c.msg AND r.n = c.n
-           WHERE r.format = 'dmesg_raw' AND c.format IN ('dmesg_ctime', 'dmesg_iso') AND length(r.msg) > 0""",
-        [incident_id])
+           WHERE r.format = 'dmesg_raw' AND c.format IN ('dmesg_ctime', 'dmesg_iso') AND length(r.msg) > 0"""
+_TWINS_SQL = _KERNEL_TWINS + " AND r.ts_utc_ns IS NOT NULL"
+
+
+def _kernel_pairs(store, incident_id: str) -> list[dict]:
+    """The same kernel records in a raw log (boot clock) and in a log dmesg converted to wall time
+    (``kernel_wall``): matched by text and by their order among equal texts."""
+    return store.query(_KERNEL_TWINS, [incident_id])
 
 
 def _dmesg_t_pairs(kernel_pairs: list[dict]) -> list[Anchor]:
@@ -441,17 +461,50 @@ def boot_estimates(anchors: list[Anchor]) -> list[Estimate]:
     return out
 
 
-def solve_boot(host: str, anchors: list[Anchor], printk_ns: int = 0) -> ClockEntry:
+def solve_boot(host: str, anchors: list[Anchor], printk_ns: int = 0, match=None) -> ClockEntry:
     """The boot clock's offset from the best method; ``printk_ns``, the latest printk stamp of the
     host's kernel logs, widens the uncertainty by ``PRINTK_DRIFT_PPM`` of it (printk's clock is
-    not the one the anchors read) unless the method read printk stamps itself."""
+    not the one the anchors read) unless the method read printk stamps itself.
+
+    ``match`` (:class:`analysis.clock_match.Match`), the processes seen on both clocks, places
+    the clock where no anchor does, replaces an anchor it is more precise than, and is otherwise
+    compared with the chosen anchor like any other method (a disagreement is clock skew)."""
     entry = _solve_boot(host, anchors)
-    if entry.offset_ns is None or not printk_ns or entry.method.startswith(PRINTK_METHODS):
+    on_printk = entry.method.startswith(PRINTK_METHODS)
+    if match is not None:
+        entry, on_printk = _with_match(entry, match, printk_ns, on_printk)
+    if entry.offset_ns is None or not printk_ns or on_printk:
         return entry
     extra = PRINTK_DRIFT_PPM * printk_ns // 1_000_000
     return replace(entry, uncertainty_ns=(entry.uncertainty_ns or 0) + extra,
                    allowances=({"what": "printk clock drift", "ns": extra, "ppm": PRINTK_DRIFT_PPM,
                                 "latest_stamp_s": printk_ns / 1e9},))
+
+
+def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[ClockEntry, bool]:
+    from .clock_match import METHOD
+    used = tuple(b.evidence() for b in m.bounds[:8])
+    clock = "printk's clock (perf without -k)" if m.printk_clock else f"perf's -k clock ({m.boot_clock})"
+    method = f"{METHOD}: {len(m.bounds)} pairs bound it to [{m.lo_ns / 1e9:.6f}, {m.hi_ns / 1e9:.6f}] s, {clock}"
+    mine = ClockEntry(entry.host, CLOCK_BOOT, m.offset_ns, m.uncertainty_ns, method, used)
+    if entry.offset_ns is None:
+        return mine, m.printk_clock
+    # the match and the anchors may read different clocks (printk's against CLOCK_MONOTONIC)
+    apart = 0 if m.printk_clock == on_printk else PRINTK_DRIFT_PPM * printk_ns // 1_000_000
+    diff = m.offset_ns - entry.offset_ns
+    if abs(diff) > m.uncertainty_ns + (entry.uncertainty_ns or 0) + apart + CONFLICT_SLACK_NS:
+        c = {"method": METHOD, "offset_ns": m.offset_ns, "uncertainty_ns": m.uncertainty_ns,
+             "difference_ns": diff, "evidence": tuple({"source": e["source"], "line": e["line"],
+                                                       "offset_ns": m.offset_ns} for e in used[:3])}
+        return replace(entry, conflicts=entry.conflicts + (c,)), on_printk
+    # precision where it matters most, the kernel's records: the allowance for printk's clock
+    # goes to whichever method did not read it
+    mine_k = m.uncertainty_ns + (0 if m.printk_clock else PRINTK_DRIFT_PPM * printk_ns // 1_000_000)
+    entry_k = (entry.uncertainty_ns or 0) + (0 if on_printk else PRINTK_DRIFT_PPM * printk_ns // 1_000_000)
+    if mine_k < entry_k:
+        return replace(mine, others=((entry.method, entry.offset_ns, entry.uncertainty_ns),) + entry.others,
+                       conflicts=entry.conflicts), m.printk_clock
+    return replace(entry, others=entry.others + ((METHOD, m.offset_ns, m.uncertainty_ns),)), on_printk
 
 
 def _solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
@@ -511,6 +564,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         only = next(iter(hosts - {""}))
         by_host.setdefault(only, []).extend(by_host[""])
     from .clock_collectives import host_offsets
+    from .clock_match import matches
+    matched, _contradictions = matches(store, incident_id)
     cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
     printk = {r["host"]: r["last"] for r in store.query(
@@ -524,12 +579,13 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     for r in store.query("""SELECT COALESCE(host, '') AS host, format FROM sources
                             WHERE incident_id = ? AND clock_domain = ?""", [incident_id, CLOCK_KERNEL_WALL]):
         kformats.setdefault(r["host"], set()).add(r["format"])
+    wall_hosts = {d["host"] for d in doms if d["domain"] == CLOCK_WALL}
     entries = []
     boot_of: dict[str, ClockEntry] = {}
     for d in sorted(doms, key=lambda d: (d["host"], d["domain"])):
         host, dom = d["host"], d["domain"]
         if dom == CLOCK_BOOT:
-            boot_of[host] = solve_boot(host, by_host.get(host, []), printk.get(host) or 0)
+            boot_of[host] = solve_boot(host, by_host.get(host, []), printk.get(host) or 0, matched.get(host))
             entries.append(boot_of[host])
         elif dom == CLOCK_KERNEL_WALL:
             entries.append(solve_kernel_wall(host, boot_of.get(host), kpairs.get(host, []),
@@ -541,10 +597,18 @@ def align(store, incident_id: str) -> list[ClockEntry]:
                 f"collectives: {h.pairs} matched with the ranks on {h.reference} (the reference host)",
                 ({"reference": h.reference, "pairs": h.pairs, "causality_bounds_ns": list(h.bounds)},)))
         elif dom == CLOCK_WALL:
-            note = " (the reference host for cross-host alignment)" if host in refs else ""
-            entries.append(ClockEntry(host, dom, 0, None,
+            # The reference: every other clock of the host is placed against this one, so it is
+            # exact by definition; against UTC, or against another host, its NTP error is not in
+            # the bundle and is assumed (a host that is not the reference gets NTP_ASSUMED_NS).
+            ref = host in refs or len(wall_hosts) <= 1
+            note = (" (the reference host for cross-host alignment)" if host in refs else
+                    "" if ref else f"; NTP error against the other hosts assumed within "
+                                   f"{NTP_ASSUMED_NS / 1e6:g} ms")
+            entries.append(ClockEntry(host, dom, 0, 0 if ref else NTP_ASSUMED_NS,
                                       "host wall clock taken as UTC (NTP assumed; local times converted "
-                                      "with the bundle's time zone)" + note))
+                                      "with the bundle's time zone)" + note,
+                                      allowances=() if ref else ({"what": "NTP error between hosts (assumed)",
+                                                                  "ns": NTP_ASSUMED_NS},)))
         elif dom == CLOCK_NONE:
             continue
         else:
@@ -573,6 +637,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         return entries
     for table in ("events", "samples", "metrics", "collectives", "steps"):
         _place(cur, table, incident_id)
+    if pairs:
+        _place_twins(cur, incident_id)
     # A kernel log with reboots in it: the anchors were read in the last boot, so the records
     # of earlier boots (their own boot clock) stay unplaced rather than being placed wrongly.
     cur.execute(
@@ -584,6 +650,17 @@ def align(store, incident_id: str) -> list[ClockEntry]:
              AND COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.boot') AS INTEGER), 0)
                  <> TRY_CAST(f.value AS INTEGER) - 1""", [incident_id])
     return entries
+
+
+def _place_twins(cur, incident_id: str) -> None:
+    """A record of a converted kernel log whose raw twin is placed is at its twin's instant: the
+    file's common offset (:func:`solve_kernel_wall`) only bounds where each record may be,
+    the twin says where it is."""
+    cur.execute(
+        f"""UPDATE main.events AS t SET ts_utc_ns = p.utc
+            FROM ({_TWINS_SQL}) p
+            WHERE t.incident_id = ? AND t.source_id = p.t_sid AND t.line = p.t_line""",
+        [incident_id, incident_id])
 
 
 def _place(cur, table: str, incident_id: str) -> None:

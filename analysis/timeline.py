@@ -90,13 +90,24 @@ def _has_bins(store, incident_id: str) -> bool:
     return bool(store.query("SELECT 1 AS x FROM event_bins WHERE incident_id = ? LIMIT 1", [incident_id]))
 
 
+def _clock(src: dict) -> dict:
+    """How the lane's source was put on UTC: its clock domain, the mapping's uncertainty (s)
+    and the method (the sources table shows the same)."""
+    u = src.get("uncertainty_ns")
+    return {"domain": src.get("clock_domain"), "placed": src.get("offset_ns") is not None,
+            "uncertainty_s": None if u is None else u / 1e9, "method": src.get("method")}
+
+
 def window(store, incident_id: str, w: Window) -> dict:
     """Grouping and filtering happen on plain columns (source id, host, rank); lane labels are
     made from the few groups afterwards, so a window over millions of events stays one scan."""
     if w.end_ns <= w.start_ns:
         raise ValueError("the window's end must be after its start")
     srcs = {r["source_id"]: r for r in store.query(
-        "SELECT source_id, path, kind, host, rank FROM sources WHERE incident_id = ?", [incident_id])}
+        """SELECT s.source_id, s.path, s.kind, s.host, s.rank, s.clock_domain, c.offset_ns, c.uncertainty_ns, c.method
+           FROM sources s LEFT JOIN clock_map c ON c.incident_id = s.incident_id
+                AND c.host = COALESCE(s.host, '') AND c.domain = s.clock_domain
+           WHERE s.incident_id = ?""", [incident_id])}
     longest = store.query("SELECT COALESCE(max(dur_ns), 0) AS d FROM events WHERE incident_id = ? AND dur_ns > 0",
                           [incident_id])[0]["d"]
     # ts >= start - longest lets the store skip row groups by their time ranges; the exact
@@ -123,7 +134,7 @@ def window(store, incident_id: str, w: Window) -> dict:
             continue
         lid, host, label, rank, kind = _lane(src, g["host"], g["rank"])
         lane = lanes_by_id.setdefault(lid, {"id": lid, "host": host, "source": label, "source_kind": kind,
-                                            "rank": rank, "count": 0, "typed": 0})
+                                            "rank": rank, "count": 0, "typed": 0, "clock": _clock(src)})
         lane["count"] += int(g["n"])
         lane["typed"] += int(g["typed"])
         keys[(g["source_id"], g["host"], g["rank"])] = lid

@@ -13,7 +13,7 @@ takes printk's clock for ``CLOCK_MONOTONIC``, which the probes show is 38 ms off
 ``dmesg_T.txt`` holds the same records in the same order, so its line *n* has the truth of
 ``dmesg.txt``'s line *n* (checked by their text).
 
-For every variant (``full``, ``no-anchors``, ``dmesg-T-only``, ``no-perf``; see
+For every variant (``full``, ``no-anchors``, ``bare``, ``dmesg-T-only``, ``no-perf``; see
 ``tests/analysis/corpus.py``) the whole analysis runs as ``aftertrace analyze`` does; then,
 for every kernel record placed on UTC: its error against the truth and whether the truth lies
 inside the window the report states for it (the clock mapping's uncertainty; an unknown
@@ -37,7 +37,7 @@ from tests.analysis.corpus import build, cases  # noqa: E402
 
 RAW = re.compile(rb"^\[\s*(\d+)\.(\d{6})\]\s?(.*)$")
 T_LINE = re.compile(rb"^\[[^\]]*\]\s?(.*)$")
-VARIANTS = ("full", "no-anchors", "dmesg-T-only", "no-perf")
+VARIANTS = ("full", "no-anchors", "bare", "dmesg-T-only", "no-perf")
 
 
 def true_offset(clocks: dict, mono_ns: int) -> float:

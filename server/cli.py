@@ -120,7 +120,9 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
             console.print(f"  {j + 1}. {l['time']}{lead}  [bold]{l['kind']}[/bold]  {escape(where)}")
             console.print(f"       {escape(l['summary'])}")
             if j < len(c["edges"]):
-                console.print(f"       [blue]↓ {escape(c['edges'][j]['because'])}[/blue]")
+                undecided = (" [yellow](which came first is within the uncertainty of their times)[/yellow]"
+                             if c["edges"][j].get("order") == "undecidable" else "")
+                console.print(f"       [blue]↓ {escape(c['edges'][j]['because'])}[/blue]{undecided}")
     for n in rep.get("notes", []):
         console.print(f"[dim]note: {escape(n)}[/dim]")
 

@@ -32,7 +32,7 @@ def group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
 
 
 def clock_text(c: dict | None) -> str:
-    """A source's clock placement in a few characters: 'boot ±1 ms', 'wall ±?', 'boot: unplaced'."""
+    """A source's clock placement in a few characters: 'boot ±1 ms', 'wall ±0 ms', 'boot: unplaced'."""
     if not c:
         return "-"
     if c["domain"] == "none":
@@ -40,5 +40,6 @@ def clock_text(c: dict | None) -> str:
     if c.get("offset_s") is None:
         return f"{c['domain']}: unplaced"
     u = c.get("uncertainty_s")
-    us = "±?" if u is None else (f"±{u * 1000:.0f} ms" if u < 1 else f"±{u:.1f} s")
+    us = ("(uncertainty not stated)" if u is None else
+          f"±{u * 1000:.3f} ms" if 0 < u < 0.001 else f"±{u * 1000:.0f} ms" if u < 1 else f"±{u:.1f} s")
     return f"{c['domain']} {us}"

@@ -64,7 +64,10 @@ def markdown(rep: dict) -> str:
                 out.append(f"   - `{md_escape(e['source'])}:{e['line']}`: {md_escape(first)}")
             if j < len(c["edges"]):
                 ed = c["edges"][j]
-                out.append(f"   - ↓ {md_escape(ed['because'])} ({ed['provenance']}, strength {ed['strength']:.2f})")
+                undecided = ("; which came first is within the uncertainty of their times"
+                             if ed.get("order") == "undecidable" else "")
+                out.append(f"   - ↓ {md_escape(ed['because'])} ({ed['provenance']}, strength {ed['strength']:.2f}"
+                           f"{undecided})")
         if c.get("consequences"):
             out += ["", "Also explained by this chain:", ""]
             out += [f"- {x['time']} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"

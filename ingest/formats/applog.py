@@ -186,6 +186,10 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      r"(?: of binary: (?P<binary>.*))?", ("exitcode", "local_rank", "worker_pid")),
     ("closing_signal", None, "closing signal",
      r"Sending process (?P<worker_pid>\d+) closing signal (?P<signal>SIG\w+)", ("worker_pid",)),
+    # the grace period ran out: torchrun sends the kill signal (numbers, as `via 15 ... via 9`)
+    ("closing_signal", None, "forcefully exiting via",
+     r"Unable to shutdown process (?P<worker_pid>\d+) via (?P<ignored_signal>\S+), forcefully exiting via "
+     r"(?P<signal>\S+)", ("worker_pid",)),
     # what a rank's input pipeline or checkpoint writer says when it runs out of room
     ("shm_exhausted", "shm_exhausted", "shared memory",
      r"(?P<io_error>unable to allocate shared memory\(shm\)[^\n]*|Unexpected bus error encountered in worker[^\n]*"
@@ -1199,7 +1203,7 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     ev = ev.with_columns(
         pl.when(pl.col("name") == "nccl_warn").then(pl.lit("nccl_warn")).otherwise(pl.col("kind")).alias("kind"))
     sel = ev.filter(pl.col("kind").is_not_null() | pl.col("name").is_in(
-        ["nccl_error_return", "worker_failed", "nccl_version"]))
+        ["nccl_error_return", "worker_failed", "nccl_version", "closing_signal"]))
     # rows summarised already (the grouped blocks, ``_blk``: every one has a summary) are left as
     # they are: not decoded in Python, nor their attrs searched for the summary
     if "_blk" in sel.columns:
@@ -1217,6 +1221,11 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         msg = (r["msg"] or r["body"] or "").strip()
         if name == "nccl_version":
             st.versions.setdefault(a.get("version"), r["lineno"])
+            continue
+        if name == "closing_signal":     # `via 9`: the signal's name, as the other lines give it
+            if str(a.get("signal") or "").isdigit():
+                a["signal"] = _signame(-int(a["signal"])) or a["signal"]
+                upd[r["lineno"]] = (kind, json.dumps(a))
             continue
         if a.get("summary"):        # blocks: summarised where they were grouped
             continue

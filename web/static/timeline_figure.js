@@ -23,20 +23,30 @@
   }
 
 
+  // a lane's label: its id and how its clock was placed ("boot ±82 ms"), as the sources table says
+  function clockText(c) {
+    if (!c || !c.domain) return "";
+    if (!c.placed) return c.domain + ": unplaced";
+    const u = c.uncertainty_s;
+    if (u === null || u === undefined) return c.domain;
+    return c.domain + " ±" + (u === 0 ? "0 ms" : u < 1 ? (u * 1000).toFixed(u < 0.001 ? 3 : 0) + " ms" : u.toFixed(1) + " s");
+  }
+  function laneName(l) { const c = clockText(l.clock); return esc(l.id + (c ? " · " + c : "")); }
+
   function figure(d) {
-    const lanes = d.lanes.map(l => esc(l.id));   // lane names are file paths: category labels are HTML too
+    const lanes = d.lanes.map(laneName);   // lane names are file paths: category labels are HTML too
     const traces = [];
     const spanX = [], spanY = [], ptX = [], ptY = [], ptText = [], ptCustom = [];
     const binX = [], binY = [], binS = [], binText = [];
     for (const l of d.lanes) {
       for (const e of (l.events || [])) {
-        if (e.dur && e.dur > 0) { spanX.push(xOf(e.ts), xOf(e.ts + e.dur), null); spanY.push(esc(l.id), esc(l.id), null); }
-        ptX.push(xOf(e.ts)); ptY.push(esc(l.id));
+        if (e.dur && e.dur > 0) { spanX.push(xOf(e.ts), xOf(e.ts + e.dur), null); spanY.push(laneName(l), laneName(l), null); }
+        ptX.push(xOf(e.ts)); ptY.push(laneName(l));
         ptText.push(esc((e.kind ? "[" + e.kind + "] " : "") + e.name + (e.line ? " (line " + e.line + ")" : "")));
         ptCustom.push([e.source || l.source, e.line, e.text || "", e.kind || "", e.name]);
       }
       for (const b of (l.bins || [])) {
-        binX.push(xOf(b.ts + b.dur / 2)); binY.push(esc(l.id)); binS.push(4 + Math.min(14, Math.log2(1 + b.n) * 2));
+        binX.push(xOf(b.ts + b.dur / 2)); binY.push(laneName(l)); binS.push(4 + Math.min(14, Math.log2(1 + b.n) * 2));
         binText.push(esc(b.n + " events, mostly " + b.name + (b.typed ? " (" + b.typed + " findings)" : "")));
       }
     }

@@ -1,0 +1,261 @@
+"""The boot clock placed by processes seen on both clocks, with no anchor needed.
+
+A bundle often holds no reading that pairs the boot clock with the wall clock (no uptime + date,
+no ``perf record -k``), yet it holds the same processes on both: perf records each thread's exit
+on the boot clock (``sched:sched_process_exit``), and torchrun writes, in wall time, when it
+signalled each worker and when it reported the failed one. Causality orders each such pair, so
+each pair bounds the offset ``wall - boot`` on one side; the bounds of all pairs intersect.
+
+Rules (torchrun's ``_poll``/``_close``; every wall time is the line's printed millisecond, the
+true instant lies in ``[printed, printed + 1 ms)``):
+
+``signal -> exit`` (a lower bound). ``Sending process P closing signal S`` is logged after a
+    ``poll()`` found P alive and right before the signal is sent, so P's exit (its main thread's
+    ``sched_process_exit``) comes after the printed time: ``offset >= printed - exit_boot``
+    (``SEND_SLACK_NS`` allows the microseconds between the poll and the log call). A process that
+    ignores the signal, or is stopped or in D state, exits later: its bound is merely weaker.
+``exit -> report`` (upper bounds). The failed worker F named by ``failed (exitcode: ...) (pid: F)``
+    had exited before torchrun sent the first closing signal of that shutdown (the poll that saw
+    it dead starts the shutdown), and every worker of the shutdown had exited before the
+    ``failed`` line itself (``_close`` waits for them): ``offset <= printed + 1 ms - exit_boot``.
+    Where perf recorded no exit, the thread's last perf sample stands in (it is no later than
+    the exit, so the bound still holds).
+
+The bounds give an interval ``[L, U]`` that contains the truth whatever the latencies. Within it
+the estimate uses what is typical: a worker's main thread killed by a signal ends within about a
+millisecond of it (``SIGNAL_EXIT_TYPICAL_NS``) -- unless it is the last thread of its process,
+which frees the address space before perf records its exit (tens of milliseconds for a few GB;
+perf marks it ``group_dead=true``). So each signal->exit pair of a main thread that was not the
+last suggests ``printed + 1 ms``; the estimate is the latest of those suggestions and L, but no
+further than the middle of ``[L, U]``, and without any suggestion it is the middle. The stated
+uncertainty is the estimate's distance to the farther end, so that the window
+``offset ± uncertainty`` covers ``[L, U]``.
+
+The offset is for perf's clock: printk's own where ``perf record`` ran without ``-k`` (perf and
+printk both read the kernel's ``local_clock``), CLOCK_MONOTONIC with ``-k CLOCK_MONOTONIC``.
+Bounds that cannot all hold (``L > U``) leave the host unplaced by this method and are reported.
+
+Worked example (``tests/analysis/test_clock_match.py``; a real recording, rank 2 of four raised
+an exception): perf saw the failed worker 20971 exit at 22970.748091 s and the main threads of
+20969, 20970 and 20972 exit at 22970.832385, 22970.832329 and 22970.834857 s. torchrun printed
+``Sending process 20969/20970/20972 closing signal SIGTERM`` at 04:10:49.884, .887 and .889, and
+``failed (exitcode: 1) local_rank: 2 (pid: 20971)`` at 04:10:50.161 (UTC 2026-12-02). Lower
+bounds (epoch 1796184649.884 s etc. minus the exit): 1796161679.051615, 1796161679.054671 and
+1796161679.054143 s, less 1 ms of slack: L = 1796161679.053671 s. Upper bounds: 20971 exited
+before the first signal, 1796184649.885 - 22970.748091 = 1796161679.136909 s; the others before
+the ``failed`` line, at most 1796161679.329615 s: U = 1796161679.136909 s. The three main
+threads were not their processes' last (``group_dead=false``): their signals suggest the
+printed times plus 1 ms, the latest 1796161679.055671 s (from 20970), which is the estimate,
+± 81.238 ms (to U). (The recorder's truth, from perf's ``-k``
+reference time that the example leaves aside: 1796161679.055119 s, 0.55 ms away.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SEND_SLACK_NS = 1_000_000          # torchrun's poll() to its log call, allowed generously
+LAUNCHER_RES_NS = 1_000_000        # torchrun prints milliseconds (padded to six digits)
+# a worker's main thread, killed by a signal, ends within about this (when it is not the last
+# thread: the last one frees the address space before perf records its exit, tens of ms for GBs)
+SIGNAL_EXIT_TYPICAL_NS = 1_000_000
+METHOD = "the same processes on both clocks (perf's exits against torchrun's signals and reports)"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One pair: ``lo <= offset`` or ``offset <= hi`` (offset = wall - boot), with its evidence."""
+    host: str
+    rule: str                  # "signal->exit" | "exit->first signal" | "exit->failed line"
+    pid: int
+    lo_ns: int | None
+    hi_ns: int | None
+    boot_source: str
+    boot_line: int | None
+    wall_source: str
+    wall_line: int | None
+    boot_clock: str            # perf's clockid ("" where perf used its own clock: printk's)
+    typical_ns: int | None = None   # how far the effect typically follows the cause, where known
+
+    def evidence(self) -> dict:
+        side = f">= {self.lo_ns / 1e9:.6f}" if self.lo_ns is not None else f"<= {self.hi_ns / 1e9:.6f}"
+        return {"source": self.wall_source, "line": self.wall_line, "rule": self.rule, "pid": self.pid,
+                "boot_source": self.boot_source, "boot_line": self.boot_line, "offset": side,
+                "offset_ns": self.lo_ns if self.lo_ns is not None else self.hi_ns}
+
+
+@dataclass(frozen=True)
+class Match:
+    host: str
+    offset_ns: int
+    uncertainty_ns: int
+    lo_ns: int
+    hi_ns: int
+    bounds: tuple[Bound, ...]
+    boot_clock: str
+
+    @property
+    def printk_clock(self) -> bool:
+        """perf ran on its own clock, which is printk's: the kernel log needs no drift allowance."""
+        return self.boot_clock in ("", "perf")
+
+
+def _exits(store, incident_id: str) -> dict[tuple[str, int], dict]:
+    """(host, tid) -> the thread's exit on perf's clock, else its last sample (``exact`` False)."""
+    out: dict[tuple[str, int], dict] = {}
+    for r in store.query(
+            """SELECT COALESCE(s.host, '') AS host, e.pid AS tid, min(e.ts_raw_ns) AS ts, any_value(s.path) AS path,
+                      arg_min(e.line, e.ts_raw_ns) AS line,
+                      arg_min(json_extract_string(e.attrs, '$.group_dead'), e.ts_raw_ns) AS group_dead,
+                      any_value(COALESCE((SELECT lower(split_part(f.value, ' ', 1)) FROM facts f
+                                          WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id
+                                            AND f.key = 'perf_clockid'), '')) AS clk
+               FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND s.format = 'perf_script' AND s.clock_domain = 'boot'
+                 AND e.name = 'sched:sched_process_exit' AND e.pid IS NOT NULL AND e.ts_raw_ns IS NOT NULL
+               GROUP BY 1, 2""", [incident_id]):
+        out[(r["host"], r["tid"])] = {"ts": r["ts"], "path": r["path"], "line": r["line"], "exact": True,
+                                      "clk": r["clk"], "last_thread": r["group_dead"] != "false"}
+    return out
+
+
+def _last_samples(store, incident_id: str, want: set[tuple[str, int]]) -> dict[tuple[str, int], dict]:
+    if not want:
+        return {}
+    tids = sorted({t for _, t in want})
+    out = {}
+    for r in store.query(
+            f"""SELECT COALESCE(s.host, '') AS host, x.tid, max(x.ts_raw_ns) AS ts, any_value(s.path) AS path,
+                       any_value(COALESCE((SELECT lower(split_part(f.value, ' ', 1)) FROM facts f
+                                           WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id
+                                             AND f.key = 'perf_clockid'), '')) AS clk
+                FROM samples x JOIN sources s USING (incident_id, source_id)
+                WHERE x.incident_id = ? AND s.clock_domain = 'boot' AND x.tid IN ({','.join('?' * len(tids))})
+                GROUP BY 1, 2""", [incident_id, *tids]):
+        if (r["host"], r["tid"]) in want:
+            out[(r["host"], r["tid"])] = {"ts": r["ts"], "path": r["path"], "line": None, "exact": False,
+                                          "clk": r["clk"]}
+    return out
+
+
+def _launcher_lines(store, incident_id: str) -> list[dict]:
+    return store.query(
+        """SELECT COALESCE(s.host, '') AS host, s.path, e.pid AS launcher, e.line, e.name, e.ts_raw_ns AS wall_ns,
+                  TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT) AS worker
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND s.clock_domain = 'wall' AND e.ts_raw_ns IS NOT NULL
+             AND e.name IN ('closing_signal', 'worker_failed')
+           ORDER BY s.path, e.line""", [incident_id])
+
+
+def shutdowns(lines: list[dict]) -> list[list[dict]]:
+    """torchrun's shutdowns: one launcher's lines of one file, in file order, each ending at its
+    ``failed`` line (the closing signals before it are the ones that shutdown sent)."""
+    rounds: list[list[dict]] = []
+    cur: list[dict] = []
+    key = None
+    for ln in lines:
+        k = (ln["path"], ln["launcher"])
+        if k != key and cur:
+            rounds.append(cur)
+            cur = []
+        key = k
+        cur.append(ln)
+        if ln["name"] == "worker_failed":
+            rounds.append(cur)
+            cur = []
+    if cur:
+        rounds.append(cur)
+    return rounds
+
+
+def noticed(store, incident_id: str) -> dict[tuple[str, int], int]:
+    """(path, line of a ``failed`` line) -> when torchrun had noticed that worker's death: its
+    first closing signal of that shutdown, else the line itself (the shutdown in between may
+    have waited out a 30 s grace period)."""
+    out = {}
+    for rnd in shutdowns(_launcher_lines(store, incident_id)):
+        first = min(ln["wall_ns"] for ln in rnd)
+        for ln in rnd:
+            if ln["name"] == "worker_failed":
+                out[(ln["path"], ln["line"])] = first
+    return out
+
+
+def bounds(store, incident_id: str) -> list[Bound]:
+    """Every causal pair of the incident (see the module docstring)."""
+    lines = _launcher_lines(store, incident_id)
+    if not lines:
+        return []
+    exits = _exits(store, incident_id)
+    hosts = {h for h, _ in exits}
+    # A launcher log without a host in a single-host bundle is that host's.
+    only = next(iter(hosts)) if len(hosts) == 1 else None
+    for ln in lines:
+        if ln["host"] == "" and only is not None:
+            ln["host"] = only
+    need = {(ln["host"], ln["worker"]) for ln in lines if ln["worker"] is not None} - set(exits)
+    seen = {**_last_samples(store, incident_id, need), **exits}
+    out: list[Bound] = []
+
+    def bound(rule, ln, ex, lo=None, hi=None, typical=None):
+        out.append(Bound(ln["host"], rule, ln["worker"], lo, hi, ex["path"], ex["line"], ln["path"], ln["line"],
+                         ex["clk"], typical))
+
+    for rnd in shutdowns(lines):
+        sends = [ln for ln in rnd if ln["name"] == "closing_signal" and ln["worker"] is not None]
+        failed = [ln for ln in rnd if ln["name"] == "worker_failed" and ln["worker"] is not None]
+        for ln in sends:
+            ex = seen.get((ln["host"], ln["worker"]))
+            if ex is not None and ex["exact"]:
+                bound("signal->exit", ln, ex, lo=ln["wall_ns"] - SEND_SLACK_NS - ex["ts"],
+                      typical=None if ex["last_thread"] else SIGNAL_EXIT_TYPICAL_NS)
+        for f in failed:
+            ex = seen.get((f["host"], f["worker"]))
+            if ex is not None:
+                first = min([ln["wall_ns"] for ln in sends] + [f["wall_ns"]])
+                rule = "exit->first signal" if sends else "exit->failed line"
+                bound(rule, {**f, "wall_ns": first}, ex, hi=first + LAUNCHER_RES_NS - ex["ts"])
+            for ln in sends:
+                ex = seen.get((ln["host"], ln["worker"]))
+                if ex is not None:
+                    bound("exit->failed line", {**ln, "wall_ns": f["wall_ns"], "line": f["line"]}, ex,
+                          hi=f["wall_ns"] + LAUNCHER_RES_NS - ex["ts"])
+    return out
+
+
+def solve(host: str, bs: list[Bound]) -> tuple[Match | None, dict | None]:
+    """The offset from one host's bounds: (match, None), or (None, the contradiction), or
+    (None, None) when the bounds leave one side open."""
+    lows = [b for b in bs if b.lo_ns is not None]
+    highs = [b for b in bs if b.hi_ns is not None]
+    if not lows or not highs:
+        return None, None
+    lo_b = max(lows, key=lambda b: b.lo_ns)
+    hi_b = min(highs, key=lambda b: b.hi_ns)
+    lo, hi = lo_b.lo_ns, hi_b.hi_ns
+    clocks = {b.boot_clock for b in bs}
+    if lo > hi or len(clocks) > 1:
+        return None, {"host": host, "lower": lo_b.evidence(), "upper": hi_b.evidence(),
+                      "gap_ns": lo - hi, "clocks": sorted(clocks)}
+    mid = (lo + hi) // 2
+    typical = [b.lo_ns + SEND_SLACK_NS + b.typical_ns for b in lows if b.typical_ns is not None]
+    off = min(max([lo] + typical), mid) if typical else mid
+    unc = max(off - lo, hi - off, 1)
+    return Match(host, off, unc, lo, hi, (lo_b, hi_b) + tuple(b for b in bs if b not in (lo_b, hi_b)),
+                 clocks.pop()), None
+
+
+def matches(store, incident_id: str) -> tuple[dict[str, Match], list[dict]]:
+    """Per host, the offset of perf's clock from the processes seen on both clocks, and the
+    hosts whose pairs contradict each other."""
+    by: dict[str, list[Bound]] = {}
+    for b in bounds(store, incident_id):
+        by.setdefault(b.host, []).append(b)
+    found, bad = {}, []
+    for host, bs in by.items():
+        m, c = solve(host, bs)
+        if m is not None:
+            found[host] = m
+        elif c is not None:
+            bad.append(c)
+    return found, bad

@@ -1,0 +1,108 @@
+"""The worked example of analysis/clock_match.py's docstring, end to end through the pipeline,
+on lines cut from two real recordings (tests/data/clock_match/PROVENANCE.md)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.clock_match import METHOD, Bound, solve
+from server.service import Service
+from server.settings import Settings
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "clock_match"
+
+
+@pytest.fixture
+def svc(tmp_path):
+    return Service(Settings.from_env(home=tmp_path / "home"))
+
+
+def _boot(svc, bundle):
+    sub = svc.submit_path(bundle)
+    svc.analyze(sub.incident_id)
+    (cm,) = svc.store.query("SELECT offset_ns, uncertainty_ns, method, evidence FROM clock_map "
+                            "WHERE incident_id = ? AND domain = 'boot'", [sub.incident_id])
+    return sub.incident_id, cm
+
+
+def test_docstring_worked_example(svc):
+    iid, cm = _boot(svc, DATA / "exception-r2-4rank")
+    assert cm["offset_ns"] == 1_796_161_679_055_671_000
+    assert cm["uncertainty_ns"] == 81_238_000
+    assert cm["method"].startswith(METHOD)
+    assert "[1796161679.053671, 1796161679.136909] s" in cm["method"]
+    assert "perf's -k clock (monotonic)" in cm["method"]
+    used = json.loads(cm["evidence"])["used"]
+    assert [(u["rule"], u["pid"]) for u in used[:2]] == [("signal->exit", 20970), ("exit->first signal", 20971)]
+    # the recorder's truth (perf's reference time, left out of the mini bundle) is 0.55 ms away
+    truth = 1_796_184_625_687_022_000 - 22_946_631_902_602
+    assert abs(cm["offset_ns"] - truth) < 600_000
+    # perf's exits are placed: the failed worker's ends before the first closing signal
+    (ex,) = svc.store.query("SELECT ts_utc_ns FROM events WHERE incident_id = ? AND pid = 20971 "
+                            "AND name = 'sched:sched_process_exit'", [iid])
+    assert ex["ts_utc_ns"] < 1_796_184_649_884_000_000
+
+
+def test_stopped_worker_killed_after_its_grace_period(svc):
+    """The stopped rank ignores the SIGTERM; torchrun SIGKILLs it 30 s later and perf records its
+    exit 43 ms after that line: its main thread was the last (``group_dead=true``) and freed the
+    address space first. So the signal's millisecond is not trusted: the middle of the bounds."""
+    iid, cm = _boot(svc, DATA / "sigstop-r1")
+    ev = svc.store.query("SELECT json_extract_string(attrs, '$.signal') AS sig FROM events "
+                         "WHERE incident_id = ? AND name = 'closing_signal' ORDER BY line", [iid])
+    assert [e["sig"] for e in ev] == ["SIGTERM", "SIGKILL"]
+    truth = 1_796_162_914_451_733_000 - 1_260_638_968_852
+    lo = truth - 43_000_000
+    assert cm["method"].startswith(METHOD)
+    # L from the SIGKILL line (22:10:01.632, less 1 ms) and U from rank 0's exit before the SIGTERM
+    assert cm["offset_ns"] - cm["uncertainty_ns"] <= truth <= cm["offset_ns"] + cm["uncertainty_ns"]
+    assert cm["offset_ns"] > lo + 50_000_000
+    assert abs(cm["offset_ns"] - truth) < 50_000_000
+    assert cm["uncertainty_ns"] < 100_000_000
+
+
+def _b(rule, lo=None, hi=None, clock="monotonic", typical=None):
+    return Bound("h", rule, 1, lo, hi, "perf", 1, "log", 2, clock, typical)
+
+
+def test_contradicting_pairs_place_nothing():
+    m, bad = solve("h", [_b("signal->exit", lo=10_000_000), _b("exit->first signal", hi=5_000_000)])
+    assert m is None and bad["gap_ns"] == 5_000_000
+
+
+def test_one_sided_bounds_place_nothing():
+    assert solve("h", [_b("signal->exit", lo=10), _b("signal->exit", lo=20)]) == (None, None)
+
+
+def test_perf_on_its_own_clock_is_printks():
+    m, _ = solve("h", [_b("signal->exit", lo=0, clock="", typical=1_000_000),
+                       _b("exit->failed line", hi=300_000_000, clock="")])
+    assert m.printk_clock and m.offset_ns == 2_000_000 and m.uncertainty_ns == 298_000_000
+
+
+def test_without_a_typical_latency_the_middle():
+    """A last thread's exit (it freed the address space first) suggests nothing."""
+    m, _ = solve("h", [_b("signal->exit", lo=0), _b("exit->first signal", hi=100_000_000)])
+    assert (m.offset_ns, m.uncertainty_ns) == (50_000_000, 50_000_000)
+
+
+def test_timeline_lanes_say_how_their_clock_was_placed(svc):
+    from analysis.timeline import Window, window
+    iid, cm = _boot(svc, DATA / "exception-r2-4rank")
+    t0 = 1_796_184_649_000_000_000
+    lanes = {l["source"]: l["clock"] for l in window(svc.store, iid, Window(t0, t0 + 2_000_000_000))["lanes"]}
+    perf = next(c for s, c in lanes.items() if "perf" in s)
+    assert perf["domain"] == "boot" and perf["placed"] and perf["uncertainty_s"] == pytest.approx(0.081238)
+    assert perf["method"].startswith(METHOD)
+    log = next(c for s, c in lanes.items() if "torchrun" in s)
+    assert log["domain"] == "wall" and log["uncertainty_s"] == 0
+
+
+def test_an_edge_whose_windows_overlap_is_undecidable():
+    from types import SimpleNamespace as NS
+
+    from analysis.chains import _order
+    at = lambda lo, hi: NS(timing_ns=lambda: (lo, hi))  # noqa: E731
+    assert _order(NS(cause=at(0, 10), effect=at(20, 30))) == "certain"
+    assert _order(NS(cause=at(0, 25), effect=at(20, 30))) == "undecidable"
+    assert _order(NS(cause=at(0, 10), effect=NS(timing_ns=lambda: None))) == "certain"
