@@ -251,7 +251,7 @@ KERNEL_WALL_SPAN_NS = {"dmesg_ctime": 2_000_000_000, "dmesg_iso": 1_000}
 
 
 _KERNEL_TWINS = r"""WITH lines AS (
-             SELECT COALESCE(s.host, '') AS host, s.format, s.path, s.source_id, e.line, e.ts_raw_ns, e.ts_utc_ns,
+             SELECT COALESCE(s.host, '') AS host, s.format, s.path, e.line, e.ts_raw_ns,
                     regexp_replace(split_part(e.text, chr(10), 1),
                                    '^([^\]]*\] ?|\d{4}-\d\d-\d\dT[0-9:,.]+[+-]\d\d:?\d\d ?)', '') AS msg
              FROM events e JOIN sources s USING (incident_id, source_id)
@@ -259,10 +259,9 @@ _KERNEL_TWINS = r"""WITH lines AS (
                AND e.ts_raw_ns IS NOT NULL),
            k AS (SELECT *, row_number() OVER (PARTITION BY host, format, path, msg ORDER BY line) AS n FROM lines)
            SELECT r.host, r.path AS raw_path, c.path AS t_path, c.format AS t_format, r.ts_raw_ns AS raw_ns,
-                  c.ts_raw_ns AS t_ns, r.line AS raw_line, c.source_id AS t_sid, c.line AS t_line, r.ts_utc_ns AS utc
+                  c.ts_raw_ns AS t_ns, r.line AS raw_line
            FROM k r JOIN k c ON r.host = c.host AND r.msg = c.msg AND r.n = c.n
            WHERE r.format = 'dmesg_raw' AND c.format IN ('dmesg_ctime', 'dmesg_iso') AND length(r.msg) > 0"""
-_TWINS_SQL = _KERNEL_TWINS + " AND r.ts_utc_ns IS NOT NULL"
 
 
 def _kernel_pairs(store, incident_id: str) -> list[dict]:
@@ -637,8 +636,6 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         return entries
     for table in ("events", "samples", "metrics", "collectives", "steps"):
         _place(cur, table, incident_id)
-    if pairs:
-        _place_twins(cur, incident_id)
     # A kernel log with reboots in it: the anchors were read in the last boot, so the records
     # of earlier boots (their own boot clock) stay unplaced rather than being placed wrongly.
     cur.execute(
@@ -650,17 +647,6 @@ def align(store, incident_id: str) -> list[ClockEntry]:
              AND COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.boot') AS INTEGER), 0)
                  <> TRY_CAST(f.value AS INTEGER) - 1""", [incident_id])
     return entries
-
-
-def _place_twins(cur, incident_id: str) -> None:
-    """A record of a converted kernel log whose raw twin is placed is at its twin's instant: the
-    file's common offset (:func:`solve_kernel_wall`) only bounds where each record may be,
-    the twin says where it is."""
-    cur.execute(
-        f"""UPDATE main.events AS t SET ts_utc_ns = p.utc
-            FROM ({_TWINS_SQL}) p
-            WHERE t.incident_id = ? AND t.source_id = p.t_sid AND t.line = p.t_line""",
-        [incident_id, incident_id])
 
 
 def _place(cur, table: str, incident_id: str) -> None:
