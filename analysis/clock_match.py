@@ -96,19 +96,23 @@ class Match:
     @property
     def printk_clock(self) -> bool:
         """perf ran on its own clock, which is printk's: the kernel log needs no drift allowance."""
-        return self.boot_clock in ("", "perf")
+        return self.boot_clock == ""
+
+
+# perf's `-k` clock of the row's source, lower case ("" where perf ran on its own clock)
+_PERF_CLOCK = """COALESCE((SELECT lower(split_part(f.value, ' ', 1)) FROM facts f
+                           WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id
+                             AND f.key = 'perf_clockid'), '')"""
 
 
 def _exits(store, incident_id: str) -> dict[tuple[str, int], dict]:
     """(host, tid) -> the thread's exit on perf's clock, else its last sample (``exact`` False)."""
     out: dict[tuple[str, int], dict] = {}
     for r in store.query(
-            """SELECT COALESCE(s.host, '') AS host, e.pid AS tid, min(e.ts_raw_ns) AS ts, any_value(s.path) AS path,
+            f"""SELECT COALESCE(s.host, '') AS host, e.pid AS tid, min(e.ts_raw_ns) AS ts, any_value(s.path) AS path,
                       arg_min(e.line, e.ts_raw_ns) AS line,
                       arg_min(json_extract_string(e.attrs, '$.group_dead'), e.ts_raw_ns) AS group_dead,
-                      any_value(COALESCE((SELECT lower(split_part(f.value, ' ', 1)) FROM facts f
-                                          WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id
-                                            AND f.key = 'perf_clockid'), '')) AS clk
+                      any_value({_PERF_CLOCK}) AS clk
                FROM events e JOIN sources s USING (incident_id, source_id)
                WHERE e.incident_id = ? AND s.format = 'perf_script' AND s.clock_domain = 'boot'
                  AND e.name = 'sched:sched_process_exit' AND e.pid IS NOT NULL AND e.ts_raw_ns IS NOT NULL
@@ -125,9 +129,7 @@ def _last_samples(store, incident_id: str, want: set[tuple[str, int]]) -> dict[t
     out = {}
     for r in store.query(
             f"""SELECT COALESCE(s.host, '') AS host, x.tid, max(x.ts_raw_ns) AS ts, any_value(s.path) AS path,
-                       any_value(COALESCE((SELECT lower(split_part(f.value, ' ', 1)) FROM facts f
-                                           WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id
-                                             AND f.key = 'perf_clockid'), '')) AS clk
+                       any_value({_PERF_CLOCK}) AS clk
                 FROM samples x JOIN sources s USING (incident_id, source_id)
                 WHERE x.incident_id = ? AND s.clock_domain = 'boot' AND x.tid IN ({','.join('?' * len(tids))})
                 GROUP BY 1, 2""", [incident_id, *tids]):
@@ -137,7 +139,8 @@ def _last_samples(store, incident_id: str, want: set[tuple[str, int]]) -> dict[t
     return out
 
 
-def _launcher_lines(store, incident_id: str) -> list[dict]:
+def launcher_lines(store, incident_id: str) -> list[dict]:
+    """torchrun's closing-signal and ``failed`` lines, in file order (what the rules read)."""
     return store.query(
         """SELECT COALESCE(s.host, '') AS host, s.path, e.pid AS launcher, e.line, e.name, e.ts_raw_ns AS wall_ns,
                   TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT) AS worker
@@ -168,12 +171,12 @@ def shutdowns(lines: list[dict]) -> list[list[dict]]:
     return rounds
 
 
-def noticed(store, incident_id: str) -> dict[tuple[str, int], int]:
+def noticed(lines: list[dict]) -> dict[tuple[str, int], int]:
     """(path, line of a ``failed`` line) -> when torchrun had noticed that worker's death: its
     first closing signal of that shutdown, else the line itself (the shutdown in between may
     have waited out a 30 s grace period)."""
     out = {}
-    for rnd in shutdowns(_launcher_lines(store, incident_id)):
+    for rnd in shutdowns(lines):
         first = min(ln["wall_ns"] for ln in rnd)
         for ln in rnd:
             if ln["name"] == "worker_failed":
@@ -181,9 +184,9 @@ def noticed(store, incident_id: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def bounds(store, incident_id: str) -> list[Bound]:
-    """Every causal pair of the incident (see the module docstring)."""
-    lines = _launcher_lines(store, incident_id)
+def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
+    """Every causal pair of the incident (see the module docstring); ``lines``:
+    :func:`launcher_lines`."""
     if not lines:
         return []
     exits = _exits(store, incident_id)
@@ -245,11 +248,11 @@ def solve(host: str, bs: list[Bound]) -> tuple[Match | None, dict | None]:
                  clocks.pop()), None
 
 
-def matches(store, incident_id: str) -> tuple[dict[str, Match], list[dict]]:
+def matches(store, incident_id: str, lines: list[dict]) -> tuple[dict[str, Match], list[dict]]:
     """Per host, the offset of perf's clock from the processes seen on both clocks, and the
     hosts whose pairs contradict each other."""
     by: dict[str, list[Bound]] = {}
-    for b in bounds(store, incident_id):
+    for b in bounds(store, incident_id, lines):
         by.setdefault(b.host, []).append(b)
     found, bad = {}, []
     for host, bs in by.items():

@@ -137,7 +137,8 @@ class ClockEntry:
                                         "allowances": list(self.allowances)})}
 
 
-def collect_anchors(store, incident_id: str, kernel_pairs: list[dict] | None = None) -> list[Anchor]:
+def collect_anchors(store, incident_id: str, kernel_pairs: list[dict] | None = None,
+                    launcher: list[dict] | None = None) -> list[Anchor]:
     rows = store.query(
         """SELECT COALESCE(a.host, s.host, '') AS host, a.name, a.local_ns, a.wall_ns,
                   a.uncertainty_ns, s.path, a.line, a.text
@@ -148,7 +149,7 @@ def collect_anchors(store, incident_id: str, kernel_pairs: list[dict] | None = N
                       r["path"], r["line"], r["text"]) for r in rows]
     anchors += _paired_readings(store, incident_id, {a.source for a in anchors if a.name == "uptime_date"})
     anchors += _dmesg_t_pairs(_kernel_pairs(store, incident_id) if kernel_pairs is None else kernel_pairs)
-    anchors += _pid_deaths(store, incident_id)
+    anchors += _pid_deaths(store, incident_id, launcher)
     return _current_boot_journal(store, incident_id, anchors)
 
 
@@ -167,7 +168,7 @@ LAUNCHER_LATENCY_NS = 2_000_000_000   # a launcher notices a dead worker within 
 EXIT_CLEANUP_NS = 5_000_000_000
 
 
-def _pid_deaths(store, incident_id: str) -> list[Anchor]:
+def _pid_deaths(store, incident_id: str, launcher: list[dict] | None = None) -> list[Anchor]:
     """The same process's death on the kernel clock and in a launcher's wall-clock report.
 
     The kernel prints the OOM kill (or perf records the exit) at the instant of death, on the
@@ -205,8 +206,10 @@ def _pid_deaths(store, incident_id: str) -> list[Anchor]:
             SELECT k.host, k.pid, k.raw_ns, k.path AS kpath, k.line AS kline, l.wall_ns, l.res_ns,
                    l.exited, l.path AS lpath, l.line AS lline, l.lname
             FROM k JOIN l ON k.host = l.host AND k.pid = l.pid""", [incident_id, incident_id])
-    from .clock_match import noticed
-    seen = noticed(store, incident_id) if any(r["lname"] == "worker_failed" for r in rows) else {}
+    from .clock_match import launcher_lines, noticed
+    seen = {}
+    if any(r["lname"] == "worker_failed" for r in rows):
+        seen = noticed(launcher_lines(store, incident_id) if launcher is None else launcher)
     by: dict[str, list] = {}
     for r in rows:
         if r["lname"] == "worker_failed":
@@ -474,10 +477,15 @@ def solve_boot(host: str, anchors: list[Anchor], printk_ns: int = 0, match=None)
         entry, on_printk = _with_match(entry, match, printk_ns, on_printk)
     if entry.offset_ns is None or not printk_ns or on_printk:
         return entry
-    extra = PRINTK_DRIFT_PPM * printk_ns // 1_000_000
+    extra = _printk_allowance(printk_ns)
     return replace(entry, uncertainty_ns=(entry.uncertainty_ns or 0) + extra,
                    allowances=({"what": "printk clock drift", "ns": extra, "ppm": PRINTK_DRIFT_PPM,
                                 "latest_stamp_s": printk_ns / 1e9},))
+
+
+def _printk_allowance(printk_ns: int) -> int:
+    """How far printk's clock may have parted from the monotonic clock by this stamp."""
+    return PRINTK_DRIFT_PPM * printk_ns // 1_000_000
 
 
 def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[ClockEntry, bool]:
@@ -489,7 +497,7 @@ def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[
     if entry.offset_ns is None:
         return mine, m.printk_clock
     # the match and the anchors may read different clocks (printk's against CLOCK_MONOTONIC)
-    apart = 0 if m.printk_clock == on_printk else PRINTK_DRIFT_PPM * printk_ns // 1_000_000
+    apart = 0 if m.printk_clock == on_printk else _printk_allowance(printk_ns)
     diff = m.offset_ns - entry.offset_ns
     if abs(diff) > m.uncertainty_ns + (entry.uncertainty_ns or 0) + apart + CONFLICT_SLACK_NS:
         c = {"method": METHOD, "offset_ns": m.offset_ns, "uncertainty_ns": m.uncertainty_ns,
@@ -498,8 +506,8 @@ def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[
         return replace(entry, conflicts=entry.conflicts + (c,)), on_printk
     # precision where it matters most, the kernel's records: the allowance for printk's clock
     # goes to whichever method did not read it
-    mine_k = m.uncertainty_ns + (0 if m.printk_clock else PRINTK_DRIFT_PPM * printk_ns // 1_000_000)
-    entry_k = (entry.uncertainty_ns or 0) + (0 if on_printk else PRINTK_DRIFT_PPM * printk_ns // 1_000_000)
+    mine_k = m.uncertainty_ns + (0 if m.printk_clock else _printk_allowance(printk_ns))
+    entry_k = (entry.uncertainty_ns or 0) + (0 if on_printk else _printk_allowance(printk_ns))
     if mine_k < entry_k:
         return replace(mine, others=((entry.method, entry.offset_ns, entry.uncertainty_ns),) + entry.others,
                        conflicts=entry.conflicts), m.printk_clock
@@ -552,8 +560,10 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     doms = store.query(
         """SELECT DISTINCT COALESCE(host, '') AS host, clock_domain AS domain FROM sources
            WHERE incident_id = ? AND clock_domain IS NOT NULL""", [incident_id])
+    from .clock_match import launcher_lines, matches
     pairs = _kernel_pairs(store, incident_id)
-    anchors = collect_anchors(store, incident_id, pairs)
+    launcher = launcher_lines(store, incident_id)
+    anchors = collect_anchors(store, incident_id, pairs, launcher)
     by_host: dict[str, list[Anchor]] = {}
     for a in anchors:
         by_host.setdefault(a.host, []).append(a)
@@ -563,8 +573,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         only = next(iter(hosts - {""}))
         by_host.setdefault(only, []).extend(by_host[""])
     from .clock_collectives import host_offsets
-    from .clock_match import matches
-    matched, _contradictions = matches(store, incident_id)
+    matched, _contradictions = matches(store, incident_id, launcher)
     cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
     printk = {r["host"]: r["last"] for r in store.query(
