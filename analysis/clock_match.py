@@ -20,6 +20,10 @@ true instant lies in ``[printed, printed + 1 ms)``):
     ``failed`` line itself (``_close`` waits for them): ``offset <= printed + 1 ms - exit_boot``.
     Where perf recorded no exit, the thread's last perf sample stands in (it is no later than
     the exit, so the bound still holds).
+``line -> exit`` (a lower bound). Whatever a process wrote with its own time on the wall clock
+    (a log line whose prefix names it as the writer, a Kineto op) was written before its last thread
+    exited: ``offset >= written - exit``. Weak (a process rarely logs in its last moments) but
+    it holds for every process, also one that died on its own with no signal to pair.
 
 The bounds give an interval ``[L, U]`` that contains the truth whatever the latencies. Within it
 the estimate uses what is typical: a worker's main thread killed by a signal ends within about a
@@ -58,14 +62,15 @@ LAUNCHER_RES_NS = 1_000_000        # torchrun prints milliseconds (padded to six
 # a worker's main thread, killed by a signal, ends within about this (when it is not the last
 # thread: the last one frees the address space before perf records its exit, tens of ms for GBs)
 SIGNAL_EXIT_TYPICAL_NS = 1_000_000
-METHOD = "the same processes on both clocks (perf's exits against torchrun's signals and reports)"
+METHOD = ("the same processes on both clocks (perf's exits against torchrun's signals and reports "
+          "and the processes' own last lines)")
 
 
 @dataclass(frozen=True)
 class Bound:
     """One pair: ``lo <= offset`` or ``offset <= hi`` (offset = wall - boot), with its evidence."""
     host: str
-    rule: str                  # "signal->exit" | "exit->first signal" | "exit->failed line"
+    rule: str                  # "signal->exit" | "exit->first signal" | "exit->failed line" | "line->exit"
     pid: int
     lo_ns: int | None
     hi_ns: int | None
@@ -184,21 +189,52 @@ def noticed(lines: list[dict]) -> dict[tuple[str, int], int]:
     return out
 
 
+# what a process wrote on the wall clock, with the time it wrote it: a Kineto op of the traced
+# process, or a line whose own prefix names its writer (torch elastic's ``E1202 04:08:46.621000
+# 20168 file:line]``). Many rows carry a pid they are *about* (a launcher's or a collector's
+# report of a death, written after it): they do not count.
+_OWN_LINES = r"""SELECT COALESCE(s.host, '') AS host, e.pid, max(e.ts_raw_ns + COALESCE(e.dur_ns, 0)) AS last,
+                       arg_max(s.path, e.ts_raw_ns + COALESCE(e.dur_ns, 0)) AS path,
+                       arg_max(e.line, e.ts_raw_ns + COALESCE(e.dur_ns, 0)) AS line
+                FROM events e JOIN sources s USING (incident_id, source_id)
+                WHERE e.incident_id = ? AND s.clock_domain = 'wall' AND e.pid IS NOT NULL
+                  AND e.ts_raw_ns IS NOT NULL AND NOT COALESCE(e.ts_interpolated, false)
+                  AND (s.format = 'kineto' OR regexp_matches(e.text,
+                       '^(\[default\d+\]:)?(\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} '
+                       || CAST(e.pid AS VARCHAR) || ' '))
+                GROUP BY 1, 2"""
+
+
+def _own_lines(store, incident_id: str, exits: dict, only: str | None) -> list[Bound]:
+    """``line -> exit`` (a lower bound): a process wrote its last timed line (or Kineto op)
+    before its last thread exited: ``offset >= written - exit``. Only exits perf marked as the
+    last of their process count (a line of another thread may follow the main thread's exit)."""
+    out = []
+    for r in store.query(_OWN_LINES, [incident_id]):
+        host = r["host"] or only or ""
+        ex = exits.get((host, r["pid"]))
+        if ex is None or not ex["last_thread"]:
+            continue
+        out.append(Bound(host, "line->exit", r["pid"], r["last"] - ex["ts"], None, ex["path"], ex["line"],
+                         r["path"], r["line"], ex["clk"]))
+    return out
+
+
 def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
     """Every causal pair of the incident (see the module docstring); ``lines``:
     :func:`launcher_lines`."""
-    if not lines:
-        return []
     exits = _exits(store, incident_id)
+    if not exits:
+        return []
     hosts = {h for h, _ in exits}
-    # A launcher log without a host in a single-host bundle is that host's.
+    # A log without a host in a single-host bundle is that host's.
     only = next(iter(hosts)) if len(hosts) == 1 else None
+    out: list[Bound] = _own_lines(store, incident_id, exits, only)
     for ln in lines:
         if ln["host"] == "" and only is not None:
             ln["host"] = only
     need = {(ln["host"], ln["worker"]) for ln in lines if ln["worker"] is not None} - set(exits)
     seen = {**_last_samples(store, incident_id, need), **exits}
-    out: list[Bound] = []
 
     def bound(rule, ln, ex, lo=None, hi=None, typical=None):
         out.append(Bound(ln["host"], rule, ln["worker"], lo, hi, ex["path"], ex["line"], ln["path"], ln["line"],

@@ -463,18 +463,22 @@ def boot_estimates(anchors: list[Anchor]) -> list[Estimate]:
     return out
 
 
-def solve_boot(host: str, anchors: list[Anchor], printk_ns: int = 0, match=None) -> ClockEntry:
+def solve_boot(host: str, anchors: list[Anchor], printk_ns: int = 0, match=None, phase=None) -> ClockEntry:
     """The boot clock's offset from the best method; ``printk_ns``, the latest printk stamp of the
     host's kernel logs, widens the uncertainty by ``PRINTK_DRIFT_PPM`` of it (printk's clock is
     not the one the anchors read) unless the method read printk stamps itself.
 
     ``match`` (:class:`analysis.clock_match.Match`), the processes seen on both clocks, places
     the clock where no anchor does, replaces an anchor it is more precise than, and is otherwise
-    compared with the chosen anchor like any other method (a disagreement is clock skew)."""
+    compared with the chosen anchor like any other method (a disagreement is clock skew).
+    ``phase`` (:func:`analysis.clock_phase.phases`) then narrows the result to the offsets with
+    the wall clock's phase on CLOCK_MONOTONIC."""
     entry = _solve_boot(host, anchors)
     on_printk = entry.method.startswith(PRINTK_METHODS)
     if match is not None:
         entry, on_printk = _with_match(entry, match, printk_ns, on_printk)
+    if phase is not None and entry.offset_ns is not None and entry.drift_ppm is None:
+        entry, on_printk = _with_phase(entry, phase, match, printk_ns, on_printk)
     if entry.offset_ns is None or not printk_ns or on_printk:
         return entry
     extra = _printk_allowance(printk_ns)
@@ -512,6 +516,32 @@ def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[
         return replace(mine, others=((entry.method, entry.offset_ns, entry.uncertainty_ns),) + entry.others,
                        conflicts=entry.conflicts), m.printk_clock
     return replace(entry, others=entry.others + ((METHOD, m.offset_ns, m.uncertainty_ns),)), on_printk
+
+
+def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bool) -> tuple[ClockEntry, bool]:
+    from .clock_phase import METHOD, narrow
+    apart = _printk_allowance(printk_ns)
+    u = entry.uncertainty_ns or 0
+    lo, hi = entry.offset_ns - u - (apart if on_printk else 0), entry.offset_ns + u + (apart if on_printk else 0)
+    if m is not None:
+        lo = max(lo, m.lo_ns - (apart if m.printk_clock else 0))
+        hi = min(hi, m.hi_ns + (apart if m.printk_clock else 0))
+    span = narrow(lo, hi, phase["arcs_ns"]) if lo <= hi else None
+    arcs = ", ".join(f"{a / 1e9:.4f}-{b / 1e9:.4f}" for a, b in phase["arcs_ns"][:4])
+    # the estimate stays where the method put it when the phase allows it there
+    off = None if span is None else (entry.offset_ns if span[0] <= entry.offset_ns <= span[1]
+                                     else (span[0] + span[1]) // 2)
+    unc = None if span is None else max(off - span[0], span[1] - off, 1)
+    # the offset found is CLOCK_MONOTONIC's: printk's stamps, the kernel's records, still need
+    # their allowance, so it only helps them where it is narrower with that allowance added
+    if span is None or unc + (apart if printk_ns else 0) >= u + (0 if on_printk else apart if printk_ns else 0):
+        return entry, on_printk
+    used = ({"source": phase["logs"][0], "line": None, "phase_s": arcs, "pairs": phase["pairs"],
+             "window_ns": [lo, hi]},) + tuple(entry.evidence)
+    method = (f"{entry.method}; narrowed by {METHOD}, phase {arcs} s from {phase['pairs']} line pairs, "
+              f"to [{span[0] / 1e9:.6f}, {span[1] / 1e9:.6f}] s")
+    return replace(entry, offset_ns=off, uncertainty_ns=unc, method=method, evidence=used,
+                   others=entry.others + ((entry.method, entry.offset_ns, entry.uncertainty_ns),)), False
 
 
 def _solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
@@ -574,6 +604,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         by_host.setdefault(only, []).extend(by_host[""])
     from .clock_collectives import host_offsets
     matched, _contradictions = matches(store, incident_id, launcher)
+    from .clock_phase import phases
+    phase_of = phases(store, incident_id, {d["host"] for d in doms})
     cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
     printk = {r["host"]: r["last"] for r in store.query(
@@ -593,7 +625,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     for d in sorted(doms, key=lambda d: (d["host"], d["domain"])):
         host, dom = d["host"], d["domain"]
         if dom == CLOCK_BOOT:
-            boot_of[host] = solve_boot(host, by_host.get(host, []), printk.get(host) or 0, matched.get(host))
+            boot_of[host] = solve_boot(host, by_host.get(host, []), printk.get(host) or 0, matched.get(host),
+                                       phase_of.get(host))
             entries.append(boot_of[host])
         elif dom == CLOCK_KERNEL_WALL:
             entries.append(solve_kernel_wall(host, boot_of.get(host), kpairs.get(host, []),

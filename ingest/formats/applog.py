@@ -84,6 +84,7 @@ import polars as pl
 from ..model import CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
+from ._c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
 from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
 from .nccl import (COLLAPSED_NAMES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS,
                    collapse_info, nccl_frame, nccl_line_count, warn_class)
@@ -311,6 +312,7 @@ class _State:
     interpolated: int = 0
     timed: int = 0
     garbage: int = 0
+    phase: Phase = field(default_factory=Phase)
 
 
 def _wrap(df: pl.DataFrame) -> pl.DataFrame:
@@ -1012,6 +1014,7 @@ def _failure_text(f: dict, short: bool = False) -> str:
 def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Events of one chunk, and the raw rows to carry into the next chunk."""
     base = _wrap(df)
+    _feed_phase(base, st.phase)
     base, kept = collapse_info(base, st.pending, st.collapse_floor)
     if kept is not None:
         df = df.filter(kept)
@@ -1517,8 +1520,29 @@ def parse_log(ctx: ParseContext) -> None:
     _finish(ctx, st)
 
 
+_PHASE_C10 = r"^(?:\[rank\d+\]:)?\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{9} "
+_PHASE_EXACT = r"^(?:(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ |\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[.,]\d{3})"
+
+
+def _feed_phase(base: pl.DataFrame, ph: Phase) -> None:
+    """c10 stamps and the exactly timed lines of the same streams, to :class:`._c10phase.Phase`."""
+    if ph.pairs >= MAX_PHASE_PAIRS:
+        return
+    new = base.filter(pl.col("lineno") > ph.upto)
+    c10 = new.select(pl.col("body").str.contains(_PHASE_C10)).to_series()
+    if not c10.any():
+        return
+    streams = new.filter(c10)["stream"].unique().implode()
+    rows = new.filter(c10 | (pl.col("stream").is_in(streams) & pl.col("body").str.contains(_PHASE_EXACT)))
+    for lineno, stream, body in rows.select("lineno", "stream", "body").iter_rows():
+        ph.feed(lineno, stream or "", body)
+
+
 def _finish(ctx: ParseContext, st: _State) -> None:
     sink = ctx.sink
+    phase = st.phase.result()
+    if phase is not None:
+        sink.fact("wall_monotonic_phase", json.dumps(phase))
     last = _collapsed_events(st)
     if last is not None:
         st.timed += int(last["ts_raw_ns"].is_not_null().sum() - last["ts_interpolated"].sum())

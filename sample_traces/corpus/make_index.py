@@ -34,7 +34,8 @@ def main() -> None:
                 variants += ["no-anchors", "dmesg-T-only"]
             if has_perf:
                 variants.append("no-perf")
-                if t.get("anchors_in_bundle", True):
+                # (perf's -k reference time pairs the clocks too: without anchors it is the one to take out)
+                if t.get("anchors_in_bundle", True) or t.get("perf_clock", "monotonic") == "monotonic":
                     variants.append("bare")
             out.append({"id": f"{half}/{name}", "half": half, "scenario": t["scenario"], "via": t.get("via"),
                         "bundle": str(b.relative_to(ROOT)), "truth": str(truth.relative_to(ROOT)),

@@ -1,0 +1,94 @@
+"""The boot clock narrowed by the phase of the wall clock's second on CLOCK_MONOTONIC.
+
+c10's log stamps carry the wall clock's second and CLOCK_MONOTONIC's fraction; their order
+pins ``g = frac(wall - monotonic)`` to a few milliseconds (:mod:`ingest.formats._c10phase`,
+fact ``wall_monotonic_phase`` of each log that has them). That is the offset of the boot clock
+modulo one second. Any window for the offset narrower than about a second then holds at most
+one offset with that phase, and the offset is known as well as the phase is.
+
+The window is the placement's own (``offset ± uncertainty``, widened by the allowance for
+printk's clock where the method read printk stamps, which CLOCK_MONOTONIC is not), cut by the
+bounds of the processes seen on both clocks (:mod:`.clock_match`). The result is the offset of
+CLOCK_MONOTONIC: perf's with ``-k CLOCK_MONOTONIC``, and /proc/uptime's (CLOCK_BOOTTIME, the same
+clock unless the host was suspended); printk stamps keep their drift allowance.
+
+Worked example (``tests/analysis/test_clock_phase.py``; the development bundle hungio-r1 with
+no anchor): its torchrun log gives the phase 0.8099-0.8187 s; perf's exits against the
+processes' lines bound the offset to [1796161653.322583, 1796161653.964808] s (torchrun wrote
+its last line at 22:13:53.543 and exited at 1580.220417 s on perf's clock; the worker that
+failed exited at 1535.898192 s, before torchrun's first closing signal). The only offsets in that
+window with that phase lie in [1796161653.8099, 1796161653.8187] s: the estimate
+1796161653.8143 s ± 4.4 ms (the recorder's truth: 1796161653.812761 s). Had the window been
+1796161652.5-1796161653.964808 s, two offsets would qualify, a second apart, and the window
+would only shrink to their span.
+"""
+from __future__ import annotations
+
+import json
+
+SEC = 1_000_000_000
+METHOD = "the wall clock's second on CLOCK_MONOTONIC (c10 log stamps)"
+
+
+def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
+    """Per host: the phase arcs (ns, within [0, 1 s) or starting below 0 where one crosses 0)
+    that every log of the host allows, with the logs read."""
+    rows = store.query(
+        """SELECT COALESCE(s.host, '') AS host, s.path, f.value
+           FROM facts f JOIN sources s USING (incident_id, source_id)
+           WHERE f.incident_id = ? AND f.key = 'wall_monotonic_phase' ORDER BY s.path""", [incident_id])
+    named = hosts - {""}
+    by: dict[str, list] = {}
+    for r in rows:
+        host = r["host"] or (next(iter(named)) if len(named) == 1 else "")
+        try:
+            v = json.loads(r["value"])
+        except ValueError:
+            continue
+        by.setdefault(host, []).append((r["path"], v))
+    out = {}
+    for host, logs in by.items():
+        arcs = [tuple(a) for a in logs[0][1]["arcs_ns"]]
+        for _, v in logs[1:]:
+            arcs = intersect(arcs, [tuple(a) for a in v["arcs_ns"]])
+        if arcs:
+            out[host] = {"arcs_ns": arcs, "logs": [p for p, _ in logs],
+                         "pairs": sum(v["pairs"] for _, v in logs)}
+    return out
+
+
+def _unwrap(arcs) -> list[tuple[int, int]]:
+    """Arcs as ranges of [0, 2 s) covering each phase once or twice (an arc across 0 split)."""
+    out = []
+    for a, b in arcs:
+        if a < 0:
+            out += [(a + SEC, SEC), (0, b)]
+        else:
+            out.append((a, b))
+    return out
+
+
+def intersect(xs, ys) -> list[tuple[int, int]]:
+    out = []
+    for a, b in _unwrap(xs):
+        for c, d in _unwrap(ys):
+            lo, hi = max(a, c), min(b, d)
+            if hi > lo:
+                out.append((lo, hi))
+    return sorted(out)
+
+
+def narrow(lo: int, hi: int, arcs) -> tuple[int, int] | None:
+    """The part of ``[lo, hi]`` whose offsets have a phase in ``arcs``: its span (min, max), or
+    None when no offset of the window has that phase."""
+    got = []
+    for a, b in _unwrap(arcs):
+        k = (lo - b) // SEC
+        while k * SEC + a <= hi:
+            x, y = max(lo, k * SEC + a), min(hi, k * SEC + b)
+            if y > x:
+                got.append((x, y))
+            k += 1
+    if not got:
+        return None
+    return min(x for x, _ in got), max(y for _, y in got)

@@ -1,0 +1,180 @@
+"""Where the wall clock's second begins on CLOCK_MONOTONIC, read from c10's log stamps.
+
+PyTorch's C++ log lines (``[I1201 22:13:53.830261322 TCPStoreLibUvBackend.cpp:1364] ...``) take
+their date and second from ``time()`` (the wall clock) but their nine fraction digits from
+``steady_clock`` (CLOCK_MONOTONIC's ``tv_nsec``). Parsing drops those digits (the line's wall
+time is only known to the second), but together with the second they say something about the
+clocks: at the instant of the line, ``floor(wall) = S`` while ``frac(monotonic) = f``. With the
+unknown phase ``g = frac(wall - monotonic)`` the line's true wall time is
+``S + frac(f + g)``; only the right ``g`` puts a stream's lines in the order they were written.
+
+Each pair of consecutive lines of one stream (one process's output: a ``[defaultN]:`` tee, or
+the file when unwrapped) therefore rules out the phases under which the later line would come
+first. A line with a true sub-second wall time (torch elastic's ``W1201 22:13:09.862000``,
+Python logging's ``,332``) takes part with that time. ``time()`` reads the coarse clock, whose
+second may lag by up to a tick, so a c10 line whose reconstructed fraction is within
+``TICK_NS`` of its second may also belong to the next second. The phases are counted on a
+circle of ``BINS`` bins; a bin counts a pair against it only when the pair rules out all of it.
+The phase is the bins with the fewest such pairs (none, in an orderly log), as arcs in ns; when
+more than one pair in a hundred rules out even the best bins, the lines disagree (the wall clock
+stepped, or writes were reordered) and there is no phase.
+
+Worked example (``tests/ingest/test_c10phase.py``; lines of a real torchrun log on one stream):
+
+    [I1201 22:13:53.830172951 TCPStoreLibUvBackend.cpp:1253] [c10d - debug] Store exit requested
+    E1201 22:13:53.539000 23297 torch/distributed/elastic/multiprocessing/api.py:1002] failed ...
+
+The c10 line's second is 22:13:53 and its fraction 0.830172951 s; the elastic line says
+22:13:53.539 (+1 ms). If the c10 line came first, ``53 + frac(0.830172951 + g)`` may not
+exceed ``53.540`` (plus ``ORDER_SLACK_NS``): phases ``g`` in ``[0.169827049 + 0.541, ...)``
+and so on are ruled out. In the real log (hungio-r1, 56 pairs on three streams) the phases left
+are 0.8090-0.8177 s (and 0.8194-0.8196 s); the recorder measured ``wall - monotonic`` =
+...653.812761 s, phase 0.812761 s, inside.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+SEC = 1_000_000_000
+BINS = 10_000                  # 0.1 ms
+BIN_NS = SEC // BINS
+TICK_NS = 10_000_000           # time()'s coarse second may lag the true one by a tick (HZ=100 at worst)
+ORDER_SLACK_NS = 1_000_000     # threads of one process may write their lines out of order by this much
+MAX_PAIRS = 200_000            # enough for the phase; the rest of a long log adds nothing
+
+C10 = re.compile(r"^(?:\[rank\d+\]:)?\[[FEWIV](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{9}) ")
+ELASTIC = re.compile(r"^(?:\[rank\d+\]:)?[DIWEC](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) \d+ ")
+DATED = re.compile(r"^\[?\d{4}-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)[.,](\d{3,9})(?![\d:]|\s*(?:Z|[+-]\d\d))")
+
+
+def _local_s(mo: str, d: str, hh: str, mm: str, ss: str) -> int | None:
+    """Seconds of a local month-day-time on one fixed leap year: only differences within a file
+    matter, and every stamp of the file is read the same way."""
+    try:
+        return int(datetime(2000, int(mo), int(d), int(hh), int(mm), int(ss), tzinfo=timezone.utc).timestamp())
+    except ValueError:
+        return None
+
+
+def reading(body: str) -> tuple | None:
+    """``("c", S_ns, f_ns)`` for a c10 line, ``("x", t_ns, res_ns)`` for a line with a true
+    sub-second wall time, else None."""
+    m = C10.match(body)
+    if m:
+        s = _local_s(*m.groups()[:5])
+        return None if s is None else ("c", s * SEC, int(m.group(6)))
+    m = ELASTIC.match(body) or DATED.match(body)
+    if m:
+        s = _local_s(*m.groups()[:5])
+        if s is None:
+            return None
+        frac = m.group(6)
+        # (torch elastic prints milliseconds padded to six digits)
+        res = 1_000_000 if m.re is ELASTIC else 10 ** (9 - len(frac))
+        return ("x", s * SEC + int(frac.ljust(9, "0")), res)
+    return None
+
+
+def _lo(it, g: int) -> int:
+    """The earliest wall time an item can have under phase g (ns)."""
+    if it[0] == "x":
+        return it[1]
+    return it[1] + (it[2] + g) % SEC
+
+
+def _hi(it, g: int) -> int:
+    if it[0] == "x":
+        return it[1] + it[2]
+    r = (it[2] + g) % SEC
+    return it[1] + r + (SEC if r < TICK_NS else 0)
+
+
+def forbidden(a, b) -> list[tuple[int, int]]:
+    """Phases (ns ranges of [0, 1 s)) under which ``b``, written after ``a``, would be earlier."""
+    cuts = {0, SEC}
+    for it in (a, b):
+        if it[0] == "c":
+            w = (SEC - it[2]) % SEC
+            cuts.update((w, (w + TICK_NS) % SEC))
+    cuts = sorted(cuts)
+    out = []
+    for p, q in zip(cuts, cuts[1:]):
+        if q <= p:
+            continue
+        # d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q) (no wrap inside): find where < 0
+        mid = (p + q) // 2
+        d_mid = _hi(b, mid) - _lo(a, mid) + ORDER_SLACK_NS
+        slope = (b[0] == "c") - (a[0] == "c")
+        if slope == 0:
+            if d_mid < 0:
+                out.append((p, q))
+            continue
+        zero = mid - d_mid // slope if slope > 0 else mid + d_mid       # where d crosses 0
+        if slope > 0:
+            lo, hi = p, min(q, zero)
+        else:
+            lo, hi = max(p, zero + 1), q
+        if hi > lo:
+            out.append((lo, hi))
+    return out
+
+
+class Phase:
+    """Feed one file's lines in order (``feed``); ``result`` is the phase, or None."""
+
+    def __init__(self):
+        self.last: dict = {}
+        self.diff = [0] * (BINS + 1)
+        self.pairs = 0
+        self.c10 = 0
+        self.upto = 0           # line numbers up to this one were fed (chunks re-read some rows)
+
+    def feed(self, lineno: int, stream: str, body: str) -> None:
+        if lineno <= self.upto or self.pairs >= MAX_PAIRS:
+            return
+        self.upto = lineno
+        it = reading(body)
+        if it is None:
+            return
+        self.c10 += it[0] == "c"
+        prev = self.last.get(stream)
+        self.last[stream] = it
+        if prev is None or (prev[0] == "x" and it[0] == "x"):
+            return
+        if abs(it[1] - prev[1]) > 3600 * SEC:     # (a gap of an hour or more: a new run, or a year's turn)
+            return
+        self.pairs += 1
+        for lo, hi in forbidden(prev, it):
+            i, j = -(-lo // BIN_NS), hi // BIN_NS     # bins wholly inside [lo, hi)
+            if j > i:
+                self.diff[i] += 1
+                self.diff[j] -= 1
+
+    def result(self) -> dict | None:
+        if self.c10 < 2 or self.pairs == 0:
+            return None
+        counts, run = [], 0
+        for k in range(BINS):
+            run += self.diff[k]
+            counts.append(run)
+        least = min(counts)
+        if least > self.pairs // 100:
+            return None             # the lines disagree (a wall clock stepped, or writes reordered)
+        arcs, k = [], 0
+        while k < BINS:
+            if counts[k] != least:
+                k += 1
+                continue
+            j = k
+            while j + 1 < BINS and counts[j + 1] == least:
+                j += 1
+            arcs.append([k * BIN_NS, (j + 1) * BIN_NS])
+            k = j + 1
+        if len(arcs) > 1 and arcs[0][0] == 0 and arcs[-1][1] == SEC:     # (one arc across 0)
+            arcs[0] = [arcs[-1][0] - SEC, arcs[0][1]]
+            arcs.pop()
+        width = sum(b - a for a, b in arcs)
+        if width > SEC // 2:
+            return None             # too few crossings of a second to say anything
+        return {"arcs_ns": arcs[:16], "pairs": self.pairs, "c10_lines": self.c10, "against": least}
