@@ -199,7 +199,7 @@ _OWN_LINES = r"""SELECT COALESCE(s.host, '') AS host, e.pid, max(e.ts_raw_ns + C
                 FROM events e JOIN sources s USING (incident_id, source_id)
                 WHERE e.incident_id = ? AND s.clock_domain = 'wall' AND e.pid IS NOT NULL
                   AND e.ts_raw_ns IS NOT NULL AND NOT COALESCE(e.ts_interpolated, false)
-                  AND (s.format = 'kineto' OR regexp_matches(e.text,
+                  AND (s.format = 'kineto' OR s.format = 'app_log' AND regexp_matches(e.text,
                        '^(\[default\d+\]:)?(\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} '
                        || CAST(e.pid AS VARCHAR) || ' '))
                 GROUP BY 1, 2"""

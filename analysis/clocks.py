@@ -534,7 +534,7 @@ def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bo
     unc = None if span is None else max(off - span[0], span[1] - off, 1)
     # the offset found is CLOCK_MONOTONIC's: printk's stamps, the kernel's records, still need
     # their allowance, so it only helps them where it is narrower with that allowance added
-    if span is None or unc + (apart if printk_ns else 0) >= u + (0 if on_printk else apart if printk_ns else 0):
+    if span is None or unc + apart >= u + (0 if on_printk else apart):
         return entry, on_printk
     used = ({"source": phase["logs"][0], "line": None, "phase_s": arcs, "pairs": phase["pairs"],
              "window_ns": [lo, hi]},) + tuple(entry.evidence)
