@@ -72,6 +72,16 @@ def probe_fit(probes: list[dict], raw: list[bytes]):
     return mo - b * mp, b
 
 
+def _stamp(probe: dict, raw: list[bytes]) -> int:
+    """The printk stamp of a clock probe's line (ns); a probe not in the log sorts last."""
+    want = probe["text"].encode()
+    for line in raw:
+        m = RAW.match(line)
+        if m and m.group(3) == want:
+            return int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
+    return 1 << 62
+
+
 def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tuple[int, bytes]]]]:
     """How the truth was found, and {'dmesg.txt' | 'dmesg_T.txt': {line: (true utc ns, text)}}."""
     raw: list[bytes] = []
@@ -82,7 +92,15 @@ def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tup
                 raw = tf.extractfile(m).read().splitlines()
             elif m.name.endswith("/dmesg_T.txt"):
                 tee = tf.extractfile(m).read().splitlines()
-    fit = probe_fit(truth.get("kmsg_probes") or [], raw)
+    probes = truth.get("kmsg_probes") or []
+    # The recorder stepped the wall clock (``--wall-step``): each side of a step has its own fit;
+    # a record belongs to the side its printk stamp is on, against the probes written around it.
+    cuts = [s["monotonic_ns"][0] for s in truth.get("wall_steps") or []]
+    sides = [[pr for pr in probes if sum(pr["monotonic_ns"][0] >= c for c in cuts) == k]
+             for k in range(len(cuts) + 1)]
+    fits = [probe_fit(side, raw) for side in sides]
+    fit = fits[0] if len(fits) == 1 else (fits if all(fits) else None)
+    bounds = [min(_stamp(pr, raw) for pr in side) for side in sides[1:]] if len(fits) > 1 and fit else []
     how = "probes" if fit else "monotonic"
     out: dict[str, dict[int, tuple[int, bytes]]] = {"dmesg.txt": {}, "dmesg_T.txt": {}}
     for i, line in enumerate(raw, 1):
@@ -90,7 +108,11 @@ def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tup
         if not m:
             continue
         p = int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
-        off = fit[0] + fit[1] * p if fit else true_offset(truth["clocks"], p)
+        if bounds:
+            a, b = fit[sum(p >= c for c in bounds)]
+            off = a + b * p
+        else:
+            off = fit[0] + fit[1] * p if fit else true_offset(truth["clocks"], p)
         out["dmesg.txt"][i] = (int(p + off), m.group(3))
     for i, line in enumerate(tee, 1):
         m = T_LINE.match(line)

@@ -238,6 +238,23 @@ class Recording:
         self.truth.setdefault("kmsg_probes", []).append(
             {"text": f"aftertrace-recorder: clock probe {label}", "monotonic_ns": [m0, m1], "realtime_ns": [r0, r1]})
 
+    def wall_step(self, delta_s: float) -> None:
+        """Step CLOCK_REALTIME by delta_s mid-job, as an NTP step or a VM resumed by its host does
+        (the boot clock runs on). The machine's clock is stepped back when the recording ends."""
+        delta = int(delta_s * 1e9)
+        self.kmsg_probe("before wall step")
+        m0, r0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.clock_gettime_ns(time.CLOCK_REALTIME)
+        time.clock_settime_ns(time.CLOCK_REALTIME, r0 + delta + time.clock_gettime_ns(time.CLOCK_MONOTONIC) - m0)
+        m1, r1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.clock_gettime_ns(time.CLOCK_REALTIME)
+        self.truth.setdefault("wall_steps", []).append(
+            {"monotonic_ns": [m0, m1], "realtime_ns": [r0, r1], "delta_ns": delta})
+        self.ev("wall_step", delta_ns=delta)
+
+        def back() -> None:
+            time.clock_settime_ns(time.CLOCK_REALTIME, time.clock_gettime_ns(time.CLOCK_REALTIME) - delta)
+        self.cleanups.append(back)
+        self.kmsg_probe("after wall step")
+
     def probe_loop(self, every_s: float = 10.0) -> None:
         n = 0
         while self.alive():
@@ -492,6 +509,8 @@ def main() -> int:
     ap.add_argument("--pg-timeout", type=float, default=30.0)
     ap.add_argument("--cgroup", default="train_job", help="the job's cgroup path (every hierarchy)")
     ap.add_argument("--deadline", type=float, default=240.0)
+    ap.add_argument("--wall-step", type=float, default=None, metavar="SECONDS",
+                    help="step the wall clock by this much halfway through the baseline (NTP step, VM resume)")
     a = ap.parse_args()
     torch_py = os.environ.get("TORCH_PY", "/opt/torchenv/bin/python")
     if os.geteuid() != 0:
@@ -654,6 +673,8 @@ def record(r: Recording) -> int:
     for d in a.decoy:
         if r.sleep_while_alive(max(0.0, t0 + a.baseline / 3 - time.monotonic())):
             decoy(r, d)
+    if a.wall_step is not None and r.sleep_while_alive(max(0.0, t0 + a.baseline / 2 - time.monotonic())):
+        r.wall_step(a.wall_step)
     if r.sleep_while_alive(max(0.0, t0 + t_fault - time.monotonic())):
         f = FAULTS[a.scenario]
         if f is not None:
