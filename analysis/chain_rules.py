@@ -227,7 +227,7 @@ RULES: tuple[Rule, ...] = (
 
 # What can never be an origin: a launcher's stop, the failure report itself (unless nothing
 # else is there), clock findings.
-NEVER_ORIGIN = frozenset({STOPPED, "clock_skew"})
+NEVER_ORIGIN = frozenset({STOPPED, "clock_skew", "clock_step"})
 
 BY_EFFECT: dict[str, list[Rule]] = {}
 for _rule in RULES:

@@ -309,7 +309,7 @@ def find_chains(links: list[Link], failure: Link | None, pids: dict[int, int] | 
     if failure is None or failure.ts_ns is None:
         return []
     fw = failure.timing_ns()
-    nodes = [l for l in links if l.ts_ns is not None and l.kind != LinkKind.CLOCK_SKEW
+    nodes = [l for l in links if l.ts_ns is not None and l.kind not in (LinkKind.CLOCK_SKEW, LinkKind.CLOCK_STEP)
              and l.timing_ns()[1] >= fw[0] - NEIGHBOURHOOD_NS and l.timing_ns()[0] <= fw[1] + NEIGHBOURHOOD_NS]
     if not any(l is failure for l in nodes):
         nodes.append(failure)

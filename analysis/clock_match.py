@@ -80,6 +80,7 @@ class Bound:
     wall_line: int | None
     boot_clock: str            # perf's clockid ("" where perf used its own clock: printk's)
     typical_ns: int | None = None   # how far the effect typically follows the cause, where known
+    boot_ns: int | None = None      # the exit's time on the boot clock (where the bound holds)
 
     def evidence(self) -> dict:
         side = f">= {self.lo_ns / 1e9:.6f}" if self.lo_ns is not None else f"<= {self.hi_ns / 1e9:.6f}"
@@ -216,7 +217,7 @@ def _own_lines(store, incident_id: str, exits: dict, only: str | None) -> list[B
         if ex is None or not ex["last_thread"]:
             continue
         out.append(Bound(host, "line->exit", r["pid"], r["last"] - ex["ts"], None, ex["path"], ex["line"],
-                         r["path"], r["line"], ex["clk"]))
+                         r["path"], r["line"], ex["clk"], boot_ns=ex["ts"]))
     return out
 
 
@@ -238,7 +239,7 @@ def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
 
     def bound(rule, ln, ex, lo=None, hi=None, typical=None):
         out.append(Bound(ln["host"], rule, ln["worker"], lo, hi, ex["path"], ex["line"], ln["path"], ln["line"],
-                         ex["clk"], typical))
+                         ex["clk"], typical, ex["ts"]))
 
     for rnd in shutdowns(lines):
         sends = [ln for ln in rnd if ln["name"] == "closing_signal" and ln["worker"] is not None]
@@ -284,12 +285,12 @@ def solve(host: str, bs: list[Bound]) -> tuple[Match | None, dict | None]:
                  clocks.pop()), None
 
 
-def matches(store, incident_id: str, lines: list[dict]) -> tuple[dict[str, Match], list[dict]]:
+def matches(store, incident_id: str, lines: list[dict],
+            by: dict[str, list[Bound]] | None = None) -> tuple[dict[str, Match], list[dict]]:
     """Per host, the offset of perf's clock from the processes seen on both clocks, and the
-    hosts whose pairs contradict each other."""
-    by: dict[str, list[Bound]] = {}
-    for b in bounds(store, incident_id, lines):
-        by.setdefault(b.host, []).append(b)
+    hosts whose pairs contradict each other; ``by``: the bounds per host, where already read
+    (:func:`bounds_by_host`)."""
+    by = bounds_by_host(store, incident_id, lines) if by is None else by
     found, bad = {}, []
     for host, bs in by.items():
         m, c = solve(host, bs)
@@ -298,3 +299,10 @@ def matches(store, incident_id: str, lines: list[dict]) -> tuple[dict[str, Match
         elif c is not None:
             bad.append(c)
     return found, bad
+
+
+def bounds_by_host(store, incident_id: str, lines: list[dict]) -> dict[str, list[Bound]]:
+    by: dict[str, list[Bound]] = {}
+    for b in bounds(store, incident_id, lines):
+        by.setdefault(b.host, []).append(b)
+    return by

@@ -50,6 +50,11 @@ against: ± 0 (a line's own resolution is its event's time window). With several
 collectives to match, each is the reference for its own clocks, and ``NTP_ASSUMED_NS`` is stated
 for the NTP error between them, as an assumption.
 
+A wall clock that stepped (NTP, a VM paused by its host) leaves readings that no slowly moving
+offset fits: :mod:`analysis.clock_steps` finds the step, :func:`solve_stepped` solves each side on
+its own readings and maps the clock piecewise (``clock_segments``; :func:`row_uncertainty_sql` is a
+row's own uncertainty then).
+
 Processes seen on both clocks (:mod:`analysis.clock_match`: perf's exits against torchrun's
 signals and reports) place the boot clock with no anchor at all, replace an anchor they are more
 precise than, and are otherwise checked against it like any other method.
@@ -87,6 +92,7 @@ from pathlib import PurePosixPath
 from ingest.model import CLOCK_BOOT, CLOCK_KERNEL_WALL, CLOCK_NONE, CLOCK_WALL
 
 SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two files
+SEC_NS = 1_000_000_000
 # Hosts' wall clocks against each other where nothing in the bundle measures it (no collectives
 # to match): NTP keeps servers within a few ms of each other, over the internet within tens.
 NTP_ASSUMED_NS = 100_000_000
@@ -127,6 +133,22 @@ class ClockEntry:
     drift_ppm: float | None = None            # applied: utc = raw + offset + drift_ppm * 1e-6 * raw
     drift: dict | None = None                 # the measurement, applied or not (see drift_fit)
     allowances: tuple = field(default=())     # what was added to the uncertainty beyond the anchors
+    # a clock that stepped: (from_ns, to_ns, offset_ns, drift_ppm, uncertainty_ns, what) per stretch
+    # of raw time (None: open end); offset_ns above is then the last stretch's
+    segments: tuple = field(default=())
+    steps: tuple = field(default=())          # the steps found (evidence, for the report)
+
+    def offset_at(self, raw_ns: int) -> tuple[int | None, int | None, float | None]:
+        """(offset, uncertainty, drift) that place a raw time of this clock."""
+        for lo, hi, off, ppm, unc, _ in self.segments:
+            if (lo is None or raw_ns >= lo) and (hi is None or raw_ns < hi):
+                return off, unc, ppm
+        return self.offset_ns, self.uncertainty_ns, self.drift_ppm
+
+    def segment_rows(self, incident_id: str) -> list[dict]:
+        return [{"incident_id": incident_id, "host": self.host, "domain": self.domain, "from_ns": lo, "to_ns": hi,
+                 "offset_ns": off, "drift_ppm": ppm, "uncertainty_ns": unc, "what": what}
+                for lo, hi, off, ppm, unc, what in self.segments]
 
     def row(self, incident_id: str) -> dict:
         return {"incident_id": incident_id, "host": self.host, "domain": self.domain,
@@ -134,7 +156,7 @@ class ClockEntry:
                 "uncertainty_ns": self.uncertainty_ns, "method": self.method,
                 "evidence": json.dumps({"used": list(self.evidence), "other_methods": list(self.others),
                                         "conflicts": list(self.conflicts), "drift": self.drift,
-                                        "allowances": list(self.allowances)})}
+                                        "allowances": list(self.allowances), "steps": list(self.steps)})}
 
 
 def collect_anchors(store, incident_id: str, kernel_pairs: list[dict] | None = None,
@@ -223,7 +245,9 @@ def _pid_deaths(store, incident_id: str, launcher: list[dict] | None = None) -> 
         if lo > hi:
             continue   # the reports contradict each other: no anchor from them
         p0 = min(pairs, key=lambda p: (p["res_ns"], p["kline"] or 0, p["lline"] or 0, p["pid"]))
-        out.append(Anchor(host, "pid_death", 0, (lo + hi) // 2, max(1, (hi - lo) // 2),
+        # held at the death (the earliest one paired): a clock that stepped is told by it
+        at = min(p["raw_ns"] for p in pairs)
+        out.append(Anchor(host, "pid_death", at, at + (lo + hi) // 2, max(1, (hi - lo) // 2),
                           f"{p0['kpath']} + {p0['lpath']} (pid {p0['pid']}, {len(pairs)} report(s))",
                           p0["kline"]))
     return out
@@ -331,12 +355,32 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
     """
     span = max((KERNEL_WALL_SPAN_NS.get(f, 2_000_000_000) for f in formats), default=2_000_000_000)
     if boot is not None and boot.offset_ns is not None and pairs:
-        ppm = boot.drift_ppm or 0.0
-        offs = [p["raw_ns"] + boot.offset_ns + int(ppm * 1e-6 * p["raw_ns"]) - p["t_ns"] for p in pairs]
-        lo, hi = min(offs), max(offs)
-        return ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2 + (boot.uncertainty_ns or 0),
-                          f"the same {len(pairs)} records in the raw kernel log, placed by {boot.method}",
-                          ({"pairs": len(pairs), "raw": pairs[0]["raw_path"], "converted": pairs[0]["t_path"]},))
+        # dmesg converted every record with one boot instant; where the wall clock stepped, the
+        # records on each side of the step are on their own wall offset (stretches by the pairs)
+        groups: dict[int, list] = {}
+        for p in pairs:
+            off, unc, ppm = boot.offset_at(p["raw_ns"])
+            k = next((i for i, g in enumerate(boot.segments)
+                      if (g[0] is None or p["raw_ns"] >= g[0]) and (g[1] is None or p["raw_ns"] < g[1])), 0)
+            groups.setdefault(k, []).append((p["raw_ns"] + off + int((ppm or 0.0) * 1e-6 * p["raw_ns"]) - p["t_ns"],
+                                             unc or 0, p["t_ns"]))
+        ev = ({"pairs": len(pairs), "raw": pairs[0]["raw_path"], "converted": pairs[0]["t_path"]},)
+        method = f"the same {len(pairs)} records in the raw kernel log, placed by {boot.method}"
+        spans = [(min(g[2] for g in v), max(g[2] for g in v), v) for _, v in sorted(groups.items())]
+        whole = [g for _, _, v in spans for g in v]
+        lo, hi = min(g[0] for g in whole), max(g[0] for g in whole)
+        entry = ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2 + max(g[1] for g in whole),
+                           method, ev)
+        if len(spans) < 2 or any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+            return entry   # one stretch, or stretches that share a printed time: one wide offset
+        segs = []
+        for i, (t0, t1, v) in enumerate(spans):
+            glo, ghi = min(g[0] for g in v), max(g[0] for g in v)
+            segs.append((None if i == 0 else t0, None if i == len(spans) - 1 else spans[i + 1][0],
+                         (glo + ghi) // 2, None, (ghi - glo) // 2 + max(g[1] for g in v),
+                         f"records {t0 // 1_000_000_000}-{t1 // 1_000_000_000} s as printed"))
+        return replace(entry, offset_ns=segs[-1][2], uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs),
+                       method=method + "; each side of the wall clock's step by its own records")
     lo, hi = -KERNEL_WALL_DRIFT_NS, span
     return ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2,
                       f"converted by dmesg when it ran: {span / 1e9:g} s of truncation and up to "
@@ -532,6 +576,20 @@ def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bo
     off = None if span is None else (entry.offset_ns if span[0] <= entry.offset_ns <= span[1]
                                      else (span[0] + span[1]) // 2)
     unc = None if span is None else max(off - span[0], span[1] - off, 1)
+    if span is None and lo <= hi:
+        # no offset the method allows has the phase the c10 stamps show: those lines were written
+        # on another offset (the wall clock stepped between them and the method's readings, by an
+        # amount this cannot tell), or a reading is wrong -- said, not chosen between
+        near = min(((k * SEC_NS + a, k * SEC_NS + b) for a, b in phase["arcs_ns"]
+                    for k in range((lo - b) // SEC_NS - 1, (hi - a) // SEC_NS + 2)),
+                   key=lambda r: 0 if r[0] <= entry.offset_ns <= r[1] else min(abs(r[0] - entry.offset_ns),
+                                                                                 abs(r[1] - entry.offset_ns)))
+        off = min(max(entry.offset_ns, near[0]), near[1])
+        c = {"method": f"{METHOD} (phase {arcs} s from {phase['pairs']} line pairs; its lines were written "
+                       "on another offset: the wall clock stepped since, or a reading is wrong)",
+             "offset_ns": off, "uncertainty_ns": (near[1] - near[0]) // 2, "difference_ns": off - entry.offset_ns,
+             "evidence": ({"source": phase["logs"][0], "line": None, "offset_ns": off},)}
+        return replace(entry, conflicts=entry.conflicts + (c,)), on_printk
     # the offset found is CLOCK_MONOTONIC's: printk's stamps, the kernel's records, still need
     # their allowance, so it only helps them where it is narrower with that allowance added
     if span is None or unc + apart >= u + (0 if on_printk else apart):
@@ -566,8 +624,85 @@ def _solve_boot(host: str, anchors: list[Anchor]) -> ClockEntry:
                       conflicts=conflicts, others=others, drift=drift)
 
 
+# anchors read at a known instant of the boot clock (the others, btime and dmesg -T's conversion,
+# were computed when the bundle was collected: they belong to the last stretch of a clock that stepped)
+TIMED_ANCHORS = ("perf_reference", "uptime_date", "journal", "pid_death")
+
+
+def step_readings(anchors: list[Anchor], bounds: list, printk_ns: int) -> list:
+    """What every timed anchor and matched pair says of the offset at its instant
+    (:class:`analysis.clock_steps.Reading`). Those that read printk's clock are widened by its
+    drift allowance against the monotonic clock the others read."""
+    from .clock_steps import Reading
+    apart = _printk_allowance(printk_ns)
+    out = []
+    for a in anchors:
+        if not a.name.startswith(TIMED_ANCHORS):
+            continue
+        w = a.uncertainty_ns + (apart if a.name.startswith("pid_death") else 0)
+        out.append(Reading(a.local_ns, a.offset_ns - w, a.offset_ns + w, a.name, a.source, a.line))
+    for b in bounds:
+        if b.boot_ns is None:
+            continue
+        w = apart if b.boot_clock == "" else 0
+        out.append(Reading(b.boot_ns, None if b.lo_ns is None else b.lo_ns - w,
+                           None if b.hi_ns is None else b.hi_ns + w, b.rule, b.wall_source, b.wall_line))
+    return out
+
+
+def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int, steps: list) -> ClockEntry | None:
+    """The boot clock of a host whose wall clock stepped (:mod:`analysis.clock_steps`): each
+    stretch between steps solved on its own anchors and pairs, the records inside a step's window
+    placed between the two sides with an uncertainty that covers both. None where a stretch
+    cannot be placed on its own."""
+    from .clock_match import solve
+
+    def stretch(local_ns: int) -> int:
+        return sum(local_ns >= st.by_ns for st in steps)
+
+    n = len(steps) + 1
+    parts: list[list[Anchor]] = [[] for _ in range(n)]
+    for a in anchors:
+        parts[stretch(a.local_ns) if a.name.startswith(TIMED_ANCHORS) else n - 1].append(a)
+    bparts: list[list] = [[] for _ in range(n)]
+    for b in bounds:
+        bparts[n - 1 if b.boot_ns is None else stretch(b.boot_ns)].append(b)
+    entries = []
+    for k in range(n):
+        m = solve(host, bparts[k])[0] if bparts[k] else None
+        e = solve_boot(host, parts[k], printk_ns, m, None)
+        if e.offset_ns is None:
+            return None
+        entries.append(e)
+    apart = _printk_allowance(printk_ns)   # the steps are on the anchors' clock, the kernel's records on printk's
+    segs = []
+    lo = None
+    for k, st in enumerate(steps):
+        a, b = entries[k], entries[k + 1]
+        w0, w1 = st.after_ns + 1 - apart, st.by_ns + apart
+        segs.append((lo, w0, a.offset_ns, a.drift_ppm, a.uncertainty_ns, "before the step" if n == 2 else
+                     f"before step {k + 1}"))
+        segs.append((w0, w1, (a.offset_ns + b.offset_ns) // 2, None,
+                     abs(b.offset_ns - a.offset_ns) // 2 + max(a.uncertainty_ns, b.uncertainty_ns),
+                     "the step's window" if n == 2 else f"step {k + 1}'s window"))
+        lo = w1
+    last = entries[-1]
+    segs.append((lo, None, last.offset_ns, last.drift_ppm, last.uncertainty_ns,
+                 "after the step" if n == 2 else f"after step {n - 1}"))
+    told = tuple({"after_boot_s": st.after_ns / 1e9, "by_boot_s": st.by_ns / 1e9, "delta_ns": b.offset_ns - a.offset_ns,
+                  "last_before": {"method": st.before.what, "source": st.before.source, "line": st.before.line},
+                  "first_after": {"method": st.after.what, "source": st.after.source, "line": st.after.line},
+                  "before_method": a.method, "after_method": b.method}
+                 for st, a, b in zip(steps, entries, entries[1:]))
+    desc = "; ".join(f"the wall clock stepped {t['delta_ns'] / 1e9:+.3f} s between boot {t['after_boot_s']:.3f} "
+                     f"and {t['by_boot_s']:.3f} s" for t in told)
+    return replace(last, uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs), steps=told,
+                   method=f"{last.method} ({desc}; earlier records placed by {entries[0].method})")
+
+
 def skew_links(entries: list[ClockEntry]) -> list:
-    """Anchors that disagree beyond their stated uncertainties become clock_skew findings."""
+    """Anchors that disagree beyond their stated uncertainties become clock_skew findings; a wall
+    clock that stepped, a clock_step finding."""
     from .links import Evidence, Link, LinkKind, Provenance
     out = []
     for e in entries:
@@ -582,6 +717,20 @@ def skew_links(entries: list[ClockEntry]) -> list:
                          f"{d:+.3f} s from {e.method} (stated uncertainties ±{c['uncertainty_ns'] / 1e9:.3f} s and "
                          f"±{e.uncertainty_ns / 1e9:.3f} s); times use {e.method}"),
                 evidence=ev, provenance=Provenance.INFERRED, confidence=0.9))
+        for st in e.steps:
+            a, b = st["last_before"], st["first_after"]
+            win = next((g for g in e.segments if g[5].endswith("window")), None)
+            out.append(Link(
+                kind=LinkKind.CLOCK_STEP, ts_ns=None, source=b["source"] or "", host=e.host or None,
+                summary=(f"The wall clock of host {e.host or '?'} stepped {st['delta_ns'] / 1e9:+.3f} s against its "
+                         f"boot clock between boot {st['after_boot_s']:.3f} s and {st['by_boot_s']:.3f} s (an NTP "
+                         f"step, or a VM paused by its host): kernel and perf times before it are placed by "
+                         f"{st['before_method']}, after it by {st['after_method']}"
+                         + (f"; those in between may be on either side and are placed ±{win[4] / 1e9:.3f} s"
+                            if win else "")),
+                evidence=(Evidence(a["source"] or "", a["line"], f"last reading before: {a['method']}"),
+                          Evidence(b["source"] or "", b["line"], f"first reading after: {b['method']}")),
+                provenance=Provenance.INFERRED, confidence=0.9))
     return out
 
 
@@ -590,7 +739,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     doms = store.query(
         """SELECT DISTINCT COALESCE(host, '') AS host, clock_domain AS domain FROM sources
            WHERE incident_id = ? AND clock_domain IS NOT NULL""", [incident_id])
-    from .clock_match import launcher_lines, matches
+    from .clock_match import bounds_by_host, launcher_lines, matches
+    from .clock_steps import runs
     pairs = _kernel_pairs(store, incident_id)
     launcher = launcher_lines(store, incident_id)
     anchors = collect_anchors(store, incident_id, pairs, launcher)
@@ -603,7 +753,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         only = next(iter(hosts - {""}))
         by_host.setdefault(only, []).extend(by_host[""])
     from .clock_collectives import host_offsets
-    matched, _contradictions = matches(store, incident_id, launcher)
+    pair_bounds = bounds_by_host(store, incident_id, launcher)
+    matched, _contradictions = matches(store, incident_id, launcher, pair_bounds)
     from .clock_phase import phases
     phase_of = phases(store, incident_id, {d["host"] for d in doms})
     cross = {h.host: h for h in host_offsets(store, incident_id)}
@@ -625,8 +776,10 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     for d in sorted(doms, key=lambda d: (d["host"], d["domain"])):
         host, dom = d["host"], d["domain"]
         if dom == CLOCK_BOOT:
-            boot_of[host] = solve_boot(host, by_host.get(host, []), printk.get(host) or 0, matched.get(host),
-                                       phase_of.get(host))
+            mine, pk = by_host.get(host, []), printk.get(host) or 0
+            steps = runs(step_readings(mine, pair_bounds.get(host, []), pk))
+            stepped = solve_stepped(host, mine, pair_bounds.get(host, []), pk, steps) if steps else None
+            boot_of[host] = stepped or solve_boot(host, mine, pk, matched.get(host), phase_of.get(host))
             entries.append(boot_of[host])
         elif dom == CLOCK_KERNEL_WALL:
             entries.append(solve_kernel_wall(host, boot_of.get(host), kpairs.get(host, []),
@@ -657,6 +810,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     cur = store.cursor()
     cur.execute("DELETE FROM clock_map WHERE incident_id = ?", [incident_id])
     store.insert_rows("clock_map", [e.row(incident_id) for e in entries])
+    cur.execute("DELETE FROM clock_segments WHERE incident_id = ?", [incident_id])
+    store.insert_rows("clock_segments", [r for e in entries for r in e.segment_rows(incident_id)])
     # members is a small table, always in the database (also for attached incidents)
     _place(cur, "members", incident_id)
     attached = getattr(store, "attached_root", None)
@@ -666,14 +821,17 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         # with reboots (events of earlier boots stay unplaced, as below).
         cur.execute("DELETE FROM source_offsets WHERE incident_id = ?", [incident_id])
         cur.execute(
-            """INSERT INTO source_offsets
-               SELECT s.incident_id, s.source_id, c.offset_ns, c.drift_ppm,
+            """INSERT INTO source_offsets (incident_id, source_id, offset_ns, drift_ppm, boot, from_ns, to_ns)
+               SELECT s.incident_id, s.source_id, COALESCE(g.offset_ns, c.offset_ns),
+                      CASE WHEN g.offset_ns IS NULL THEN c.drift_ppm ELSE g.drift_ppm END,
                       CASE WHEN s.clock_domain = 'boot' THEN
                         (SELECT max(TRY_CAST(f.value AS INTEGER)) - 1 FROM facts f
                          WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id AND f.key = 'boots'
-                           AND TRY_CAST(f.value AS INTEGER) > 1) END
+                           AND TRY_CAST(f.value AS INTEGER) > 1) END,
+                      g.from_ns, g.to_ns
                FROM sources s JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
                     AND c.domain = s.clock_domain
+               LEFT JOIN clock_segments g ON g.incident_id = c.incident_id AND g.host = c.host AND g.domain = c.domain
                WHERE s.incident_id = ? AND c.offset_ns IS NOT NULL""", [incident_id])
         return entries
     for table in ("events", "samples", "metrics", "collectives", "steps"):
@@ -692,11 +850,25 @@ def align(store, incident_id: str) -> list[ClockEntry]:
 
 
 def _place(cur, table: str, incident_id: str) -> None:
-    """ts_utc_ns of a table's rows from their source's clock_map entry (host and domain)."""
-    cur.execute(
-        f"""UPDATE main.{table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
-                                     + CAST(COALESCE(c.drift_ppm, 0) * 1e-6 * t.ts_raw_ns AS BIGINT)
-            FROM sources s, clock_map c
-            WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
-              AND c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')
-              AND c.domain = s.clock_domain AND c.offset_ns IS NOT NULL""", [incident_id])
+    """ts_utc_ns of a table's rows from their source's clock_map entry (host and domain), or
+    from the stretch of ``clock_segments`` a row's raw time is in, for a clock that stepped."""
+    # the clock's one offset first, then each stretch of a clock that stepped over its raw times
+    for mapping, where in (("clock_map", "c.offset_ns IS NOT NULL"),
+                           ("clock_segments", "(c.from_ns IS NULL OR t.ts_raw_ns >= c.from_ns) "
+                                              "AND (c.to_ns IS NULL OR t.ts_raw_ns < c.to_ns)")):
+        cur.execute(
+            f"""UPDATE main.{table} AS t SET ts_utc_ns = t.ts_raw_ns + c.offset_ns
+                                         + CAST(COALESCE(c.drift_ppm, 0) * 1e-6 * t.ts_raw_ns AS BIGINT)
+                FROM sources s, {mapping} c
+                WHERE t.incident_id = ? AND s.incident_id = t.incident_id AND s.source_id = t.source_id
+                  AND c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')
+                  AND c.domain = s.clock_domain AND {where}""", [incident_id])
+
+
+def row_uncertainty_sql(row: str = "e", clock: str = "c") -> str:
+    """SQL for the uncertainty of one row's UTC time: its clock's, or the stretch's where the clock
+    stepped (``row``: the alias of the row's table, ``clock``: of its clock_map row)."""
+    return (f"COALESCE((SELECT max(g.uncertainty_ns) FROM clock_segments g WHERE g.incident_id = {clock}.incident_id "
+            f"AND g.host = {clock}.host AND g.domain = {clock}.domain AND (g.from_ns IS NULL OR "
+            f"{row}.ts_raw_ns >= g.from_ns) AND (g.to_ns IS NULL OR {row}.ts_raw_ns < g.to_ns)), "
+            f"{clock}.uncertainty_ns)")

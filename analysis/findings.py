@@ -11,7 +11,10 @@ import dataclasses
 import json
 from bisect import bisect_left
 
+from .clocks import row_uncertainty_sql
 from .links import Evidence, Link, LinkKind, Provenance
+
+_UNC = row_uncertainty_sql()   # a row's own stretch where its clock stepped
 
 DEDUP_WINDOW_NS = 5_000_000_000
 PIPE_SLACK_NS = 250_000_000
@@ -31,8 +34,8 @@ def _kib(n: int | None) -> str:
 
 def oom_kills(store, incident_id: str) -> list[Link]:
     rows = store.query(
-        """SELECT e.ts_utc_ns, e.ts_raw_ns, COALESCE(e.host, s.host) AS host, e.pid, e.line, e.text,
-                  e.attrs, s.path, s.clock_domain, c.uncertainty_ns
+        f"""SELECT e.ts_utc_ns, e.ts_raw_ns, COALESCE(e.host, s.host) AS host, e.pid, e.line, e.text,
+                  e.attrs, s.path, s.clock_domain, {_UNC} AS uncertainty_ns
            FROM events e JOIN sources s USING (incident_id, source_id)
            LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                 AND c.domain = s.clock_domain
@@ -122,13 +125,13 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
     # launcher log whose rank output is prefixed (torchrun --tee ``[default0]:``): those are the
     # agent's own, even in a node's log that holds one rank.
     rows = store.query(
-        """WITH teed AS (SELECT DISTINCT source_id FROM events
+        f"""WITH teed AS (SELECT DISTINCT source_id FROM events
                          WHERE incident_id = ? AND starts_with(text, '[default'))
            SELECT e.ts_utc_ns, COALESCE(e.host, s.host) AS host,
                   CASE WHEN e.rank IS NOT NULL THEN e.rank
                        WHEN e.source_id IN (SELECT source_id FROM teed) AND NOT starts_with(e.text, '[default')
                        THEN NULL ELSE s.rank END AS rank,
-                  e.pid, e.line, e.text, e.name, e.kind, e.attrs, s.path, s.kind AS source_kind, c.uncertainty_ns
+                  e.pid, e.line, e.text, e.name, e.kind, e.attrs, s.path, s.kind AS source_kind, {_UNC} AS uncertainty_ns
            FROM events e JOIN sources s USING (incident_id, source_id)
            LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                 AND c.domain = s.clock_domain

@@ -32,6 +32,7 @@ class LinkKind(str, Enum):
     PYTHON_EXCEPTION = "python_exception"
     JOB_FAILURE = "job_failure"
     CLOCK_SKEW = "clock_skew"
+    CLOCK_STEP = "clock_step"                  # a host's wall clock stepped against its boot clock
     HARD_LOCKUP = "hard_lockup"
     RCU_STALL = "rcu_stall"
     KERNEL_PANIC = "kernel_panic"

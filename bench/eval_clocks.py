@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import corpus_cli  # noqa: E402
 from server.service import Service  # noqa: E402
 from server.settings import Settings  # noqa: E402
+from analysis.clocks import row_uncertainty_sql  # noqa: E402
 from tests.analysis.corpus import build, cases  # noqa: E402
 
 RAW = re.compile(rb"^\[\s*(\d+)\.(\d{6})\]\s?(.*)$")
@@ -50,17 +51,29 @@ def true_offset(clocks: dict, mono_ns: int) -> float:
     return o0 + (o1 - o0) * min(1.0, max(0.0, f))
 
 
+def _stamp(probe: dict, raw: list[bytes]) -> int | None:
+    """The printk stamp (ns) of a clock probe's line: of the lines with its text, the one nearest
+    the monotonic clock read around it (a kernel log read from /dev/kmsg by a collector also holds
+    the probes of earlier recordings on the same boot). None: not in the log (not within 1 s)."""
+    want = probe["text"].encode()
+    best = None
+    for line in raw:
+        m = RAW.match(line)
+        if m and m.group(3) == want:
+            p = int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
+            if best is None or abs(p - probe["monotonic_ns"][0]) < abs(best - probe["monotonic_ns"][0]):
+                best = p
+    # printk and CLOCK_MONOTONIC part by tens of ms on this VM: a line further off is another probe's
+    return best if best is not None and abs(best - probe["monotonic_ns"][0]) < 1_000_000_000 else None
+
+
 def probe_fit(probes: list[dict], raw: list[bytes]):
     """printk stamp -> UTC from the recorder's clock probes: (a, b) of utc = p + a + b * p."""
     pts = []
     for pr in probes:
-        want = pr["text"].encode()
-        for line in raw:
-            m = RAW.match(line)
-            if m and m.group(3) == want:
-                p = int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
-                pts.append((p, (pr["realtime_ns"][0] + pr["realtime_ns"][1]) / 2 - p))
-                break
+        p = _stamp(pr, raw)
+        if p is not None:
+            pts.append((p, (pr["realtime_ns"][0] + pr["realtime_ns"][1]) / 2 - p))
     if not pts:
         return None
     if len(pts) == 1 or max(p for p, _ in pts) - min(p for p, _ in pts) < 1e9:
@@ -70,16 +83,6 @@ def probe_fit(probes: list[dict], raw: list[bytes]):
     mo = sum(o for _, o in pts) / n
     b = sum((p - mp) * (o - mo) for p, o in pts) / sum((p - mp) ** 2 for p, _ in pts)
     return mo - b * mp, b
-
-
-def _stamp(probe: dict, raw: list[bytes]) -> int:
-    """The printk stamp of a clock probe's line (ns); a probe not in the log sorts last."""
-    want = probe["text"].encode()
-    for line in raw:
-        m = RAW.match(line)
-        if m and m.group(3) == want:
-            return int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
-    return 1 << 62
 
 
 def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tuple[int, bytes]]]]:
@@ -100,14 +103,19 @@ def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tup
              for k in range(len(cuts) + 1)]
     fits = [probe_fit(side, raw) for side in sides]
     fit = fits[0] if len(fits) == 1 else (fits if all(fits) else None)
-    bounds = [min(_stamp(pr, raw) for pr in side) for side in sides[1:]] if len(fits) > 1 and fit else []
+    bounds = [min(_stamp(pr, raw) or 1 << 62 for pr in side) for side in sides[1:]] if len(fits) > 1 and fit else []
     how = "probes" if fit else "monotonic"
+    # records before the recording's first probe (earlier recordings on the same boot, in a log read
+    # from /dev/kmsg) have no truth here: the wall clock may have been stepped in between
+    first = min((p for p in (_stamp(pr, raw) for pr in probes) if p is not None), default=None)
     out: dict[str, dict[int, tuple[int, bytes]]] = {"dmesg.txt": {}, "dmesg_T.txt": {}}
     for i, line in enumerate(raw, 1):
         m = RAW.match(line)
         if not m:
             continue
         p = int(m.group(1)) * 1_000_000_000 + int(m.group(2)) * 1000
+        if first is not None and p < first:
+            continue
         if bounds:
             a, b = fit[sum(p >= c for c in bounds)]
             off = a + b * p
@@ -124,7 +132,7 @@ def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tup
 
 def measure(svc, incident_id: str, truth: dict[str, dict[int, tuple[int, bytes]]]) -> list[dict]:
     rows = svc.store.query(
-        """SELECT s.path, e.line, e.ts_utc_ns, c.uncertainty_ns, c.method
+        f"""SELECT s.path, e.line, e.ts_utc_ns, {row_uncertainty_sql()} AS uncertainty_ns, c.method
            FROM events e JOIN sources s USING (incident_id, source_id)
            LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                                 AND c.domain = s.clock_domain

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -349,6 +349,26 @@ CLOCK_MAP = Table(
     primary_key=("incident_id", "host", "domain"),
 )
 
+CLOCK_SEGMENTS = Table(
+    "clock_segments",
+    "Where a host's wall clock stepped against one of its local clocks (an NTP step, a VM resumed by "
+    "its host): the mapping is piecewise, one row per stretch of the local clock (written by "
+    "analysis; a clock with no step has no rows and clock_map alone maps it).",
+    (
+        _c("incident_id", "VARCHAR", "-", "incident", False),
+        _c("host", "VARCHAR", "-", "host ('' for sources with no host)", False),
+        _c("domain", "VARCHAR", "-", "clock domain", False),
+        _c("from_ns", "BIGINT", "ns", "first raw time of the stretch, on the local clock (null: from the start)"),
+        _c("to_ns", "BIGINT", "ns", "raw time the stretch ends before (null: to the end)"),
+        _c("offset_ns", "BIGINT", "ns", "utc_ns = ts_raw_ns + offset_ns (+ drift term) within the stretch"),
+        _c("drift_ppm", "DOUBLE", "ppm", "rate error applied within the stretch"),
+        _c("uncertainty_ns", "BIGINT", "ns", "bound on the error within the stretch; a stretch where the step "
+           "may have happened covers the offsets on both sides"),
+        _c("what", "VARCHAR", "-", "before the step | the step's window | after the step (numbered when several)",
+           False),
+    ),
+)
+
 META = Table(
     "aftertrace_meta",
     "Store metadata: the schema version.",
@@ -479,7 +499,7 @@ SHARES = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
-        ANCHORS, FACTS, MEMBERS, CLOCK_MAP, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS, METRIC_BINS,
+        ANCHORS, FACTS, MEMBERS, CLOCK_MAP, CLOCK_SEGMENTS, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS, METRIC_BINS,
     )
 }
 
@@ -487,7 +507,7 @@ TABLES: dict[str, Table] = {
 PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts",
                  "collectives", "steps", "flows", "members")
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
-INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "event_bins", "metric_bins")
+INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "clock_segments", "event_bins", "metric_bins")
 
 
 def describe() -> str:

@@ -362,6 +362,12 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
                   "unknown" if unc is None else f"±{unc / 1e6:.3f} ms", str(r["sources"]), escape(r["method"] or ""))
     console.print(t)
     for r in rows:
+        for g in r.get("segments") or []:
+            lo = "start" if g["from_ns"] is None else f"{g['from_ns'] / 1e9:.3f} s"
+            hi = "end" if g["to_ns"] is None else f"{g['to_ns'] / 1e9:.3f} s"
+            console.print(f"  {escape(r['host'] or '-')}/{r['domain']}: {escape(g['what'])}, raw {lo} to {hi}: "
+                          f"offset {g['offset_ns'] / 1e9:+.6f} s ±{g['uncertainty_ns'] / 1e6:.3f} ms")
+    for r in rows:
         try:
             ev = json.loads(r["evidence"] or "{}")
         except ValueError:

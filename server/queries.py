@@ -26,13 +26,22 @@ class Queries:
         raise NotFoundError(f"{ref!r} matches {len(rows)} incidents; give more of the id")
 
     def clock_table(self, incident_id: str) -> list[dict]:
-        """clock_map rows of the incident with the number of sources each one places."""
-        return self.store.query(
+        """clock_map rows of the incident with the number of sources each one places, and, for a
+        clock that stepped, its stretches (``segments``, in raw-time order; empty otherwise)."""
+        iid = self.resolve_incident(incident_id)
+        rows = self.store.query(
             """SELECT c.host, c.domain, c.offset_ns, c.uncertainty_ns, c.method, c.evidence,
                       (SELECT count(*) FROM sources s WHERE s.incident_id = c.incident_id
                          AND COALESCE(s.host, '') = c.host AND s.clock_domain = c.domain) AS sources
-               FROM clock_map c WHERE c.incident_id = ? ORDER BY c.host, c.domain""",
-            [self.resolve_incident(incident_id)])
+               FROM clock_map c WHERE c.incident_id = ? ORDER BY c.host, c.domain""", [iid])
+        segs: dict[tuple, list] = {}
+        for g in self.store.query(
+                """SELECT host, domain, from_ns, to_ns, offset_ns, uncertainty_ns, what FROM clock_segments
+                   WHERE incident_id = ? ORDER BY host, domain, from_ns NULLS FIRST""", [iid]):
+            segs.setdefault((g.pop("host"), g.pop("domain")), []).append(g)
+        for r in rows:
+            r["segments"] = segs.get((r["host"], r["domain"]), [])
+        return rows
 
     def flamegraph(self, incident_id: str, start: str | None = None, end: str | None = None,
                    host: str | None = None, pid: int | None = None, comm: str | None = None,

@@ -63,6 +63,9 @@ _ATTACHED_DDL = (
   drift_ppm DOUBLE,
   boot INTEGER
 )""",
+    # a clock that stepped (clock_segments): one row per stretch [from_ns, to_ns) of raw time
+    "ALTER TABLE source_offsets ADD COLUMN IF NOT EXISTS from_ns BIGINT",
+    "ALTER TABLE source_offsets ADD COLUMN IF NOT EXISTS to_ns BIGINT",
 )
 _SID = r"CAST(regexp_extract(filename, '(\d+)-\d+\.parquet$', 1) AS INTEGER)"
 COMPACTED = "compacted.parquet"   # a partition folder's small files in one (Store.compact_partitions)
@@ -113,9 +116,16 @@ def _v6_members(cur) -> None:
     cur.execute(TABLES["members"].ddl())
 
 
+def _v7_clock_segments(cur) -> None:
+    """Schema 8: ``clock_segments`` (a clock that stepped maps piecewise); incidents analysed before
+    it map every clock with one offset until analysed again."""
+    cur.execute(TABLES["clock_segments"].ddl())
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
-                                                4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members}
+                                                4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members,
+                                                7: _v7_clock_segments}
 
 
 def _close_quietly(con) -> None:
@@ -385,7 +395,8 @@ class Store:
         src = f"(SELECT *, {sid} AS _sid FROM read_parquet({_sql_str(partition_glob(root, table))}, {opts})) p"
         if any(c == "ts_utc_ns" for c, _ in cols):
             src += (f" LEFT JOIN main.source_offsets o ON o.incident_id = {_sql_str(incident_id)} "
-                    "AND o.source_id = p._sid")
+                    "AND o.source_id = p._sid AND (o.from_ns IS NULL OR p.ts_raw_ns >= o.from_ns) "
+                    "AND (o.to_ns IS NULL OR p.ts_raw_ns < o.to_ns)")
         return f"CREATE OR REPLACE VIEW {name} AS SELECT {', '.join(sel)} FROM {src}"
 
     def compact_partitions(self, root: str | Path, table: str) -> int:

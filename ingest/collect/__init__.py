@@ -9,7 +9,7 @@ It records continuously into a bounded ring under ``DIR/ring`` (``ring.py``): cg
 and PSI snapshots every interval (the job's cgroups from ``/proc/<pid>/cgroup`` unless
 ``--cgroup`` names them; ``cgroups.py``), ``/proc/<pid>/status`` of the job's processes
 (``procs.py``), the kernel log followed live with raw boot-relative times (``kmsg.py``), a
-clock anchor (uptime + wall time) every minute (``host.py``), optionally ``perf record`` in
+clock anchor (uptime + wall time) every 5 s (``host.py``), optionally ``perf record`` in
 switch-output mode (``perf.py``), the job's stdout/stderr when it wraps the command, NCCL
 debug files (``NCCL_DEBUG_FILE``), nvidia-smi samples when there is a GPU, and host facts
 (``sources.py``).
@@ -93,8 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also put files matching GLOB modified within --keep into the bundle (profiler traces, "
                         "launcher logs); repeatable")
     p.add_argument("--archive", action="store_true", help="write the bundle as DIR/bundle-<time>.tar.gz")
-    p.add_argument("--anchor-every", type=_duration, default=60.0, metavar="DURATION",
-                   help="clock anchor interval (default 1m)")
+    p.add_argument("--anchor-every", type=_duration, default=5.0, metavar="DURATION",
+                   help="clock anchor interval (default 5s: a step of the wall clock is placed between two)")
     p.add_argument("--kernel-log", choices=("auto", "dmesg", "off"), default="auto",
                    help="auto: follow /dev/kmsg, else poll dmesg; dmesg: poll dmesg; off")
     p.add_argument("--no-gpu", action="store_true", help="do not run nvidia-smi")

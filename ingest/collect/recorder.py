@@ -1,7 +1,7 @@
 """The recorder: one process beside the job, a few threads, a bounded ring, bundles on trigger.
 
 Threads: the main loop (every ``--interval``: process tree, cgroup/proc snapshot, NCCL file
-tails, the request file, the job's state, triggers; every minute a clock anchor; every few
+tails, the request file, the job's state, triggers; every 5 s a clock anchor; every few
 seconds the ring's limits), the kernel-log follower, the output pump (when wrapping a
 command), nvidia-smi's reader (when there is one), and a bundle writer while a bundle is
 written (snapshots go on meanwhile). perf and nvidia-smi are child processes in their own
@@ -57,7 +57,8 @@ class Config:
     linger_s: float = 5.0
     archive: bool = False
     files: list[str] = field(default_factory=list)
-    anchor_every_s: float = 60.0
+    # a wall clock that steps (NTP, a VM paused by its host) is placed between two anchors
+    anchor_every_s: float = 5.0
     nvidia: bool = True
     head_bytes: int = 256 * 1024
     passthrough: bool = True
@@ -106,6 +107,7 @@ class Recorder:
         self.snapshots = 0
         self.snapshot_s = 0.0
         self.last_anchor_ns = 0
+        self.last_anchor_mono_ns = 0
         self.mono_offset_ns: int | None = None
         self.t0_ns = time.time_ns()
         self.cpu0 = self._cpu()
@@ -154,6 +156,7 @@ class Recorder:
         a = hostmod.anchor()
         self.s_anchor.write((json.dumps(a) + "\n").encode())
         self.last_anchor_ns = a["wall_ns"]
+        self.last_anchor_mono_ns = time.monotonic_ns()   # the interval on a clock that does not step
         self.mono_offset_ns = a["realtime_ns"] - a["monotonic_ns"]
         return a
 
@@ -433,7 +436,7 @@ class Recorder:
                     self.ring.write_state("procs.json", json.dumps(self.procs.to_json()).encode())
                     self.procs.changed = False
             self._snapshot()
-            if now - self.last_anchor_ns >= cfg.anchor_every_s * NS:
+            if time.monotonic_ns() - self.last_anchor_mono_ns >= cfg.anchor_every_s * NS:
                 self.take_anchor()
             try:
                 self.tailer.poll()

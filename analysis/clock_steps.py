@@ -1,0 +1,127 @@
+"""A wall clock that stepped against the boot clock: where, by how much, and each side's offset.
+
+An NTP daemon that finds the clock too far off steps it instead of slewing; a VM paused,
+snapshotted or migrated by its host resumes with a wall clock that jumps to catch up while its
+boot clock does not. Every reading that pairs the two clocks then says one offset
+``wall - boot`` before the step and another after it. A clock that merely runs fast or slow moves
+its offset slowly (NTP slews at most 500 ppm), so readings that no single slowly moving offset
+fits are a step, not a disagreement to average away.
+
+Readings (:class:`Reading`): each says the offset lay in ``[lo, hi]`` at one instant of the boot
+clock -- an uptime + date pair, perf's reference time, a journal entry, a death seen by the
+kernel and reported by the launcher (at the death), and the one-sided bounds of processes seen on
+both clocks (:mod:`analysis.clock_match`, at the exit). Readings whose time on the boot clock is
+not known (btime, dmesg -T's conversion) were taken when the bundle was collected: they belong to
+the last stretch and take no part here.
+
+Sweep (:func:`runs`): in boot-clock order, keep the intersection of the stretch's intervals,
+each widened by ``MAX_SLEW_PPM`` of its distance from the stretch's first reading; a reading that
+misses it by more than ``STEP_MIN_NS`` opens a new stretch. Sweeping forwards puts each boundary
+as late as the readings allow, sweeping backwards as early: the step happened after the last
+reading only the earlier stretch fits and no later than the first reading only the later stretch
+fits. Where the two sweeps find a different number of stretches the readings are not two clean
+stretches and nothing is split (the disagreement is then reported as it was before).
+
+Records of the boot clock before that window take the earlier stretch's offset, records after it
+the later one's; a record inside the window may be on either side, so it gets the middle of the
+two offsets and an uncertainty that covers both.
+
+Worked example (``tests/analysis/test_clock_steps.py``; the times of a real recording,
+``sample_traces/corpus/dev/leak-r1-wallstep``, the wall clock stepped +2.4 s at boot 476.432 s):
+perf's reference time at boot 455.000 s says 1796203208.242 s ± 1 ms; uptime + date at 457.000 s
+says 1796203208.240 s ± 5 ms; torchrun's closing signal for a worker that exited at 491.000 s
+says the offset is at least 1796203210.637 s; uptime + date at 495.000 s says 1796203210.642 s
+± 5 ms. Forwards: the third reading misses [1796203208.241, 1796203208.243] by 2.394 s, far more
+than the 27 ms allowed (500 ppm of 36 s, and 10 ms), a new stretch. Backwards: the stretch of the
+readings at 495 and 491 s is [1796203210.637, 1796203210.647]; the reading at 457 s misses it.
+One step, after 457.000 s and no later than 491.000 s, +2.400 s (1796203208.242 ->
+1796203210.642 s, the middle of each stretch's intersection).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_SLEW_PPM = 500               # the fastest a disciplined clock is slewed (NTP's limit)
+STEP_MIN_NS = 10_000_000         # a smaller miss is left to the methods' own disagreement report
+_INF = 1 << 62
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The offset ``wall - boot`` lay in ``[lo_ns, hi_ns]`` (either side may be open) at boot time
+    ``local_ns``."""
+    local_ns: int
+    lo_ns: int | None
+    hi_ns: int | None
+    what: str                    # the method, for the report
+    source: str | None = None
+    line: int | None = None
+
+    def lo(self) -> int:
+        return -_INF if self.lo_ns is None else self.lo_ns
+
+    def hi(self) -> int:
+        return _INF if self.hi_ns is None else self.hi_ns
+
+
+@dataclass(frozen=True)
+class Step:
+    """The wall clock stepped by ``delta_ns`` somewhere in ``(after_ns, by_ns]`` of the boot clock."""
+    after_ns: int
+    by_ns: int
+    delta_ns: int
+    before: Reading               # the last reading only the earlier stretch fits
+    after: Reading                # the first reading only the later stretch fits
+
+
+def _sweep(rs: list[Reading]) -> list[int]:
+    """Indices (into ``rs``, in the order given) where a new stretch begins."""
+    starts: list[int] = []
+    lo = hi = first = None
+    for i, r in enumerate(rs):
+        if lo is None:
+            lo, hi, first = r.lo(), r.hi(), r.local_ns
+            continue
+        slack = abs(r.local_ns - first) * MAX_SLEW_PPM // 1_000_000 + STEP_MIN_NS
+        nlo, nhi = max(lo, r.lo()), min(hi, r.hi())
+        if nlo > nhi + slack:
+            starts.append(i)
+            lo, hi, first = r.lo(), r.hi(), r.local_ns
+        elif nlo <= nhi:
+            lo, hi = nlo, nhi
+        else:   # within the slew allowance: keep the narrower side's reading
+            lo = hi = (nlo + nhi) // 2
+    return starts
+
+
+def _middle(rs: list[Reading]) -> int | None:
+    lo, hi = max(r.lo() for r in rs), min(r.hi() for r in rs)
+    if lo <= -_INF or hi >= _INF:
+        return None
+    return (lo + hi) // 2
+
+
+def runs(readings: list[Reading]) -> list[Step]:
+    """The steps the readings show, in boot-clock order (see the module docstring)."""
+    rs = sorted(readings, key=lambda r: r.local_ns)
+    if len(rs) < 2:
+        return []
+    fwd = _sweep(rs)
+    if not fwd:
+        return []
+    back = [len(rs) - i for i in _sweep(rs[::-1])][::-1]
+    if len(back) != len(fwd):
+        return []
+    steps = []
+    bounds = [0] + fwd + [len(rs)]
+    for k, (b, f) in enumerate(zip(back, fwd)):
+        # rs[b - 1]: last reading only the earlier stretch fits; rs[f]: first only the later fits
+        if b < 1 or b > f:
+            return []
+        early = rs[bounds[k]:f]
+        late = rs[f:bounds[k + 2]]
+        m0, m1 = _middle(early), _middle(late)
+        if m0 is None or m1 is None:
+            return []   # a stretch bounded on one side only: how far the clock stepped is not known
+        steps.append(Step(rs[b - 1].local_ns, rs[f].local_ns, m1 - m0, rs[b - 1], rs[f]))
+    return steps
