@@ -48,6 +48,10 @@ def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
         by.setdefault(host, []).append((r["path"], v))
     out = {}
     for host, logs in by.items():
+        if any(v.get("refused") for _, v in logs):
+            # one log's lines fit no single phase: the wall clock stepped while the incident was
+            # written (or writes were reordered), so no log's phase holds for all of it
+            continue
         arcs = [tuple(a) for a in logs[0][1]["arcs_ns"]]
         for _, v in logs[1:]:
             arcs = intersect(arcs, [tuple(a) for a in v["arcs_ns"]])

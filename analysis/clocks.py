@@ -382,10 +382,27 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
         return replace(entry, offset_ns=segs[-1][2], uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs),
                        method=method + "; each side of the wall clock's step by its own records")
     lo, hi = -KERNEL_WALL_DRIFT_NS, span
-    return ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2,
-                      f"converted by dmesg when it ran: {span / 1e9:g} s of truncation and up to "
-                      f"{KERNEL_WALL_DRIFT_NS / 1e9:g} s of kernel-clock drift allowed (no raw kernel log to "
-                      "place it by)")
+    entry = ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2,
+                       f"converted by dmesg when it ran: {span / 1e9:g} s of truncation and up to "
+                       f"{KERNEL_WALL_DRIFT_NS / 1e9:g} s of kernel-clock drift allowed (no raw kernel log to "
+                       "place it by)")
+    if boot is None or not boot.segments or boot.offset_ns is None:
+        return entry
+    # The boot clock stepped: dmesg converted every record with the boot instant of when it ran (the
+    # last stretch's offset B), so a record of an earlier stretch is off by that stretch's offset
+    # against B. Its printed time is its boot time + B - e, e within the conversion's window
+    # [lo, hi]: a stretch's bound x on the boot clock is x + B - hi in printed time where a step's
+    # window begins, x + B - lo where one ends (the window takes the printed times either side fits).
+    g = boot.segments
+    cuts = [x[1] + boot.offset_ns - (hi if "window" in g[k + 1][5] else lo) for k, x in enumerate(g[:-1])]
+    segs = []
+    last_unc = boot.segments[-1][4] or 0
+    for k, (_g0, _g1, off, _ppm, unc, what) in enumerate(g):
+        shift = off - boot.offset_ns
+        segs.append((None if k == 0 else cuts[k - 1], None if k == len(g) - 1 else cuts[k], entry.offset_ns + shift,
+                     None, entry.uncertainty_ns + (unc or 0) + (last_unc if shift else 0), what))
+    return replace(entry, offset_ns=segs[-1][2], uncertainty_ns=max(x[4] for x in segs), segments=tuple(segs),
+                   method=entry.method + f"; each side of the wall clock's step by its own offset ({boot.method})")
 
 
 def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> list[Anchor]:

@@ -160,7 +160,9 @@ class Phase:
             counts.append(run)
         least = min(counts)
         if least > self.pairs // 100:
-            return None             # the lines disagree (a wall clock stepped, or writes reordered)
+            # the lines disagree (a wall clock stepped, or writes reordered): said, so that the phase
+            # other logs of the host show is not taken for the whole incident
+            return {"refused": True, "pairs": self.pairs, "c10_lines": self.c10, "against": least}
         arcs, k = [], 0
         while k < BINS:
             if counts[k] != least:

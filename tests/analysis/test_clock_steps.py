@@ -72,3 +72,22 @@ def test_a_recording_whose_wall_clock_stepped(tmp_path):
     rep = svc.get_report(sub.incident_id)
     (f,) = [a for a in rep["anomalies"] if a["kind"] == "clock_step"]
     assert "stepped +2.39" in f["summary"] or "stepped +2.40" in f["summary"]
+
+
+def test_dmesg_T_alone_next_to_a_stepped_boot_clock_moves_the_earlier_records_by_the_step():
+    """dmesg -T converted every record with the boot instant of when it ran, after the step: a
+    record of the earlier stretch is placed by that stretch's offset, the printed times where a
+    record may be on either side by the step's window."""
+    from analysis.clocks import ClockEntry, solve_kernel_wall
+    before, after = B + 242 * MS, B + 2 * S + 642 * MS
+    boot = ClockEntry("vm", "boot", after, 1_264 * MS, "x",
+                      segments=((None, 464 * S, before, None, 11 * MS, "before the step"),
+                                (464 * S, 490 * S, (before + after) // 2, None, 1_264 * MS, "the step's window"),
+                                (490 * S, None, after, None, 65 * MS, "after the step")))
+    kw = solve_kernel_wall("vm", boot, [], {"dmesg_ctime"})
+    (a, w, z) = kw.segments
+    # conversion window: from 0.5 s before the printed second to 2 s after it -> +0.75 s +- 1.25 s
+    assert (a[1], w[1]) == (464 * S + after - 2 * S, 490 * S + after + 500 * MS)
+    assert a[2] == 750 * MS - 2_400 * MS and a[4] == 1_250 * MS + 11 * MS + 65 * MS
+    assert z[2] == 750 * MS and z[4] == 1_250 * MS + 65 * MS
+    assert w[4] == 1_250 * MS + 1_264 * MS + 65 * MS

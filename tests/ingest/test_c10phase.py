@@ -50,3 +50,11 @@ def test_lines_read_again_after_a_chunk_end_count_once():
                  (2, "E1201 22:13:54.050000 1 b.py:1] y"), (1, "[I1201 22:13:53.900000000 a.cpp:1] x")):
         p.feed(n, "", s)
     assert p.pairs == 1
+
+
+def test_a_log_written_across_a_step_of_the_wall_clock_is_refused(tmp_path):
+    """The recorder stepped the wall clock +2.4 s between the ranks' start-up and their failure:
+    no phase keeps both sides' lines in order, and the log says so instead of giving one."""
+    res = parse(DATA / "torchrun-wallstep.log", tmp_path)
+    (p,) = [json.loads(f["value"]) for f in facts(res) if f["key"] == "wall_monotonic_phase"]
+    assert p == {"refused": True, "pairs": 56, "c10_lines": 51, "against": 3}
