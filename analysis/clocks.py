@@ -138,12 +138,18 @@ class ClockEntry:
     segments: tuple = field(default=())
     steps: tuple = field(default=())          # the steps found (evidence, for the report)
 
+    def segment_index(self, raw_ns: int) -> int | None:
+        """Which stretch of a clock that stepped holds a raw time (None: no stretches)."""
+        return next((k for k, (lo, hi, *_) in enumerate(self.segments)
+                     if (lo is None or raw_ns >= lo) and (hi is None or raw_ns < hi)), None)
+
     def offset_at(self, raw_ns: int) -> tuple[int | None, int | None, float | None]:
         """(offset, uncertainty, drift) that place a raw time of this clock."""
-        for lo, hi, off, ppm, unc, _ in self.segments:
-            if (lo is None or raw_ns >= lo) and (hi is None or raw_ns < hi):
-                return off, unc, ppm
-        return self.offset_ns, self.uncertainty_ns, self.drift_ppm
+        k = self.segment_index(raw_ns)
+        if k is None:
+            return self.offset_ns, self.uncertainty_ns, self.drift_ppm
+        _, _, off, ppm, unc, _ = self.segments[k]
+        return off, unc, ppm
 
     def segment_rows(self, incident_id: str) -> list[dict]:
         return [{"incident_id": incident_id, "host": self.host, "domain": self.domain, "from_ns": lo, "to_ns": hi,
@@ -360,9 +366,7 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
         groups: dict[int, list] = {}
         for p in pairs:
             off, unc, ppm = boot.offset_at(p["raw_ns"])
-            k = next((i for i, g in enumerate(boot.segments)
-                      if (g[0] is None or p["raw_ns"] >= g[0]) and (g[1] is None or p["raw_ns"] < g[1])), 0)
-            groups.setdefault(k, []).append((p["raw_ns"] + off + int((ppm or 0.0) * 1e-6 * p["raw_ns"]) - p["t_ns"],
+            groups.setdefault(boot.segment_index(p["raw_ns"]) or 0, []).append((p["raw_ns"] + off + int((ppm or 0.0) * 1e-6 * p["raw_ns"]) - p["t_ns"],
                                              unc or 0, p["t_ns"]))
         ev = ({"pairs": len(pairs), "raw": pairs[0]["raw_path"], "converted": pairs[0]["t_path"]},)
         method = f"the same {len(pairs)} records in the raw kernel log, placed by {boot.method}"
