@@ -25,6 +25,16 @@ true instant lies in ``[printed, printed + 1 ms)``):
     exited: ``offset >= written - exit``. Weak (a process rarely logs in its last moments) but
     it holds for every process, also one that died on its own with no signal to pair.
 
+``snapshot -> birth -> snapshot`` (both bounds). A cgroup snapshot series (folders named by the
+    wall clock just before their files are read, by hand or by ``aftertrace collect``) lists who
+    is in the group. A process or thread that perf saw forked (``sched_process_fork``, boot
+    clock) by a member of the group is in it from birth (the kernel links the child into its
+    parent's cgroup before the tracepoint fires): the read that did not list it yet came before
+    the fork, ``offset >= previous snapshot - fork``; the read that lists it came before the
+    next snapshot began, ``offset <= next snapshot + 1 ms - fork``. A series' reads are about half
+    a second apart, so each birth is a window of about a second; several births narrow it, and
+    the job's first births happen early, before any anchor is taken.
+
 The bounds give an interval ``[L, U]`` that contains the truth whatever the latencies. Within it
 the estimate uses what is typical: a worker's main thread killed by a signal ends within about a
 millisecond of it (``SIGNAL_EXIT_TYPICAL_NS``) -- unless it is the last thread of its process,
@@ -52,6 +62,15 @@ threads were not their processes' last (``group_dead=false``): their signals sug
 printed times plus 1 ms, the latest 1796161679.055671 s (from 20970), which is the estimate,
 ± 81.238 ms (to U). (The recorder's truth, from perf's ``-k``
 reference time that the example leaves aside: 1796161679.055119 s, 0.55 ms away.)
+
+Second worked example (births; the same test file, a real recording whose wall clock stepped
+later): torchrun's agent 2251 forked the workers 2272 and 2273 at 466.949580 and 466.950467 s on
+perf's clock. The cgroup snapshot ``1796203675.084709`` lists only 2251; ``1796203675.584675``
+lists all three; the next one is ``1796203676.085171``. Lower bounds: 1796203675.084709 -
+466.949580 = 1796203208.135129 s (and ...208.134242 from 2273); upper bounds: 1796203676.085171
++ 0.001 - 466.950467 = 1796203209.135704 s (and ...209.136591): ``[L, U]`` =
+[1796203208.135129, 1796203209.135704] s, the estimate its middle, ± 500.3 ms. (The recorder's
+truth, from its clock probe: 1796203208.242108 s.)
 """
 from __future__ import annotations
 
@@ -63,7 +82,7 @@ LAUNCHER_RES_NS = 1_000_000        # torchrun prints milliseconds (padded to six
 # thread: the last one frees the address space before perf records its exit, tens of ms for GBs)
 SIGNAL_EXIT_TYPICAL_NS = 1_000_000
 METHOD = ("the same processes on both clocks (perf's exits against torchrun's signals and reports "
-          "and the processes' own last lines)")
+          "and the processes' own last lines; perf's forks against the cgroup snapshots that list them)")
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,7 @@ class Bound:
     """One pair: ``lo <= offset`` or ``offset <= hi`` (offset = wall - boot), with its evidence."""
     host: str
     rule: str                  # "signal->exit" | "exit->first signal" | "exit->failed line" | "line->exit"
+    #                            | "snapshot->birth" | "birth->snapshot"
     pid: int
     lo_ns: int | None
     hi_ns: int | None
@@ -221,16 +241,85 @@ def _own_lines(store, incident_id: str, exits: dict, only: str | None) -> list[B
     return out
 
 
+FORK_SLACK_NS = 1_000_000          # the child's cgroup link to perf's fork record, allowed generously
+
+
+def _forks(store, incident_id: str) -> dict[tuple[str, int], dict]:
+    """(host, child id) -> its fork on perf's clock, with the forking thread; ids forked more
+    than once in the recording (reused) are left out."""
+    out = {}
+    for r in store.query(
+            f"""SELECT COALESCE(s.host, '') AS host,
+                       TRY_CAST(json_extract_string(e.attrs, '$.child_pid') AS BIGINT) AS child,
+                       min(e.pid) AS parent, min(e.ts_raw_ns) AS ts, any_value(s.path) AS path,
+                       min(e.line) AS line, any_value({_PERF_CLOCK}) AS clk
+                FROM events e JOIN sources s USING (incident_id, source_id)
+                WHERE e.incident_id = ? AND s.format = 'perf_script' AND s.clock_domain = 'boot'
+                  AND e.name = 'sched:sched_process_fork' AND e.ts_raw_ns IS NOT NULL
+                GROUP BY 1, 2 HAVING count(*) = 1 AND child IS NOT NULL""", [incident_id]):
+        out[(r["host"], r["child"])] = r
+    return out
+
+
+def _births(store, incident_id: str, only: str | None) -> list[Bound]:
+    """``snapshot -> birth -> snapshot`` (see the module docstring): a lower and an upper bound
+    for each id that joined a cgroup, forked there by a member of it."""
+    forks = _forks(store, incident_id)
+    if not forks:
+        return []
+    rows = store.query(
+        """SELECT COALESCE(m.host, s.host, '') AS host, m.cgroup, m.controller, m.basis, m.change,
+                  COALESCE(m.tid, m.pid) AS id, m.ts_raw_ns AS ts, m.prev_read_ns AS prev, m.next_read_ns AS nxt,
+                  s.path, m.line
+           FROM members m JOIN sources s USING (incident_id, source_id)
+           WHERE m.incident_id = ? AND s.clock_domain = 'wall' AND m.ts_raw_ns IS NOT NULL
+             AND m.basis IN ('cgroup.procs', 'tasks', 'cgroup.threads')
+           ORDER BY m.ts_raw_ns""", [incident_id])
+    # per (host, cgroup, id): the spans it was listed, [from, to] (to None: still at the last read)
+    spans: dict[tuple, list] = {}
+    for r in rows:
+        r["host"] = r["host"] or only or ""
+        k = (r["host"], r["cgroup"], r["controller"], r["basis"], r["id"])
+        if r["change"] in ("first", "joined"):
+            spans.setdefault(k, []).append([r["ts"], None])
+        elif r["change"] == "left" and spans.get(k) and spans[k][-1][1] is None:
+            spans[k][-1][1] = r["prev"]          # last listed at the read before
+        elif r["change"] == "last" and spans.get(k) and spans[k][-1][1] is None:
+            spans[k][-1][1] = r["ts"]
+
+    def member(host, cgroup, ident, t0, t1) -> bool:
+        """``ident`` listed in ``cgroup`` (any hierarchy, processes or threads) by ``t0`` and still at ``t1``."""
+        return any(a <= t0 and (b is None or b >= t1)
+                   for (h, cg, _c, _b, i), sp in spans.items() if h == host and cg == cgroup and i == ident
+                   for a, b in sp)
+
+    out = []
+    for r in rows:
+        if r["change"] != "joined" or r["prev"] is None:
+            continue
+        f = forks.get((r["host"], r["id"]))
+        if f is None or not member(r["host"], r["cgroup"], f["parent"], r["prev"], r["ts"]):
+            continue
+        out.append(Bound(r["host"], "snapshot->birth", r["id"], r["prev"] - f["ts"], None, f["path"], f["line"],
+                         r["path"], r["line"], f["clk"], boot_ns=f["ts"]))
+        if r["nxt"] is not None:
+            out.append(Bound(r["host"], "birth->snapshot", r["id"], None, r["nxt"] + FORK_SLACK_NS - f["ts"],
+                             f["path"], f["line"], r["path"], r["line"], f["clk"], boot_ns=f["ts"]))
+    return out
+
+
 def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
     """Every causal pair of the incident (see the module docstring); ``lines``:
     :func:`launcher_lines`."""
     exits = _exits(store, incident_id)
-    if not exits:
+    hosts = {h for h, _ in exits} or {r["host"] for r in store.query(
+        """SELECT DISTINCT COALESCE(host, '') AS host FROM sources
+           WHERE incident_id = ? AND format = 'perf_script' AND clock_domain = 'boot'""", [incident_id])}
+    if not hosts:
         return []
-    hosts = {h for h, _ in exits}
     # A log without a host in a single-host bundle is that host's.
     only = next(iter(hosts)) if len(hosts) == 1 else None
-    out: list[Bound] = _own_lines(store, incident_id, exits, only)
+    out: list[Bound] = _own_lines(store, incident_id, exits, only) + _births(store, incident_id, only)
     for ln in lines:
         if ln["host"] == "" and only is not None:
             ln["host"] = only

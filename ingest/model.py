@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -330,6 +330,11 @@ MEMBERS = Table(
         _c("file", "VARCHAR", "-", "path in the bundle of the file read (evidence)"),
         _c("line", "BIGINT", "line", "1-based line of that file that lists the pid/tid (null: 'left' rows, "
            "whose evidence is the file without it)"),
+        _c("prev_read_ns", "BIGINT", "ns", "'joined' and 'left' rows: the time of the series' previous read "
+           "(its snapshot, on the same clock as ts_raw_ns), which did not list the pid/tid ('joined') or still "
+           "did ('left'); null otherwise"),
+        _c("next_read_ns", "BIGINT", "ns", "'joined' and 'left' rows: the time of the series' next read, "
+           "null at its last; a snapshot's reads end before the next snapshot begins"),
     ),
 )
 

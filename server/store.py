@@ -122,10 +122,17 @@ def _v7_clock_segments(cur) -> None:
     cur.execute(TABLES["clock_segments"].ddl())
 
 
+def _v8_members_reads(cur) -> None:
+    """Schema 9: ``members.prev_read_ns`` / ``next_read_ns`` (the reads around a change, which bound
+    when it happened); incidents analysed before it have nulls there until ingested again."""
+    for c in ("prev_read_ns", "next_read_ns"):
+        cur.execute(f"ALTER TABLE members ADD COLUMN IF NOT EXISTS {c} BIGINT")
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
                                                 4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members,
-                                                7: _v7_clock_segments}
+                                                7: _v7_clock_segments, 8: _v8_members_reads}
 
 
 def _close_quietly(con) -> None:

@@ -169,6 +169,9 @@ class SeriesState:
                     out += [(it, False, "left", None) for it in prev if it not in items]
                 if n == len(times) - 1 and n > 0:
                     out += [(it, True, "last", line) for it, line in items.items() if it in prev]
+                # the reads around a change bound when it happened (clock matching reads them)
+                before = times[n - 1] if n > 0 else None
+                after = times[n + 1] if n + 1 < len(times) else None
                 for (cg, ctrl, pid, tid), present, change, line in out:
                     if rows >= MAX_ROWS:
                         self.sink.issue("limit", f"more than {MAX_ROWS} membership changes: the rest are not kept")
@@ -176,7 +179,9 @@ class SeriesState:
                     if tid is not None and pid is None and tid in procs:
                         pid = tid
                     add("members", host=None, cgroup=cg, controller=ctrl, ts_raw_ns=ts, pid=pid, tid=tid,
-                        present=present, change=change, basis=basis, file=member, line=line)
+                        present=present, change=change, basis=basis, file=member, line=line,
+                        prev_read_ns=before if change in ("joined", "left") else None,
+                        next_read_ns=after if change in ("joined", "left") else None)
                     rows += 1
                 prev = items
         return rows

@@ -106,3 +106,30 @@ def test_an_edge_whose_windows_overlap_is_undecidable():
     assert _order(NS(cause=at(0, 10), effect=at(20, 30))) == "certain"
     assert _order(NS(cause=at(0, 25), effect=at(20, 30))) == "undecidable"
     assert _order(NS(cause=at(0, 10), effect=NS(timing_ns=lambda: None))) == "certain"
+
+
+def test_births_against_cgroup_snapshots(svc):
+    """The second worked example: no exit, no launcher line, no anchor; only perf's forks of the
+    two workers and four cgroup snapshots around them (tests/data/clock_match/PROVENANCE.md)."""
+    iid, cm = _boot(svc, DATA / "leak-r1-births")
+    assert cm["method"].startswith(METHOD)
+    assert "4 pairs bound it to [1796203208.135129, 1796203209.135704] s" in cm["method"]
+    used = json.loads(cm["evidence"])["used"]
+    assert [(u["rule"], u["pid"]) for u in used[:2]] == [("snapshot->birth", 2272), ("birth->snapshot", 2273)]
+    # the recorder's truth (its clock probes, before the wall clock stepped) lies inside
+    truth = 1_796_203_671_011_608_350 - 462_769_500_626
+    assert abs(cm["offset_ns"] - truth) <= cm["uncertainty_ns"]
+    assert cm["offset_ns"] == (1_796_203_208_135_129_000 + 1_796_203_209_135_704_000) // 2
+
+
+def test_birth_needs_a_parent_inside_the_group(svc, tmp_path):
+    """A process moved into the group from outside may have been forked long before the read that
+    did not list it: only a child of a member is in the group from birth."""
+    import shutil
+    b = tmp_path / "b"
+    shutil.copytree(DATA / "leak-r1-births", b)
+    for d in (b / "vm" / "cgroup").iterdir():
+        p = d / "cpu" / "train_job" / "cgroup.procs"
+        p.write_text("\n".join(x for x in p.read_text().split() if x != "2251") + "\n")
+    iid, cm = _boot(svc, b)
+    assert cm["offset_ns"] is None
