@@ -17,7 +17,14 @@ second may lag by up to a tick, so a c10 line whose reconstructed fraction is wi
 circle of ``BINS`` bins; a bin counts a pair against it only when the pair rules out all of it.
 The phase is the bins with the fewest such pairs (none, in an orderly log), as arcs in ns; when
 more than one pair in a hundred rules out even the best bins, the lines disagree (the wall clock
-stepped, or writes were reordered) and there is no phase.
+stepped, or writes were reordered) and there is no phase for the whole file.
+
+Such a file is then cut into *stretches*: the longest run of pairs from the start that fits one
+phase, then the longest run after its lines, and so on (at most ``MAX_STRETCHES``). A pair whose
+earlier line lies in one stretch and later line in the next spans the cut and counts for
+neither. Each stretch has its own phase (or none, when too few lines cross a second); two
+neighbouring stretches with phases that do not meet are a step of the wall clock between them,
+by their difference modulo one second.
 
 Worked example (``tests/ingest/test_c10phase.py``; lines of a real torchrun log on one stream):
 
@@ -42,6 +49,7 @@ BIN_NS = SEC // BINS
 TICK_NS = 10_000_000           # time()'s coarse second may lag the true one by a tick (HZ=100 at worst)
 ORDER_SLACK_NS = 1_000_000     # threads of one process may write their lines out of order by this much
 MAX_PAIRS = 20_000             # enough for the phase (the corpus logs pin it with 56); the rest adds nothing
+MAX_STRETCHES = 8
 
 C10 = re.compile(r"^(?:\[rank\d+\]:)?\[[FEWIV](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{9}) ")
 ELASTIC = re.compile(r"^(?:\[rank\d+\]:)?[DIWEC](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) \d+ ")
@@ -129,6 +137,7 @@ class Phase:
         self.pairs = 0
         self.c10 = 0
         self.upto = 0           # line numbers up to this one were fed (chunks re-read some rows)
+        self.kept: list[tuple[int, int, list[tuple[int, int]]]] = []   # (earlier line, line, bins ruled out)
 
     def feed(self, lineno: int, stream: str, body: str) -> None:
         if lineno <= self.upto or self.pairs >= MAX_PAIRS:
@@ -139,44 +148,96 @@ class Phase:
             return
         self.c10 += it[0] == "c"
         prev = self.last.get(stream)
-        self.last[stream] = it
-        if prev is None or (prev[0] == "x" and it[0] == "x"):
+        self.last[stream] = (it, lineno)
+        if prev is None or (prev[0][0] == "x" and it[0] == "x"):
             return
+        prev, prev_line = prev
         if abs(it[1] - prev[1]) > 3600 * SEC:     # (a gap of an hour or more: a new run, or a year's turn)
             return
         self.pairs += 1
+        bins = []
         for lo, hi in forbidden(prev, it):
             i, j = -(-lo // BIN_NS), hi // BIN_NS     # bins wholly inside [lo, hi)
             if j > i:
                 self.diff[i] += 1
                 self.diff[j] -= 1
+                bins.append((i, j))
+        self.kept.append((prev_line, lineno, bins))
 
     def result(self) -> dict | None:
         if self.c10 < 2 or self.pairs == 0:
             return None
-        counts, run = [], 0
-        for k in range(BINS):
-            run += self.diff[k]
-            counts.append(run)
+        counts = _run(self.diff)
         least = min(counts)
         if least > self.pairs // 100:
             # the lines disagree (a wall clock stepped, or writes reordered): said, so that the phase
-            # other logs of the host show is not taken for the whole incident
-            return {"refused": True, "pairs": self.pairs, "c10_lines": self.c10, "against": least}
-        arcs, k = [], 0
-        while k < BINS:
-            if counts[k] != least:
-                k += 1
-                continue
-            j = k
-            while j + 1 < BINS and counts[j + 1] == least:
-                j += 1
-            arcs.append([k * BIN_NS, (j + 1) * BIN_NS])
-            k = j + 1
-        if len(arcs) > 1 and arcs[0][0] == 0 and arcs[-1][1] == SEC:     # (one arc across 0)
-            arcs[0] = [arcs[-1][0] - SEC, arcs[0][1]]
-            arcs.pop()
-        width = sum(b - a for a, b in arcs)
-        if width > SEC // 2:
+            # other logs of the host show is not taken for the whole incident, with the stretches
+            # that each fit one phase
+            return {"refused": True, "pairs": self.pairs, "c10_lines": self.c10, "against": least,
+                    "stretches": self.stretches()}
+        arcs = _arcs(counts, least)
+        if arcs is None:
             return None             # too few crossings of a second to say anything
         return {"arcs_ns": arcs[:16], "pairs": self.pairs, "c10_lines": self.c10, "against": least}
+
+    def stretches(self) -> list[dict]:
+        """The file cut into runs of pairs that each fit one phase (see the module docstring)."""
+        kept, out, start = self.kept, [], 0
+        while start < len(kept) and len(out) < MAX_STRETCHES:
+            lo, hi = start + 1, len(kept)          # the longest consistent run from ``start``
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                c = _counts(kept[start:mid])
+                if min(c) <= (mid - start) // 100:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            part = kept[start:lo]
+            c = _counts(part)
+            least = min(c)
+            arcs = _arcs(c, least)
+            last = max(p[1] for p in part)
+            out.append({"from_line": min(p[0] for p in part), "to_line": last, "pairs": len(part),
+                        "against": least, "arcs_ns": None if arcs is None else arcs[:16]})
+            start = lo
+            while start < len(kept) and kept[start][0] <= last:
+                start += 1                          # spans the cut
+        return out
+
+
+def _run(diff: list[int]) -> list[int]:
+    counts, run = [], 0
+    for k in range(BINS):
+        run += diff[k]
+        counts.append(run)
+    return counts
+
+
+def _counts(pairs) -> list[int]:
+    diff = [0] * (BINS + 1)
+    for _, _, bins in pairs:
+        for i, j in bins:
+            diff[i] += 1
+            diff[j] -= 1
+    return _run(diff)
+
+
+def _arcs(counts: list[int], least: int) -> list[list[int]] | None:
+    """The bins with the fewest pairs against them, as arcs in ns; None when they cover more than
+    half a second (too few crossings of a second to say anything)."""
+    arcs, k = [], 0
+    while k < BINS:
+        if counts[k] != least:
+            k += 1
+            continue
+        j = k
+        while j + 1 < BINS and counts[j + 1] == least:
+            j += 1
+        arcs.append([k * BIN_NS, (j + 1) * BIN_NS])
+        k = j + 1
+    if len(arcs) > 1 and arcs[0][0] == 0 and arcs[-1][1] == SEC:     # (one arc across 0)
+        arcs[0] = [arcs[-1][0] - SEC, arcs[0][1]]
+        arcs.pop()
+    if sum(b - a for a, b in arcs) > SEC // 2:
+        return None
+    return arcs

@@ -54,7 +54,14 @@ def test_lines_read_again_after_a_chunk_end_count_once():
 
 def test_a_log_written_across_a_step_of_the_wall_clock_is_refused(tmp_path):
     """The recorder stepped the wall clock +2.4 s between the ranks' start-up and their failure:
-    no phase keeps both sides' lines in order, and the log says so instead of giving one."""
+    no phase keeps both sides' lines in order, and the log says so instead of giving one; cut
+    where the lines stop fitting, each side has its own phase, and the recorder's truth lies in
+    each (PROVENANCE.md): 0.2421 s before the step, 0.2421 + 2.400 = 0.6421 s (mod 1 s) after."""
     res = parse(DATA / "torchrun-wallstep.log", tmp_path)
     (p,) = [json.loads(f["value"]) for f in facts(res) if f["key"] == "wall_monotonic_phase"]
+    st = p.pop("stretches")
     assert p == {"refused": True, "pairs": 56, "c10_lines": 51, "against": 3}
+    assert [(s["from_line"], s["to_line"], s["pairs"], s["against"]) for s in st] == [(1, 497, 35, 0),
+                                                                                      (498, 590, 20, 0)]
+    assert st[0]["arcs_ns"] == [[239_100_000, 247_100_000]]
+    assert st[1]["arcs_ns"] == [[604_800_000, 844_900_000]]
