@@ -275,23 +275,24 @@ def _births(store, incident_id: str, only: str | None) -> list[Bound]:
            WHERE m.incident_id = ? AND s.clock_domain = 'wall' AND m.ts_raw_ns IS NOT NULL
              AND m.basis IN ('cgroup.procs', 'tasks', 'cgroup.threads')
            ORDER BY m.ts_raw_ns""", [incident_id])
-    # per (host, cgroup, id): the spans it was listed, [from, to] (to None: still at the last read)
+    # per file series and id: the spans it was listed, [from, to] (to None: still at the last read)
     spans: dict[tuple, list] = {}
     for r in rows:
         r["host"] = r["host"] or only or ""
-        k = (r["host"], r["cgroup"], r["controller"], r["basis"], r["id"])
+        k = (r["host"], r["cgroup"], r["id"], r["controller"], r["basis"])
         if r["change"] in ("first", "joined"):
             spans.setdefault(k, []).append([r["ts"], None])
         elif r["change"] == "left" and spans.get(k) and spans[k][-1][1] is None:
             spans[k][-1][1] = r["prev"]          # last listed at the read before
         elif r["change"] == "last" and spans.get(k) and spans[k][-1][1] is None:
             spans[k][-1][1] = r["ts"]
+    by_id: dict[tuple, list] = {}              # (host, cgroup, id) -> its spans in any hierarchy
+    for k, sp in spans.items():
+        by_id.setdefault(k[:3], []).extend(sp)
 
     def member(host, cgroup, ident, t0, t1) -> bool:
         """``ident`` listed in ``cgroup`` (any hierarchy, processes or threads) by ``t0`` and still at ``t1``."""
-        return any(a <= t0 and (b is None or b >= t1)
-                   for (h, cg, _c, _b, i), sp in spans.items() if h == host and cg == cgroup and i == ident
-                   for a, b in sp)
+        return any(a <= t0 and (b is None or b >= t1) for a, b in by_id.get((host, cgroup, ident), ()))
 
     out = []
     for r in rows:
