@@ -133,8 +133,6 @@ class Phase:
 
     def __init__(self):
         self.last: dict = {}
-        self.diff = [0] * (BINS + 1)
-        self.pairs = 0
         self.c10 = 0
         self.upto = 0           # line numbers up to this one were fed (chunks re-read some rows)
         self.kept: list[tuple[int, int, list[tuple[int, int]]]] = []   # (earlier line, line, bins ruled out)
@@ -154,20 +152,18 @@ class Phase:
         prev, prev_line = prev
         if abs(it[1] - prev[1]) > 3600 * SEC:     # (a gap of an hour or more: a new run, or a year's turn)
             return
-        self.pairs += 1
-        bins = []
-        for lo, hi in forbidden(prev, it):
-            i, j = -(-lo // BIN_NS), hi // BIN_NS     # bins wholly inside [lo, hi)
-            if j > i:
-                self.diff[i] += 1
-                self.diff[j] -= 1
-                bins.append((i, j))
+        bins = [(i, j) for i, j in ((-(-lo // BIN_NS), hi // BIN_NS) for lo, hi in forbidden(prev, it))
+                if j > i]                              # bins wholly inside [lo, hi)
         self.kept.append((prev_line, lineno, bins))
+
+    @property
+    def pairs(self) -> int:
+        return len(self.kept)
 
     def result(self) -> dict | None:
         if self.c10 < 2 or self.pairs == 0:
             return None
-        counts = _run(self.diff)
+        counts = _counts(self.kept)
         least = min(counts)
         if least > self.pairs // 100:
             # the lines disagree (a wall clock stepped, or writes reordered): said, so that the phase
@@ -205,21 +201,17 @@ class Phase:
         return out
 
 
-def _run(diff: list[int]) -> list[int]:
-    counts, run = [], 0
-    for k in range(BINS):
-        run += diff[k]
-        counts.append(run)
-    return counts
-
-
 def _counts(pairs) -> list[int]:
     diff = [0] * (BINS + 1)
     for _, _, bins in pairs:
         for i, j in bins:
             diff[i] += 1
             diff[j] -= 1
-    return _run(diff)
+    counts, run = [], 0
+    for k in range(BINS):
+        run += diff[k]
+        counts.append(run)
+    return counts
 
 
 def _arcs(counts: list[int], least: int) -> list[list[int]] | None:
