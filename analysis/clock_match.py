@@ -35,6 +35,15 @@ true instant lies in ``[printed, printed + 1 ms)``):
     a second apart, so each birth is a window of about a second; several births narrow it, and
     the job's first births happen early, before any anchor is taken.
 
+``snapshot -> OOM kill -> snapshot`` (both bounds). A memory cgroup counts the OOM kills of its
+    tasks (``oom_kill`` in ``memory.oom_control``, v1; in ``memory.events``, v2, its subtree's
+    too), and the kernel raises that count right before it prints ``Killed process``, after it
+    began the report (``invoked oom-killer``). So the last snapshot with the old count was read
+    before the kill line's stamp, ``offset >= snapshot - kill``, and the first with the new count
+    was read after the report began and before the next snapshot began, ``offset <= next snapshot
+    - report start``. The kills are matched to the count only where the kernel log holds exactly
+    as many kills of the group as the count says (the n-th kill raised it to n). The stamps are
+    printk's: where perf ran on CLOCK_MONOTONIC, the bounds widen by printk's allowance.
 The bounds give an interval ``[L, U]`` that contains the truth whatever the latencies. Within it
 the estimate uses what is typical: a worker's main thread killed by a signal ends within about a
 millisecond of it (``SIGNAL_EXIT_TYPICAL_NS``) -- unless it is the last thread of its process,
@@ -71,6 +80,15 @@ lists all three; the next one is ``1796203676.085171``. Lower bounds: 1796203675
 + 0.001 - 466.950467 = 1796203209.135704 s (and ...209.136591): ``[L, U]`` =
 [1796203208.135129, 1796203209.135704] s, the estimate its middle, ± 500.3 ms. (The recorder's
 truth, from its clock probe: 1796203208.242108 s.)
+
+Third worked example (an OOM kill; the same test file, the development recording
+``leak-r1-wallstep`` whole): the kernel began its report at 490.259414 s (``python3 invoked
+oom-killer``) and printed ``Killed process 2273`` at 490.259982 s, in ``/train_job``, whose snapshot
+``1796203700.484703`` counts ``oom_kill 0``, ``1796203700.984668`` counts 1, and the next one
+is ``1796203701.484676``: ``[L, U]`` = [1796203700.484703 - 490.259982, 1796203701.484676 -
+490.259414] = [1796203210.224721, 1796203211.225262] s, on printk's clock, one second wide, at
+the very instant of the kill. (The recorder's truth: 1796203208.242108 s before the wall clock
+stepped +2.400052 s, 1796203210.642160 s after it, where the kill was.)
 """
 from __future__ import annotations
 
@@ -82,7 +100,8 @@ LAUNCHER_RES_NS = 1_000_000        # torchrun prints milliseconds (padded to six
 # thread: the last one frees the address space before perf records its exit, tens of ms for GBs)
 SIGNAL_EXIT_TYPICAL_NS = 1_000_000
 METHOD = ("the same processes on both clocks (perf's exits against torchrun's signals and reports "
-          "and the processes' own last lines; perf's forks against the cgroup snapshots that list them)")
+          "and the processes' own last lines; perf's forks against the cgroup snapshots that list them; "
+          "the kernel's OOM kills against the cgroup counts that show them)")
 
 
 @dataclass(frozen=True)
@@ -90,7 +109,7 @@ class Bound:
     """One pair: ``lo <= offset`` or ``offset <= hi`` (offset = wall - boot), with its evidence."""
     host: str
     rule: str                  # "signal->exit" | "exit->first signal" | "exit->failed line" | "line->exit"
-    #                            | "snapshot->birth" | "birth->snapshot"
+    #                            | "snapshot->birth" | "birth->snapshot" | "snapshot->oom kill" | "oom kill->snapshot"
     pid: int
     lo_ns: int | None
     hi_ns: int | None
@@ -101,6 +120,7 @@ class Bound:
     boot_clock: str            # perf's clockid ("" where perf used its own clock: printk's)
     typical_ns: int | None = None   # how far the effect typically follows the cause, where known
     boot_ns: int | None = None      # the exit's time on the boot clock (where the bound holds)
+    printk_stamp: bool = False      # boot_ns is a kernel record's stamp (printk's clock, whatever boot_clock says)
 
     def evidence(self) -> dict:
         side = f">= {self.lo_ns / 1e9:.6f}" if self.lo_ns is not None else f"<= {self.hi_ns / 1e9:.6f}"
@@ -309,18 +329,76 @@ def _births(store, incident_id: str, only: str | None) -> list[Bound]:
     return out
 
 
+def _oom_kills(store, incident_id: str, perf_clock: dict[str, str]) -> list[Bound]:
+    """``snapshot -> OOM kill -> snapshot`` (see the module docstring): both bounds for each
+    kill of the kernel log that a cgroup's ``memory.oom_kill`` counter shows."""
+    kills = store.query(
+        """SELECT COALESCE(s.host, '') AS host, s.path, e.line, e.ts_raw_ns AS ts,
+                  json_extract_string(e.attrs, '$.task_memcg') AS memcg,
+                  TRY_CAST(json_extract_string(e.attrs, '$.victim_pid') AS BIGINT) AS pid,
+                  (SELECT max(o.ts_raw_ns) FROM events o WHERE o.incident_id = e.incident_id
+                     AND o.source_id = e.source_id AND o.name = 'oom_invoked' AND o.ts_raw_ns <= e.ts_raw_ns
+                     AND o.ts_raw_ns > e.ts_raw_ns - 10000000000) AS first
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND s.clock_domain = 'boot' AND s.kind = 'dmesg' AND e.kind = 'oom_kill'
+             AND e.ts_raw_ns IS NOT NULL ORDER BY e.ts_raw_ns""", [incident_id])
+    kills = [k for k in kills if k["memcg"]]
+    if not kills:
+        return []
+    series: dict[tuple, list] = {}
+    for r in store.query(
+            """SELECT COALESCE(m.host, s.host, '') AS host, m.entity, s.path, m.ts_raw_ns AS ts, m.value
+               FROM metrics m JOIN sources s USING (incident_id, source_id)
+               WHERE m.incident_id = ? AND m.metric = 'memory.oom_kill' AND s.clock_domain = 'wall'
+                 AND m.ts_raw_ns IS NOT NULL AND m.value IS NOT NULL
+               ORDER BY m.source_id, m.entity, m.ts_raw_ns""", [incident_id]):
+        series.setdefault((r["host"], r["entity"], r["path"]), []).append(r)
+    kernel_hosts = {k["host"] for k in kills}
+    from .clocks import _printk_allowance
+    out = []
+    for (host, entity, path), rows in series.items():
+        host = host if host in kernel_hosts or len(kernel_hosts) != 1 else next(iter(kernel_hosts))
+        mine = [k for k in kills if k["host"] == host]
+        # the counter counts the kills of the group's own tasks (cgroup v1), or of its subtree
+        # (cgroup v2): it is read only where the kernel log holds exactly as many such kills
+        exact = [k for k in mine if k["memcg"] == entity]
+        under = [k for k in mine if k["memcg"] == entity or k["memcg"].startswith(entity.rstrip("/") + "/")]
+        total = int(rows[-1]["value"])
+        ks = exact if len(exact) == total else under if len(under) == total else None
+        if not ks:
+            continue
+        clk = perf_clock.get(host, "")
+        for i, (prev, cur) in enumerate(zip(rows, rows[1:])):
+            nxt = rows[i + 2]["ts"] if i + 2 < len(rows) else None
+            for k in ks[int(prev["value"]):int(cur["value"])]:
+                # the read of ``prev`` came before the count rose, and the count rose before the
+                # kill's "Killed process" line; the read of ``cur`` came after it rose, after the
+                # OOM report began ("invoked oom-killer"), and before the next snapshot began
+                first = k["first"] if k["first"] is not None else k["ts"]
+                w = _printk_allowance(k["ts"]) if clk else 0     # onto perf's clock where it is not printk's
+                out.append(Bound(host, "snapshot->oom kill", k["pid"] or 0, prev["ts"] - k["ts"] - w, None, k["path"],
+                                 k["line"], path, None, clk, boot_ns=first, printk_stamp=True))
+                if nxt is not None:
+                    out.append(Bound(host, "oom kill->snapshot", k["pid"] or 0, None, nxt - first + w,
+                                     k["path"], k["line"], path, None, clk, boot_ns=first, printk_stamp=True))
+    return out
+
+
 def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
     """Every causal pair of the incident (see the module docstring); ``lines``:
     :func:`launcher_lines`."""
     exits = _exits(store, incident_id)
-    hosts = {h for h, _ in exits} or {r["host"] for r in store.query(
-        """SELECT DISTINCT COALESCE(host, '') AS host FROM sources
-           WHERE incident_id = ? AND format = 'perf_script' AND clock_domain = 'boot'""", [incident_id])}
+    perf_clock = {r["host"]: r["clk"] for r in store.query(
+        f"""SELECT COALESCE(s.host, '') AS host, any_value({_PERF_CLOCK}) AS clk FROM sources s
+            WHERE s.incident_id = ? AND s.format = 'perf_script' AND s.clock_domain = 'boot' GROUP BY 1""",
+        [incident_id])}
+    hosts = {h for h, _ in exits} or set(perf_clock)
+    oom = _oom_kills(store, incident_id, perf_clock)
     if not hosts:
-        return []
+        return oom
     # A log without a host in a single-host bundle is that host's.
     only = next(iter(hosts)) if len(hosts) == 1 else None
-    out: list[Bound] = _own_lines(store, incident_id, exits, only) + _births(store, incident_id, only)
+    out: list[Bound] = _own_lines(store, incident_id, exits, only) + _births(store, incident_id, only) + oom
     for ln in lines:
         if ln["host"] == "" and only is not None:
             ln["host"] = only

@@ -25,6 +25,8 @@ would only shrink to their span.
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 
 SEC = 1_000_000_000
 METHOD = "the wall clock's second on CLOCK_MONOTONIC (c10 log stamps)"
@@ -61,6 +63,72 @@ def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
     return out
 
 
+@dataclass(frozen=True)
+class LogStep:
+    """A step of the wall clock that one log's c10 stamps show (two neighbouring stretches of the
+    fact ``wall_monotonic_phase`` of a log no single phase fits): it came after line ``after_line`` was
+    written, at ``after_wall_ns`` or later on the clock of before the step, and before line
+    ``before_line``, at ``before_wall_ns`` or earlier on the clock of after it (None: no line
+    says)."""
+    host: str
+    source: str
+    after_line: int | None
+    after_wall_ns: int | None
+    before_line: int | None
+    before_wall_ns: int | None
+    arcs_before: tuple
+    arcs_after: tuple
+    pairs: int
+
+
+_TEE = re.compile(r"^\[[A-Za-z_]*\d+\]:")
+
+
+def log_steps(store, incident_id: str, hosts: set[str]) -> dict[str, list[LogStep]]:
+    """Per host: the steps its logs' stamps show, each log's in order (:class:`LogStep`).
+
+    The fact gives the two lines' times in the phase reader's own reckoning (month, day and time
+    of one fixed year); the log's timed events of the same form nearest each line (the parser
+    gave them the year and the zone) shift them to UTC."""
+    from ingest.formats._c10phase import reading
+    rows = store.query(
+        """SELECT COALESCE(s.host, '') AS host, s.path, s.source_id, f.value
+           FROM facts f JOIN sources s USING (incident_id, source_id)
+           WHERE f.incident_id = ? AND f.key = 'wall_monotonic_phase' ORDER BY s.path""", [incident_id])
+    named = hosts - {""}
+    out: dict[str, list[LogStep]] = {}
+    for r in rows:
+        try:
+            v = json.loads(r["value"])
+        except ValueError:
+            continue
+        st = v.get("stretches") or []
+        marks = [(k, s["step"]) for k, s in enumerate(st) if s.get("step")]
+        if not marks:
+            continue
+
+        def utc(line, local_ns):
+            if line is None or local_ns is None:
+                return None
+            for e in store.query(
+                    """SELECT ts_raw_ns, text FROM events WHERE incident_id = ? AND source_id = ?
+                       AND ts_raw_ns IS NOT NULL AND NOT COALESCE(ts_interpolated, false)
+                       ORDER BY abs(line - ?), line LIMIT 64""", [incident_id, r["source_id"], line]):
+                it = reading(_TEE.sub("", (e["text"] or "").split("\n", 1)[0], count=1))
+                if it is not None:
+                    return local_ns + e["ts_raw_ns"] - it[1]
+            return None
+
+        host = r["host"] or (next(iter(named)) if len(named) == 1 else "")
+        for k, m in marks:
+            a, b = m.get("after_line"), m.get("before_line")
+            out.setdefault(host, []).append(LogStep(
+                host, r["path"], a, utc(a, m.get("after_local_ns")), b, utc(b, m.get("before_local_ns")),
+                tuple(tuple(x) for x in (st[k - 1]["arcs_ns"] or ())),
+                tuple(tuple(x) for x in (st[k]["arcs_ns"] or ())), st[k - 1]["pairs"] + st[k]["pairs"]))
+    return out
+
+
 def _unwrap(arcs) -> list[tuple[int, int]]:
     """Arcs as ranges of [0, 2 s) covering each phase once or twice (an arc across 0 split)."""
     out = []
@@ -85,6 +153,14 @@ def intersect(xs, ys) -> list[tuple[int, int]]:
 def narrow(lo: int, hi: int, arcs) -> tuple[int, int] | None:
     """The part of ``[lo, hi]`` whose offsets have a phase in ``arcs``: its span (min, max), or
     None when no offset of the window has that phase."""
+    got = allowed(lo, hi, arcs)
+    if not got:
+        return None
+    return min(x for x, _ in got), max(y for _, y in got)
+
+
+def allowed(lo: int, hi: int, arcs) -> list[tuple[int, int]]:
+    """The ranges of ``[lo, hi]`` whose offsets have a phase in ``arcs``, in order."""
     got = []
     for a, b in _unwrap(arcs):
         k = (lo - b) // SEC
@@ -93,6 +169,4 @@ def narrow(lo: int, hi: int, arcs) -> tuple[int, int] | None:
             if y > x:
                 got.append((x, y))
             k += 1
-    if not got:
-        return None
-    return min(x for x, _ in got), max(y for _, y in got)
+    return sorted(got)

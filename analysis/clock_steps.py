@@ -56,6 +56,7 @@ class Reading:
     what: str                    # the method, for the report
     source: str | None = None
     line: int | None = None
+    printk: bool = False         # read on printk's clock, the kernel records' own (no allowance between them)
 
     def lo(self) -> int:
         return -_INF if self.lo_ns is None else self.lo_ns

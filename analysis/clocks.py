@@ -342,7 +342,8 @@ def _dmesg_t_pairs(kernel_pairs: list[dict]) -> list[Anchor]:
     return out
 
 
-def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], formats: set[str]) -> ClockEntry:
+def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], formats: set[str],
+                      logged: list | tuple = ()) -> ClockEntry:
     """Place a kernel log that dmesg converted to wall time (``kernel_wall``).
 
     Where the same records are in a raw log whose boot clock is placed, each pair says exactly
@@ -358,9 +359,25 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
     22:14:57.724760. The offsets are 1.155925 and 1.724760 s: 1.4403425 s, ± 0.2844175 s + 1 ms.
     Without the raw log the same records get +0.75 s ± 1.25 s: from 0.5 s before the printed
     second to 2 s after it.
+
+    A step of the wall clock that only a log's stamps show (``logged``; the boot clock's first
+    stretch then has no offset, :func:`unplaced_before_log_step`) leaves the records printed before
+    it unplaced: dmesg converted them with the offset of after the step.
     """
     span = max((KERNEL_WALL_SPAN_NS.get(f, 2_000_000_000) for f in formats), default=2_000_000_000)
-    if boot is not None and boot.offset_ns is not None and pairs:
+    if boot is not None and boot.segments and boot.segments[0][2] is None and pairs:
+        cut = boot.segments[0][1]
+        placed = [p for p in pairs if p["raw_ns"] >= cut]
+        if placed:
+            entry = solve_kernel_wall(host, replace(boot, segments=(), steps=()), placed, formats)
+            # dmesg printed floor(raw + B): a record printed at P or later has raw >= P - B, B below
+            # the smallest printed-minus-raw of the pairs plus one second
+            p_cut = cut + min(p["t_ns"] - p["raw_ns"] for p in pairs) + 1_000_000_000
+            return replace(entry, segments=((None, p_cut, None, None, None, LOG_STEP_WHAT),
+                                            (p_cut, None, entry.offset_ns, None, entry.uncertainty_ns,
+                                             boot.segments[1][5])),
+                           method=entry.method + "; the records printed before the step are not placed")
+    if boot is not None and boot.offset_ns is not None and pairs and not (boot.segments and boot.segments[0][2] is None):
         # dmesg converted every record with one boot instant; where the wall clock stepped, the
         # records on each side of the step are on their own wall offset (stretches by the pairs)
         groups: dict[int, list] = {}
@@ -370,19 +387,20 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
                                              unc or 0, p["t_ns"]))
         ev = ({"pairs": len(pairs), "raw": pairs[0]["raw_path"], "converted": pairs[0]["t_path"]},)
         method = f"the same {len(pairs)} records in the raw kernel log, placed by {boot.method}"
-        spans = [(min(g[2] for g in v), max(g[2] for g in v), v) for _, v in sorted(groups.items())]
-        whole = [g for _, _, v in spans for g in v]
+        spans = [(min(g[2] for g in v), max(g[2] for g in v), v, boot.segments[k][5] if boot.segments else "")
+                 for k, v in sorted(groups.items())]
+        whole = [g for _, _, v, _ in spans for g in v]
         lo, hi = min(g[0] for g in whole), max(g[0] for g in whole)
         entry = ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2 + max(g[1] for g in whole),
                            method, ev)
         if len(spans) < 2 or any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
             return entry   # one stretch, or stretches that share a printed time: one wide offset
         segs = []
-        for i, (t0, t1, v) in enumerate(spans):
+        for i, (t0, t1, v, what) in enumerate(spans):
             glo, ghi = min(g[0] for g in v), max(g[0] for g in v)
             segs.append((None if i == 0 else t0, None if i == len(spans) - 1 else spans[i + 1][0],
                          (glo + ghi) // 2, None, (ghi - glo) // 2 + max(g[1] for g in v),
-                         f"records {t0 // 1_000_000_000}-{t1 // 1_000_000_000} s as printed"))
+                         f"{what}: records {t0 // 1_000_000_000}-{t1 // 1_000_000_000} s as printed"))
         return replace(entry, offset_ns=segs[-1][2], uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs),
                        method=method + "; each side of the wall clock's step by its own records")
     lo, hi = -KERNEL_WALL_DRIFT_NS, span
@@ -390,6 +408,22 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
                        f"converted by dmesg when it ran: {span / 1e9:g} s of truncation and up to "
                        f"{KERNEL_WALL_DRIFT_NS / 1e9:g} s of kernel-clock drift allowed (no raw kernel log to "
                        "place it by)")
+    if boot is None and logged:
+        last = {x.source: x for x in logged if x.before_wall_ns is not None}
+        if last:
+            x = max(last.values(), key=lambda x: x.before_wall_ns)
+            # printed P is the record's time on the later offset less e in [lo, hi]: from
+            # P = before_wall - lo on, every record was written after the step
+            p_cut = x.before_wall_ns - lo
+            return replace(entry, segments=((None, p_cut, None, None, None, LOG_STEP_WHAT),
+                                            (p_cut, None, entry.offset_ns, None, entry.uncertainty_ns,
+                                             f"after the wall clock's step ({x.source} line {x.before_line} "
+                                             "was written after it)")),
+                           steps=({"log": x.source, "after_line": x.after_line, "before_line": x.before_line,
+                                   "by_wall_s": x.before_wall_ns / 1e9, "method": entry.method},),
+                           method=entry.method + f"; the wall clock stepped before {x.source} line "
+                                                 f"{x.before_line} was written: the records printed before "
+                                                 "then are not placed")
     if boot is None or not boot.segments or boot.offset_ns is None:
         return entry
     # The boot clock stepped: dmesg converted every record with the boot instant of when it ran (the
@@ -402,10 +436,15 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
     segs = []
     last_unc = boot.segments[-1][4] or 0
     for k, (_g0, _g1, off, _ppm, unc, what) in enumerate(g):
+        if off is None:
+            segs.append((None if k == 0 else cuts[k - 1], None if k == len(g) - 1 else cuts[k], None, None, None,
+                         what))
+            continue
         shift = off - boot.offset_ns
         segs.append((None if k == 0 else cuts[k - 1], None if k == len(g) - 1 else cuts[k], entry.offset_ns + shift,
                      None, entry.uncertainty_ns + (unc or 0) + (last_unc if shift else 0), what))
-    return replace(entry, offset_ns=segs[-1][2], uncertainty_ns=max(x[4] for x in segs), segments=tuple(segs),
+    return replace(entry, offset_ns=segs[-1][2], uncertainty_ns=max(x[4] for x in segs if x[4] is not None),
+                   segments=tuple(segs),
                    method=entry.method + f"; each side of the wall clock's step by its own offset ({boot.method})")
 
 
@@ -584,7 +623,7 @@ def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[
 
 
 def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bool) -> tuple[ClockEntry, bool]:
-    from .clock_phase import METHOD, narrow
+    from .clock_phase import METHOD, allowed, narrow
     apart = _printk_allowance(printk_ns)
     u = entry.uncertainty_ns or 0
     lo, hi = entry.offset_ns - u - (apart if on_printk else 0), entry.offset_ns + u + (apart if on_printk else 0)
@@ -593,9 +632,14 @@ def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bo
         hi = min(hi, m.hi_ns + (apart if m.printk_clock else 0))
     span = narrow(lo, hi, phase["arcs_ns"]) if lo <= hi else None
     arcs = ", ".join(f"{a / 1e9:.4f}-{b / 1e9:.4f}" for a, b in phase["arcs_ns"][:4])
-    # the estimate stays where the method put it when the phase allows it there
-    off = None if span is None else (entry.offset_ns if span[0] <= entry.offset_ns <= span[1]
-                                     else (span[0] + span[1]) // 2)
+    # the estimate stays where the method put it when the phase allows it there; else it goes to the
+    # middle of the allowed range nearest to it (never into a gap the phase rules out)
+    off = None
+    if span is not None:
+        ranges = allowed(lo, hi, phase["arcs_ns"])
+        near = min(ranges, key=lambda r: 0 if r[0] <= entry.offset_ns <= r[1]
+                   else min(abs(r[0] - entry.offset_ns), abs(r[1] - entry.offset_ns)))
+        off = entry.offset_ns if near[0] <= entry.offset_ns <= near[1] else (near[0] + near[1]) // 2
     unc = None if span is None else max(off - span[0], span[1] - off, 1)
     if span is None and lo <= hi:
         # no offset the method allows has the phase the c10 stamps show: those lines were written
@@ -661,22 +705,40 @@ def step_readings(anchors: list[Anchor], bounds: list, printk_ns: int) -> list:
         if not a.name.startswith(TIMED_ANCHORS):
             continue
         w = a.uncertainty_ns + (apart if a.name.startswith("pid_death") else 0)
-        out.append(Reading(a.local_ns, a.offset_ns - w, a.offset_ns + w, a.name, a.source, a.line))
+        out.append(Reading(a.local_ns, a.offset_ns - w, a.offset_ns + w, a.name, a.source, a.line,
+                           a.name.startswith("pid_death")))
     for b in bounds:
         if b.boot_ns is None:
             continue
         w = apart if b.boot_clock == "" else 0
         out.append(Reading(b.boot_ns, None if b.lo_ns is None else b.lo_ns - w,
-                           None if b.hi_ns is None else b.hi_ns + w, b.rule, b.wall_source, b.wall_line))
+                           None if b.hi_ns is None else b.hi_ns + w, b.rule, b.wall_source, b.wall_line,
+                           b.boot_clock == "" or b.printk_stamp))
     return out
 
 
-def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int, steps: list) -> ClockEntry | None:
+def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int, steps: list,
+                  logged: list | None = None) -> ClockEntry | None:
     """The boot clock of a host whose wall clock stepped (:mod:`analysis.clock_steps`): each
     stretch between steps solved on its own anchors and pairs, the records inside a step's window
     placed between the two sides with an uncertainty that covers both. None where a stretch
-    cannot be placed on its own."""
+    cannot be placed on its own.
+
+    ``logged`` (:func:`analysis.clock_phase.log_steps`): where one log's stamps show as many steps
+    as the readings, each side takes the phase of its stretch of the log, and each step's window
+    shrinks to the lines around it: the step came after a line written at ``after_wall_ns`` on the
+    earlier offset (boot ``after_wall_ns - offset``, at least that less the side's largest offset)
+    and before one written by ``before_wall_ns`` on the later one."""
     from .clock_match import solve
+    from .clock_phase import METHOD as PHASE_METHOD
+    log = _one_log(logged or [], len(steps))
+    if log:
+        side_phase = [{"arcs_ns": list(log[0].arcs_before), "logs": [log[0].source], "pairs": log[0].pairs}
+                      if log[0].arcs_before else None]
+        side_phase += [{"arcs_ns": list(x.arcs_after), "logs": [x.source], "pairs": x.pairs} if x.arcs_after
+                       else None for x in log]
+    else:
+        side_phase = [None] * (len(steps) + 1)
 
     def stretch(local_ns: int) -> int:
         return sum(local_ns >= st.by_ns for st in steps)
@@ -691,16 +753,28 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
     entries = []
     for k in range(n):
         m = solve(host, bparts[k])[0] if bparts[k] else None
-        e = solve_boot(host, parts[k], printk_ns, m, None)
+        e = solve_boot(host, parts[k], printk_ns, m, side_phase[k])
         if e.offset_ns is None:
             return None
         entries.append(e)
     apart = _printk_allowance(printk_ns)   # the steps are on the anchors' clock, the kernel's records on printk's
     segs = []
     lo = None
+    narrowed = []
     for k, st in enumerate(steps):
         a, b = entries[k], entries[k + 1]
-        w0, w1 = st.after_ns + 1 - apart, st.by_ns + apart
+        after, by = st.after_ns, st.by_ns
+        if log:
+            x = log[k]
+            la = None if x.after_wall_ns is None else x.after_wall_ns - (a.offset_ns + a.uncertainty_ns)
+            lb = None if x.before_wall_ns is None else x.before_wall_ns - (b.offset_ns - b.uncertainty_ns)
+            na, nb = max(after, la if la is not None else after), min(by, lb if lb is not None else by)
+            if na < nb and (na, nb) != (after, by):
+                after, by = na, nb
+                narrowed.append((k, x, after, by))
+        # a reading on printk's clock is on the kernel records' own: no allowance between them
+        w0 = after + 1 - (0 if st.before.printk and after == st.after_ns else apart)
+        w1 = by + (0 if st.after.printk and by == st.by_ns else apart)
         segs.append((lo, w0, a.offset_ns, a.drift_ppm, a.uncertainty_ns, "before the step" if n == 2 else
                      f"before step {k + 1}"))
         segs.append((w0, w1, (a.offset_ns + b.offset_ns) // 2, None,
@@ -710,15 +784,88 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
     last = entries[-1]
     segs.append((lo, None, last.offset_ns, last.drift_ppm, last.uncertainty_ns,
                  "after the step" if n == 2 else f"after step {n - 1}"))
-    told = tuple({"after_boot_s": st.after_ns / 1e9, "by_boot_s": st.by_ns / 1e9, "delta_ns": b.offset_ns - a.offset_ns,
-                  "last_before": {"method": st.before.what, "source": st.before.source, "line": st.before.line},
-                  "first_after": {"method": st.after.what, "source": st.after.source, "line": st.after.line},
-                  "before_method": a.method, "after_method": b.method}
-                 for st, a, b in zip(steps, entries, entries[1:]))
+    told = []
+    for k, (st, a, b) in enumerate(zip(steps, entries, entries[1:])):
+        t = {"after_boot_s": st.after_ns / 1e9, "by_boot_s": st.by_ns / 1e9, "delta_ns": b.offset_ns - a.offset_ns,
+             "last_before": {"method": st.before.what, "source": st.before.source, "line": st.before.line},
+             "first_after": {"method": st.after.what, "source": st.after.source, "line": st.after.line},
+             "before_method": a.method, "after_method": b.method}
+        x = next((y for y in narrowed if y[0] == k), None)
+        if x is not None:
+            # the window as the log's lines narrow it (boot times of the step's earliest and latest instant)
+            _, x, after, by = x
+            t["after_boot_s"], t["by_boot_s"] = after / 1e9, by / 1e9
+            if x.after_wall_ns is not None and t["after_boot_s"] > st.after_ns / 1e9:
+                t["last_before"] = {"method": PHASE_METHOD, "source": x.source, "line": x.after_line}
+            if x.before_wall_ns is not None and t["by_boot_s"] < st.by_ns / 1e9:
+                t["first_after"] = {"method": PHASE_METHOD, "source": x.source, "line": x.before_line}
+        told.append(t)
+    told = tuple(told)
     desc = "; ".join(f"the wall clock stepped {t['delta_ns'] / 1e9:+.3f} s between boot {t['after_boot_s']:.3f} "
                      f"and {t['by_boot_s']:.3f} s" for t in told)
     return replace(last, uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs), steps=told,
                    method=f"{last.method} ({desc}; earlier records placed by {entries[0].method})")
+
+
+LOG_STEP_WHAT = "before the wall clock's step that the log's stamps show: not placed"
+
+
+def unplaced_before_log_step(entry: ClockEntry, logged: list, readings: list, printk_ns: int) -> ClockEntry:
+    """A boot clock placed by readings all taken after a step that only a log's stamps show
+    (``logged``, :func:`analysis.clock_phase.log_steps`; no reading sees the step): its offset
+    holds after that step, and nothing in the bundle says by how much the clock stepped, so the
+    records before it are left unplaced rather than placed on the later offset.
+
+    The step came before the log's line written by ``before_wall_ns`` on the later offset, at boot
+    ``before_wall_ns - offset``: a record from the latest such instant on (the lowest offset the
+    entry allows, and printk's allowance for the kernel's records) was written after it. Where a
+    reading lies before the step's earliest instant (the line written before it, at the highest
+    offset the entry allows) the readings span the step and agree within their uncertainties: the
+    entry stands as it is. A reading taken after the step, and before that line, moves the cut to
+    it: the offset holds from the first reading on.
+
+    Worked example (``tests/analysis/test_clock_steps.py``; the log step of the development
+    recording ``leak-r1-wallstep``'s torchrun log): its line 85 was written at 09:27:59 (UTC
+    1796203679 s) before the step, its line 498 by 1796203701.152 s after it. An entry of
+    1796203210.700 s ± 100 ms read after the step, printk stamps up to 500 s (10 ms of allowance):
+    the step came before boot 1796203701.152 - 1796203210.600 + 0.010 = 490.562 s, and the
+    records before that instant are not placed. A reading at boot 480 s moves the cut to 480.010 s;
+    one at 460 s, before the step's earliest instant (1796203679 - 1796203210.800 = 468.2 s),
+    leaves the entry as it is."""
+    if entry.offset_ns is None or entry.segments or not logged:
+        return entry
+    last: dict[str, object] = {}
+    for x in logged:
+        if x.before_wall_ns is not None:
+            last[x.source] = x                      # each log's last step with a line after it
+    if not last:
+        return entry
+    x = max(last.values(), key=lambda x: x.before_wall_ns)
+    cut = x.before_wall_ns - (entry.offset_ns - (entry.uncertainty_ns or 0)) + _printk_allowance(printk_ns)
+    if x.after_wall_ns is not None and any(
+            r.local_ns < x.after_wall_ns - (entry.offset_ns + (entry.uncertainty_ns or 0)) for r in readings):
+        return entry
+    # the readings hold from the first of them on, whichever side of it the step was
+    first = min(readings, key=lambda r: r.local_ns, default=None)
+    if first is not None:
+        cut = min(cut, first.local_ns + (0 if first.printk else _printk_allowance(printk_ns)))
+    what = f"after the wall clock's step ({x.source} line {x.before_line} was written after it)"
+    step = {"log": x.source, "after_line": x.after_line, "before_line": x.before_line, "by_boot_s": cut / 1e9,
+            "phase_before_s": [[a / 1e9, b / 1e9] for a, b in x.arcs_before],
+            "phase_after_s": [[a / 1e9, b / 1e9] for a, b in x.arcs_after], "method": entry.method}
+    return replace(entry, segments=((None, cut, None, None, None, LOG_STEP_WHAT),
+                                    (cut, None, entry.offset_ns, entry.drift_ppm, entry.uncertainty_ns, what)),
+                   steps=(step,),
+                   method=f"{entry.method} (the wall clock stepped before boot {cut / 1e9:.3f} s, as the stamps of "
+                          f"{x.source} show; the records before it are not placed)")
+
+
+def _one_log(logged: list, steps: int) -> list:
+    """The log steps of the one log (the first by path) that shows ``steps`` steps, in order."""
+    by: dict[str, list] = {}
+    for x in logged:
+        by.setdefault(x.source, []).append(x)
+    return next((v for _, v in sorted(by.items()) if len(v) == steps), [])
 
 
 def skew_links(entries: list[ClockEntry]) -> list:
@@ -729,7 +876,8 @@ def skew_links(entries: list[ClockEntry]) -> list:
     for e in entries:
         for c in e.conflicts:
             d = c["difference_ns"] / 1e9
-            ev = tuple(Evidence(x["source"], x.get("line"), f"offset {x['offset_ns'] / 1e9:.6f} s")
+            ev = tuple(Evidence(x["source"], x.get("line"), f"offset {x['offset_ns'] / 1e9:.6f} s"
+                                if x.get("offset_ns") is not None else f"phase {x.get('phase_s')} s")
                        for x in (c["evidence"] + e.evidence[:2]))
             out.append(Link(
                 kind=LinkKind.CLOCK_SKEW, ts_ns=None, source=c["evidence"][0]["source"] if c["evidence"] else "",
@@ -739,6 +887,18 @@ def skew_links(entries: list[ClockEntry]) -> list:
                          f"±{e.uncertainty_ns / 1e9:.3f} s); times use {e.method}"),
                 evidence=ev, provenance=Provenance.INFERRED, confidence=0.9))
         for st in e.steps:
+            if "log" in st:
+                out.append(Link(
+                    kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["log"], host=e.host or None,
+                    summary=(f"The wall clock of host {e.host or '?'} stepped while {st['log']} was written (its c10 "
+                             f"stamps fit one phase on CLOCK_MONOTONIC up to line {st['after_line']} and another from "
+                             f"line {st['before_line']} on: an NTP step, or a VM paused by its host); nothing in the "
+                             f"bundle pairs the clocks before it, so the {e.domain} records before it are not placed "
+                             f"and those after it are placed by {st['method']}"),
+                    evidence=(Evidence(st["log"], st["after_line"], "last line written before the step"),
+                              Evidence(st["log"], st["before_line"], "first line written after the step")),
+                    provenance=Provenance.INFERRED, confidence=0.9))
+                continue
             a, b = st["last_before"], st["first_after"]
             win = next((g for g in e.segments if g[5].endswith("window")), None)
             out.append(Link(
@@ -776,8 +936,9 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     from .clock_collectives import host_offsets
     pair_bounds = bounds_by_host(store, incident_id, launcher)
     matched, _contradictions = matches(store, incident_id, launcher, pair_bounds)
-    from .clock_phase import phases
+    from .clock_phase import log_steps, phases
     phase_of = phases(store, incident_id, {d["host"] for d in doms})
+    logged = log_steps(store, incident_id, {d["host"] for d in doms})
     cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
     printk = {r["host"]: r["last"] for r in store.query(
@@ -798,13 +959,17 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         host, dom = d["host"], d["domain"]
         if dom == CLOCK_BOOT:
             mine, pk = by_host.get(host, []), printk.get(host) or 0
-            steps = runs(step_readings(mine, pair_bounds.get(host, []), pk))
-            stepped = solve_stepped(host, mine, pair_bounds.get(host, []), pk, steps) if steps else None
-            boot_of[host] = stepped or solve_boot(host, mine, pk, matched.get(host), phase_of.get(host))
+            readings = step_readings(mine, pair_bounds.get(host, []), pk)
+            steps = runs(readings)
+            stepped = (solve_stepped(host, mine, pair_bounds.get(host, []), pk, steps, logged.get(host))
+                       if steps else None)
+            boot_of[host] = stepped or unplaced_before_log_step(
+                solve_boot(host, mine, pk, matched.get(host), phase_of.get(host)),
+                [] if steps else logged.get(host, []), readings, pk)
             entries.append(boot_of[host])
         elif dom == CLOCK_KERNEL_WALL:
             entries.append(solve_kernel_wall(host, boot_of.get(host), kpairs.get(host, []),
-                                             kformats.get(host, set())))
+                                             kformats.get(host, set()), logged.get(host, [])))
         elif dom == CLOCK_WALL and host in cross:
             h = cross[host]
             entries.append(ClockEntry(
@@ -843,8 +1008,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         cur.execute("DELETE FROM source_offsets WHERE incident_id = ?", [incident_id])
         cur.execute(
             """INSERT INTO source_offsets (incident_id, source_id, offset_ns, drift_ppm, boot, from_ns, to_ns)
-               SELECT s.incident_id, s.source_id, COALESCE(g.offset_ns, c.offset_ns),
-                      CASE WHEN g.offset_ns IS NULL THEN c.drift_ppm ELSE g.drift_ppm END,
+               SELECT s.incident_id, s.source_id, CASE WHEN g.incident_id IS NULL THEN c.offset_ns ELSE g.offset_ns END,
+                      CASE WHEN g.incident_id IS NULL THEN c.drift_ppm ELSE g.drift_ppm END,
                       CASE WHEN s.clock_domain = 'boot' THEN
                         (SELECT max(TRY_CAST(f.value AS INTEGER)) - 1 FROM facts f
                          WHERE f.incident_id = s.incident_id AND f.source_id = s.source_id AND f.key = 'boots'

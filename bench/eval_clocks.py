@@ -17,7 +17,10 @@ For every variant (``full``, ``no-anchors``, ``bare``, ``dmesg-T-only``, ``no-pe
 ``tests/analysis/corpus.py``) the whole analysis runs as ``aftertrace analyze`` does; then,
 for every kernel record placed on UTC: its error against the truth and whether the truth lies
 inside the window the report states for it (the clock mapping's uncertainty; an unknown
-uncertainty counts as a zero-width window). A record left unplaced is counted as such.
+uncertainty counts as a zero-width window). A record left unplaced is counted as such (the exit
+status asks that every placed record's truth lie in its window; the table shows how many were
+placed). Records the report places inside a step's window of the wall clock (either side may
+hold them) are counted apart, with the largest error of the others.
 """
 from __future__ import annotations
 
@@ -132,7 +135,11 @@ def truth_lines(bundle: Path, truth: dict) -> tuple[str, dict[str, dict[int, tup
 
 def measure(svc, incident_id: str, truth: dict[str, dict[int, tuple[int, bytes]]]) -> list[dict]:
     rows = svc.store.query(
-        f"""SELECT s.path, e.line, e.ts_utc_ns, {row_uncertainty_sql()} AS uncertainty_ns, c.method
+        f"""SELECT s.path, e.line, e.ts_utc_ns, {row_uncertainty_sql()} AS uncertainty_ns, c.method,
+                  EXISTS (SELECT 1 FROM clock_segments g WHERE g.incident_id = c.incident_id AND g.host = c.host
+                          AND g.domain = c.domain AND g.what LIKE '%window%'
+                          AND (g.from_ns IS NULL OR e.ts_raw_ns >= g.from_ns)
+                          AND (g.to_ns IS NULL OR e.ts_raw_ns < g.to_ns)) AS in_window
            FROM events e JOIN sources s USING (incident_id, source_id)
            LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                                 AND c.domain = s.clock_domain
@@ -141,7 +148,7 @@ def measure(svc, incident_id: str, truth: dict[str, dict[int, tuple[int, bytes]]
         [incident_id])
     out = []
     for name in ("dmesg.txt", "dmesg_T.txt"):
-        errs, unc, inside, unplaced, methods = [], [], 0, 0, set()
+        errs, unc, inside, unplaced, methods, side = [], [], 0, 0, set(), []
         for r in rows:
             if r["path"].rsplit("/", 1)[-1] != name:
                 continue
@@ -153,6 +160,8 @@ def measure(svc, incident_id: str, truth: dict[str, dict[int, tuple[int, bytes]]
                 continue
             err = r["ts_utc_ns"] - t[0]
             errs.append(err)
+            if not r["in_window"]:
+                side.append(abs(err))
             unc.append(r["uncertainty_ns"])
             methods.add(r["method"])
             if abs(err) <= (r["uncertainty_ns"] or 0):
@@ -163,6 +172,7 @@ def measure(svc, incident_id: str, truth: dict[str, dict[int, tuple[int, bytes]]
         out.append({"file": name, "records": len(errs) + unplaced, "placed": len(errs), "unplaced": unplaced,
                     "inside": inside, "max_err_ms": max((abs(e) for e in errs), default=None),
                     "median_err_ms": sorted(abs(e) for e in errs)[len(errs) // 2] if errs else None,
+                    "in_window": len(errs) - len(side), "max_side_err_ms": max(side, default=None),
                     "stated_ms": (max(known) if len(known) == len(unc) else None) if unc else None,
                     "methods": sorted(methods)})
     return out
@@ -184,7 +194,8 @@ def run(halves, only: str | None) -> list[dict]:
                 m.update(case=c.id, half=c.half, truth=how)
                 out.append(m)
                 print(f"{c.id:45s} {m['file']:12s} placed {m['placed']}/{m['records']} inside {m['inside']} "
-                      f"max {ms(m['max_err_ms'])} ms stated {ms(m['stated_ms'])} ms", file=sys.stderr)
+                      f"max {ms(m['max_err_ms'])} ms stated {ms(m['stated_ms'])} ms; {m['in_window']} in a step's window, "
+                      f"max {ms(m['max_side_err_ms'])} ms outside", file=sys.stderr)
     return out
 
 
@@ -194,10 +205,12 @@ def ms(ns) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = ["| case | truth | file | kernel records | placed | truth inside the stated window | max error ms | "
-             "median error ms | stated ± ms | method |", "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
+             "median error ms | stated ± ms | in a step's window | max error ms outside it | method |",
+             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['truth']} | {r['file']} | {r['records']} | {r['placed']} | {r['inside']}/{r['placed']} | "
                      f"{ms(r['max_err_ms'])} | {ms(r['median_err_ms'])} | {ms(r['stated_ms'])} | "
+                     f"{r['in_window']} | {ms(r['max_side_err_ms'])} | "
                      f"{'; '.join(r['methods']) or '-'} |")
     lines.append("")
     for how, v, f in [(h, v, f) for h in ("probes", "monotonic") for v in VARIANTS
@@ -209,15 +222,19 @@ def table(rows: list[dict]) -> str:
         p = sum(r["placed"] for r in vr)
         i = sum(r["inside"] for r in vr)
         mx = max((r["max_err_ms"] for r in vr if r["max_err_ms"] is not None), default=None)
+        w = sum(r["in_window"] for r in vr)
+        ms_side = max((r["max_side_err_ms"] for r in vr if r["max_side_err_ms"] is not None), default=None)
         lines.append(f"- truth from {how}, `{v}`, `{f}`: {p}/{n} kernel records placed, truth inside the stated window for {i}/{p}, "
-                     f"largest error {ms(mx)} ms")
+                     f"largest error {ms(mx)} ms" + (f" ({w} placed inside a step's window of the wall clock, where "
+                                                     f"either side may hold them; outside those windows "
+                                                     f"{ms(ms_side)} ms)" if w else ""))
     return "\n".join(lines)
 
 
 def main() -> int:
     return corpus_cli(__doc__, "Clock evaluation",
                       ".venv/bin/python bench/eval_clocks.py --out bench/results/clocks.md", run, table,
-                      lambda rows, a: all(r["inside"] == r["placed"] == r["records"] for r in rows))
+                      lambda rows, a: all(r["inside"] == r["placed"] for r in rows))
 
 
 if __name__ == "__main__":

@@ -365,8 +365,9 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
         for g in r.get("segments") or []:
             lo = "start" if g["from_ns"] is None else f"{g['from_ns'] / 1e9:.3f} s"
             hi = "end" if g["to_ns"] is None else f"{g['to_ns'] / 1e9:.3f} s"
-            console.print(f"  {escape(r['host'] or '-')}/{r['domain']}: {escape(g['what'])}, raw {lo} to {hi}: "
-                          f"offset {g['offset_ns'] / 1e9:+.6f} s ±{g['uncertainty_ns'] / 1e6:.3f} ms")
+            where = ("not placed" if g["offset_ns"] is None else
+                     f"offset {g['offset_ns'] / 1e9:+.6f} s ±{g['uncertainty_ns'] / 1e6:.3f} ms")
+            console.print(f"  {escape(r['host'] or '-')}/{r['domain']}: {escape(g['what'])}, raw {lo} to {hi}: {where}")
     for r in rows:
         try:
             ev = json.loads(r["evidence"] or "{}")

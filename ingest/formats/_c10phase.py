@@ -22,9 +22,13 @@ stepped, or writes were reordered) and there is no phase for the whole file.
 Such a file is then cut into *stretches*: the longest run of pairs from the start that fits one
 phase, then the longest run after its lines, and so on (at most ``MAX_STRETCHES``). A pair whose
 earlier line lies in one stretch and later line in the next spans the cut and counts for
-neither. Each stretch has its own phase (or none, when too few lines cross a second); two
-neighbouring stretches with phases that do not meet are a step of the wall clock between them,
-by their difference modulo one second.
+neither. Each stretch has its own phase (or none, when too few lines cross a second). Where
+two neighbouring stretches meet, the wall clock stepped (or writes were reordered), and their
+pairs say where among the lines: two lines written after the step keep the later phase's order,
+so a pair that rules out all of the later phase had its first line written before the step
+(``after_line``); likewise a pair that rules out all of the earlier phase had its second line
+written after it (``before_line``). Their times (the earliest the first can have, the latest
+for the second) are given in this module's own reckoning of month, day and time.
 
 Worked example (``tests/ingest/test_c10phase.py``; lines of a real torchrun log on one stream):
 
@@ -154,7 +158,7 @@ class Phase:
             return
         bins = [(i, j) for i, j in ((-(-lo // BIN_NS), hi // BIN_NS) for lo, hi in forbidden(prev, it))
                 if j > i]                              # bins wholly inside [lo, hi)
-        self.kept.append((prev_line, lineno, bins))
+        self.kept.append((prev_line, lineno, bins, prev, it))
 
     @property
     def pairs(self) -> int:
@@ -178,7 +182,7 @@ class Phase:
 
     def stretches(self) -> list[dict]:
         """The file cut into runs of pairs that each fit one phase (see the module docstring)."""
-        kept, out, start = self.kept, [], 0
+        kept, out, parts, spans, start = self.kept, [], [], [], 0
         while start < len(kept) and len(out) < MAX_STRETCHES:
             lo, hi = start + 1, len(kept)          # the longest consistent run from ``start``
             while lo < hi:
@@ -195,15 +199,64 @@ class Phase:
             last = max(p[1] for p in part)
             out.append({"from_line": min(p[0] for p in part), "to_line": last, "pairs": len(part),
                         "against": least, "arcs_ns": None if arcs is None else arcs[:16]})
-            start = lo
+            parts.append(part)
+            start, cross = lo, []
             while start < len(kept) and kept[start][0] <= last:
-                start += 1                          # spans the cut
+                cross.append(kept[start])           # spans the cut
+                start += 1
+            spans.append(cross)
+        for k in range(1, len(out)):
+            a, b = out[k - 1]["arcs_ns"], out[k]["arcs_ns"]
+            # where the step lies among the lines: a pair that rules out the later phase had its first
+            # line written before the step (two lines written after it keep the later phase's order),
+            # and a pair that rules out the earlier phase had its second line written after it (a
+            # stretch with too few crossings of a second for a phase of its own says neither)
+            before = [] if b is None else [(p[0], p[3]) for p in parts[k - 1] + spans[k - 1] if _rules_out(p[2], b)]
+            after = [] if a is None else [(p[1], p[4]) for p in spans[k - 1] + parts[k] if _rules_out(p[2], a)]
+            la, ia = max(before, key=lambda x: x[0]) if before else (None, None)
+            lb, ib = min(after, key=lambda x: x[0]) if after else (None, None)
+            # the lines' times in this module's local reckoning (``_local_s``): the earliest line a
+            # can have been written, the latest for line b; a reader maps them to UTC by any timed line
+            out[k]["step"] = {"after_line": la, "after_local_ns": None if ia is None else _lo_any(ia),
+                              "before_line": lb, "before_local_ns": None if ib is None else _hi_any(ib)}
         return out
+
+
+def _lo_any(it) -> int:
+    """The earliest wall time a line can have, whatever the phase (ns, local reckoning)."""
+    return it[1]
+
+
+def _hi_any(it) -> int:
+    """The latest wall time a line can have, whatever the phase (a c10 second may lag by a tick)."""
+    return it[1] + (SEC + TICK_NS if it[0] == "c" else it[2])
+
+
+def _bin_ranges(arcs) -> list[tuple[int, int]]:
+    """Arcs (ns, one may start below 0) as ranges of bins within [0, BINS)."""
+    out = []
+    for a, b in arcs:
+        if a < 0:
+            out += [((a + SEC) // BIN_NS, BINS), (0, -(-b // BIN_NS))]
+        else:
+            out.append((a // BIN_NS, -(-b // BIN_NS)))
+    return out
+
+
+def _rules_out(bins, arcs) -> bool:
+    """Whether a pair's ruled-out bins cover every bin of a phase's arcs."""
+    merged: list[list[int]] = []
+    for i, j in sorted(bins):
+        if merged and i <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], j)
+        else:
+            merged.append([i, j])
+    return bool(merged) and all(any(i <= a and b <= j for i, j in merged) for a, b in _bin_ranges(arcs))
 
 
 def _counts(pairs) -> list[int]:
     diff = [0] * (BINS + 1)
-    for _, _, bins in pairs:
+    for _, _, bins, *_ in pairs:
         for i, j in bins:
             diff[i] += 1
             diff[j] -= 1

@@ -133,3 +133,35 @@ def test_birth_needs_a_parent_inside_the_group(svc, tmp_path):
         p.write_text("\n".join(x for x in p.read_text().split() if x != "2251") + "\n")
     iid, cm = _boot(svc, b)
     assert cm["offset_ns"] is None
+
+
+def test_oom_kill_against_the_cgroup_count(tmp_path, svc):
+    """The third worked example of the module docstring, on the development recording whole."""
+    from tests.analysis.corpus import build, cases
+    from analysis.clock_match import _oom_kills
+    (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
+    sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
+    svc.analyze(sub.incident_id)
+    lo, hi = _oom_kills(svc.store, sub.incident_id, {"vm": ""})
+    assert (lo.rule, lo.pid, lo.lo_ns, lo.boot_ns, lo.boot_line) == (
+        "snapshot->oom kill", 2273, 1_796_203_700_484_703_000 - 490_259_982_000, 490_259_414_000, 89)
+    assert (hi.rule, hi.hi_ns) == ("oom kill->snapshot", 1_796_203_701_484_676_000 - 490_259_414_000)
+    truth_after = 1_796_203_208_242_107_724 + c.truth["wall_steps"][0]["delta_ns"]
+    assert lo.lo_ns <= truth_after <= hi.hi_ns
+    # on CLOCK_MONOTONIC (perf -k) the stamps are printk's: widened by its allowance (20 ppm of 490 s)
+    lo_m, hi_m = _oom_kills(svc.store, sub.incident_id, {"vm": "monotonic"})
+    assert (lo.lo_ns - lo_m.lo_ns, hi_m.hi_ns - hi.hi_ns) == (9_805_199, 9_805_199)
+    assert lo_m.boot_clock == "monotonic" and lo_m.printk_stamp
+
+
+def test_oom_kills_the_count_does_not_match_are_left_out(svc, tmp_path):
+    """A kernel log with fewer kills of the group than its count (rotated, or cleared): which kill
+    raised it is not known, so no bound."""
+    from tests.analysis.corpus import build, cases
+    from analysis.clock_match import _oom_kills
+    (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
+    sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
+    svc.analyze(sub.incident_id)
+    svc.store.cursor().execute("UPDATE metrics SET value = value + 1 WHERE incident_id = ? AND metric = 'memory.oom_kill'",
+                               [sub.incident_id])
+    assert _oom_kills(svc.store, sub.incident_id, {"vm": ""}) == []

@@ -65,3 +65,12 @@ def test_a_log_written_across_a_step_of_the_wall_clock_is_refused(tmp_path):
                                                                                       (498, 590, 20, 0)]
     assert st[0]["arcs_ns"] == [[239_100_000, 247_100_000]]
     assert st[1]["arcs_ns"] == [[604_800_000, 844_900_000]]
+    # where the step lies: after line 85 (a pair there rules out the later phase: its first line was
+    # written before the step) and before line 498 (torch elastic's 09:28:21.151, in a pair that
+    # rules out the earlier phase); the recorder stepped the clock between them. Times in the
+    # reader's own reckoning: line 85's second 09:27:59 at the earliest, 498's .151 + 1 ms at the latest
+    assert "step" not in st[0]
+    day = ph._local_s("12", "02", "00", "00", "00") * ph.SEC
+    assert st[1]["step"] == {"after_line": 85, "after_local_ns": day + (9 * 3600 + 27 * 60 + 59) * ph.SEC,
+                             "before_line": 498,
+                             "before_local_ns": day + (9 * 3600 + 28 * 60 + 21) * ph.SEC + 152_000_000}
