@@ -894,7 +894,7 @@ def skew_links(entries: list[ClockEntry]) -> list:
                              f"stamps fit one phase on CLOCK_MONOTONIC up to line {st['after_line']} and another from "
                              f"line {st['before_line']} on: an NTP step, or a VM paused by its host); nothing in the "
                              f"bundle pairs the clocks before it, so the {e.domain} records before it are not placed "
-                             f"and those after it are placed by {st['method']}"),
+                             f"and those after it are placed as before ({st['method']})"),
                     evidence=(Evidence(st["log"], st["after_line"], "last line written before the step"),
                               Evidence(st["log"], st["before_line"], "first line written after the step")),
                     provenance=Provenance.INFERRED, confidence=0.9))
