@@ -365,7 +365,8 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
     it unplaced: dmesg converted them with the offset of after the step.
     """
     span = max((KERNEL_WALL_SPAN_NS.get(f, 2_000_000_000) for f in formats), default=2_000_000_000)
-    if boot is not None and boot.segments and boot.segments[0][2] is None and pairs:
+    first_unplaced = boot is not None and bool(boot.segments) and boot.segments[0][2] is None
+    if first_unplaced and pairs:
         cut = boot.segments[0][1]
         placed = [p for p in pairs if p["raw_ns"] >= cut]
         if placed:
@@ -377,7 +378,7 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
                                             (p_cut, None, entry.offset_ns, None, entry.uncertainty_ns,
                                              boot.segments[1][5])),
                            method=entry.method + "; the records printed before the step are not placed")
-    if boot is not None and boot.offset_ns is not None and pairs and not (boot.segments and boot.segments[0][2] is None):
+    if boot is not None and boot.offset_ns is not None and pairs and not first_unplaced:
         # dmesg converted every record with one boot instant; where the wall clock stepped, the
         # records on each side of the step are on their own wall offset (stretches by the pairs)
         groups: dict[int, list] = {}
@@ -409,9 +410,8 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
                        f"{KERNEL_WALL_DRIFT_NS / 1e9:g} s of kernel-clock drift allowed (no raw kernel log to "
                        "place it by)")
     if boot is None and logged:
-        last = {x.source: x for x in logged if x.before_wall_ns is not None}
-        if last:
-            x = max(last.values(), key=lambda x: x.before_wall_ns)
+        x = latest_log_step(logged)
+        if x is not None:
             # printed P is the record's time on the later offset less e in [lo, hi]: from
             # P = before_wall - lo on, every record was written after the step
             p_cut = x.before_wall_ns - lo
@@ -810,6 +810,13 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
 LOG_STEP_WHAT = "before the wall clock's step that the log's stamps show: not placed"
 
 
+def latest_log_step(logged: list):
+    """Of each log's last step with a line written after it, the one with the latest such line
+    (the step the collection-time anchors are after), or None."""
+    last = {x.source: x for x in logged if x.before_wall_ns is not None}
+    return max(last.values(), key=lambda x: x.before_wall_ns) if last else None
+
+
 def unplaced_before_log_step(entry: ClockEntry, logged: list, readings: list, printk_ns: int) -> ClockEntry:
     """A boot clock placed by readings all taken after a step that only a log's stamps show
     (``logged``, :func:`analysis.clock_phase.log_steps`; no reading sees the step): its offset
@@ -834,13 +841,9 @@ def unplaced_before_log_step(entry: ClockEntry, logged: list, readings: list, pr
     leaves the entry as it is."""
     if entry.offset_ns is None or entry.segments or not logged:
         return entry
-    last: dict[str, object] = {}
-    for x in logged:
-        if x.before_wall_ns is not None:
-            last[x.source] = x                      # each log's last step with a line after it
-    if not last:
+    x = latest_log_step(logged)
+    if x is None:
         return entry
-    x = max(last.values(), key=lambda x: x.before_wall_ns)
     cut = x.before_wall_ns - (entry.offset_ns - (entry.uncertainty_ns or 0)) + _printk_allowance(printk_ns)
     if x.after_wall_ns is not None and any(
             r.local_ns < x.after_wall_ns - (entry.offset_ns + (entry.uncertainty_ns or 0)) for r in readings):
