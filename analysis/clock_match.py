@@ -49,7 +49,12 @@ the estimate uses what is typical: a worker's main thread killed by a signal end
 millisecond of it (``SIGNAL_EXIT_TYPICAL_NS``) -- unless it is the last thread of its process,
 which frees the address space before perf records its exit (tens of milliseconds for a few GB;
 perf marks it ``group_dead=true``). So each signal->exit pair of a main thread that was not the
-last suggests ``printed + 1 ms``; the estimate is the latest of those suggestions and L, but no
+last suggests ``printed + 1 ms``. Where the main thread was the last, its process's other threads
+were not: a fatal signal ends them all at once, so the first exit of the run of its threads' exits
+just before the main thread's suggests ``printed + 1 ms`` instead (a process's threads: those its
+cgroup's task list names as threads, forked by the process or its threads). A process that torchrun
+signalled more than once outlived the earlier signals -- it was stopped, frozen or stuck in the
+kernel -- and its exit suggests nothing. The estimate is the latest of the suggestions and L, but no
 further than the middle of ``[L, U]``, and without any suggestion it is the middle. The stated
 uncertainty is the estimate's distance to the farther end, so that the window
 ``offset ± uncertainty`` covers ``[L, U]``.
@@ -89,6 +94,15 @@ is ``1796203701.484676``: ``[L, U]`` = [1796203700.484703 - 490.259982, 17962037
 490.259414] = [1796203210.224721, 1796203211.225262] s, on printk's clock, one second wide, at
 the very instant of the kill. (The recorder's truth: 1796203208.242108 s before the wall clock
 stepped +2.400052 s, 1796203210.642160 s after it, where the kill was.)
+
+Fourth worked example (a main thread that was its process's last; the same test file, the
+development recording ``tenant`` without its anchors): torchrun printed ``Sending process 28845
+closing signal SIGTERM`` at epoch 1796163465.629 s; perf saw 28845's main thread exit at
+1811.817985 s (``group_dead=true``) and its four other threads (listed as threads in the cgroup's
+``tasks``, forked by 28845) at 1811.817367, .817434, .817456 and .817478 s. L = 1796163465.629 -
+0.001 - 1811.817985 = 1796161653.810015 s; the first of the four suggests 1796163465.629 + 0.001 -
+1811.817367 = 1796161653.812633 s, the estimate (the middle of ``[L, U]`` would be 99 ms later).
+(The recorder's truth: 1796161653.812761 s, 0.13 ms away.)
 """
 from __future__ import annotations
 
@@ -99,6 +113,11 @@ LAUNCHER_RES_NS = 1_000_000        # torchrun prints milliseconds (padded to six
 # a worker's main thread, killed by a signal, ends within about this (when it is not the last
 # thread: the last one frees the address space before perf records its exit, tens of ms for GBs)
 SIGNAL_EXIT_TYPICAL_NS = 1_000_000
+# threads of one process that a signal killed end within this of each other (the last one may
+# follow later: it frees the address space first)
+BURST_GAP_NS = 5_000_000
+TEARDOWN_MAX_NS = 1_000_000_000    # the last thread's exit at most this after the others'
+PRINTED_RES_NS = {"dmesg_ctime": 1_000_000_000, "dmesg_iso": 1_000}   # a converted kernel log's stamps
 METHOD = ("the same processes on both clocks (perf's exits against torchrun's signals and reports "
           "and the processes' own last lines; perf's forks against the cgroup snapshots that list them; "
           "the kernel's OOM kills against the cgroup counts that show them)")
@@ -281,6 +300,45 @@ def _forks(store, incident_id: str) -> dict[tuple[str, int], dict]:
     return out
 
 
+def _kill_bursts(store, incident_id: str, only: str | None, exits: dict) -> dict[tuple[str, int], int]:
+    """(host, pid) -> where a process's main thread was its last to exit, the exit of the first of
+    its other threads in the run of exits just before it (each within ``BURST_GAP_NS`` of the next,
+    the last within ``TEARDOWN_MAX_NS`` of the main thread's): a signal that kills a process ends
+    all its threads at once, and only the last one waits for the address space to be freed. A
+    process's threads are those its cgroup's task list names as threads, not processes, forked by
+    the process or by one of its threads (perf's forks)."""
+    forks = _forks(store, incident_id)
+    if not forks:
+        return {}
+    threads = {(r["host"] or only or "", r["tid"]) for r in store.query(
+        """SELECT DISTINCT COALESCE(m.host, s.host, '') AS host, m.tid
+           FROM members m JOIN sources s USING (incident_id, source_id)
+           WHERE m.incident_id = ? AND m.basis IN ('tasks', 'cgroup.threads') AND m.pid IS NULL
+             AND m.tid IS NOT NULL""", [incident_id])}
+    children: dict[tuple[str, int], list[int]] = {}
+    for (host, child), f in forks.items():
+        if (host, child) in threads:
+            children.setdefault((host, f["parent"]), []).append(child)
+    out = {}
+    for (host, tid), ex in exits.items():
+        if not ex["last_thread"] or (host, tid) not in children:
+            continue
+        group, todo = set(), [tid]
+        while todo:
+            for c in children.get((host, todo.pop()), ()):
+                if c not in group:
+                    group.add(c)
+                    todo.append(c)
+        ends = sorted(e["ts"] for c in group if (e := exits.get((host, c))) is not None and e["ts"] <= ex["ts"])
+        if not ends or ex["ts"] - ends[-1] > TEARDOWN_MAX_NS:
+            continue
+        k = len(ends) - 1
+        while k > 0 and ends[k] - ends[k - 1] <= BURST_GAP_NS:
+            k -= 1
+        out[(host, tid)] = ends[k]
+    return out
+
+
 def _births(store, incident_id: str, only: str | None) -> list[Bound]:
     """``snapshot -> birth -> snapshot`` (see the module docstring): a lower and an upper bound
     for each id that joined a cgroup, forked there by a member of it."""
@@ -329,58 +387,93 @@ def _births(store, incident_id: str, only: str | None) -> list[Bound]:
     return out
 
 
-def _oom_kills(store, incident_id: str, perf_clock: dict[str, str]) -> list[Bound]:
-    """``snapshot -> OOM kill -> snapshot`` (see the module docstring): both bounds for each
-    kill of the kernel log that a cgroup's ``memory.oom_kill`` counter shows."""
+def _counted_kills(store, incident_id: str, domains: tuple[str, ...]):
+    """Each kill of a kernel log (on one of ``domains``) that a cgroup's ``memory.oom_kill``
+    counter shows, as ``(kill, prev, cur, nxt, series)``: the counter's last snapshot before it
+    rose (``prev``), the first after (``cur``), the one after that (``nxt``, None at the end). A
+    kernel log's kills are matched to a series only where the log holds exactly as many kills of
+    the group as the count: the n-th raised it to n. Each kernel log is matched on its own (a
+    bundle may hold the same records twice: raw and ``dmesg -T``)."""
     kills = store.query(
-        """SELECT COALESCE(s.host, '') AS host, s.path, e.line, e.ts_raw_ns AS ts,
+        f"""SELECT COALESCE(s.host, '') AS host, s.path, e.source_id, s.clock_domain AS domain, s.format, e.line,
+                  e.ts_raw_ns AS ts,
                   json_extract_string(e.attrs, '$.task_memcg') AS memcg,
                   TRY_CAST(json_extract_string(e.attrs, '$.victim_pid') AS BIGINT) AS pid,
                   (SELECT max(o.ts_raw_ns) FROM events o WHERE o.incident_id = e.incident_id
                      AND o.source_id = e.source_id AND o.name = 'oom_invoked' AND o.ts_raw_ns <= e.ts_raw_ns
                      AND o.ts_raw_ns > e.ts_raw_ns - 10000000000) AS first
            FROM events e JOIN sources s USING (incident_id, source_id)
-           WHERE e.incident_id = ? AND s.clock_domain = 'boot' AND s.kind = 'dmesg' AND e.kind = 'oom_kill'
-             AND e.ts_raw_ns IS NOT NULL ORDER BY e.ts_raw_ns""", [incident_id])
+           WHERE e.incident_id = ? AND s.clock_domain IN ({', '.join('?' * len(domains))}) AND s.kind = 'dmesg'
+             AND e.kind = 'oom_kill' AND e.ts_raw_ns IS NOT NULL ORDER BY s.path, e.line""",
+        [incident_id, *domains])
     kills = [k for k in kills if k["memcg"]]
     if not kills:
-        return []
+        return
     series: dict[tuple, list] = {}
     for r in store.query(
-            """SELECT COALESCE(m.host, s.host, '') AS host, m.entity, s.path, m.ts_raw_ns AS ts, m.value
+            """SELECT COALESCE(m.host, s.host, '') AS host, m.entity, s.path, m.source_id, m.ts_raw_ns AS ts, m.value
                FROM metrics m JOIN sources s USING (incident_id, source_id)
                WHERE m.incident_id = ? AND m.metric = 'memory.oom_kill' AND s.clock_domain = 'wall'
                  AND m.ts_raw_ns IS NOT NULL AND m.value IS NOT NULL
                ORDER BY m.source_id, m.entity, m.ts_raw_ns""", [incident_id]):
         series.setdefault((r["host"], r["entity"], r["path"]), []).append(r)
     kernel_hosts = {k["host"] for k in kills}
-    from .clocks import _printk_allowance
-    out = []
     for (host, entity, path), rows in series.items():
         host = host if host in kernel_hosts or len(kernel_hosts) != 1 else next(iter(kernel_hosts))
-        mine = [k for k in kills if k["host"] == host]
-        # the counter counts the kills of the group's own tasks (cgroup v1), or of its subtree
-        # (cgroup v2): it is read only where the kernel log holds exactly as many such kills
-        exact = [k for k in mine if k["memcg"] == entity]
-        under = [k for k in mine if k["memcg"] == entity or k["memcg"].startswith(entity.rstrip("/") + "/")]
         total = int(rows[-1]["value"])
-        ks = exact if len(exact) == total else under if len(under) == total else None
-        if not ks:
-            continue
+        for kpath in sorted({k["path"] for k in kills if k["host"] == host}):
+            mine = [k for k in kills if k["host"] == host and k["path"] == kpath]
+            # the counter counts the kills of the group's own tasks (cgroup v1), or of its subtree
+            # (cgroup v2): it is read only where the kernel log holds exactly as many such kills
+            exact = [k for k in mine if k["memcg"] == entity]
+            under = [k for k in mine if k["memcg"] == entity or k["memcg"].startswith(entity.rstrip("/") + "/")]
+            ks = exact if len(exact) == total else under if len(under) == total else None
+            if not ks:
+                continue
+            for i, (prev, cur) in enumerate(zip(rows, rows[1:])):
+                nxt = rows[i + 2] if i + 2 < len(rows) else None
+                for k in ks[int(prev["value"]):int(cur["value"])]:
+                    yield k, prev, cur, nxt, {"host": host, "entity": entity, "path": path}
+
+
+def _oom_kills(store, incident_id: str, perf_clock: dict[str, str]) -> list[Bound]:
+    """``snapshot -> OOM kill -> snapshot`` (see the module docstring): both bounds for each
+    kill of the kernel log that a cgroup's ``memory.oom_kill`` counter shows."""
+    from .clocks import _printk_allowance
+    out = []
+    for k, prev, _cur, nxt, sr in _counted_kills(store, incident_id, ("boot",)):
+        host, path = sr["host"], sr["path"]
         clk = perf_clock.get(host, "")
-        for i, (prev, cur) in enumerate(zip(rows, rows[1:])):
-            nxt = rows[i + 2]["ts"] if i + 2 < len(rows) else None
-            for k in ks[int(prev["value"]):int(cur["value"])]:
-                # the read of ``prev`` came before the count rose, and the count rose before the
-                # kill's "Killed process" line; the read of ``cur`` came after it rose, after the
-                # OOM report began ("invoked oom-killer"), and before the next snapshot began
-                first = k["first"] if k["first"] is not None else k["ts"]
-                w = _printk_allowance(k["ts"]) if clk else 0     # onto perf's clock where it is not printk's
-                out.append(Bound(host, "snapshot->oom kill", k["pid"] or 0, prev["ts"] - k["ts"] - w, None, k["path"],
-                                 k["line"], path, None, clk, boot_ns=first, printk_stamp=True))
-                if nxt is not None:
-                    out.append(Bound(host, "oom kill->snapshot", k["pid"] or 0, None, nxt - first + w,
-                                     k["path"], k["line"], path, None, clk, boot_ns=first, printk_stamp=True))
+        # the read of ``prev`` came before the count rose, and the count rose before the kill's
+        # "Killed process" line; the read of ``cur`` came after it rose, after the OOM report began
+        # ("invoked oom-killer"), and before the next snapshot began
+        first = k["first"] if k["first"] is not None else k["ts"]
+        w = _printk_allowance(k["ts"]) if clk else 0     # onto perf's clock where it is not printk's
+        out.append(Bound(host, "snapshot->oom kill", k["pid"] or 0, prev["ts"] - k["ts"] - w, None, k["path"],
+                         k["line"], path, None, clk, boot_ns=first, printk_stamp=True))
+        if nxt is not None:
+            out.append(Bound(host, "oom kill->snapshot", k["pid"] or 0, None, nxt["ts"] - first + w,
+                             k["path"], k["line"], path, None, clk, boot_ns=first, printk_stamp=True))
+    return out
+
+
+def counted_kill_windows(store, incident_id: str) -> list[dict]:
+    """Where on the wall clock each OOM kill of a kernel log lies by the cgroup counter that shows
+    it (:func:`_counted_kills`), whatever the kernel log's own clock: after the read of the last
+    snapshot with the old count, and no later than the next snapshot after the first with the new
+    one plus the report's length (its "invoked oom-killer" line to its "Killed process" line; one
+    second more where the log prints whole seconds). Rows: ``source_id``, ``line`` of the kill;
+    ``lo_ns``, ``hi_ns`` on the snapshots' raw wall clock; their ``host``; ``snapshots`` (path)."""
+    out = []
+    for k, prev, _cur, nxt, sr in _counted_kills(store, incident_id, ("boot", "kernel_wall")):
+        if nxt is None:
+            continue
+        report = k["ts"] - (k["first"] if k["first"] is not None else k["ts"])
+        if k["domain"] != "boot":   # two printed stamps' difference is within their resolution of the true one
+            report += PRINTED_RES_NS.get(k["format"], 1_000_000_000)
+        out.append({"source_id": k["source_id"], "line": k["line"], "lo_ns": prev["ts"],
+                    "hi_ns": nxt["ts"] + report, "host": sr["host"], "snapshots": sr["path"],
+                    "snapshot_source_id": nxt["source_id"]})
     return out
 
 
@@ -409,14 +502,25 @@ def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
         out.append(Bound(ln["host"], rule, ln["worker"], lo, hi, ex["path"], ex["line"], ln["path"], ln["line"],
                          ex["clk"], typical, ex["ts"]))
 
+    burst = _kill_bursts(store, incident_id, only, exits) if any(
+        ex["last_thread"] for ex in exits.values()) else {}
+    # a process signalled more than once outlived the earlier signals: it was not running (stopped,
+    # frozen, stuck in the kernel), and how soon the last one ended it is not known
+    signals: dict[tuple[str, int], int] = {}
+    for ln in lines:
+        if ln["name"] == "closing_signal" and ln["worker"] is not None:
+            k = (ln["path"], ln["host"], ln["worker"])     # (a copy of the log in another file counts apart)
+            signals[k] = signals.get(k, 0) + 1
     for rnd in shutdowns(lines):
         sends = [ln for ln in rnd if ln["name"] == "closing_signal" and ln["worker"] is not None]
         failed = [ln for ln in rnd if ln["name"] == "worker_failed" and ln["worker"] is not None]
         for ln in sends:
             ex = seen.get((ln["host"], ln["worker"]))
             if ex is not None and ex["exact"]:
+                first = (None if signals[(ln["path"], ln["host"], ln["worker"])] > 1 else
+                         burst.get((ln["host"], ln["worker"])) if ex["last_thread"] else ex["ts"])
                 bound("signal->exit", ln, ex, lo=ln["wall_ns"] - SEND_SLACK_NS - ex["ts"],
-                      typical=None if ex["last_thread"] else SIGNAL_EXIT_TYPICAL_NS)
+                      typical=None if first is None else SIGNAL_EXIT_TYPICAL_NS + ex["ts"] - first)
         for f in failed:
             ex = seen.get((f["host"], f["worker"]))
             if ex is not None:

@@ -34,9 +34,13 @@ METHOD = "the wall clock's second on CLOCK_MONOTONIC (c10 log stamps)"
 
 def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
     """Per host: the phase arcs (ns, within [0, 1 s) or starting below 0 where one crosses 0)
-    that every log of the host allows, with the logs read."""
+    that every log of the host allows, with the logs read and the wall times their lines cover."""
     rows = store.query(
-        """SELECT COALESCE(s.host, '') AS host, s.path, f.value
+        """SELECT COALESCE(s.host, '') AS host, s.path, f.value,
+                  (SELECT min(e.ts_raw_ns) FROM events e WHERE e.incident_id = f.incident_id
+                     AND e.source_id = f.source_id) AS first_ns,
+                  (SELECT max(e.ts_raw_ns) FROM events e WHERE e.incident_id = f.incident_id
+                     AND e.source_id = f.source_id) AS last_ns
            FROM facts f JOIN sources s USING (incident_id, source_id)
            WHERE f.incident_id = ? AND f.key = 'wall_monotonic_phase' ORDER BY s.path""", [incident_id])
     named = hosts - {""}
@@ -47,6 +51,7 @@ def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
             v = json.loads(r["value"])
         except ValueError:
             continue
+        v["span_ns"] = (r["first_ns"], r["last_ns"])
         by.setdefault(host, []).append((r["path"], v))
     out = {}
     for host, logs in by.items():
@@ -58,8 +63,11 @@ def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
         for _, v in logs[1:]:
             arcs = intersect(arcs, [tuple(a) for a in v["arcs_ns"]])
         if arcs:
+            spans = [v["span_ns"] for _, v in logs if None not in v["span_ns"]]
             out[host] = {"arcs_ns": arcs, "logs": [p for p, _ in logs],
-                         "pairs": sum(v["pairs"] for _, v in logs)}
+                         "pairs": sum(v["pairs"] for _, v in logs),
+                         # the wall times the logs' timed lines cover (their local clock, on UTC)
+                         "span_ns": (min(a for a, _ in spans), max(b for _, b in spans)) if spans else None}
     return out
 
 

@@ -36,6 +36,18 @@ than the 27 ms allowed (500 ppm of 36 s, and 10 ms), a new stretch. Backwards: t
 readings at 495 and 491 s is [1796203210.637, 1796203210.647]; the reading at 457 s misses it.
 One step, after 457.000 s and no later than 491.000 s, +2.400 s (1796203208.242 ->
 1796203210.642 s, the middle of each stretch's intersection).
+
+A step where no reading is on one side of it (:func:`sampler_gaps`): a series of snapshots that
+a loop takes every so often (cgroup snapshots every 0.5 s) is stamped with the wall clock but
+paced by the monotonic one, so its intervals are the loop's period; a forward step of the wall
+clock lengthens one interval by the step. An interval far longer than the period is therefore a
+step of up to its excess over the shortest period -- or a stall of the loop, which the stamps
+cannot tell apart. Where readings lie on both sides of such a gap and agree, it was a stall;
+where they lie on one side only, the records on the other side may be up to the excess away from
+the offset the readings give, and are placed with that in their window. Worked example (the
+development recording ``leak-r1-wallstep``): 59 snapshots, intervals 0.498425-0.500948 s but one,
+1796203684.584640 -> 1796203687.484659 s, 2.900019 s: a step of at most 2.401594 s there (the
+recorder's truth: +2.400052 s, between those two snapshots).
 """
 from __future__ import annotations
 
@@ -126,3 +138,50 @@ def runs(readings: list[Reading]) -> list[Step]:
             return []   # a stretch bounded on one side only: how far the clock stepped is not known
         steps.append(Step(rs[b - 1].local_ns, rs[f].local_ns, m1 - m0, rs[b - 1], rs[f]))
     return steps
+
+
+SAMPLER_MIN = 8               # intervals before a series' period is known
+SAMPLER_GAP_NS = 100_000_000  # an interval this much (or half the period) over the period is a gap
+
+
+@dataclass(frozen=True)
+class Gap:
+    """An interval of a snapshot series that a forward step of the wall clock of up to
+    ``excess_ns`` may explain: between the snapshots stamped ``before_ns`` and ``after_ns`` (the
+    host's wall clock, raw)."""
+    host: str
+    source: str
+    before_ns: int
+    after_ns: int
+    excess_ns: int
+
+
+def gaps_in(times: list[int]) -> list[tuple[int, int, int]]:
+    """(before, after, excess) for each gap of one series' snapshot times (see the module
+    docstring); none until the series has ``SAMPLER_MIN`` intervals."""
+    ts = sorted(set(times))
+    iv = [b - a for a, b in zip(ts, ts[1:])]
+    if len(iv) < SAMPLER_MIN:
+        return []
+    period = sorted(iv)[len(iv) // 2]
+    regular = [x for x in iv if abs(x - period) <= max(period // 5, 20_000_000)]
+    shortest = min(regular, default=period)
+    return [(a, b, (b - a) - shortest) for a, b in zip(ts, ts[1:])
+            if (b - a) > period + max(period // 2, SAMPLER_GAP_NS)]
+
+
+def sampler_gaps(store, incident_id: str) -> dict[str, list[Gap]]:
+    """Per host, the gaps of its cgroup snapshot series (one series per folder of snapshot folders,
+    or per file that holds many snapshots)."""
+    rows = store.query(
+        r"""SELECT COALESCE(s.host, '') AS host,
+                  regexp_replace(s.path, '/[0-9]{9,}(\.[0-9]+)?(/.*)?$', '') AS series,
+                  list(DISTINCT m.ts_raw_ns) AS times
+           FROM metrics m JOIN sources s USING (incident_id, source_id)
+           WHERE m.incident_id = ? AND s.kind = 'cgroup' AND s.clock_domain = 'wall' AND m.ts_raw_ns IS NOT NULL
+           GROUP BY 1, 2""", [incident_id])
+    out: dict[str, list[Gap]] = {}
+    for r in rows:
+        for a, b, x in gaps_in(r["times"]):
+            out.setdefault(r["host"], []).append(Gap(r["host"], r["series"], a, b, x))
+    return out

@@ -283,18 +283,29 @@ def _current_boot_journal(store, incident_id: str, anchors: list[Anchor]) -> lis
 KERNEL_WALL_SPAN_NS = {"dmesg_ctime": 2_000_000_000, "dmesg_iso": 1_000}
 
 
-_KERNEL_TWINS = r"""WITH lines AS (
-             SELECT COALESCE(s.host, '') AS host, s.format, s.path, e.line, e.ts_raw_ns,
+# The same kernel records in a raw log and in a log dmesg converted (``tw``): matched by text and by
+# their order among equal texts. dmesg converts every record of one run with one boot instant, so the
+# printed minus the raw time is the same for all of them to within the conversion's truncation: a
+# pair far from the median of its logs (the two logs start at different records, and a text that
+# repeats pairs the wrong copies) is not the same record.
+_TWINS_CTE = r"""lines AS (
+             SELECT COALESCE(s.host, '') AS host, s.format, s.path, e.source_id, e.line, e.ts_raw_ns,
                     regexp_replace(split_part(e.text, chr(10), 1),
                                    '^([^\]]*\] ?|\d{4}-\d\d-\d\dT[0-9:,.]+[+-]\d\d:?\d\d ?)', '') AS msg
              FROM events e JOIN sources s USING (incident_id, source_id)
              WHERE e.incident_id = ? AND s.format IN ('dmesg_raw', 'dmesg_ctime', 'dmesg_iso') AND e.text IS NOT NULL
                AND e.ts_raw_ns IS NOT NULL),
-           k AS (SELECT *, row_number() OVER (PARTITION BY host, format, path, msg ORDER BY line) AS n FROM lines)
+           k AS (SELECT *, row_number() OVER (PARTITION BY host, format, path, msg ORDER BY line) AS n FROM lines),
+           tw0 AS (
            SELECT r.host, r.path AS raw_path, c.path AS t_path, c.format AS t_format, r.ts_raw_ns AS raw_ns,
-                  c.ts_raw_ns AS t_ns, r.line AS raw_line
+                  c.ts_raw_ns AS t_ns, r.line AS raw_line, r.source_id AS raw_sid, c.source_id AS t_sid,
+                  c.line AS t_line,
+                  median(c.ts_raw_ns - r.ts_raw_ns) OVER (PARTITION BY r.host, r.path, c.path) AS med
            FROM k r JOIN k c ON r.host = c.host AND r.msg = c.msg AND r.n = c.n
-           WHERE r.format = 'dmesg_raw' AND c.format IN ('dmesg_ctime', 'dmesg_iso') AND length(r.msg) > 0"""
+           WHERE r.format = 'dmesg_raw' AND c.format IN ('dmesg_ctime', 'dmesg_iso') AND length(r.msg) > 0),
+           tw AS (SELECT * EXCLUDE (med) FROM tw0
+                  WHERE abs(t_ns - raw_ns - med) <= CASE WHEN t_format = 'dmesg_iso' THEN 1000000 ELSE 2000000000 END)"""
+_KERNEL_TWINS = "WITH " + _TWINS_CTE + " SELECT * FROM tw"
 
 
 def _kernel_pairs(store, incident_id: str) -> list[dict]:
@@ -343,7 +354,7 @@ def _dmesg_t_pairs(kernel_pairs: list[dict]) -> list[Anchor]:
 
 
 def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], formats: set[str],
-                      logged: list | tuple = ()) -> ClockEntry:
+                      logged: list | tuple = (), gaps: list | tuple = ()) -> ClockEntry:
     """Place a kernel log that dmesg converted to wall time (``kernel_wall``).
 
     Where the same records are in a raw log whose boot clock is placed, each pair says exactly
@@ -387,7 +398,8 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
             groups.setdefault(boot.segment_index(p["raw_ns"]) or 0, []).append((p["raw_ns"] + off + int((ppm or 0.0) * 1e-6 * p["raw_ns"]) - p["t_ns"],
                                              unc or 0, p["t_ns"]))
         ev = ({"pairs": len(pairs), "raw": pairs[0]["raw_path"], "converted": pairs[0]["t_path"]},)
-        method = f"the same {len(pairs)} records in the raw kernel log, placed by {boot.method}"
+        method = (f"the same {len(pairs)} records in the raw kernel log, each at its raw copy's time (placed by "
+                  f"{boot.method}); any other by the offset they give")
         spans = [(min(g[2] for g in v), max(g[2] for g in v), v, boot.segments[k][5] if boot.segments else "")
                  for k, v in sorted(groups.items())]
         whole = [g for _, _, v, _ in spans for g in v]
@@ -424,6 +436,22 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
                            method=entry.method + f"; the wall clock stepped before {x.source} line "
                                                  f"{x.before_line} was written: the records printed before "
                                                  "then are not placed")
+    if boot is None and gaps:
+        # dmesg converted every record with the offset of when it ran, after every gap of the
+        # snapshots: a record printed before one may have been written before a step of up to its
+        # excess (printed P = its time + that step - e, so it lies within [P - step + lo, P + hi])
+        segs, cuts = [], sorted(gaps, key=lambda g: g.after_ns)
+        for k, g in enumerate(cuts):
+            x = sum(h.excess_ns for h in cuts[k:])
+            segs.append((None if k == 0 else cuts[k - 1].after_ns + hi, g.after_ns + hi,
+                         entry.offset_ns - x // 2, None, entry.uncertainty_ns + x - x // 2,
+                         f"before a gap of {g.source}'s snapshots ({g.before_ns / 1e9:.6f} -> {g.after_ns / 1e9:.6f} "
+                         f"s): the wall clock may have stepped up to +{x / 1e9:.3f} s since dmesg's records were "
+                         "written there"))
+        segs.append((segs[-1][1], None, entry.offset_ns, None, entry.uncertainty_ns, "after the snapshots' gaps"))
+        return replace(entry, uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs),
+                       method=entry.method + "; records printed before a gap of the snapshots more widely (the wall "
+                                             "clock may have stepped there)")
     if boot is None or not boot.segments or boot.offset_ns is None:
         return entry
     # The boot clock stepped: dmesg converted every record with the boot instant of when it ran (the
@@ -574,7 +602,8 @@ def solve_boot(host: str, anchors: list[Anchor], printk_ns: int = 0, match=None,
 
     ``match`` (:class:`analysis.clock_match.Match`), the processes seen on both clocks, places
     the clock where no anchor does, replaces an anchor it is more precise than, and is otherwise
-    compared with the chosen anchor like any other method (a disagreement is clock skew).
+    compared with the chosen anchor like any other method (a disagreement is clock skew); where
+    they agree, whichever is chosen keeps only the offsets the other allows too.
     ``phase`` (:func:`analysis.clock_phase.phases`) then narrows the result to the offsets with
     the wall clock's phase on CLOCK_MONOTONIC."""
     entry = _solve_boot(host, anchors)
@@ -616,10 +645,27 @@ def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[
     # goes to whichever method did not read it
     mine_k = m.uncertainty_ns + (0 if m.printk_clock else _printk_allowance(printk_ns))
     entry_k = (entry.uncertainty_ns or 0) + (0 if on_printk else _printk_allowance(printk_ns))
+    # both windows hold the truth: the one chosen keeps only what the other allows too (the other
+    # widened by the allowance between their clocks)
+    u = entry.uncertainty_ns or 0
     if mine_k < entry_k:
-        return replace(mine, others=((entry.method, entry.offset_ns, entry.uncertainty_ns),) + entry.others,
+        win = _within(mine, m.lo_ns, m.hi_ns, entry.offset_ns - u - apart, entry.offset_ns + u + apart, entry.method)
+        return replace(win, others=((entry.method, entry.offset_ns, entry.uncertainty_ns),) + entry.others,
                        conflicts=entry.conflicts), m.printk_clock
-    return replace(entry, others=entry.others + ((METHOD, m.offset_ns, m.uncertainty_ns),)), on_printk
+    win = _within(entry, entry.offset_ns - u, entry.offset_ns + u, m.lo_ns - apart, m.hi_ns + apart, METHOD)
+    return replace(win, others=entry.others + ((METHOD, m.offset_ns, m.uncertainty_ns),)), on_printk
+
+
+def _within(entry: ClockEntry, lo: int, hi: int, olo: int, ohi: int, other: str) -> ClockEntry:
+    """``entry`` (its window ``[lo, hi]``) cut to what another method's window ``[olo, ohi]`` allows
+    too: its estimate moved into the intersection where outside, its uncertainty the estimate's
+    distance to the farther end. Unchanged where that cuts nothing."""
+    a, b = max(lo, olo), min(hi, ohi)
+    if a > b or (a, b) == (lo, hi):
+        return entry
+    off = min(max(entry.offset_ns, a), b)
+    return replace(entry, offset_ns=off, uncertainty_ns=max(off - a, b - off, 1),
+                   method=f"{entry.method}; within [{a / 1e9:.6f}, {b / 1e9:.6f}] s by {other} too")
 
 
 def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bool) -> tuple[ClockEntry, bool]:
@@ -718,7 +764,7 @@ def step_readings(anchors: list[Anchor], bounds: list, printk_ns: int) -> list:
 
 
 def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int, steps: list,
-                  logged: list | None = None) -> ClockEntry | None:
+                  logged: list | None = None, whole: dict | None = None, gaps: list | tuple = ()) -> ClockEntry | None:
     """The boot clock of a host whose wall clock stepped (:mod:`analysis.clock_steps`): each
     stretch between steps solved on its own anchors and pairs, the records inside a step's window
     placed between the two sides with an uncertainty that covers both. None where a stretch
@@ -728,7 +774,18 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
     as the readings, each side takes the phase of its stretch of the log, and each step's window
     shrinks to the lines around it: the step came after a line written at ``after_wall_ns`` on the
     earlier offset (boot ``after_wall_ns - offset``, at least that less the side's largest offset)
-    and before one written by ``before_wall_ns`` on the later one."""
+    and before one written by ``before_wall_ns`` on the later one.
+
+    ``whole`` (:func:`analysis.clock_phase.phases`): a phase that one order fits for every log of
+    the host. Where such logs were written across every step (their lines begin before the step's
+    window and end after it), each step was a whole number of seconds to within the phase's arcs --
+    a step by a fraction of a second leaves a log's lines in no single order -- so the phase holds on
+    every side.
+
+    ``gaps`` (:func:`analysis.clock_steps.sampler_gaps`): where exactly one gap of a snapshot series
+    inside a forward step's window is long enough to hold the step, the step came after the snapshot
+    before the gap was taken and before the one after it: the window shrinks to those two (each on
+    its side's offset)."""
     from .clock_match import solve
     from .clock_phase import METHOD as PHASE_METHOD
     log = _one_log(logged or [], len(steps))
@@ -750,20 +807,51 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
     bparts: list[list] = [[] for _ in range(n)]
     for b in bounds:
         bparts[n - 1 if b.boot_ns is None else stretch(b.boot_ns)].append(b)
-    entries = []
-    for k in range(n):
-        m = solve(host, bparts[k])[0] if bparts[k] else None
-        e = solve_boot(host, parts[k], printk_ns, m, side_phase[k])
-        if e.offset_ns is None:
-            return None
-        entries.append(e)
+    def sides(phase_of: list) -> list[ClockEntry] | None:
+        out = []
+        for k in range(n):
+            m = solve(host, bparts[k])[0] if bparts[k] else None
+            e = solve_boot(host, parts[k], printk_ns, m, phase_of[k])
+            if e.offset_ns is None:
+                return None
+            out.append(e)
+        return out
+
+    entries = sides(side_phase)
+    if entries is None:
+        return None
+
+    def windows(entries: list[ClockEntry]) -> list[tuple[int, int, object]]:
+        out = []
+        for st, a, b in zip(steps, entries, entries[1:]):
+            delta = b.offset_ns - a.offset_ns
+            fit = [g for g in gaps if delta > 0 and g.excess_ns + a.uncertainty_ns + b.uncertainty_ns >= delta
+                   and g.before_ns - (a.offset_ns + a.uncertainty_ns) < st.by_ns
+                   and g.after_ns - (b.offset_ns - b.uncertainty_ns) > st.after_ns]
+            if len(fit) == 1:
+                g = fit[0]
+                w0 = max(st.after_ns, g.before_ns - (a.offset_ns + a.uncertainty_ns))
+                w1 = min(st.by_ns, g.after_ns - (b.offset_ns - b.uncertainty_ns))
+                if w0 < w1:
+                    out.append((w0, w1, g))
+                    continue
+            out.append((st.after_ns, st.by_ns, None))
+        return out
+
+    span = (whole or {}).get("span_ns")
+    win = windows(entries)
+    if not log and span and all(
+            span[0] < w0 + a.offset_ns - a.uncertainty_ns and span[1] > w1 + b.offset_ns + b.uncertainty_ns
+            for (w0, w1, _), a, b in zip(win, entries, entries[1:])):
+        entries = sides([whole] * n) or entries
+        win = windows(entries)
     apart = _printk_allowance(printk_ns)   # the steps are on the anchors' clock, the kernel's records on printk's
     segs = []
     lo = None
     narrowed = []
     for k, st in enumerate(steps):
         a, b = entries[k], entries[k + 1]
-        after, by = st.after_ns, st.by_ns
+        after, by = win[k][0], win[k][1]
         if log:
             x = log[k]
             la = None if x.after_wall_ns is None else x.after_wall_ns - (a.offset_ns + a.uncertainty_ns)
@@ -790,6 +878,15 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
              "last_before": {"method": st.before.what, "source": st.before.source, "line": st.before.line},
              "first_after": {"method": st.after.what, "source": st.after.source, "line": st.after.line},
              "before_method": a.method, "after_method": b.method}
+        g = win[k][2]
+        if g is not None:
+            t["after_boot_s"], t["by_boot_s"] = win[k][0] / 1e9, win[k][1] / 1e9
+            if win[k][0] > st.after_ns:
+                t["last_before"] = {"method": f"the snapshot at {g.before_ns / 1e9:.6f} s, before the only gap of its "
+                                              "series that can hold the step", "source": g.source, "line": None}
+            if win[k][1] < st.by_ns:
+                t["first_after"] = {"method": f"the snapshot at {g.after_ns / 1e9:.6f} s, after that gap",
+                                    "source": g.source, "line": None}
         x = next((y for y in narrowed if y[0] == k), None)
         if x is not None:
             # the window as the log's lines narrow it (boot times of the step's earliest and latest instant)
@@ -863,6 +960,57 @@ def unplaced_before_log_step(entry: ClockEntry, logged: list, readings: list, pr
                           f"{x.source} show; the records before it are not placed)")
 
 
+def widen_for_gaps(entry: ClockEntry, gaps: list, readings: list) -> ClockEntry:
+    """A placed clock with no step, where a snapshot series shows a gap that a step of the wall
+    clock may explain (:func:`analysis.clock_steps.sampler_gaps`) and every reading lies on one side
+    of it: the records on the other side may be up to the gap's excess off the readings' offset (a
+    forward step puts the earlier records lower, the later ones higher), so their stretch of the clock
+    gets an offset window that covers it. The cut is the far edge of where the snapshot beside the gap
+    can lie on this clock, so that a record near the gap is widened too. Readings with no instant on
+    this clock (a conversion done when the bundle was collected) count as after every gap.
+
+    Worked example (``tests/analysis/test_clock_steps.py``): a boot clock placed at 1796203210.642 s
+    ± 10 ms by readings at boot 491 s and later, with a gap of the snapshots from 1796203684.584640
+    to 1796203687.484659 s, excess 2.401594 s: the snapshot after the gap is at boot 476.852659 s
+    or earlier (1796203687.484659 - 1796203210.632), and records before then are placed at
+    1796203209.441203 s ± 1.210797 s, which covers both 1796203208.240 s and the readings' offset."""
+    if entry.offset_ns is None or entry.segments or entry.drift_ppm is not None or not gaps:
+        return entry
+    off, unc = entry.offset_ns, entry.uncertainty_ns or 0
+    times = [r.local_ns for r in readings]
+    first, last = min(times, default=None), max(times, default=None)
+    before = [g for g in gaps if first is None or g.after_ns - (off - unc) <= first]
+    after = [g for g in gaps if last is not None and g.before_ns - (off + unc) >= last
+             and g.after_ns - (off - unc) > last] if times else []
+    if not before and not after:
+        return entry
+    segs, told = [], []
+    # earlier stretches, farthest first: each is off by up to the excess of every gap between it and
+    # the readings
+    cuts = sorted(before, key=lambda g: g.after_ns)
+    for k, g in enumerate(cuts):
+        x = sum(h.excess_ns for h in cuts[k:])
+        segs.append((None if k == 0 else cuts[k - 1].after_ns - (off - unc), g.after_ns - (off - unc),
+                     off - x // 2, None, unc + x - x // 2,
+                     f"before a gap of {g.source}'s snapshots ({g.before_ns / 1e9:.6f} -> {g.after_ns / 1e9:.6f} s): "
+                     f"the wall clock may have stepped up to +{x / 1e9:.3f} s since, and no reading is before it"))
+        told.append({"gap": g.source, "before_s": g.before_ns / 1e9, "after_s": g.after_ns / 1e9,
+                     "excess_s": g.excess_ns / 1e9, "side": "before", "method": entry.method})
+    lo = segs[-1][1] if segs else None
+    cuts = sorted(after, key=lambda g: g.before_ns)
+    mid_to = cuts[0].before_ns - (off + unc) if cuts else None
+    segs.append((lo, mid_to, off, None, unc, "where the readings are"))
+    for k, g in enumerate(cuts):
+        x = sum(h.excess_ns for h in cuts[:k + 1])
+        segs.append((g.before_ns - (off + unc), None if k == len(cuts) - 1 else cuts[k + 1].before_ns - (off + unc),
+                     off + x // 2, None, unc + x - x // 2,
+                     f"after a gap of {g.source}'s snapshots ({g.before_ns / 1e9:.6f} -> {g.after_ns / 1e9:.6f} s): "
+                     f"the wall clock may have stepped up to +{x / 1e9:.3f} s there, and no reading is after it"))
+        told.append({"gap": g.source, "before_s": g.before_ns / 1e9, "after_s": g.after_ns / 1e9,
+                     "excess_s": g.excess_ns / 1e9, "side": "after", "method": entry.method})
+    return replace(entry, uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs), steps=tuple(told))
+
+
 def _one_log(logged: list, steps: int) -> list:
     """The log steps of the one log (the first by path) that shows ``steps`` steps, in order."""
     by: dict[str, list] = {}
@@ -890,6 +1038,19 @@ def skew_links(entries: list[ClockEntry]) -> list:
                          f"±{e.uncertainty_ns / 1e9:.3f} s); times use {e.method}"),
                 evidence=ev, provenance=Provenance.INFERRED, confidence=0.9))
         for st in e.steps:
+            if "gap" in st:
+                side = st["side"]
+                out.append(Link(
+                    kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["gap"], host=e.host or None,
+                    summary=(f"The snapshots of {st['gap']} on host {e.host or '?'} skip from {st['before_s']:.3f} to "
+                             f"{st['after_s']:.3f} s: the wall clock may have stepped forward there by up to "
+                             f"{st['excess_s']:.3f} s, or the snapshots stalled, which their stamps cannot tell apart; "
+                             f"no reading of the clocks lies {side} it, so the {e.domain} records {side} it are placed "
+                             f"by {st['method']} with that much more uncertainty"),
+                    evidence=(Evidence(st["gap"], None, f"snapshot at {st['before_s']:.6f} s"),
+                              Evidence(st["gap"], None, f"next snapshot at {st['after_s']:.6f} s")),
+                    provenance=Provenance.INFERRED, confidence=0.5))
+                continue
             if "log" in st:
                 out.append(Link(
                     kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["log"], host=e.host or None,
@@ -923,8 +1084,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     doms = store.query(
         """SELECT DISTINCT COALESCE(host, '') AS host, clock_domain AS domain FROM sources
            WHERE incident_id = ? AND clock_domain IS NOT NULL""", [incident_id])
-    from .clock_match import bounds_by_host, launcher_lines, matches
-    from .clock_steps import runs
+    from .clock_match import bounds_by_host, counted_kill_windows, launcher_lines, matches
+    from .clock_steps import runs, sampler_gaps
     pairs = _kernel_pairs(store, incident_id)
     launcher = launcher_lines(store, incident_id)
     anchors = collect_anchors(store, incident_id, pairs, launcher)
@@ -942,6 +1103,9 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     from .clock_phase import log_steps, phases
     phase_of = phases(store, incident_id, {d["host"] for d in doms})
     logged = log_steps(store, incident_id, {d["host"] for d in doms})
+    gaps = sampler_gaps(store, incident_id)
+    if "" in gaps and len({d["host"] for d in doms} - {""}) == 1:
+        gaps.setdefault(next(iter({d["host"] for d in doms} - {""})), gaps.pop(""))
     cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
     printk = {r["host"]: r["last"] for r in store.query(
@@ -964,15 +1128,18 @@ def align(store, incident_id: str) -> list[ClockEntry]:
             mine, pk = by_host.get(host, []), printk.get(host) or 0
             readings = step_readings(mine, pair_bounds.get(host, []), pk)
             steps = runs(readings)
-            stepped = (solve_stepped(host, mine, pair_bounds.get(host, []), pk, steps, logged.get(host))
+            stepped = (solve_stepped(host, mine, pair_bounds.get(host, []), pk, steps, logged.get(host),
+                                     phase_of.get(host), gaps.get(host, ()))
                        if steps else None)
             boot_of[host] = stepped or unplaced_before_log_step(
                 solve_boot(host, mine, pk, matched.get(host), phase_of.get(host)),
                 [] if steps else logged.get(host, []), readings, pk)
+            if not stepped:
+                boot_of[host] = widen_for_gaps(boot_of[host], gaps.get(host, []), readings)
             entries.append(boot_of[host])
         elif dom == CLOCK_KERNEL_WALL:
             entries.append(solve_kernel_wall(host, boot_of.get(host), kpairs.get(host, []),
-                                             kformats.get(host, set()), logged.get(host, [])))
+                                             kformats.get(host, set()), logged.get(host, []), gaps.get(host, [])))
         elif dom == CLOCK_WALL and host in cross:
             h = cross[host]
             entries.append(ClockEntry(
@@ -1022,6 +1189,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
                     AND c.domain = s.clock_domain
                LEFT JOIN clock_segments g ON g.incident_id = c.incident_id AND g.host = c.host AND g.domain = c.domain
                WHERE s.incident_id = ? AND c.offset_ns IS NOT NULL""", [incident_id])
+        _place_rows(store, incident_id, counted_kill_windows(store, incident_id), native=False)
         return entries
     for table in ("events", "samples", "metrics", "collectives", "steps"):
         _place(cur, table, incident_id)
@@ -1035,7 +1203,80 @@ def align(store, incident_id: str) -> list[ClockEntry]:
              AND f.key = 'boots' AND TRY_CAST(f.value AS INTEGER) > 1
              AND COALESCE(TRY_CAST(json_extract_string(e.attrs, '$.boot') AS INTEGER), 0)
                  <> TRY_CAST(f.value AS INTEGER) - 1""", [incident_id])
+    _place_rows(store, incident_id, counted_kill_windows(store, incident_id), native=True)
     return entries
+
+
+_KERNEL_PLACED = f"""SELECT e.source_id, e.line, e.ts_utc_ns, {{unc}} AS unc
+              FROM events e JOIN sources s USING (incident_id, source_id)
+              LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
+                   AND c.domain = s.clock_domain
+              WHERE e.incident_id = ? AND s.format IN ('dmesg_raw', 'dmesg_ctime', 'dmesg_iso')"""
+
+
+def _place_rows(store, incident_id: str, counted: list[dict], native: bool) -> None:
+    """``row_times``: kernel records placed by other evidence of the same instant than their log's
+    clock, where it is narrower (``native``: copy the times into the events table; an attached
+    incident's events view reads them from ``row_times``).
+
+    First an OOM kill that a cgroup's counter shows (``counted``,
+    :func:`analysis.clock_match.counted_kill_windows`): the counter's snapshots are on the host's wall
+    clock, so they place the kill also where its kernel log's clock is not placed (records printed
+    before a step of the wall clock) or is placed more loosely; where the kill is placed, the two
+    windows intersect. Then each record of a log dmesg converted to wall time that is also in the raw
+    log takes the placed time of its raw copy, and that copy's uncertainty, where narrower: the
+    converted second says only that the record lies somewhere in a window of up to two seconds, the
+    raw stamp where. A copy is taken only where its window and the converted record's own window
+    overlap, so a pair matched wrongly (a raw log and a converted one that start at different
+    records, with texts that repeat) leaves the record where its own clock puts it. Where several
+    raw logs hold the record, the copy with the narrowest window is taken.
+    """
+    cur = store.cursor()
+    cur.execute("DELETE FROM row_times WHERE incident_id = ?", [incident_id])
+    update = """UPDATE main.events AS e SET ts_utc_ns = r.ts_utc_ns FROM row_times r
+                WHERE e.incident_id = ? AND r.incident_id = e.incident_id AND r.source_id = e.source_id
+                  AND r.line = e.line"""
+    if counted:
+        walls = {r["host"]: r for r in store.query(
+            "SELECT host, offset_ns, uncertainty_ns FROM clock_map WHERE incident_id = ? AND domain = ?",
+            [incident_id, CLOCK_WALL])}
+        placed = {(r["source_id"], r["line"]): r for r in store.query(
+            _KERNEL_PLACED.format(unc=row_uncertainty_sql()) + " AND e.kind = 'oom_kill'", [incident_id])}
+        rows = []
+        for k in counted:
+            w = walls.get(k["host"]) or (next(iter(walls.values())) if len(walls) == 1 else None)
+            if w is None or w["offset_ns"] is None:
+                continue
+            lo = k["lo_ns"] + w["offset_ns"] - (w["uncertainty_ns"] or 0)
+            hi = k["hi_ns"] + w["offset_ns"] + (w["uncertainty_ns"] or 0)
+            own = placed.get((k["source_id"], k["line"]))
+            if own is not None and own["ts_utc_ns"] is not None and own["unc"] is not None:
+                olo, ohi = own["ts_utc_ns"] - own["unc"], own["ts_utc_ns"] + own["unc"]
+                if olo > hi or ohi < lo or ohi - olo <= hi - lo:
+                    continue      # its own window is narrower (or they disagree: left as its clock says)
+                lo, hi = max(lo, olo), min(hi, ohi)
+            rows.append({"incident_id": incident_id, "source_id": k["source_id"], "line": k["line"],
+                         "ts_utc_ns": (lo + hi) // 2, "uncertainty_ns": max(1, (hi - lo + 1) // 2),
+                         "by_source_id": k["snapshot_source_id"], "by_line": None})
+        if rows:
+            store.insert_rows("row_times", list({(r["source_id"], r["line"]): r for r in rows}.values()))
+            if native:
+                cur.execute(update, [incident_id])
+    unc = row_uncertainty_sql()
+    cur.execute(
+        f"""INSERT OR REPLACE INTO row_times (incident_id, source_id, line, ts_utc_ns, uncertainty_ns,
+                                              by_source_id, by_line)
+            WITH {_TWINS_CTE}, placed AS ({_KERNEL_PLACED.format(unc=unc)})
+            SELECT ?, t.source_id, t.line, r.ts_utc_ns, r.unc, r.source_id, r.line
+            FROM tw JOIN placed r ON r.source_id = tw.raw_sid AND r.line = tw.raw_line
+                    JOIN placed t ON t.source_id = tw.t_sid AND t.line = tw.t_line
+            WHERE r.ts_utc_ns IS NOT NULL AND r.unc IS NOT NULL
+              AND (t.ts_utc_ns IS NULL OR t.unc IS NOT NULL AND abs(r.ts_utc_ns - t.ts_utc_ns) <= r.unc + t.unc
+                                          AND r.unc < t.unc)
+            QUALIFY row_number() OVER (PARTITION BY t.source_id, t.line ORDER BY r.unc, r.source_id, r.line) = 1""",
+        [incident_id, incident_id, incident_id])
+    if native:
+        cur.execute(update, [incident_id])
 
 
 def _place(cur, table: str, incident_id: str) -> None:
@@ -1055,9 +1296,12 @@ def _place(cur, table: str, incident_id: str) -> None:
 
 
 def row_uncertainty_sql(row: str = "e", clock: str = "c") -> str:
-    """SQL for the uncertainty of one row's UTC time: its clock's, or the stretch's where the clock
-    stepped (``row``: the alias of the row's table, ``clock``: of its clock_map row)."""
-    return (f"COALESCE((SELECT max(g.uncertainty_ns) FROM clock_segments g WHERE g.incident_id = {clock}.incident_id "
+    """SQL for the uncertainty of one row's UTC time: its copy's where ``row_times`` placed it by one,
+    else the stretch's where its clock stepped, else its clock's (``row``: the alias of the row's
+    table, which has a ``line``; ``clock``: of its clock_map row)."""
+    return (f"COALESCE((SELECT max(t.uncertainty_ns) FROM row_times t WHERE t.incident_id = {row}.incident_id "
+            f"AND t.source_id = {row}.source_id AND t.line = {row}.line), "
+            f"(SELECT max(g.uncertainty_ns) FROM clock_segments g WHERE g.incident_id = {clock}.incident_id "
             f"AND g.host = {clock}.host AND g.domain = {clock}.domain AND (g.from_ns IS NULL OR "
             f"{row}.ts_raw_ns >= g.from_ns) AND (g.to_ns IS NULL OR {row}.ts_raw_ns < g.to_ns)), "
             f"{clock}.uncertainty_ns)")

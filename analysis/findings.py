@@ -35,12 +35,16 @@ def _kib(n: int | None) -> str:
 def oom_kills(store, incident_id: str) -> list[Link]:
     rows = store.query(
         f"""SELECT e.ts_utc_ns, e.ts_raw_ns, COALESCE(e.host, s.host) AS host, e.pid, e.line, e.text,
-                  e.attrs, s.path, s.clock_domain, {_UNC} AS uncertainty_ns
+                  e.attrs, s.path, s.clock_domain, {_UNC} AS uncertainty_ns,
+                  (SELECT b.path FROM row_times t JOIN sources b ON b.incident_id = t.incident_id
+                     AND b.source_id = t.by_source_id
+                   WHERE t.incident_id = e.incident_id AND t.source_id = e.source_id AND t.line = e.line
+                     AND t.by_line IS NULL) AS counted_by
            FROM events e JOIN sources s USING (incident_id, source_id)
            LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                 AND c.domain = s.clock_domain
            WHERE e.incident_id = ? AND e.kind = 'oom_kill'
-           ORDER BY e.ts_utc_ns NULLS LAST""", [incident_id])
+           ORDER BY e.ts_utc_ns NULLS LAST, s.path, e.line""", [incident_id])
     for r in rows:
         r["attrs"] = json.loads(r["attrs"]) if r["attrs"] else {}
     links = []
@@ -62,7 +66,9 @@ def oom_kills(store, incident_id: str) -> list[Link]:
         links.append(Link(
             kind=LinkKind.OOM_KILL, ts_ns=best["ts_utc_ns"], summary=summary, source=best["path"],
             host=best["host"], pid=a.get("victim_pid"),
-            evidence=tuple(Evidence(r["path"], r["line"], r["text"]) for r in g),
+            evidence=tuple(Evidence(r["path"], r["line"], r["text"]) for r in g) + (
+                (Evidence(best["counted_by"], None, "its time: the cgroup's oom_kill count rose between two "
+                                                    "of these snapshots"),) if best["counted_by"] else ()),
             provenance=Provenance.READ, confidence=1.0, uncertainty_ns=best["uncertainty_ns"],
             attrs=tuple(keep.items())))
     return links

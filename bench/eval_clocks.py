@@ -137,7 +137,7 @@ def measure(svc, incident_id: str, truth: dict[str, dict[int, tuple[int, bytes]]
     rows = svc.store.query(
         f"""SELECT s.path, e.line, e.ts_utc_ns, {row_uncertainty_sql()} AS uncertainty_ns, c.method,
                   EXISTS (SELECT 1 FROM clock_segments g WHERE g.incident_id = c.incident_id AND g.host = c.host
-                          AND g.domain = c.domain AND g.what LIKE '%window%'
+                          AND g.domain = c.domain AND (g.what LIKE '%window%' OR g.what LIKE '%a gap of%')
                           AND (g.from_ns IS NULL OR e.ts_raw_ns >= g.from_ns)
                           AND (g.to_ns IS NULL OR e.ts_raw_ns < g.to_ns)) AS in_window
            FROM events e JOIN sources s USING (incident_id, source_id)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -374,6 +374,27 @@ CLOCK_SEGMENTS = Table(
     ),
 )
 
+ROW_TIMES = Table(
+    "row_times",
+    "Events placed by other evidence of the same instant than their source's clock, where it is "
+    "narrower (written by analysis): a kernel record that dmesg -T printed in whole seconds is also "
+    "in the raw kernel log, whose stamp, once placed, says where it lies; an OOM kill that a cgroup's "
+    "oom_kill counter shows lies between two of its snapshots, on the wall clock. The event's "
+    "ts_utc_ns is then this row's.",
+    (
+        _c("incident_id", "VARCHAR", "-", "incident", False),
+        _c("source_id", "INTEGER", "-", "source of the event placed this way", False),
+        _c("line", "BIGINT", "line", "the event's line in that source", False),
+        _c("ts_utc_ns", "BIGINT", "ns", "UTC time of the record", False),
+        _c("uncertainty_ns", "BIGINT", "ns", "bound on that time's error"),
+        _c("by_source_id", "INTEGER", "-", "source of the evidence: the record's raw copy, or the "
+           "snapshot series whose counter shows it", False),
+        _c("by_line", "BIGINT", "line", "the raw copy's line (null: a snapshot series)"),
+    ),
+    primary_key=("incident_id", "source_id", "line"),
+)
+
+
 META = Table(
     "aftertrace_meta",
     "Store metadata: the schema version.",
@@ -504,7 +525,8 @@ SHARES = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
-        ANCHORS, FACTS, MEMBERS, CLOCK_MAP, CLOCK_SEGMENTS, COLLECTIVES, STEPS, FLOWS, SHARES, EVENT_BINS, METRIC_BINS,
+        ANCHORS, FACTS, MEMBERS, CLOCK_MAP, CLOCK_SEGMENTS, ROW_TIMES, COLLECTIVES, STEPS, FLOWS, SHARES,
+        EVENT_BINS, METRIC_BINS,
     )
 }
 
@@ -512,7 +534,8 @@ TABLES: dict[str, Table] = {
 PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts",
                  "collectives", "steps", "flows", "members")
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
-INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "clock_segments", "event_bins", "metric_bins")
+INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "clock_segments", "row_times", "event_bins",
+                                                   "metric_bins")
 
 
 def describe() -> str:

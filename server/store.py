@@ -129,10 +129,17 @@ def _v8_members_reads(cur) -> None:
         cur.execute(f"ALTER TABLE members ADD COLUMN IF NOT EXISTS {c} BIGINT")
 
 
+def _v9_row_times(cur) -> None:
+    """Schema 10: ``row_times`` (kernel records placed by their raw copy or a cgroup counter);
+    incidents analysed before it place them by their own clock until analysed again."""
+    cur.execute(TABLES["row_times"].ddl())
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
                                                 4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members,
-                                                7: _v7_clock_segments, 8: _v8_members_reads}
+                                                7: _v7_clock_segments, 8: _v8_members_reads,
+                                                9: _v9_row_times}
 
 
 def _close_quietly(con) -> None:
@@ -382,8 +389,9 @@ class Store:
             return f"CREATE OR REPLACE VIEW {name} AS SELECT {sel} WHERE false"
         utc = "p.ts_raw_ns + o.offset_ns + CAST(COALESCE(o.drift_ppm, 0) * 1e-6 * p.ts_raw_ns AS BIGINT)"
         if table == "events":
-            utc = ("CASE WHEN o.boot IS NOT NULL AND COALESCE(TRY_CAST(json_extract_string(p.attrs, '$.boot') "
-                   f"AS INTEGER), 0) <> o.boot THEN NULL ELSE {utc} END")
+            # a record placed by its copy on a better clock (row_times) takes that copy's time
+            utc = ("COALESCE(rt.ts_utc_ns, CASE WHEN o.boot IS NOT NULL AND COALESCE(TRY_CAST(json_extract_string("
+                   f"p.attrs, '$.boot') AS INTEGER), 0) <> o.boot THEN NULL ELSE {utc} END)")
         sel = []
         for c, typ in cols:
             if c == "incident_id":
@@ -404,6 +412,9 @@ class Store:
             src += (f" LEFT JOIN main.source_offsets o ON o.incident_id = {_sql_str(incident_id)} "
                     "AND o.source_id = p._sid AND (o.from_ns IS NULL OR p.ts_raw_ns >= o.from_ns) "
                     "AND (o.to_ns IS NULL OR p.ts_raw_ns < o.to_ns)")
+        if table == "events":
+            src += (f" LEFT JOIN main.row_times rt ON rt.incident_id = {_sql_str(incident_id)} "
+                    "AND rt.source_id = p._sid AND rt.line = p.line")
         return f"CREATE OR REPLACE VIEW {name} AS SELECT {', '.join(sel)} FROM {src}"
 
     def compact_partitions(self, root: str | Path, table: str) -> int:

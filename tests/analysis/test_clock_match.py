@@ -165,3 +165,29 @@ def test_oom_kills_the_count_does_not_match_are_left_out(svc, tmp_path):
     svc.store.cursor().execute("UPDATE metrics SET value = value + 1 WHERE incident_id = ? AND metric = 'memory.oom_kill'",
                                [sub.incident_id])
     assert _oom_kills(svc.store, sub.incident_id, {"vm": ""}) == []
+
+
+def test_a_signalled_process_whose_main_thread_was_its_last(svc, tmp_path):
+    """The fourth worked example of the module docstring, on the development recording without its
+    anchors; and a process signalled twice (it outlived a SIGTERM while stopped) suggests nothing."""
+    from tests.analysis.corpus import build, cases
+    from analysis.clock_match import _exits, _kill_bursts, bounds, launcher_lines
+    want = {"dev/tenant/bare", "dev/sigstop-r1/bare"}
+    got = {}
+    for c in [c for c in cases(("dev",)) if c.id in want]:
+        sub = svc.submit_path(build(c, tmp_path / c.id.replace("/", "_")), title=c.id)
+        svc.analyze(sub.incident_id)
+        iid = sub.incident_id
+        got[c.id] = (c, iid, [b for b in bounds(svc.store, iid, launcher_lines(svc.store, iid))
+                              if b.rule == "signal->exit"])
+    c, iid, (sig,) = got["dev/tenant/bare"]
+    assert _kill_bursts(svc.store, iid, None, _exits(svc.store, iid)) == {("vm", 28845): 1_811_817_367_000}
+    assert (sig.pid, sig.boot_ns, sig.lo_ns, sig.wall_line) == (28845, 1_811_817_985_000,
+                                                                1_796_161_653_810_015_000, 620)
+    assert sig.typical_ns == 1_000_000 + 1_811_817_985_000 - 1_811_817_367_000
+    m, _ = solve("vm", [b for b in bounds(svc.store, iid, launcher_lines(svc.store, iid)) if b.host == "vm"])
+    assert m.offset_ns == 1_796_161_653_812_633_000
+    truth = c.truth["clocks"]["start"]["realtime_ns"] - c.truth["clocks"]["start"]["monotonic_ns"]
+    assert abs(m.offset_ns - truth) < 200_000
+    _, _, sigs = got["dev/sigstop-r1/bare"]
+    assert [(b.pid, b.typical_ns) for b in sigs] == [(17883, None), (17883, None)]

@@ -1,5 +1,7 @@
 """A wall clock that stepped: the worked example of analysis.clock_steps, a clock that merely
 drifts, and a real recording whose wall clock was stepped +2.4 s mid-job."""
+import re
+
 from analysis.clock_steps import Reading, runs
 from tests.analysis.corpus import build, cases
 
@@ -75,7 +77,30 @@ def test_a_recording_whose_wall_clock_stepped(tmp_path):
             assert abs(r["ts_utc_ns"] - true) < 30 * MS, r["text"]
     rep = svc.get_report(sub.incident_id)
     (f,) = [a for a in rep["anomalies"] if a["kind"] == "clock_step"]
-    assert "stepped +2.4" in f["summary"]
+    said = float(re.search(r"stepped ([+-][0-9.]+) s", f["summary"]).group(1))
+    assert abs(said * 1e9 - step["delta_ns"]) < 30 * MS
+    # the worked example of sampler_gaps (analysis/clock_steps.py): one gap of the snapshots holds the step
+    from analysis.clock_steps import Gap, sampler_gaps
+    assert sampler_gaps(svc.store, sub.incident_id) == {"vm": [Gap("vm", "vm/cgroup/", 1_796_203_684_584_640_000,
+                                                                   1_796_203_687_484_659_000, 2_401_594_000)]}
+    assert 0 < step["delta_ns"] <= 2_401_594_000
+
+
+def test_a_gap_widens_the_records_no_reading_is_beside():
+    """The worked example of analysis.clocks.widen_for_gaps."""
+    from analysis.clock_steps import Gap
+    from analysis.clocks import ClockEntry, widen_for_gaps
+    e = ClockEntry("vm", "boot", B + 2_642 * MS, 10 * MS, "uptime+date")
+    g = Gap("vm", "vm/cgroup", 1_796_203_684_584_640_000, 1_796_203_687_484_659_000, 2_401_594_000)
+    w = widen_for_gaps(e, [g], [_r(491, B + 2_642 * MS, 10 * MS), _r(495, B + 2_642 * MS, 5 * MS)])
+    cut = 1_796_203_687_484_659_000 - (B + 2_632 * MS)
+    assert cut == 476_852_659_000
+    (lo, hi, off, _, unc, what), after = w.segments
+    assert (lo, hi, off, unc) == (None, cut, 1_796_203_209_441_203_000, 1_210_797_000) and "a gap of" in what
+    assert after[:5] == (cut, None, e.offset_ns, None, 10 * MS)
+    assert off - unc <= B + 240 * MS and off + unc >= e.offset_ns + 10 * MS
+    # readings on both sides of the gap: it was a stall (or a step they would show), nothing widened
+    assert widen_for_gaps(e, [g], [_r(455, B + 2_642 * MS, 10 * MS), _r(495, B + 2_642 * MS, 5 * MS)]) == e
 
 
 def test_dmesg_T_alone_next_to_a_stepped_boot_clock_moves_the_earlier_records_by_the_step():
@@ -119,17 +144,28 @@ def test_a_log_step_alone_leaves_the_records_before_it_unplaced(tmp_path):
     """dev/leak-r1-wallstep with only dmesg -T (no raw log, no perf, no anchor): dmesg converted
     every record with the offset of after the step, which only the torchrun log's stamps show.
     The records printed before its first line written after the step (+0.5 s of dmesg's drift)
-    are left unplaced; the report says why, with the two lines."""
+    are left unplaced, but for the OOM kill, which its cgroup's counter places on the wall clock;
+    the report says why, with the two lines."""
     from server.service import Service, Settings
     (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/dmesg-T-only"]
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
     svc.analyze(sub.incident_id)
     rows = svc.store.query(
-        """SELECT e.ts_raw_ns, e.ts_utc_ns FROM events e JOIN sources s USING (incident_id, source_id)
+        """SELECT e.ts_raw_ns, e.ts_utc_ns, e.kind, r.uncertainty_ns, r.by_line
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           LEFT JOIN row_times r USING (incident_id, source_id, line)
            WHERE e.incident_id = ? AND s.path LIKE '%/dmesg_T.txt'""", [sub.incident_id])
     cut = 1_796_203_701_152_000_000 + 500 * MS
-    assert rows and all((r["ts_utc_ns"] is None) == (r["ts_raw_ns"] < cut) for r in rows)
+    (kill,) = [r for r in rows if r["kind"] == "oom_kill"]
+    assert rows and all((r["ts_utc_ns"] is None) == (r["ts_raw_ns"] < cut) for r in rows if r is not kill)
+    # printed before the cut, placed by the counter (snapshots 1796203700.484703 and ...701.484676,
+    # one second more for the report's length in whole seconds); truth: stamp 490.259982 s on the
+    # offset after the step, 1796203210.642160 s (the third worked example of analysis.clock_match)
+    assert kill["ts_raw_ns"] < cut and kill["by_line"] is None
+    assert (kill["ts_utc_ns"], kill["uncertainty_ns"]) == ((1_796_203_700_484_703_000 + 1_796_203_702_484_676_000) // 2,
+                                                          (1_796_203_702_484_676_000 - 1_796_203_700_484_703_000 + 1) // 2)
+    assert abs(kill["ts_utc_ns"] - (490_259_982_000 + 1_796_203_210_642_160_000)) <= kill["uncertainty_ns"]
     assert any(r["ts_utc_ns"] is not None for r in rows)
     rep = svc.get_report(sub.incident_id)
     (f,) = [a for a in rep["anomalies"] if a["kind"] == "clock_step"]

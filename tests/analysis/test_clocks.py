@@ -139,6 +139,43 @@ def test_dmesg_T_pairs_bound_the_offset_and_flag_a_disagreeing_anchor(svc, tmp_p
     assert len(skews) == 1 and "disagree" in skews[0]["summary"] and skews[0]["provenance"] == "inferred"
 
 
+_TWINS = """SELECT t.line, t.ts_utc_ns AS t_utc, r.ts_utc_ns AS raw_utc, {unc} AS unc, rt.by_line
+             FROM events t JOIN sources s USING (incident_id, source_id)
+             LEFT JOIN clock_map c ON c.incident_id = t.incident_id AND c.host = COALESCE(s.host, '')
+                  AND c.domain = s.clock_domain
+             LEFT JOIN row_times rt ON rt.incident_id = t.incident_id AND rt.source_id = t.source_id
+                  AND rt.line = t.line
+             LEFT JOIN events r ON r.incident_id = t.incident_id AND r.source_id = rt.by_source_id
+                  AND r.line = rt.by_line
+             WHERE t.incident_id = ? AND s.path LIKE '%dmesg_T.txt' ORDER BY t.line"""
+
+
+def test_a_dmesg_T_record_takes_the_time_of_its_raw_copy(svc, tmp_path):
+    from analysis.clocks import row_uncertainty_sql
+    true_off = 1_764_415_838_685_000_000
+    raws = [1200_000_000_000 + k * 137_000_000 for k in range(12)]
+    b = tmp_path / "bundle" / "node-1"
+    (b / "host").mkdir(parents=True)
+    raw_lines = [f"[{r // 10**9:5d}.{(r % 10**9) // 1000:06d}] eth0: event number {k}" for k, r in enumerate(raws)]
+    # the converted log was taken later: its first record is a raw record's text that repeats
+    raw_lines.insert(0, "[  100.000000] eth0: link up")
+    raw_lines.append(f"[ 1300.000000] eth0: link up")
+    t_lines = [f"[{_ctime(true_off + 1300 * 10**9)}] eth0: link up"]
+    t_lines += [f"[{_ctime(true_off + r)}] eth0: event number {k}" for k, r in enumerate(raws)]
+    (b / "dmesg.txt").write_text("\n".join(raw_lines) + "\n")
+    (b / "dmesg_T.txt").write_text("\n".join(t_lines) + "\n")
+    iid, _ = _analyze(svc, tmp_path / "bundle")
+    rows = svc.store.query(_TWINS.format(unc=row_uncertainty_sql("t")), [iid])
+    assert len(rows) == 13
+    # the repeated text pairs the first 'link up' of each log, 1200 s apart: not taken
+    assert rows[0]["by_line"] is None and abs(rows[0]["t_utc"] - (true_off + 1300 * 10**9)) < 2 * 10**9
+    for r in rows[1:]:
+        assert r["t_utc"] == r["raw_utc"] is not None    # exactly the raw record's time and window
+        (raw_unc,) = svc.store.query(
+            "SELECT uncertainty_ns FROM clock_map WHERE incident_id = ? AND domain = 'boot'", [iid])
+        assert r["unc"] == raw_unc["uncertainty_ns"] < 100_000_000
+
+
 def test_two_hosts_with_their_own_boot_clocks(svc, tmp_path):
     """Injected offsets: host A booted 1.7 s later than the anchors of host B would suggest, host B
     runs 40 s behind; each host's own anchor places its own kernel lines at the true instant."""

@@ -245,7 +245,7 @@ def test_kill_groups_same_as_scan(kills, in_order):
 def test_oom_kills_merges_copies_through_the_groups():
     rows = [{"ts_utc_ns": T + d, "ts_raw_ns": 5, "host": "n1", "pid": None, "line": i, "text": f"kill {i}",
              "attrs": json.dumps({"victim_pid": 7, "victim_comm": "python", "anon_rss_kb": 1024}),
-             "path": f"d{i}.txt", "clock_domain": "boot", "uncertainty_ns": u}
+             "path": f"d{i}.txt", "clock_domain": "boot", "uncertainty_ns": u, "counted_by": None}
             for i, (d, u) in enumerate([(0, 2_000_000), (400_000_000, 1_000), (9_000_000_000, None)])]
     kills = findings.oom_kills(Rows(rows), "i")
     assert [len(k.evidence) for k in kills] == [2, 1]

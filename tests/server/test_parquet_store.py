@@ -16,7 +16,7 @@ from server.store import ATTACHED_TABLES, Store
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 TABLES = ["events", "samples", "stacks", "metrics", "collectives", "steps", "flows", "facts", "anchors",
-          "parse_issues", "sources", "clock_map", "event_bins", "metric_bins"]
+          "parse_issues", "sources", "clock_map", "clock_segments", "row_times", "event_bins", "metric_bins"]
 TIMING = {"parse_s", "duration_s", "duration", "analyzed_at", "created_at", "elapsed_s", "generated_at"}
 
 try:
@@ -64,7 +64,7 @@ def _snapshot(svc: Service, iid: str) -> dict:
     st = svc.store
     rows = {}
     for t in TABLES:
-        sid = "source_id, " if t not in ("clock_map", "metric_bins") else ""
+        sid = "source_id, " if t not in ("clock_map", "clock_segments", "metric_bins") else ""
         ex = f" EXCLUDE ({', '.join(EXCLUDE[t])})" if t in EXCLUDE else ""
         if t == "events":       # (perf events name their stack in attrs)
             ex = """ REPLACE (regexp_replace(attrs, '"stack_id":[0-9]+', '"stack_id":_') AS attrs)"""
@@ -132,6 +132,12 @@ def test_attached_incident_reads_like_the_native_one(tmp_path, bundle):
     assert sum(r["n"] for r in native["rows"]["events"]) > 0
     _same(native, attached)
     st = svc.store
+    if bundle.startswith("oom-"):   # dmesg -T next to the raw log: its records at their raw copies' times
+        (n,) = st.query("""SELECT count(*) AS n FROM events t JOIN row_times r USING (incident_id, source_id, line)
+                           JOIN events w ON w.incident_id = t.incident_id AND w.source_id = r.by_source_id
+                                AND w.line = r.by_line
+                           WHERE t.incident_id = ? AND t.ts_utc_ns = w.ts_utc_ns""", [iid])
+        assert n["n"] > 0 and n["n"] == sum(r["n"] for r in attached["rows"]["row_times"])
     for t in ATTACHED_TABLES:     # nothing copied in: the rows are read from the partitions
         assert st.query(f"SELECT count(*) AS n FROM main.{t} WHERE incident_id = ?", [iid])[0]["n"] == 0
     (run,) = (tmp_path / "parts" / iid).iterdir()
