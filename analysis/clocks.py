@@ -137,6 +137,8 @@ class ClockEntry:
     # of raw time (None: open end); offset_ns above is then the last stretch's
     segments: tuple = field(default=())
     steps: tuple = field(default=())          # the steps found (evidence, for the report)
+    # the offsets the method allows, where they are not offset ± uncertainty (an estimate off-centre)
+    window: tuple | None = None
 
     def segment_index(self, raw_ns: int) -> int | None:
         """Which stretch of a clock that stepped holds a raw time (None: no stretches)."""
@@ -630,7 +632,7 @@ def _with_match(entry: ClockEntry, m, printk_ns: int, on_printk: bool) -> tuple[
     used = tuple(b.evidence() for b in m.bounds[:8])
     clock = "printk's clock (perf without -k)" if m.printk_clock else f"perf's -k clock ({m.boot_clock})"
     method = f"{METHOD}: {len(m.bounds)} pairs bound it to [{m.lo_ns / 1e9:.6f}, {m.hi_ns / 1e9:.6f}] s, {clock}"
-    mine = ClockEntry(entry.host, CLOCK_BOOT, m.offset_ns, m.uncertainty_ns, method, used)
+    mine = ClockEntry(entry.host, CLOCK_BOOT, m.offset_ns, m.uncertainty_ns, method, used, window=(m.lo_ns, m.hi_ns))
     if entry.offset_ns is None:
         return mine, m.printk_clock
     # the match and the anchors may read different clocks (printk's against CLOCK_MONOTONIC)
@@ -664,7 +666,7 @@ def _within(entry: ClockEntry, lo: int, hi: int, olo: int, ohi: int, other: str)
     if a > b or (a, b) == (lo, hi):
         return entry
     off = min(max(entry.offset_ns, a), b)
-    return replace(entry, offset_ns=off, uncertainty_ns=max(off - a, b - off, 1),
+    return replace(entry, offset_ns=off, uncertainty_ns=max(off - a, b - off, 1), window=(a, b),
                    method=f"{entry.method}; within [{a / 1e9:.6f}, {b / 1e9:.6f}] s by {other} too")
 
 
@@ -672,7 +674,8 @@ def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bo
     from .clock_phase import METHOD, allowed, narrow
     apart = _printk_allowance(printk_ns)
     u = entry.uncertainty_ns or 0
-    lo, hi = entry.offset_ns - u - (apart if on_printk else 0), entry.offset_ns + u + (apart if on_printk else 0)
+    lo, hi = entry.window or (entry.offset_ns - u, entry.offset_ns + u)
+    lo, hi = lo - (apart if on_printk else 0), hi + (apart if on_printk else 0)
     if m is not None:
         lo = max(lo, m.lo_ns - (apart if m.printk_clock else 0))
         hi = min(hi, m.hi_ns + (apart if m.printk_clock else 0))
@@ -709,7 +712,7 @@ def _with_phase(entry: ClockEntry, phase: dict, m, printk_ns: int, on_printk: bo
              "window_ns": [lo, hi]},) + tuple(entry.evidence)
     method = (f"{entry.method}; narrowed by {METHOD}, phase {arcs} s from {phase['pairs']} line pairs, "
               f"to [{span[0] / 1e9:.6f}, {span[1] / 1e9:.6f}] s")
-    return replace(entry, offset_ns=off, uncertainty_ns=unc, method=method, evidence=used,
+    return replace(entry, offset_ns=off, uncertainty_ns=unc, method=method, evidence=used, window=None,
                    others=entry.others + ((entry.method, entry.offset_ns, entry.uncertainty_ns),)), False
 
 
