@@ -397,26 +397,41 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
         groups: dict[int, list] = {}
         for p in pairs:
             off, unc, ppm = boot.offset_at(p["raw_ns"])
-            groups.setdefault(boot.segment_index(p["raw_ns"]) or 0, []).append((p["raw_ns"] + off + int((ppm or 0.0) * 1e-6 * p["raw_ns"]) - p["t_ns"],
-                                             unc or 0, p["t_ns"]))
+            # (a stretch of the boot clock left unplaced: its records' pairs say nothing, None)
+            groups.setdefault(boot.segment_index(p["raw_ns"]) or 0, []).append(
+                (None if off is None else p["raw_ns"] + off + int((ppm or 0.0) * 1e-6 * p["raw_ns"]) - p["t_ns"],
+                 unc or 0, p["t_ns"]))
         ev = ({"pairs": len(pairs), "raw": pairs[0]["raw_path"], "converted": pairs[0]["t_path"]},)
         method = (f"the same {len(pairs)} records in the raw kernel log, each at its raw copy's time (placed by "
                   f"{boot.method}); any other by the offset they give")
         spans = [(min(g[2] for g in v), max(g[2] for g in v), v, boot.segments[k][5] if boot.segments else "")
                  for k, v in sorted(groups.items())]
-        whole = [g for _, _, v, _ in spans for g in v]
-        lo, hi = min(g[0] for g in whole), max(g[0] for g in whole)
-        entry = ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2 + max(g[1] for g in whole),
-                           method, ev)
-        if len(spans) < 2 or any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+        whole = [g for _, _, v, _ in spans for g in v if g[0] is not None]
+        unplaced = any(g[0] is None for _, _, v, _ in spans for g in v)
+        if whole:
+            lo, hi = min(g[0] for g in whole), max(g[0] for g in whole)
+            entry = ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2 + max(g[1] for g in whole),
+                               method, ev)
+        else:
+            entry = ClockEntry(host, CLOCK_KERNEL_WALL, None, None, method + "; none of them placed", ev)
+        shared = any(a[1] >= b[0] for a, b in zip(spans, spans[1:]))
+        if unplaced and (shared or not whole):
+            # records of a stretch that cannot be placed share printed times with placed ones
+            return replace(entry, offset_ns=None, uncertainty_ns=None,
+                           method=method + "; not placed: its records lie on both sides of a step of the wall "
+                                           "clock that the readings do not place")
+        if len(spans) < 2 or shared:
             return entry   # one stretch, or stretches that share a printed time: one wide offset
         segs = []
         for i, (t0, t1, v, what) in enumerate(spans):
-            glo, ghi = min(g[0] for g in v), max(g[0] for g in v)
+            vs = [g for g in v if g[0] is not None]
+            glo, ghi = (min(g[0] for g in vs), max(g[0] for g in vs)) if vs else (None, None)
             segs.append((None if i == 0 else t0, None if i == len(spans) - 1 else spans[i + 1][0],
-                         (glo + ghi) // 2, None, (ghi - glo) // 2 + max(g[1] for g in v),
+                         None if not vs else (glo + ghi) // 2, None,
+                         None if not vs else (ghi - glo) // 2 + max(g[1] for g in vs),
                          f"{what}: records {t0 // 1_000_000_000}-{t1 // 1_000_000_000} s as printed"))
-        return replace(entry, offset_ns=segs[-1][2], uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs),
+        return replace(entry, offset_ns=next((g[2] for g in reversed(segs) if g[2] is not None), None),
+                       uncertainty_ns=max((g[4] for g in segs if g[4] is not None), default=None), segments=tuple(segs),
                        method=method + "; each side of the wall clock's step by its own records")
     lo, hi = -KERNEL_WALL_DRIFT_NS, span
     entry = ClockEntry(host, CLOCK_KERNEL_WALL, (lo + hi) // 2, (hi - lo) // 2,
@@ -963,6 +978,48 @@ def unplaced_before_log_step(entry: ClockEntry, logged: list, readings: list, pr
                           f"{x.source} show; the records before it are not placed)")
 
 
+UNPLACED_SIDE_WHAT = "a side of a step of the wall clock that no reading places: not placed"
+
+
+def unplaced_beyond_steps(entry: ClockEntry, steps: list, readings: list, printk_ns: int) -> ClockEntry:
+    """The readings show steps of the wall clock (:func:`analysis.clock_steps.runs`) but some stretch
+    between them cannot be placed on its own (its pairs bound the offset on one side only): the
+    stretches whose readings all allow the offset found keep it, the others -- and the steps' windows
+    beside them -- are left unplaced, never placed by another stretch's offset. Unchanged where no
+    stretch fits the offset."""
+    if entry.offset_ns is None or not steps:
+        return entry
+    off, unc = entry.offset_ns, entry.uncertainty_ns or 0
+    n = len(steps) + 1
+    fits = [True] * n
+    for r in readings:
+        k = sum(r.local_ns >= st.by_ns for st in steps)
+        if r.lo() > off + unc or r.hi() < off - unc:
+            fits[k] = False
+    if not any(fits) or all(fits):
+        return entry
+    apart = _printk_allowance(printk_ns)
+    # only the stretch before the first step or after the last one keeps the offset (the readings of
+    # the stretches between, one-sided, need not even put the steps' windows in order)
+    if fits[0]:
+        cut = steps[0].after_ns + 1 - apart
+        merged = [(None, cut, off, entry.drift_ppm, unc, "before the wall clock's first step, where the readings "
+                                                        "fit the offset"),
+                  (cut, None, None, None, None, UNPLACED_SIDE_WHAT)]
+    elif fits[-1]:
+        cut = steps[-1].by_ns + apart
+        merged = [(None, cut, None, None, None, UNPLACED_SIDE_WHAT),
+                  (cut, None, off, entry.drift_ppm, unc, "after the wall clock's last step, where the readings "
+                                                         "fit the offset")]
+    else:
+        return entry
+    told = tuple({"unplaced_side": True, "after_boot_s": st.after_ns / 1e9, "by_boot_s": st.by_ns / 1e9,
+                  "before": st.before.what, "after": st.after.what, "method": entry.method} for st in steps)
+    return replace(entry, segments=tuple(merged), steps=told,
+                   method=entry.method + " (the wall clock stepped where the readings show; the stretches they "
+                                         "cannot place are not placed)")
+
+
 def widen_for_gaps(entry: ClockEntry, gaps: list, readings: list) -> ClockEntry:
     """A placed clock with no step, where a snapshot series shows a gap that a step of the wall
     clock may explain (:func:`analysis.clock_steps.sampler_gaps`) and every reading lies on one side
@@ -1041,6 +1098,16 @@ def skew_links(entries: list[ClockEntry]) -> list:
                          f"±{e.uncertainty_ns / 1e9:.3f} s); times use {e.method}"),
                 evidence=ev, provenance=Provenance.INFERRED, confidence=0.9))
         for st in e.steps:
+            if st.get("unplaced_side"):
+                out.append(Link(
+                    kind=LinkKind.CLOCK_STEP, ts_ns=None, source="", host=e.host or None,
+                    summary=(f"The wall clock of host {e.host or '?'} stepped against its {e.domain} clock between boot "
+                             f"{st['after_boot_s']:.3f} s and {st['by_boot_s']:.3f} s (the readings before and after "
+                             f"disagree: {st['before']}; {st['after']}), and the readings on one side bound the offset "
+                             f"on one side only: the {e.domain} records there are not placed; the others are placed "
+                             f"by {st['method']}"),
+                    evidence=(), provenance=Provenance.INFERRED, confidence=0.9))
+                continue
             if "gap" in st:
                 side = st["side"]
                 out.append(Link(
@@ -1137,7 +1204,9 @@ def align(store, incident_id: str) -> list[ClockEntry]:
             boot_of[host] = stepped or unplaced_before_log_step(
                 solve_boot(host, mine, pk, matched.get(host), phase_of.get(host)),
                 [] if steps else logged.get(host, []), readings, pk)
-            if not stepped:
+            if steps and not stepped:
+                boot_of[host] = unplaced_beyond_steps(boot_of[host], steps, readings, pk)
+            elif not stepped:
                 boot_of[host] = widen_for_gaps(boot_of[host], gaps.get(host, []), readings)
             entries.append(boot_of[host])
         elif dom == CLOCK_KERNEL_WALL:

@@ -552,7 +552,7 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
     bounds: list[tuple[int, str]] = []
     for l in waits:
         ms = l.attr("wait_ms") or l.attr("timeout_ms")
-        if isinstance(ms, (int, float)) and 0 < ms * 1e6 <= MAX_WAIT_NS:
+        if isinstance(ms, (int, float)) and 0 < ms * 1e6 <= MAX_WAIT_NS and l.timing_ns() is not None:
             entered = l.timing_ns()[1] - int(ms * 1e6)
             what = "began waiting for its peers' keys in the store" if l.attr("store_keys") else "entered the collective"
             bounds.append((entered + 2 * cad, f"rank {l.rank} {what} by {fmt_hms(entered)} and "
@@ -561,7 +561,7 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
         bounds.append((p.stuck_ns, f"its status showed it {p.stuck_state} at {fmt_hms(p.stuck_ns)}"))
     for h in hung:
         s = h.attr("blocked_s")
-        if isinstance(s, (int, float)):
+        if isinstance(s, (int, float)) and h.timing_ns() is not None:   # (an unplaced report bounds nothing)
             bounds.append((h.timing_ns()[1] - int(s * 1e9),
                            f"the kernel reported it blocked for more than {s:g} s at {fmt_hms(h.ts_ns)}"))
     valid = [(b, why) for b, why in bounds if b >= lo]

@@ -170,3 +170,18 @@ def test_a_log_step_alone_leaves_the_records_before_it_unplaced(tmp_path):
     rep = svc.get_report(sub.incident_id)
     (f,) = [a for a in rep["anomalies"] if a["kind"] == "clock_step"]
     assert "up to line 85 and another from line 498" in f["summary"] and "not placed" in f["summary"]
+
+
+def test_a_side_of_a_step_that_no_reading_places_is_left_unplaced():
+    """Readings after a step that bound the offset on one side only (a rank stuck in the kernel gives
+    no lower bound): the stretch before the step keeps the offset of its own readings, the rest is
+    not placed -- never placed by the earlier stretch's offset."""
+    from analysis.clock_steps import Step
+    from analysis.clocks import UNPLACED_SIDE_WHAT, ClockEntry, unplaced_beyond_steps
+    e = ClockEntry("vm", "boot", B + 242 * MS, 1 * MS, "perf reference time")
+    before, after = _r(455, B + 242 * MS, 1 * MS), Reading(500 * S, None, B - 4_258 * MS, "exit->failed line")
+    st = Step(470 * S, 500 * S, -4_500 * MS, before, after)
+    w = unplaced_beyond_steps(e, [st], [before, after], 0)
+    assert w.segments == ((None, 470 * S + 1, e.offset_ns, None, 1 * MS, w.segments[0][5]),
+                          (470 * S + 1, None, None, None, None, UNPLACED_SIDE_WHAT))
+    assert unplaced_beyond_steps(e, [st], [before], 0) == e      # every stretch fits: nothing to leave out
