@@ -981,12 +981,16 @@ def unplaced_before_log_step(entry: ClockEntry, logged: list, readings: list, pr
 UNPLACED_SIDE_WHAT = "a side of a step of the wall clock that no reading places: not placed"
 
 
-def unplaced_beyond_steps(entry: ClockEntry, steps: list, readings: list, printk_ns: int) -> ClockEntry:
+def unplaced_beyond_steps(entry: ClockEntry, steps: list, readings: list, printk_ns: int,
+                          late: ClockEntry | None = None) -> ClockEntry:
     """The readings show steps of the wall clock (:func:`analysis.clock_steps.runs`) but some stretch
     between them cannot be placed on its own (its pairs bound the offset on one side only): the
-    stretches whose readings all allow the offset found keep it, the others -- and the steps' windows
-    beside them -- are left unplaced, never placed by another stretch's offset. Unchanged where no
-    stretch fits the offset."""
+    stretch before the first step keeps the offset found where its readings all allow it (or the
+    one after the last step does), the others -- and the steps' windows beside them -- are left
+    unplaced, never placed by another stretch's offset. ``late``: the offset of the anchors read
+    when the bundle was collected (dmesg -T's conversion), after every step: where the earlier
+    stretch keeps the offset found and the last stretch's readings allow ``late``, that stretch
+    takes it. Unchanged where no stretch fits the offset."""
     if entry.offset_ns is None or not steps:
         return entry
     off, unc = entry.offset_ns, entry.uncertainty_ns or 0
@@ -1006,6 +1010,13 @@ def unplaced_beyond_steps(entry: ClockEntry, steps: list, readings: list, printk
         merged = [(None, cut, off, entry.drift_ppm, unc, "before the wall clock's first step, where the readings "
                                                         "fit the offset"),
                   (cut, None, None, None, None, UNPLACED_SIDE_WHAT)]
+        if late is not None and late.offset_ns is not None and not late.segments and all(
+                r.lo() <= late.offset_ns + late.uncertainty_ns and r.hi() >= late.offset_ns - late.uncertainty_ns
+                for r in readings if r.local_ns >= steps[-1].by_ns):
+            cut2 = max(cut, steps[-1].by_ns + apart)
+            merged[1:] = [(cut, cut2, None, None, None, UNPLACED_SIDE_WHAT),
+                          (cut2, None, late.offset_ns, late.drift_ppm, late.uncertainty_ns,
+                           f"after the wall clock's last step, by {late.method}")]
     elif fits[-1]:
         cut = steps[-1].by_ns + apart
         merged = [(None, cut, None, None, None, UNPLACED_SIDE_WHAT),
@@ -1205,7 +1216,12 @@ def align(store, incident_id: str) -> list[ClockEntry]:
                 solve_boot(host, mine, pk, matched.get(host), phase_of.get(host)),
                 [] if steps else logged.get(host, []), readings, pk)
             if steps and not stepped:
-                boot_of[host] = unplaced_beyond_steps(boot_of[host], steps, readings, pk)
+                late = [a for a in mine if not a.name.startswith(TIMED_ANCHORS)]
+                x = latest_log_step(logged.get(host, []))     # the phase of the log's last stretch, if one
+                ph = ({"arcs_ns": list(x.arcs_after), "logs": [x.source], "pairs": x.pairs}
+                      if x is not None and x.arcs_after else None)
+                boot_of[host] = unplaced_beyond_steps(boot_of[host], steps, readings, pk,
+                                                      solve_boot(host, late, pk, None, ph) if late else None)
             elif not stepped:
                 boot_of[host] = widen_for_gaps(boot_of[host], gaps.get(host, []), readings)
             entries.append(boot_of[host])
