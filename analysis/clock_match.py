@@ -300,14 +300,13 @@ def _forks(store, incident_id: str) -> dict[tuple[str, int], dict]:
     return out
 
 
-def _kill_bursts(store, incident_id: str, only: str | None, exits: dict) -> dict[tuple[str, int], int]:
+def _kill_bursts(store, incident_id: str, only: str | None, exits: dict, forks: dict) -> dict[tuple[str, int], int]:
     """(host, pid) -> where a process's main thread was its last to exit, the exit of the first of
     its other threads in the run of exits just before it (each within ``BURST_GAP_NS`` of the next,
     the last within ``TEARDOWN_MAX_NS`` of the main thread's): a signal that kills a process ends
     all its threads at once, and only the last one waits for the address space to be freed. A
     process's threads are those its cgroup's task list names as threads, not processes, forked by
-    the process or by one of its threads (perf's forks)."""
-    forks = _forks(store, incident_id)
+    the process or by one of its threads (``forks``: :func:`_forks`)."""
     if not forks:
         return {}
     threads = {(r["host"] or only or "", r["tid"]) for r in store.query(
@@ -339,10 +338,9 @@ def _kill_bursts(store, incident_id: str, only: str | None, exits: dict) -> dict
     return out
 
 
-def _births(store, incident_id: str, only: str | None) -> list[Bound]:
+def _births(store, incident_id: str, only: str | None, forks: dict) -> list[Bound]:
     """``snapshot -> birth -> snapshot`` (see the module docstring): a lower and an upper bound
-    for each id that joined a cgroup, forked there by a member of it."""
-    forks = _forks(store, incident_id)
+    for each id that joined a cgroup, forked there by a member of it (``forks``: :func:`_forks`)."""
     if not forks:
         return []
     rows = store.query(
@@ -491,7 +489,8 @@ def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
         return oom
     # A log without a host in a single-host bundle is that host's.
     only = next(iter(hosts)) if len(hosts) == 1 else None
-    out: list[Bound] = _own_lines(store, incident_id, exits, only) + _births(store, incident_id, only) + oom
+    forks = _forks(store, incident_id)
+    out: list[Bound] = _own_lines(store, incident_id, exits, only) + _births(store, incident_id, only, forks) + oom
     for ln in lines:
         if ln["host"] == "" and only is not None:
             ln["host"] = only
@@ -502,7 +501,7 @@ def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
         out.append(Bound(ln["host"], rule, ln["worker"], lo, hi, ex["path"], ex["line"], ln["path"], ln["line"],
                          ex["clk"], typical, ex["ts"]))
 
-    burst = _kill_bursts(store, incident_id, only, exits) if any(
+    burst = _kill_bursts(store, incident_id, only, exits, forks) if any(
         ex["last_thread"] for ex in exits.values()) else {}
     # a process signalled more than once outlived the earlier signals: it was not running (stopped,
     # frozen, stuck in the kernel), and how soon the last one ended it is not known

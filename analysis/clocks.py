@@ -1120,13 +1120,12 @@ def skew_links(entries: list[ClockEntry]) -> list:
                     evidence=(), provenance=Provenance.INFERRED, confidence=0.9))
                 continue
             if "gap" in st:
-                side = st["side"]
                 out.append(Link(
                     kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["gap"], host=e.host or None,
                     summary=(f"The snapshots of {st['gap']} on host {e.host or '?'} skip from {st['before_s']:.3f} to "
                              f"{st['after_s']:.3f} s: the wall clock may have stepped forward there by up to "
                              f"{st['excess_s']:.3f} s, or the snapshots stalled, which their stamps cannot tell apart; "
-                             f"no reading of the clocks lies {side} it, so the {e.domain} records {side} it are placed "
+                             f"no reading of the clocks lies {st['side']} it, so the {e.domain} records {st['side']} it are placed "
                              f"by {st['method']} with that much more uncertainty"),
                     evidence=(Evidence(st["gap"], None, f"snapshot at {st['before_s']:.6f} s"),
                               Evidence(st["gap"], None, f"next snapshot at {st['after_s']:.6f} s")),

@@ -171,7 +171,7 @@ def test_a_signalled_process_whose_main_thread_was_its_last(svc, tmp_path):
     """The fourth worked example of the module docstring, on the development recording without its
     anchors; and a process signalled twice (it outlived a SIGTERM while stopped) suggests nothing."""
     from tests.analysis.corpus import build, cases
-    from analysis.clock_match import _exits, _kill_bursts, bounds, launcher_lines
+    from analysis.clock_match import _exits, _forks, _kill_bursts, bounds, launcher_lines
     want = {"dev/tenant/bare", "dev/sigstop-r1/bare"}
     got = {}
     for c in [c for c in cases(("dev",)) if c.id in want]:
@@ -181,7 +181,8 @@ def test_a_signalled_process_whose_main_thread_was_its_last(svc, tmp_path):
         got[c.id] = (c, iid, [b for b in bounds(svc.store, iid, launcher_lines(svc.store, iid))
                               if b.rule == "signal->exit"])
     c, iid, (sig,) = got["dev/tenant/bare"]
-    assert _kill_bursts(svc.store, iid, None, _exits(svc.store, iid)) == {("vm", 28845): 1_811_817_367_000}
+    assert _kill_bursts(svc.store, iid, None, _exits(svc.store, iid), _forks(svc.store, iid)) == {
+        ("vm", 28845): 1_811_817_367_000}
     assert (sig.pid, sig.boot_ns, sig.lo_ns, sig.wall_line) == (28845, 1_811_817_985_000,
                                                                 1_796_161_653_810_015_000, 620)
     assert sig.typical_ns == 1_000_000 + 1_811_817_985_000 - 1_811_817_367_000
