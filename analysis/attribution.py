@@ -159,7 +159,61 @@ def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, in
                          outside=False, membership="assumed")
         out.append(dataclasses.replace(l, attrs=tuple(attrs.items())))
     owner = {d: r for r, p in rank_pids.items() for d in descendants(children, {p})}
-    return grower(foreign_tasks(out, jp), jp, by_pid, owner, rank_pids)
+    out = grower(foreign_tasks(out, jp), jp, by_pid, owner, rank_pids)
+    return faulters(store, incident_id, out, owner, rank_pids)
+
+
+# the kernel's page-fault path: a process whose memory grows faults the new pages in
+FAULT_FRAMES = ("handle_mm_fault", "__handle_mm_fault", "exc_page_fault", "asm_exc_page_fault",
+                "do_anonymous_page", "do_huge_pmd_anonymous_page")
+FAULT_MIN_SAMPLES = 10      # fewer page-fault samples in the growth say nothing about who grew
+
+
+def faulters(store, incident_id: str, links: list[Link], owner: dict[int, int],
+             rank_pids: dict[int, int]) -> list[Link]:
+    """A cgroup's growth that no OOM report names (:func:`grower`) is the rank whose processes
+    perf caught faulting pages in during it: more than half of the samples of the group's job
+    processes whose call chain passes through the kernel's page-fault path, between the growth's
+    start and end, and at least ``FAULT_MIN_SAMPLES`` of them (``owner = sampled``)."""
+    from .progress import stacks_through_sql
+    todo = [l for l in links if l.kind == K.MEMORY_GROWTH and l.entity and l.pid is None
+            and l.ts_ns is not None and not l.attr("outside") and l.attr("job_pids")]
+    if not todo or not rank_pids:
+        return links
+    out = []
+    for l in links:
+        if l not in todo:
+            out.append(l)
+            continue
+        until = l.attr("until_ns") or l.ts_ns
+        rows = store.query(
+            "WITH RECURSIVE " + stacks_through_sql("faulting") + """
+               SELECT COALESCE(x.pid, x.tid) AS pid, count(*) AS n
+               FROM samples x JOIN sources o USING (incident_id, source_id)
+               WHERE x.incident_id = ? AND x.ts_utc_ns BETWEEN ? AND ?
+                 AND COALESCE(x.host, o.host, '') = ? AND COALESCE(x.pid, x.tid) IN (SELECT unnest(?))
+                 AND (x.source_id, x.stack_id) IN (SELECT (source_id, stack_id) FROM faulting)
+               GROUP BY 1""",
+            [incident_id, list(FAULT_FRAMES), incident_id, incident_id, l.ts_ns, until, l.host or "",
+             list(l.attr("job_pids"))])
+        by_rank: dict[int, int] = {}
+        for r in rows:
+            if r["pid"] in owner:
+                by_rank[owner[r["pid"]]] = by_rank.get(owner[r["pid"]], 0) + r["n"]
+        total = sum(r["n"] for r in rows)
+        top = max(by_rank.items(), key=lambda kv: kv[1], default=None)
+        if top is None or total < FAULT_MIN_SAMPLES or top[1] * 2 <= total:
+            out.append(l)
+            continue
+        rank, n = top
+        attrs = dict(l.attrs)
+        attrs["owner"] = "sampled"
+        out.append(dataclasses.replace(
+            l, pid=rank_pids[rank], rank=rank, attrs=tuple(attrs.items()),
+            summary=l.summary + f"; perf caught the processes of rank {rank} faulting pages in for {n} of "
+                                f"the {total} samples of the group's job processes in the kernel's page-fault "
+                                f"path while it grew"))
+    return out
 
 
 def foreign_tasks(links: list[Link], jp: set[int]) -> list[Link]:

@@ -370,9 +370,19 @@ def _births(store, incident_id: str, only: str | None, forks: dict) -> list[Boun
         """``ident`` listed in ``cgroup`` (any hierarchy, processes or threads) by ``t0`` and still at ``t1``."""
         return any(a <= t0 and (b is None or b >= t1) for a, b in by_id.get((host, cgroup, ident), ()))
 
+    # perf saw each of these ids forked once, so in the order the reads were taken it joined each
+    # series at most once; a series whose names list it joining twice is out of order by its names
+    # (the wall clock stepped back while it was taken), and which join was the birth is not known
+    joins: dict[tuple, int] = {}
+    for r in rows:
+        if r["change"] == "joined":
+            k = (r["host"], r["cgroup"], r["id"], r["controller"], r["basis"])
+            joins[k] = joins.get(k, 0) + 1
     out = []
     for r in rows:
         if r["change"] != "joined" or r["prev"] is None:
+            continue
+        if joins[(r["host"], r["cgroup"], r["id"], r["controller"], r["basis"])] > 1:
             continue
         f = forks.get((r["host"], r["id"]))
         if f is None or not member(r["host"], r["cgroup"], f["parent"], r["prev"], r["ts"]):
@@ -418,6 +428,10 @@ def _counted_kills(store, incident_id: str, domains: tuple[str, ...]):
     kernel_hosts = {k["host"] for k in kills}
     for (host, entity, path), rows in series.items():
         host = host if host in kernel_hosts or len(kernel_hosts) != 1 else next(iter(kernel_hosts))
+        if any(b["value"] < a["value"] for a, b in zip(rows, rows[1:])):
+            # a count that never falls falls in the order of the stamps: the wall clock stepped
+            # back while the series was taken, and which rise came first is not known
+            continue
         total = int(rows[-1]["value"])
         for kpath in sorted({k["path"] for k in kills if k["host"] == host}):
             mine = [k for k in kills if k["host"] == host and k["path"] == kpath]

@@ -48,6 +48,19 @@ the offset the readings give, and are placed with that in their window. Worked e
 development recording ``leak-r1-wallstep``): 59 snapshots, intervals 0.498425-0.500948 s but one,
 1796203684.584640 -> 1796203687.484659 s, 2.900019 s: a step of at most 2.401594 s there (the
 recorder's truth: +2.400052 s, between those two snapshots).
+
+A backward step leaves the opposite trace (:func:`sampler_overlaps`): the reads after it are
+stamped with times the reads before it already used, so a stretch of the series, ordered by its
+stamps, holds reads of both sides and its intervals are shorter than the period. The last read
+before the step is stamped within a period of the stretch's end (on the earlier offset), the
+first read after it within a period of its start (on the later offset), and that is the step's
+window. Ordered by their stamps the series is out of order there, and so is anything read from
+that order: a thread that perf saw forked once appears to join the group twice, a count that
+never falls falls. Worked example (``tests/analysis/test_clock_steps.py``): reads every 0.5 s
+from boot 100.0 s to 111.5 s, offset 1000.0 s until the wall clock steps back 1.3 s at boot
+105.8 s. The stamps 1104.7 and 1105.2 s (boot 106.0 and 106.5 s) fall among 1104.5, 1105.0 and
+1105.5 s: intervals 0.2 and 0.3 s from 1104.5 to 1105.7 s in a series whose period is 0.5 s. The
+step lies after boot 1105.7 - 0.5 - 1000.0 = 105.2 s and before 1104.5 + 0.5 - 998.7 = 106.3 s.
 """
 from __future__ import annotations
 
@@ -170,18 +183,68 @@ def gaps_in(times: list[int]) -> list[tuple[int, int, int]]:
             if (b - a) > period + max(period // 2, SAMPLER_GAP_NS)]
 
 
-def sampler_gaps(store, incident_id: str) -> dict[str, list[Gap]]:
-    """Per host, the gaps of its cgroup snapshot series (one series per folder of snapshot folders,
-    or per file that holds many snapshots)."""
-    rows = store.query(
+def _series(store, incident_id: str) -> list[dict]:
+    return store.query(
         r"""SELECT COALESCE(s.host, '') AS host,
                   regexp_replace(s.path, '/[0-9]{9,}(\.[0-9]+)?(/.*)?$', '') AS series,
                   list(DISTINCT m.ts_raw_ns) AS times
            FROM metrics m JOIN sources s USING (incident_id, source_id)
            WHERE m.incident_id = ? AND s.kind = 'cgroup' AND s.clock_domain = 'wall' AND m.ts_raw_ns IS NOT NULL
            GROUP BY 1, 2""", [incident_id])
+
+
+def sampler_gaps(store, incident_id: str) -> dict[str, list[Gap]]:
+    """Per host, the gaps of its cgroup snapshot series (one series per folder of snapshot folders,
+    or per file that holds many snapshots)."""
     out: dict[str, list[Gap]] = {}
-    for r in rows:
+    for r in _series(store, incident_id):
         for a, b, x in gaps_in(r["times"]):
             out.setdefault(r["host"], []).append(Gap(r["host"], r["series"], a, b, x))
+    return out
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A stretch of a snapshot series whose stamps crowd closer than its period, from ``first_ns``
+    to ``last_ns`` (the host's wall clock, raw): the wall clock stepped back while the series was
+    taken, and reads from both sides of the step share these stamps. ``period_ns``: the series'
+    longest regular interval."""
+    host: str
+    source: str
+    first_ns: int
+    last_ns: int
+    period_ns: int
+
+
+def overlaps_in(times: list[int]) -> list[tuple[int, int, int]]:
+    """(first, last, period) for each stretch of one series' snapshot times where an interval is
+    clearly shorter than the period (see the module docstring); intervals that short no more than
+    two apart belong to one stretch (the reads of two sides alternate there)."""
+    ts = sorted(set(times))
+    iv = [b - a for a, b in zip(ts, ts[1:])]
+    if len(iv) < SAMPLER_MIN:
+        return []
+    period = sorted(iv)[len(iv) // 2]
+    allow = max(period // 5, 20_000_000)
+    regular = [x for x in iv if abs(x - period) <= allow]
+    longest = max(regular, default=period)
+    short = [i for i, x in enumerate(iv) if x < period - allow]
+    out: list[tuple[int, int, int]] = []
+    run: list[int] = []
+    for i in short:
+        if run and i - run[-1] > 2:
+            out.append((ts[run[0]], ts[run[-1] + 1], longest))
+            run = []
+        run.append(i)
+    if run:
+        out.append((ts[run[0]], ts[run[-1] + 1], longest))
+    return out
+
+
+def sampler_overlaps(store, incident_id: str) -> dict[str, list[Overlap]]:
+    """Per host, the crowded stretches of its cgroup snapshot series (:func:`overlaps_in`)."""
+    out: dict[str, list[Overlap]] = {}
+    for r in _series(store, incident_id):
+        for a, b, p in overlaps_in(r["times"]):
+            out.setdefault(r["host"], []).append(Overlap(r["host"], r["series"], a, b, p))
     return out

@@ -782,7 +782,8 @@ def step_readings(anchors: list[Anchor], bounds: list, printk_ns: int) -> list:
 
 
 def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int, steps: list,
-                  logged: list | None = None, whole: dict | None = None, gaps: list | tuple = ()) -> ClockEntry | None:
+                  logged: list | None = None, whole: dict | None = None, gaps: list | tuple = (),
+                  overlaps: list | tuple = ()) -> ClockEntry | None:
     """The boot clock of a host whose wall clock stepped (:mod:`analysis.clock_steps`): each
     stretch between steps solved on its own anchors and pairs, the records inside a step's window
     placed between the two sides with an uncertainty that covers both. None where a stretch
@@ -803,8 +804,16 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
     ``gaps`` (:func:`analysis.clock_steps.sampler_gaps`): where exactly one gap of a snapshot series
     inside a forward step's window is long enough to hold the step, the step came after the snapshot
     before the gap was taken and before the one after it: the window shrinks to those two (each on
-    its side's offset)."""
+    its side's offset).
+
+    ``overlaps`` (:func:`analysis.clock_steps.sampler_overlaps`): a backward step leaves a stretch
+    of a series stamped twice over, by reads before and after it. Where exactly one such stretch
+    inside the step's window is no longer than the step (and a period) allows, the last read
+    before the step is stamped within a period of the stretch's end on the earlier offset and the
+    first read after it within a period of its start on the later one: the window shrinks to
+    those two reads."""
     from .clock_match import solve
+    from .clock_steps import Overlap
     from .clock_phase import METHOD as PHASE_METHOD
     log = _one_log(logged or [], len(steps))
     if log:
@@ -853,7 +862,18 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
                 if w0 < w1:
                     out.append((w0, w1, g))
                     continue
-            out.append((st.after_ns, st.by_ns, None))
+            # a backward step: the last read before it is stamped within a period of the crowded
+            # stretch's end (on the earlier offset), the first after it within a period of its start
+            # (on the later one)
+            cand = []
+            for o in overlaps if delta < 0 else ():
+                if o.last_ns - o.first_ns > -delta + o.period_ns + a.uncertainty_ns + b.uncertainty_ns:
+                    continue
+                w0 = max(st.after_ns, o.last_ns - o.period_ns - (a.offset_ns + a.uncertainty_ns))
+                w1 = min(st.by_ns, o.first_ns + o.period_ns - (b.offset_ns - b.uncertainty_ns))
+                if w0 < w1:
+                    cand.append((w0, w1, o))
+            out.append(cand[0] if len(cand) == 1 else (st.after_ns, st.by_ns, None))
         return out
 
     span = (whole or {}).get("span_ns")
@@ -897,7 +917,18 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
              "first_after": {"method": st.after.what, "source": st.after.source, "line": st.after.line},
              "before_method": a.method, "after_method": b.method}
         g = win[k][2]
-        if g is not None:
+        if isinstance(g, Overlap):
+            t["after_boot_s"], t["by_boot_s"] = win[k][0] / 1e9, win[k][1] / 1e9
+            crowd = (f"the snapshots of its series crowd from {g.first_ns / 1e9:.6f} to {g.last_ns / 1e9:.6f} s "
+                     "(reads from both sides of the step share those stamps)")
+            if win[k][0] > st.after_ns:
+                t["last_before"] = {"method": f"the last read before the step, stamped by {g.last_ns / 1e9:.6f} s: "
+                                              + crowd, "source": g.source, "line": None}
+            if win[k][1] < st.by_ns:
+                t["first_after"] = {"method": f"the first read after the step, stamped by "
+                                              f"{(g.first_ns + g.period_ns) / 1e9:.6f} s: " + crowd,
+                                    "source": g.source, "line": None}
+        elif g is not None:
             t["after_boot_s"], t["by_boot_s"] = win[k][0] / 1e9, win[k][1] / 1e9
             if win[k][0] > st.after_ns:
                 t["last_before"] = {"method": f"the snapshot at {g.before_ns / 1e9:.6f} s, before the only gap of its "
@@ -1165,7 +1196,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         """SELECT DISTINCT COALESCE(host, '') AS host, clock_domain AS domain FROM sources
            WHERE incident_id = ? AND clock_domain IS NOT NULL""", [incident_id])
     from .clock_match import bounds_by_host, counted_kill_windows, launcher_lines, matches
-    from .clock_steps import runs, sampler_gaps
+    from .clock_steps import runs, sampler_gaps, sampler_overlaps
     pairs = _kernel_pairs(store, incident_id)
     launcher = launcher_lines(store, incident_id)
     anchors = collect_anchors(store, incident_id, pairs, launcher)
@@ -1183,9 +1214,10 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     from .clock_phase import log_steps, phases
     phase_of = phases(store, incident_id, {d["host"] for d in doms})
     logged = log_steps(store, incident_id, {d["host"] for d in doms})
-    gaps = sampler_gaps(store, incident_id)
-    if "" in gaps and len({d["host"] for d in doms} - {""}) == 1:
-        gaps.setdefault(next(iter({d["host"] for d in doms} - {""})), gaps.pop(""))
+    gaps, overlaps = sampler_gaps(store, incident_id), sampler_overlaps(store, incident_id)
+    for per_host in (gaps, overlaps):
+        if "" in per_host and len({d["host"] for d in doms} - {""}) == 1:
+            per_host.setdefault(next(iter({d["host"] for d in doms} - {""})), per_host.pop(""))
     cross = {h.host: h for h in host_offsets(store, incident_id)}
     refs = {h.reference for h in cross.values()}
     printk = {r["host"]: r["last"] for r in store.query(
@@ -1209,7 +1241,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
             readings = step_readings(mine, pair_bounds.get(host, []), pk)
             steps = runs(readings)
             stepped = (solve_stepped(host, mine, pair_bounds.get(host, []), pk, steps, logged.get(host),
-                                     phase_of.get(host), gaps.get(host, ()))
+                                     phase_of.get(host), gaps.get(host, ()), overlaps.get(host, ()))
                        if steps else None)
             boot_of[host] = stepped or unplaced_before_log_step(
                 solve_boot(host, mine, pk, matched.get(host), phase_of.get(host)),

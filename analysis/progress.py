@@ -244,6 +244,18 @@ def attach_ended(ranks: dict[int, RankProgress], links: list[Link]) -> None:
             p.ended.append(l)
 
 
+def stacks_through_sql(name: str) -> str:
+    """A recursive CTE ``name(source_id, stack_id)``: every stack node at or below a frame of a list
+    (its parameters, in order: the incident, the frames, the incident)."""
+    return f"""{name}(source_id, stack_id) AS (
+                   SELECT source_id, stack_id FROM stacks
+                   WHERE incident_id = ? AND frame IN (SELECT unnest(?))
+                   UNION
+                   SELECT s.source_id, s.stack_id FROM stacks s
+                   JOIN {name} d ON s.source_id = d.source_id AND s.parent_id = d.stack_id
+                   WHERE s.incident_id = ?)"""
+
+
 def _perf_life(store, incident_id: str, pids: dict[int, RankProgress]) -> None:
     """Last CPU sample of each rank's main thread, its dying moments left out."""
     exits = {r["tid"]: r["ts"] for r in store.query(
@@ -252,13 +264,7 @@ def _perf_life(store, incident_id: str, pids: dict[int, RankProgress]) -> None:
     # samples whose call chain passes through the kernel's exit path are the process being torn
     # down (a SIGKILLed process spends its last tenths of a second in exit_mmap), not its progress
     for r in store.query(
-            """WITH RECURSIVE dying(source_id, stack_id) AS (
-                   SELECT source_id, stack_id FROM stacks
-                   WHERE incident_id = ? AND frame IN (SELECT unnest(?))
-                   UNION
-                   SELECT s.source_id, s.stack_id FROM stacks s
-                   JOIN dying d ON s.source_id = d.source_id AND s.parent_id = d.stack_id
-                   WHERE s.incident_id = ?)
+            "WITH RECURSIVE " + stacks_through_sql("dying") + """
                SELECT COALESCE(pid, tid) AS pid, list(ts_utc_ns ORDER BY ts_utc_ns) AS ts FROM samples
                WHERE incident_id = ? AND tid IN (SELECT unnest(?)) AND ts_utc_ns IS NOT NULL
                  AND (pid IS NULL OR pid = tid)

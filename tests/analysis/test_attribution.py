@@ -80,3 +80,32 @@ def test_an_oom_report_known_to_the_second_may_print_before_the_growth_it_follow
     early = dataclasses.replace(oom, ts_ns=T0 - 2 * S)         # wholly before the growth: not its report
     out = attribution.grower([_growth(), early, died], set(owner) | {1025}, {1029: 0, 1030: 1}, owner, RANKS)
     assert next(l for l in out if l.kind == K.MEMORY_GROWTH).rank is None
+
+
+def test_perf_names_the_rank_that_faulted_the_growth_in(tmp_path):
+    """No OOM report to read: the development recording leak-r1-collect, its growth taken without
+    its owner, is named by perf's samples of rank 1 in the kernel's page-fault path."""
+    import json
+    from pathlib import Path
+
+    from server.service import Service
+    from server.settings import Settings
+    from tests.analysis.corpus import build, cases
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-collect/full"]
+    sub = svc.submit_path(build(c, Path(tmp_path / "b")), title=c.id)
+    rep = svc.analyze(sub.incident_id)
+    g = next(a for a in rep["anomalies"] if a["kind"] == "memory_growth" and a.get("rank") == 1)
+    ranks = {int(r): v["pid"] for r, v in c.truth["ranks"].items()}
+    t0 = int(g["time_window"][0] * 1e9)
+    t1 = t0 + 5 * S                       # it grew for 5.0 s (its summary)
+    bare = Link(kind=K.MEMORY_GROWTH, ts_ns=t0, summary="grew", source="x", host=g["host"], entity=g["entity"],
+                evidence=(Evidence("x", 1, "l"),),
+                attrs=(("until_ns", t1), ("job_pids", tuple(ranks.values())), ("outside", False)))
+    owner = {p: r for r, p in ranks.items()}
+    (named,) = attribution.faulters(svc.store, sub.incident_id, [bare], owner, ranks)
+    assert (named.rank, named.pid, named.attr("owner")) == (1, ranks[1], "sampled")
+    assert "faulting pages in" in named.summary
+    # the samples of the other rank alone say nothing about who grew
+    (same,) = attribution.faulters(svc.store, sub.incident_id, [bare], {ranks[0]: 0}, ranks)
+    assert same.rank is None and json.dumps(same.attrs, default=str).count("sampled") == 0

@@ -135,6 +135,18 @@ def test_birth_needs_a_parent_inside_the_group(svc, tmp_path):
     assert cm["offset_ns"] is None
 
 
+def test_births_read_out_of_order_bound_nothing(svc, tmp_path):
+    """A read taken after the wall clock stepped back is stamped among the reads before the step:
+    in the order of the stamps the workers join, leave and join again, and which join was their
+    birth is not known."""
+    import shutil
+    b = tmp_path / "b"
+    shutil.copytree(DATA / "leak-r1-births", b)
+    shutil.copytree(b / "vm" / "cgroup" / "1796203675.584675", b / "vm" / "cgroup" / "1796203674.834671")
+    iid, cm = _boot(svc, b)
+    assert cm["offset_ns"] is None
+
+
 def test_oom_kill_against_the_cgroup_count(tmp_path, svc):
     """The third worked example of the module docstring, on the development recording whole."""
     from tests.analysis.corpus import build, cases
@@ -164,6 +176,22 @@ def test_oom_kills_the_count_does_not_match_are_left_out(svc, tmp_path):
     svc.analyze(sub.incident_id)
     svc.store.cursor().execute("UPDATE metrics SET value = value + 1 WHERE incident_id = ? AND metric = 'memory.oom_kill'",
                                [sub.incident_id])
+    assert _oom_kills(svc.store, sub.incident_id, {"vm": ""}) == []
+
+
+def test_a_count_that_falls_in_the_order_of_its_stamps_bounds_nothing(svc, tmp_path):
+    """A count stamped lower after a higher one: the reads are out of order by their stamps (the
+    wall clock stepped back while they were taken), so which rise came first is not known."""
+    from tests.analysis.corpus import build, cases
+    from analysis.clock_match import _oom_kills
+    (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
+    sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
+    svc.analyze(sub.incident_id)
+    assert len(_oom_kills(svc.store, sub.incident_id, {"vm": ""})) == 2
+    svc.store.cursor().execute(
+        """UPDATE metrics SET value = 0 WHERE incident_id = ? AND metric = 'memory.oom_kill'
+           AND ts_raw_ns = (SELECT max(ts_raw_ns) FROM metrics WHERE incident_id = ? AND metric = 'memory.oom_kill')""",
+        [sub.incident_id, sub.incident_id])
     assert _oom_kills(svc.store, sub.incident_id, {"vm": ""}) == []
 
 

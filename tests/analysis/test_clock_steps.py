@@ -185,3 +185,37 @@ def test_a_side_of_a_step_that_no_reading_places_is_left_unplaced():
     assert w.segments == ((None, 470 * S + 1, e.offset_ns, None, 1 * MS, w.segments[0][5]),
                           (470 * S + 1, None, None, None, None, UNPLACED_SIDE_WHAT))
     assert unplaced_beyond_steps(e, [st], [before], 0) == e      # every stretch fits: nothing to leave out
+
+
+def test_overlap_worked_example():
+    """analysis/clock_steps.py's backward-step worked example, with its numbers."""
+    from analysis.clock_steps import Overlap, overlaps_in
+    boot = [100 * S + k * 500 * MS for k in range(24)]
+    stamps = [b + (1000 * S if b < 105_800 * MS else 998_700 * MS) for b in boot]
+    assert overlaps_in(stamps) == [(1104_500 * MS, 1105_700 * MS, 500 * MS)]
+    # a series read in order shows nothing
+    assert overlaps_in([b + 1000 * S for b in boot]) == []
+    o = Overlap("vm", "vm/cgroup/", 1104_500 * MS, 1105_700 * MS, 500 * MS)
+    assert o.last_ns - o.period_ns - 1000 * S == 105_200 * MS
+    assert o.first_ns + o.period_ns - 998_700 * MS == 106_300 * MS
+
+
+def test_a_backward_step_is_narrowed_to_the_crowded_stretch():
+    """The step's window from the readings alone is 38 s wide; the series' crowded stretch holds
+    it to [105.2, 106.3] s, each side's offset exact here."""
+    from analysis.clock_steps import Overlap
+    from analysis.clocks import Anchor, solve_stepped, step_readings
+    o1, o2 = 1000 * S, 998_700 * MS
+    anchors = [Anchor("vm", "uptime_date", t * S, t * S + off, MS, "vm/uptime.txt", 1)
+               for t, off in ((90, o1), (92, o1), (130, o2), (132, o2))]
+    steps = runs(step_readings(anchors, [], 0))
+    (st,) = steps
+    assert (st.after_ns, st.by_ns) == (92 * S, 130 * S)
+    o = Overlap("vm", "vm/cgroup/", 1104_500 * MS, 1105_700 * MS, 500 * MS)
+    e = solve_stepped("vm", anchors, [], 0, steps, overlaps=[o])
+    (_, w0, *_), (_, w1, *_), _ = e.segments
+    assert (w0 - 1, w1) == (105_200 * MS - MS, 106_300 * MS + MS)
+    # a stretch longer than the step (and a period) allows is something else: the window stays
+    far = Overlap("vm", "vm/cgroup/", 1101_000 * MS, 1105_700 * MS, 500 * MS)
+    (_, w0, *_), (_, w1, *_), _ = solve_stepped("vm", anchors, [], 0, steps, overlaps=[far]).segments
+    assert (w0, w1) == (92 * S + 1, 130 * S)
