@@ -114,7 +114,6 @@ RULES: tuple[Rule, ...] = (
     _R("memory_growth", "rank_stalled", H, 0.5, 900,
        "memory at the cgroup limit with nothing killed: the rank's allocations wait in reclaim",
        cause_attr="near_limit"),
-    _R("memory_pressure", "rank_stalled", H, 0.4, 900, "reclaim stalls can stop a rank", lag_s=5),
     _R("memory_growth", "step_slowdown", H, 0.4, 900,
        "allocating and faulting in the growing memory (and reclaim near the limit) slows the steps"),
     _R("memory_pressure", "oom_kill", H, 0.6, 900, "reclaim that cannot keep up ends in an OOM kill"),
