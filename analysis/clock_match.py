@@ -55,7 +55,11 @@ just before the main thread's suggests ``printed + 1 ms`` instead (a process's t
 cgroup's task list names as threads, forked by the process or its threads). A process that torchrun
 signalled more than once outlived the earlier signals -- it was stopped, frozen or stuck in the
 kernel -- and its exit suggests nothing. The estimate is the latest of the suggestions and L, but no
-further than the middle of ``[L, U]``, and without any suggestion it is the middle. The stated
+further than the middle of ``[L, U]``. Without any, births may say more: a snapshot reads its task
+list right after it takes its stamp (within ``BIRTH_READ_TYPICAL_NS``, typically), so a birth that
+the snapshot stamped ``s`` lists typically came before ``s + 50 ms``, far tighter than the next
+snapshot's stamp that bounds it for sure; the estimate is then the middle of L and the tightest
+such typical bound (no lower than L). Otherwise it is the middle of ``[L, U]``. The stated
 uncertainty is the estimate's distance to the farther end, so that the window
 ``offset ± uncertainty`` covers ``[L, U]``.
 
@@ -83,8 +87,11 @@ perf's clock. The cgroup snapshot ``1796203675.084709`` lists only 2251; ``17962
 lists all three; the next one is ``1796203676.085171``. Lower bounds: 1796203675.084709 -
 466.949580 = 1796203208.135129 s (and ...208.134242 from 2273); upper bounds: 1796203676.085171
 + 0.001 - 466.950467 = 1796203209.135704 s (and ...209.136591): ``[L, U]`` =
-[1796203208.135129, 1796203209.135704] s, the estimate its middle, ± 500.3 ms. (The recorder's
-truth, from its clock probe: 1796203208.242108 s.)
+[1796203208.135129, 1796203209.135704] s. The snapshot that lists them was stamped
+1796203675.584675: they typically came before 1796203675.634675, so the offset is typically at most
+1796203675.634675 - 466.950467 = 1796203208.684208 s, and the estimate is the middle of L and that,
+1796203208.409669 s, ± 726.0 ms to cover ``[L, U]`` (the middle of ``[L, U]`` would be 393 ms off the
+recorder's truth, from its clock probe: 1796203208.242108 s; this is 168 ms off).
 
 Third worked example (an OOM kill; the same test file, the development recording
 ``leak-r1-wallstep`` whole): the kernel began its report at 490.259414 s (``python3 invoked
@@ -137,7 +144,8 @@ class Bound:
     wall_source: str
     wall_line: int | None
     boot_clock: str            # perf's clockid ("" where perf used its own clock: printk's)
-    typical_ns: int | None = None   # how far the effect typically follows the cause, where known
+    typical_ns: int | None = None   # how far the effect typically follows the cause, where known (an
+    #                                   upper bound: how far below it the truth typically lies)
     boot_ns: int | None = None      # the exit's time on the boot clock (where the bound holds)
     printk_stamp: bool = False      # boot_ns is a kernel record's stamp (printk's clock, whatever boot_clock says)
 
@@ -281,6 +289,7 @@ def _own_lines(store, incident_id: str, exits: dict, only: str | None) -> list[B
 
 
 FORK_SLACK_NS = 1_000_000          # the child's cgroup link to perf's fork record, allowed generously
+BIRTH_READ_TYPICAL_NS = 50_000_000  # a snapshot's task list read after its stamp, typically within
 
 
 def _forks(store, incident_id: str) -> dict[tuple[str, int], dict]:
@@ -390,8 +399,11 @@ def _births(store, incident_id: str, only: str | None, forks: dict) -> list[Boun
         out.append(Bound(r["host"], "snapshot->birth", r["id"], r["prev"] - f["ts"], None, f["path"], f["line"],
                          r["path"], r["line"], f["clk"], boot_ns=f["ts"]))
         if r["nxt"] is not None:
+            # typical: the listing read followed this snapshot's stamp closely, not the next one's
+            typical = r["nxt"] + FORK_SLACK_NS - r["ts"] - BIRTH_READ_TYPICAL_NS
             out.append(Bound(r["host"], "birth->snapshot", r["id"], None, r["nxt"] + FORK_SLACK_NS - f["ts"],
-                             f["path"], f["line"], r["path"], r["line"], f["clk"], boot_ns=f["ts"]))
+                             f["path"], f["line"], r["path"], r["line"], f["clk"],
+                             typical if typical > 0 else None, boot_ns=f["ts"]))
     return out
 
 
@@ -564,7 +576,14 @@ def solve(host: str, bs: list[Bound]) -> tuple[Match | None, dict | None]:
                       "gap_ns": lo - hi, "clocks": sorted(clocks)}
     mid = (lo + hi) // 2
     typical = [b.lo_ns + SEND_SLACK_NS + b.typical_ns for b in lows if b.typical_ns is not None]
-    off = min(max([lo] + typical), mid) if typical else mid
+    # an upper bound's typical_ns: how far below it the truth typically lies (births)
+    below = [b.hi_ns - b.typical_ns for b in highs if b.typical_ns is not None]
+    if typical:
+        off = min(max([lo] + typical), mid)
+    elif below:
+        off = max(lo, (lo + min(min(below), hi)) // 2)
+    else:
+        off = mid
     unc = max(off - lo, hi - off, 1)
     return Match(host, off, unc, lo, hi, (lo_b, hi_b) + tuple(b for b in bs if b not in (lo_b, hi_b)),
                  clocks.pop()), None

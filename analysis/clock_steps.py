@@ -61,6 +61,8 @@ from boot 100.0 s to 111.5 s, offset 1000.0 s until the wall clock steps back 1.
 105.8 s. The stamps 1104.7 and 1105.2 s (boot 106.0 and 106.5 s) fall among 1104.5, 1105.0 and
 1105.5 s: intervals 0.2 and 0.3 s from 1104.5 to 1105.7 s in a series whose period is 0.5 s. The
 step lies after boot 1105.7 - 0.5 - 1000.0 = 105.2 s and before 1104.5 + 0.5 - 998.7 = 106.3 s.
+The stretch holds 6 reads in 1.2 s, more than a 0.5 s pace allows (1.2 / 0.5 + 2 = 4.4): crowded,
+which a late read and the one that caught up after it never are.
 """
 from __future__ import annotations
 
@@ -208,18 +210,23 @@ class Overlap:
     """A stretch of a snapshot series whose stamps crowd closer than its period, from ``first_ns``
     to ``last_ns`` (the host's wall clock, raw): the wall clock stepped back while the series was
     taken, and reads from both sides of the step share these stamps. ``period_ns``: the series'
-    longest regular interval."""
+    longest regular interval. ``crowded``: the stretch is at least a period long and holds more
+    reads than any pace of the series allows (its length over the shortest regular interval, and
+    two): a read that came late and the one that caught up after it are close too, but not that
+    many, and a burst of reads at once is not a period long."""
     host: str
     source: str
     first_ns: int
     last_ns: int
     period_ns: int
+    crowded: bool = False
 
 
-def overlaps_in(times: list[int]) -> list[tuple[int, int, int]]:
-    """(first, last, period) for each stretch of one series' snapshot times where an interval is
-    clearly shorter than the period (see the module docstring); intervals that short no more than
-    two apart belong to one stretch (the reads of two sides alternate there)."""
+def overlaps_in(times: list[int]) -> list[tuple[int, int, int, bool]]:
+    """(first, last, period, crowded) for each stretch of one series' snapshot times where an
+    interval is clearly shorter than the period (see the module docstring and :class:`Overlap`);
+    intervals that short no more than two apart belong to one stretch (the reads of two sides
+    alternate there)."""
     ts = sorted(set(times))
     iv = [b - a for a, b in zip(ts, ts[1:])]
     if len(iv) < SAMPLER_MIN:
@@ -227,17 +234,22 @@ def overlaps_in(times: list[int]) -> list[tuple[int, int, int]]:
     period = sorted(iv)[len(iv) // 2]
     allow = max(period // 5, 20_000_000)
     regular = [x for x in iv if abs(x - period) <= allow]
-    longest = max(regular, default=period)
+    longest, shortest = max(regular, default=period), min(regular, default=period)
     short = [i for i, x in enumerate(iv) if x < period - allow]
-    out: list[tuple[int, int, int]] = []
+    out: list[tuple[int, int, int, bool]] = []
+
+    def stretch(a: int, b: int) -> tuple[int, int, int, bool]:
+        span = ts[b] - ts[a]
+        return ts[a], ts[b], longest, span >= longest and (b - a + 1) > span / shortest + 2
+
     run: list[int] = []
     for i in short:
         if run and i - run[-1] > 2:
-            out.append((ts[run[0]], ts[run[-1] + 1], longest))
+            out.append(stretch(run[0], run[-1] + 1))
             run = []
         run.append(i)
     if run:
-        out.append((ts[run[0]], ts[run[-1] + 1], longest))
+        out.append(stretch(run[0], run[-1] + 1))
     return out
 
 
@@ -245,6 +257,6 @@ def sampler_overlaps(store, incident_id: str) -> dict[str, list[Overlap]]:
     """Per host, the crowded stretches of its cgroup snapshot series (:func:`overlaps_in`)."""
     out: dict[str, list[Overlap]] = {}
     for r in _series(store, incident_id):
-        for a, b, p in overlaps_in(r["times"]):
-            out.setdefault(r["host"], []).append(Overlap(r["host"], r["series"], a, b, p))
+        for a, b, p, crowded in overlaps_in(r["times"]):
+            out.setdefault(r["host"], []).append(Overlap(r["host"], r["series"], a, b, p, crowded))
     return out

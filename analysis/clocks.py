@@ -356,7 +356,7 @@ def _dmesg_t_pairs(kernel_pairs: list[dict]) -> list[Anchor]:
 
 
 def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], formats: set[str],
-                      logged: list | tuple = (), gaps: list | tuple = ()) -> ClockEntry:
+                      logged: list | tuple = (), gaps: list | tuple = (), overlaps: list | tuple = ()) -> ClockEntry:
     """Place a kernel log that dmesg converted to wall time (``kernel_wall``).
 
     Where the same records are in a raw log whose boot clock is placed, each pair says exactly
@@ -453,6 +453,21 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
                            method=entry.method + f"; the wall clock stepped before {x.source} line "
                                                  f"{x.before_line} was written: the records printed before "
                                                  "then are not placed")
+    crowded = [o for o in overlaps if o.crowded]
+    if boot is None and crowded:
+        # the first read after a step back is stamped by the crowded stretch's start and a period,
+        # on the offset dmesg converted with: from P = that - lo on, every record came after the step
+        o = max(crowded, key=lambda x: x.first_ns)
+        p_cut = o.first_ns + o.period_ns - lo
+        return replace(entry, segments=((None, p_cut, None, None, None, OVERLAP_WHAT),
+                                        (p_cut, None, entry.offset_ns, None, entry.uncertainty_ns,
+                                         f"after the wall clock's step back ({o.source}'s snapshots crowd from "
+                                         f"{o.first_ns / 1e9:.6f} to {o.last_ns / 1e9:.6f} s)")),
+                       steps=({"overlap": o.source, "first_s": o.first_ns / 1e9, "last_s": o.last_ns / 1e9,
+                               "method": entry.method},),
+                       method=entry.method + f"; the wall clock stepped back where {o.source}'s snapshots crowd "
+                                             f"({o.first_ns / 1e9:.6f}-{o.last_ns / 1e9:.6f} s): the records printed "
+                                             "before then are not placed")
     if boot is None and gaps:
         # dmesg converted every record with the offset of when it ran, after every gap of the
         # snapshots: a record printed before one may have been written before a step of up to its
@@ -873,6 +888,8 @@ def solve_stepped(host: str, anchors: list[Anchor], bounds: list, printk_ns: int
                 w1 = min(st.by_ns, o.first_ns + o.period_ns - (b.offset_ns - b.uncertainty_ns))
                 if w0 < w1:
                     cand.append((w0, w1, o))
+            if len(cand) > 1:      # a late read and its catch-up look short too; a crowded stretch is the step
+                cand = [c for c in cand if c[2].crowded]
             out.append(cand[0] if len(cand) == 1 else (st.after_ns, st.by_ns, None))
         return out
 
@@ -1113,6 +1130,47 @@ def widen_for_gaps(entry: ClockEntry, gaps: list, readings: list) -> ClockEntry:
     return replace(entry, uncertainty_ns=max(g[4] for g in segs), segments=tuple(segs), steps=tuple(told))
 
 
+OVERLAP_WHAT = "before the wall clock's step back that the snapshots show: not placed"
+
+
+def unplaced_before_overlap(entry: ClockEntry, overlaps: list, readings: list, printk_ns: int) -> ClockEntry:
+    """A placed clock with no step, every reading taken after a crowded stretch of a snapshot series
+    (:class:`analysis.clock_steps.Overlap`: the wall clock stepped back while the series was taken):
+    its offset holds after that step, and how far the clock stepped is not known (a series that
+    stalled at the step makes the step larger than the stretch), so the records before the step are
+    left unplaced rather than placed on the later offset. Readings with no instant on this clock (a
+    conversion done when the bundle was collected) count as after it.
+
+    The first read after the step is stamped by the stretch's start and a period, on the later
+    offset: at boot ``first + period - offset`` at the latest (the lowest offset the entry allows,
+    and printk's allowance for the kernel's records). Every record from then on was written after
+    the step; a reading before that instant may be on either side, and the entry then stands.
+
+    Worked example (``tests/analysis/test_clock_steps.py``, the series of the module docstring of
+    :mod:`analysis.clock_steps`): placed at 998.7 s ± 10 ms by readings at boot 130 s and later,
+    the stretch from 1104.5 to 1105.7 s: the first read after the step is at boot
+    1104.5 + 0.5 - 998.69 = 106.31 s or earlier, and the records before then are not placed."""
+    if entry.offset_ns is None or entry.segments or entry.drift_ppm is not None:
+        return entry
+    off, unc = entry.offset_ns, entry.uncertainty_ns or 0
+    apart = _printk_allowance(printk_ns)
+    times = [r.local_ns for r in readings]
+    cut, o = max(((x.first_ns + x.period_ns - (off - unc), x) for x in overlaps if x.crowded
+                  and all(t >= x.first_ns + x.period_ns - (off - unc) for t in times)),
+                 key=lambda c: c[0], default=(None, None))
+    if o is None:
+        return entry
+    cut += apart
+    return replace(entry, segments=((None, cut, None, None, None, OVERLAP_WHAT),
+                                    (cut, None, off, None, unc, f"after the wall clock's step back ({o.source}'s "
+                                     f"snapshots crowd from {o.first_ns / 1e9:.6f} to {o.last_ns / 1e9:.6f} s)")),
+                   steps=({"overlap": o.source, "first_s": o.first_ns / 1e9, "last_s": o.last_ns / 1e9,
+                           "method": entry.method},),
+                   method=entry.method + f" (the wall clock stepped back where {o.source}'s snapshots crowd, "
+                                         f"{o.first_ns / 1e9:.6f}-{o.last_ns / 1e9:.6f} s; the records before it "
+                                         "are not placed)")
+
+
 def _one_log(logged: list, steps: int) -> list:
     """The log steps of the one log (the first by path) that shows ``steps`` steps, in order."""
     by: dict[str, list] = {}
@@ -1161,6 +1219,18 @@ def skew_links(entries: list[ClockEntry]) -> list:
                     evidence=(Evidence(st["gap"], None, f"snapshot at {st['before_s']:.6f} s"),
                               Evidence(st["gap"], None, f"next snapshot at {st['after_s']:.6f} s")),
                     provenance=Provenance.INFERRED, confidence=0.5))
+                continue
+            if "overlap" in st:
+                out.append(Link(
+                    kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["overlap"], host=e.host or None,
+                    summary=(f"The wall clock of host {e.host or '?'} stepped back while {st['overlap']} was taken: "
+                             f"its snapshots crowd from {st['first_s']:.3f} to {st['last_s']:.3f} s, stamped twice "
+                             f"over by reads from before and after the step; nothing in the bundle pairs the clocks "
+                             f"before it, so the {e.domain} records before it are not placed and those after it are "
+                             f"placed as before ({st['method']})"),
+                    evidence=(Evidence(st["overlap"], None, f"snapshot at {st['first_s']:.6f} s"),
+                              Evidence(st["overlap"], None, f"snapshot at {st['last_s']:.6f} s")),
+                    provenance=Provenance.INFERRED, confidence=0.8))
                 continue
             if "log" in st:
                 out.append(Link(
@@ -1254,11 +1324,13 @@ def align(store, incident_id: str) -> list[ClockEntry]:
                 boot_of[host] = unplaced_beyond_steps(boot_of[host], steps, readings, pk,
                                                       solve_boot(host, late, pk, None, ph) if late else None)
             elif not stepped:
-                boot_of[host] = widen_for_gaps(boot_of[host], gaps.get(host, []), readings)
+                boot_of[host] = unplaced_before_overlap(
+                    widen_for_gaps(boot_of[host], gaps.get(host, []), readings), overlaps.get(host, []), readings, pk)
             entries.append(boot_of[host])
         elif dom == CLOCK_KERNEL_WALL:
             entries.append(solve_kernel_wall(host, boot_of.get(host), kpairs.get(host, []),
-                                             kformats.get(host, set()), logged.get(host, []), gaps.get(host, [])))
+                                             kformats.get(host, set()), logged.get(host, []), gaps.get(host, []),
+                                             overlaps.get(host, [])))
         elif dom == CLOCK_WALL and host in cross:
             h = cross[host]
             entries.append(ClockEntry(

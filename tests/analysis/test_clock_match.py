@@ -119,7 +119,11 @@ def test_births_against_cgroup_snapshots(svc):
     # the recorder's truth (its clock probes, before the wall clock stepped) lies inside
     truth = 1_796_203_671_011_608_350 - 462_769_500_626
     assert abs(cm["offset_ns"] - truth) <= cm["uncertainty_ns"]
-    assert cm["offset_ns"] == (1_796_203_208_135_129_000 + 1_796_203_209_135_704_000) // 2
+    # the middle of L and the snapshot that lists them, stamped 1796203675.584675 s, read within 50 ms
+    typical = 1_796_203_675_584_675_000 + 50_000_000 - 466_950_467_000
+    assert typical == 1_796_203_208_684_208_000
+    assert cm["offset_ns"] == (1_796_203_208_135_129_000 + typical) // 2 == 1_796_203_208_409_668_500
+    assert cm["uncertainty_ns"] == 1_796_203_209_135_704_000 - cm["offset_ns"]
 
 
 def test_birth_needs_a_parent_inside_the_group(svc, tmp_path):

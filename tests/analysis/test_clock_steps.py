@@ -192,7 +192,10 @@ def test_overlap_worked_example():
     from analysis.clock_steps import Overlap, overlaps_in
     boot = [100 * S + k * 500 * MS for k in range(24)]
     stamps = [b + (1000 * S if b < 105_800 * MS else 998_700 * MS) for b in boot]
-    assert overlaps_in(stamps) == [(1104_500 * MS, 1105_700 * MS, 500 * MS)]
+    assert overlaps_in(stamps) == [(1104_500 * MS, 1105_700 * MS, 500 * MS, True)]
+    # a read 0.3 s late and the next one back on the pace: close, but not crowded
+    late = [b + 1000 * S + (300 * MS if k == 10 else 0) for k, b in enumerate(boot)]
+    assert overlaps_in(late) == [(1105_300 * MS, 1105_500 * MS, 500 * MS, False)]
     # a series read in order shows nothing
     assert overlaps_in([b + 1000 * S for b in boot]) == []
     o = Overlap("vm", "vm/cgroup/", 1104_500 * MS, 1105_700 * MS, 500 * MS)
@@ -219,3 +222,22 @@ def test_a_backward_step_is_narrowed_to_the_crowded_stretch():
     far = Overlap("vm", "vm/cgroup/", 1101_000 * MS, 1105_700 * MS, 500 * MS)
     (_, w0, *_), (_, w1, *_), _ = solve_stepped("vm", anchors, [], 0, steps, overlaps=[far]).segments
     assert (w0, w1) == (92 * S + 1, 130 * S)
+
+
+def test_unplaced_before_a_crowded_stretch_worked_example():
+    """analysis/clocks.py unplaced_before_overlap's docstring, with its numbers."""
+    from analysis.clock_steps import Overlap
+    from analysis.clocks import OVERLAP_WHAT, ClockEntry, _printk_allowance, unplaced_before_overlap
+    e = ClockEntry("vm", "boot", 998_700 * MS, 10 * MS, "raw dmesg next to dmesg -T")
+    o = Overlap("vm", "vm/cgroup/", 1104_500 * MS, 1105_700 * MS, 500 * MS, True)
+    got = unplaced_before_overlap(e, [o], [_r(130, 998_700 * MS, MS)], 0)
+    cut = 106_310 * MS + _printk_allowance(0)
+    assert got.segments[0] == (None, cut, None, None, None, OVERLAP_WHAT)
+    assert got.segments[1][:5] == (cut, None, e.offset_ns, None, e.uncertainty_ns)
+    assert got.offset_at(cut - 1)[0] is None and got.offset_at(cut)[0] == e.offset_ns
+    assert got.steps[0]["overlap"] == "vm/cgroup/"
+    # a reading before the first read after the step may be on either side: the entry stands
+    assert unplaced_before_overlap(e, [o], [_r(105, 998_700 * MS, MS)], 0) is e
+    # a stretch that is not crowded (a late read and its catch-up) says nothing
+    late = Overlap("vm", "vm/cgroup/", 1104_500 * MS, 1105_700 * MS, 500 * MS, False)
+    assert unplaced_before_overlap(e, [late], [], 0) is e
