@@ -1179,6 +1179,13 @@ def _one_log(logged: list, steps: int) -> list:
     return next((v for _, v in sorted(by.items()) if len(v) == steps), [])
 
 
+def _step_link(host: str, source: str, summary: str, evidence: tuple, confidence: float):
+    """A ``clock_step`` finding about a step that one source shows."""
+    from .links import Link, LinkKind, Provenance
+    return Link(kind=LinkKind.CLOCK_STEP, ts_ns=None, source=source, host=host or None, summary=summary,
+                evidence=evidence, provenance=Provenance.INFERRED, confidence=confidence)
+
+
 def skew_links(entries: list[ClockEntry]) -> list:
     """Anchors that disagree beyond their stated uncertainties become clock_skew findings; a wall
     clock that stepped, a clock_step finding."""
@@ -1209,40 +1216,37 @@ def skew_links(entries: list[ClockEntry]) -> list:
                     evidence=(), provenance=Provenance.INFERRED, confidence=0.9))
                 continue
             if "gap" in st:
-                out.append(Link(
-                    kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["gap"], host=e.host or None,
-                    summary=(f"The snapshots of {st['gap']} on host {e.host or '?'} skip from {st['before_s']:.3f} to "
-                             f"{st['after_s']:.3f} s: the wall clock may have stepped forward there by up to "
-                             f"{st['excess_s']:.3f} s, or the snapshots stalled, which their stamps cannot tell apart; "
-                             f"no reading of the clocks lies {st['side']} it, so the {e.domain} records {st['side']} it are placed "
-                             f"by {st['method']} with that much more uncertainty"),
-                    evidence=(Evidence(st["gap"], None, f"snapshot at {st['before_s']:.6f} s"),
-                              Evidence(st["gap"], None, f"next snapshot at {st['after_s']:.6f} s")),
-                    provenance=Provenance.INFERRED, confidence=0.5))
+                out.append(_step_link(
+                    e.host, st["gap"],
+                    (f"The snapshots of {st['gap']} on host {e.host or '?'} skip from {st['before_s']:.3f} to "
+                     f"{st['after_s']:.3f} s: the wall clock may have stepped forward there by up to "
+                     f"{st['excess_s']:.3f} s, or the snapshots stalled, which their stamps cannot tell apart; "
+                     f"no reading of the clocks lies {st['side']} it, so the {e.domain} records {st['side']} it are placed "
+                     f"by {st['method']} with that much more uncertainty"),
+                    (Evidence(st["gap"], None, f"snapshot at {st['before_s']:.6f} s"),
+                     Evidence(st["gap"], None, f"next snapshot at {st['after_s']:.6f} s")), 0.5))
                 continue
             if "overlap" in st:
-                out.append(Link(
-                    kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["overlap"], host=e.host or None,
-                    summary=(f"The wall clock of host {e.host or '?'} stepped back while {st['overlap']} was taken: "
-                             f"its snapshots crowd from {st['first_s']:.3f} to {st['last_s']:.3f} s, stamped twice "
-                             f"over by reads from before and after the step; nothing in the bundle pairs the clocks "
-                             f"before it, so the {e.domain} records before it are not placed and those after it are "
-                             f"placed as before ({st['method']})"),
-                    evidence=(Evidence(st["overlap"], None, f"snapshot at {st['first_s']:.6f} s"),
-                              Evidence(st["overlap"], None, f"snapshot at {st['last_s']:.6f} s")),
-                    provenance=Provenance.INFERRED, confidence=0.8))
+                out.append(_step_link(
+                    e.host, st["overlap"],
+                    (f"The wall clock of host {e.host or '?'} stepped back while {st['overlap']} was taken: "
+                     f"its snapshots crowd from {st['first_s']:.3f} to {st['last_s']:.3f} s, stamped twice "
+                     f"over by reads from before and after the step; nothing in the bundle pairs the clocks "
+                     f"before it, so the {e.domain} records before it are not placed and those after it are "
+                     f"placed as before ({st['method']})"),
+                    (Evidence(st["overlap"], None, f"snapshot at {st['first_s']:.6f} s"),
+                     Evidence(st["overlap"], None, f"snapshot at {st['last_s']:.6f} s")), 0.8))
                 continue
             if "log" in st:
-                out.append(Link(
-                    kind=LinkKind.CLOCK_STEP, ts_ns=None, source=st["log"], host=e.host or None,
-                    summary=(f"The wall clock of host {e.host or '?'} stepped while {st['log']} was written (its c10 "
-                             f"stamps fit one phase on CLOCK_MONOTONIC up to line {st['after_line']} and another from "
-                             f"line {st['before_line']} on: an NTP step, or a VM paused by its host); nothing in the "
-                             f"bundle pairs the clocks before it, so the {e.domain} records before it are not placed "
-                             f"and those after it are placed as before ({st['method']})"),
-                    evidence=(Evidence(st["log"], st["after_line"], "last line written before the step"),
-                              Evidence(st["log"], st["before_line"], "first line written after the step")),
-                    provenance=Provenance.INFERRED, confidence=0.9))
+                out.append(_step_link(
+                    e.host, st["log"],
+                    (f"The wall clock of host {e.host or '?'} stepped while {st['log']} was written (its c10 "
+                     f"stamps fit one phase on CLOCK_MONOTONIC up to line {st['after_line']} and another from "
+                     f"line {st['before_line']} on: an NTP step, or a VM paused by its host); nothing in the "
+                     f"bundle pairs the clocks before it, so the {e.domain} records before it are not placed "
+                     f"and those after it are placed as before ({st['method']})"),
+                    (Evidence(st["log"], st["after_line"], "last line written before the step"),
+                     Evidence(st["log"], st["before_line"], "first line written after the step")), 0.9))
                 continue
             a, b = st["last_before"], st["first_after"]
             win = next((g for g in e.segments if g[5].endswith("window")), None)
