@@ -185,7 +185,8 @@ def gaps_in(times: list[int]) -> list[tuple[int, int, int]]:
             if (b - a) > period + max(period // 2, SAMPLER_GAP_NS)]
 
 
-def _series(store, incident_id: str) -> list[dict]:
+def sampler_series(store, incident_id: str) -> list[dict]:
+    """Each cgroup snapshot series' stamps: host, series (its folder or file), times."""
     return store.query(
         r"""SELECT COALESCE(s.host, '') AS host,
                   regexp_replace(s.path, '/[0-9]{9,}(\.[0-9]+)?(/.*)?$', '') AS series,
@@ -195,11 +196,11 @@ def _series(store, incident_id: str) -> list[dict]:
            GROUP BY 1, 2""", [incident_id])
 
 
-def sampler_gaps(store, incident_id: str) -> dict[str, list[Gap]]:
+def sampler_gaps(store, incident_id: str, series: list[dict] | None = None) -> dict[str, list[Gap]]:
     """Per host, the gaps of its cgroup snapshot series (one series per folder of snapshot folders,
-    or per file that holds many snapshots)."""
+    or per file that holds many snapshots); ``series``: the series' times where already read."""
     out: dict[str, list[Gap]] = {}
-    for r in _series(store, incident_id):
+    for r in sampler_series(store, incident_id) if series is None else series:
         for a, b, x in gaps_in(r["times"]):
             out.setdefault(r["host"], []).append(Gap(r["host"], r["series"], a, b, x))
     return out
@@ -253,10 +254,11 @@ def overlaps_in(times: list[int]) -> list[tuple[int, int, int, bool]]:
     return out
 
 
-def sampler_overlaps(store, incident_id: str) -> dict[str, list[Overlap]]:
-    """Per host, the crowded stretches of its cgroup snapshot series (:func:`overlaps_in`)."""
+def sampler_overlaps(store, incident_id: str, series: list[dict] | None = None) -> dict[str, list[Overlap]]:
+    """Per host, the stretches of its cgroup snapshot series stamped closer than their period
+    (:func:`overlaps_in`); ``series``: as for :func:`sampler_gaps`."""
     out: dict[str, list[Overlap]] = {}
-    for r in _series(store, incident_id):
+    for r in sampler_series(store, incident_id) if series is None else series:
         for a, b, p, crowded in overlaps_in(r["times"]):
             out.setdefault(r["host"], []).append(Overlap(r["host"], r["series"], a, b, p, crowded))
     return out

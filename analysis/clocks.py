@@ -1270,7 +1270,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         """SELECT DISTINCT COALESCE(host, '') AS host, clock_domain AS domain FROM sources
            WHERE incident_id = ? AND clock_domain IS NOT NULL""", [incident_id])
     from .clock_match import bounds_by_host, counted_kill_windows, launcher_lines, matches
-    from .clock_steps import runs, sampler_gaps, sampler_overlaps
+    from .clock_steps import runs, sampler_gaps, sampler_overlaps, sampler_series
     pairs = _kernel_pairs(store, incident_id)
     launcher = launcher_lines(store, incident_id)
     anchors = collect_anchors(store, incident_id, pairs, launcher)
@@ -1288,7 +1288,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     from .clock_phase import log_steps, phases
     phase_of = phases(store, incident_id, {d["host"] for d in doms})
     logged = log_steps(store, incident_id, {d["host"] for d in doms})
-    gaps, overlaps = sampler_gaps(store, incident_id), sampler_overlaps(store, incident_id)
+    series = sampler_series(store, incident_id)
+    gaps, overlaps = sampler_gaps(store, incident_id, series), sampler_overlaps(store, incident_id, series)
     for per_host in (gaps, overlaps):
         if "" in per_host and len({d["host"] for d in doms} - {""}) == 1:
             per_host.setdefault(next(iter({d["host"] for d in doms} - {""})), per_host.pop(""))
