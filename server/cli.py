@@ -16,7 +16,7 @@ from rich.table import Table
 
 from ingest import __version__
 from ingest.bundle import IntakeError
-from web.present import clock_text, group_sources
+from web.present import clock_text, group_sources, where as evidence_at
 
 from .settings import Settings
 from .store import StoreError
@@ -97,15 +97,15 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
     anomalies = rep["anomalies"]
     console.print(f"[bold]Findings[/bold] ({len(anomalies)}):" if anomalies else "[bold]Findings[/bold]: none")
     for a in anomalies:
-        where = " ".join(x for x in (a["host"] and f"host {a['host']}",
+        who = " ".join(x for x in (a["host"] and f"host {a['host']}",
                                       a["rank"] is not None and f"rank {a['rank']}",
                                       a["pid"] and f"pid {a['pid']}") if x)
         lead = f" ({a['lead_text']})" if a.get("lead_text") else ""
-        console.print(f"  {a['time'] or 'time unknown'}  [bold]{a['kind']}[/bold]  {escape(where)}{lead}")
+        console.print(f"  {a['time'] or 'time unknown'}  [bold]{a['kind']}[/bold]  {escape(who)}{lead}")
         console.print(f"      {escape(a['summary'])}")
         for e in a["evidence"][:2]:
             first = (e["text"] or "").split("\n", 1)[0]
-            console.print(f"      [dim]{escape(e['source'])}:{e['line']}: {escape(first[:160])}[/dim]")
+            console.print(f"      [dim]{escape(evidence_at(e))}: {escape(first[:160])}[/dim]")
     console.print()
     console.print(f"[bold]What happened[/bold]: {escape(rep.get('summary') or '')}")
     for i, c in enumerate(rep["chains"]):

@@ -31,6 +31,12 @@ def group_sources(sources: list[dict], limit: int = 40) -> list[dict]:
     return sorted(out, key=lambda s: s["path"])
 
 
+def where(e: dict) -> str:
+    """Where a piece of evidence is: its source, and the line where it has one (a snapshot series,
+    a whole file, has none)."""
+    return e["source"] if e.get("line") is None else f"{e['source']}:{e['line']}"
+
+
 def clock_text(c: dict | None) -> str:
     """A source's clock placement in a few characters: 'boot ±1 ms', 'wall ±0 ms', 'boot: unplaced'."""
     if not c:

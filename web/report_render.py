@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from .pages import STATIC_DIR, _env, plotly_js_path, script_json, static_text
-from .present import group_sources
+from .present import group_sources, where
 
 # What Markdown would interpret in running text: emphasis, code, links, HTML, tables, strike-through;
 # an underscore only at a word edge (CommonMark ignores intraword ones, as in file_names).
@@ -48,7 +48,7 @@ def markdown(rep: dict) -> str:
     f = rep.get("failure")
     if f:
         out += [f"**Failure** {f['time']} — {md_escape(f['summary'])}", ""]
-        out += [f"- `{md_escape(e['source'])}:{e['line']}`" for e in f["evidence"][:3]] + [""]
+        out += [f"- `{md_escape(where(e))}`" for e in f["evidence"][:3]] + [""]
     lrc = rep.get("launcher_root_cause")
     if lrc and lrc.get("victim_of") is not None:
         out += [f"**Note:** the launcher named rank {lrc['rank']} as the root cause (the first failure it "
@@ -61,7 +61,7 @@ def markdown(rep: dict) -> str:
                        f"{md_escape(l['summary'])} *({l['provenance']})*")
             for e in l["evidence"][:2]:
                 first = (e["text"] or "").split("\n", 1)[0][:300]
-                out.append(f"   - `{md_escape(e['source'])}:{e['line']}`: {md_escape(first)}")
+                out.append(f"   - `{md_escape(where(e))}`: {md_escape(first)}")
             if j < len(c["edges"]):
                 ed = c["edges"][j]
                 undecided = ("; which came first is within the uncertainty of their times"

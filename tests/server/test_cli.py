@@ -88,3 +88,14 @@ def test_bundle_text_is_printed_as_it_is(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "dmesg.txt:100:" in r.stdout and "\U0001f4af" not in r.stdout
     assert "py:smile:[bold]x[/bold]" in r.stdout and "\U0001f604" not in r.stdout
+
+
+def test_evidence_without_a_line_names_its_source_alone(tmp_path):
+    """A clock step read from a snapshot series cites the series, which has no line: the terminal
+    shows the source, not a line number of None (the development recording leak-r1-wallstep)."""
+    from tests.analysis.corpus import build, cases
+    (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
+    r = run("analyze", str(build(c, tmp_path / "b")), home=tmp_path / "h")
+    assert r.returncode == 0, r.stderr
+    assert "clock_step" in r.stdout and "vm/cgroup/: " in r.stdout
+    assert ":None:" not in r.stdout

@@ -1,0 +1,12 @@
+"""Evidence is shown where it is: a line where it has one, its source alone where it has none."""
+from web.pages import _env
+from web.present import where
+
+
+def test_evidence_with_and_without_a_line():
+    assert where({"source": "vm/dmesg.txt", "line": 8}) == "vm/dmesg.txt:8"
+    assert where({"source": "vm/cgroup/", "line": None}) == "vm/cgroup/"
+    # the templates use the same filter, and escape what a bundle named
+    t = _env.from_string("{% for e in ev %}<div>{{ e|where }}</div>{% endfor %}")
+    assert t.render(ev=[{"source": "vm/cgroup/", "line": None}, {"source": "<x>.log", "line": 3}]) == \
+        "<div>vm/cgroup/</div><div>&lt;x&gt;.log:3</div>"
