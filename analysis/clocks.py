@@ -459,15 +459,7 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
         # on the offset dmesg converted with: from P = that - lo on, every record came after the step
         o = max(crowded, key=lambda x: x.first_ns)
         p_cut = o.first_ns + o.period_ns - lo
-        return replace(entry, segments=((None, p_cut, None, None, None, OVERLAP_WHAT),
-                                        (p_cut, None, entry.offset_ns, None, entry.uncertainty_ns,
-                                         f"after the wall clock's step back ({o.source}'s snapshots crowd from "
-                                         f"{o.first_ns / 1e9:.6f} to {o.last_ns / 1e9:.6f} s)")),
-                       steps=({"overlap": o.source, "first_s": o.first_ns / 1e9, "last_s": o.last_ns / 1e9,
-                               "method": entry.method},),
-                       method=entry.method + f"; the wall clock stepped back where {o.source}'s snapshots crowd "
-                                             f"({o.first_ns / 1e9:.6f}-{o.last_ns / 1e9:.6f} s): the records printed "
-                                             "before then are not placed")
+        return _unplaced_before(entry, p_cut, o)
     if boot is None and gaps:
         # dmesg converted every record with the offset of when it ran, after every gap of the
         # snapshots: a record printed before one may have been written before a step of up to its
@@ -1160,15 +1152,21 @@ def unplaced_before_overlap(entry: ClockEntry, overlaps: list, readings: list, p
                  key=lambda c: c[0], default=(None, None))
     if o is None:
         return entry
-    cut += apart
+    return _unplaced_before(entry, cut + apart, o)
+
+
+def _unplaced_before(entry: ClockEntry, cut: int, o) -> ClockEntry:
+    """``entry`` from ``cut`` on, nothing before it: a step back that the crowded stretch ``o``
+    shows came before ``cut``, by an amount nothing in the bundle measures."""
     return replace(entry, segments=((None, cut, None, None, None, OVERLAP_WHAT),
-                                    (cut, None, off, None, unc, f"after the wall clock's step back ({o.source}'s "
-                                     f"snapshots crowd from {o.first_ns / 1e9:.6f} to {o.last_ns / 1e9:.6f} s)")),
+                                    (cut, None, entry.offset_ns, None, entry.uncertainty_ns,
+                                     f"after the wall clock's step back ({o.source}'s snapshots crowd from "
+                                     f"{o.first_ns / 1e9:.6f} to {o.last_ns / 1e9:.6f} s)")),
                    steps=({"overlap": o.source, "first_s": o.first_ns / 1e9, "last_s": o.last_ns / 1e9,
                            "method": entry.method},),
-                   method=entry.method + f" (the wall clock stepped back where {o.source}'s snapshots crowd, "
-                                         f"{o.first_ns / 1e9:.6f}-{o.last_ns / 1e9:.6f} s; the records before it "
-                                         "are not placed)")
+                   method=entry.method + f"; the wall clock stepped back where {o.source}'s snapshots crowd "
+                                         f"({o.first_ns / 1e9:.6f}-{o.last_ns / 1e9:.6f} s): the records before "
+                                         "then are not placed")
 
 
 def _one_log(logged: list, steps: int) -> list:
@@ -1184,6 +1182,40 @@ def _step_link(host: str, source: str, summary: str, evidence: tuple, confidence
     from .links import Link, LinkKind, Provenance
     return Link(kind=LinkKind.CLOCK_STEP, ts_ns=None, source=source, host=host or None, summary=summary,
                 evidence=evidence, provenance=Provenance.INFERRED, confidence=confidence)
+
+
+def _gap_told(e: ClockEntry, st: dict) -> tuple:
+    from .links import Evidence
+    return ((f"The snapshots of {st['gap']} on host {e.host or '?'} skip from {st['before_s']:.3f} to "
+             f"{st['after_s']:.3f} s: the wall clock may have stepped forward there by up to {st['excess_s']:.3f} s, "
+             f"or the snapshots stalled, which their stamps cannot tell apart; no reading of the clocks lies "
+             f"{st['side']} it, so the {e.domain} records {st['side']} it are placed by {st['method']} with that much "
+             f"more uncertainty"),
+            (Evidence(st["gap"], None, f"snapshot at {st['before_s']:.6f} s"),
+             Evidence(st["gap"], None, f"next snapshot at {st['after_s']:.6f} s")), 0.5)
+
+
+def _overlap_told(e: ClockEntry, st: dict) -> tuple:
+    from .links import Evidence
+    first, last = (Evidence(st["overlap"], None, f"snapshot at {st[k]:.6f} s") for k in ("first_s", "last_s"))
+    return ((f"The wall clock of host {e.host or '?'} stepped back while {st['overlap']} was taken: its snapshots "
+             f"crowd from {st['first_s']:.3f} to {st['last_s']:.3f} s, stamped twice over by reads from before and "
+             f"after the step; nothing in the bundle pairs the clocks before it, so the {e.domain} records before it "
+             f"are not placed and those after it are placed as before ({st['method']})"), (first, last), 0.8)
+
+
+def _log_told(e: ClockEntry, st: dict) -> tuple:
+    from .links import Evidence
+    return ((f"The wall clock of host {e.host or '?'} stepped while {st['log']} was written (its c10 stamps fit one "
+             f"phase on CLOCK_MONOTONIC up to line {st['after_line']} and another from line {st['before_line']} on: an "
+             f"NTP step, or a VM paused by its host); nothing in the bundle pairs the clocks before it, so the "
+             f"{e.domain} records before it are not placed and those after it are placed as before ({st['method']})"),
+            (Evidence(st["log"], st["after_line"], "last line written before the step"),
+             Evidence(st["log"], st["before_line"], "first line written after the step")), 0.9)
+
+
+# a step one source shows, by the key its entry's ``steps`` names the source under: summary, evidence, confidence
+_ONE_SOURCE_STEPS = {"gap": _gap_told, "overlap": _overlap_told, "log": _log_told}
 
 
 def skew_links(entries: list[ClockEntry]) -> list:
@@ -1215,38 +1247,9 @@ def skew_links(entries: list[ClockEntry]) -> list:
                              f"by {st['method']}"),
                     evidence=(), provenance=Provenance.INFERRED, confidence=0.9))
                 continue
-            if "gap" in st:
-                out.append(_step_link(
-                    e.host, st["gap"],
-                    (f"The snapshots of {st['gap']} on host {e.host or '?'} skip from {st['before_s']:.3f} to "
-                     f"{st['after_s']:.3f} s: the wall clock may have stepped forward there by up to "
-                     f"{st['excess_s']:.3f} s, or the snapshots stalled, which their stamps cannot tell apart; "
-                     f"no reading of the clocks lies {st['side']} it, so the {e.domain} records {st['side']} it are placed "
-                     f"by {st['method']} with that much more uncertainty"),
-                    (Evidence(st["gap"], None, f"snapshot at {st['before_s']:.6f} s"),
-                     Evidence(st["gap"], None, f"next snapshot at {st['after_s']:.6f} s")), 0.5))
-                continue
-            if "overlap" in st:
-                out.append(_step_link(
-                    e.host, st["overlap"],
-                    (f"The wall clock of host {e.host or '?'} stepped back while {st['overlap']} was taken: "
-                     f"its snapshots crowd from {st['first_s']:.3f} to {st['last_s']:.3f} s, stamped twice "
-                     f"over by reads from before and after the step; nothing in the bundle pairs the clocks "
-                     f"before it, so the {e.domain} records before it are not placed and those after it are "
-                     f"placed as before ({st['method']})"),
-                    (Evidence(st["overlap"], None, f"snapshot at {st['first_s']:.6f} s"),
-                     Evidence(st["overlap"], None, f"snapshot at {st['last_s']:.6f} s")), 0.8))
-                continue
-            if "log" in st:
-                out.append(_step_link(
-                    e.host, st["log"],
-                    (f"The wall clock of host {e.host or '?'} stepped while {st['log']} was written (its c10 "
-                     f"stamps fit one phase on CLOCK_MONOTONIC up to line {st['after_line']} and another from "
-                     f"line {st['before_line']} on: an NTP step, or a VM paused by its host); nothing in the "
-                     f"bundle pairs the clocks before it, so the {e.domain} records before it are not placed "
-                     f"and those after it are placed as before ({st['method']})"),
-                    (Evidence(st["log"], st["after_line"], "last line written before the step"),
-                     Evidence(st["log"], st["before_line"], "first line written after the step")), 0.9))
+            told = next((k for k in _ONE_SOURCE_STEPS if k in st), None)
+            if told is not None:
+                out.append(_step_link(e.host, st[told], *_ONE_SOURCE_STEPS[told](e, st)))
                 continue
             a, b = st["last_before"], st["first_after"]
             win = next((g for g in e.segments if g[5].endswith("window")), None)
