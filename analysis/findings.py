@@ -53,8 +53,11 @@ def oom_kills(store, incident_id: str) -> list[Link]:
         best = min(placed, key=lambda r: (r["uncertainty_ns"] is None, r["uncertainty_ns"] or 0)) if placed else g[0]
         a = best["attrs"]
         scope = "memory-cgroup OOM killer" if a.get("scope") == "memcg" else "kernel OOM killer"
-        summary = (f"The {scope} killed pid {a.get('victim_pid')} ({a.get('victim_comm')}), "
-                   f"anon-rss {_kib(a.get('anon_rss_kb'))}")
+        if a.get("victim_pid") is None and a.get("summary"):
+            summary = a["summary"]      # a report cut before its kill line: the victim is unknown
+        else:
+            summary = (f"The {scope} killed pid {a.get('victim_pid')} ({a.get('victim_comm')}), "
+                       f"anon-rss {_kib(a.get('anon_rss_kb'))}")
         if best["host"]:
             summary += f" on {best['host']}"
         keep = {k: a.get(k) for k in ("victim_comm", "constraint", "oom_memcg", "task_memcg", "memcg", "scope",
@@ -611,9 +614,41 @@ def mismatch_deviation(store, incident_id: str, links: list[Link]) -> list[Link]
     return out
 
 
+def unsummarised_failures(store, incident_id: str, links: list[Link]) -> list[Link]:
+    """A worker the launcher reported failed (``failed (exitcode: N) local_rank: L (pid: P)``) in
+    a file with no ``ChildFailedError`` summary (a pasted excerpt, a launcher killed before it
+    wrote one): the line is the failure's evidence, a ``signal_kill`` for a negative exit code
+    (the signal's number) and a ``process_exit`` otherwise, unless another finding already says
+    how that pid ended."""
+    rows = store.query(
+        """SELECT f.value, f.line, s.path, COALESCE(e.host, s.host) AS host, e.ts_utc_ns, e.text, e.rank
+           FROM facts f JOIN sources s USING (incident_id, source_id)
+           LEFT JOIN events e ON e.incident_id = f.incident_id AND e.source_id = f.source_id AND e.line = f.line
+                AND e.name = 'worker_failed'
+           WHERE f.incident_id = ? AND f.key = 'unsummarised_worker_failure'
+             AND NOT EXISTS (SELECT 1 FROM events b WHERE b.incident_id = f.incident_id
+                             AND b.source_id = f.source_id AND b.kind = 'job_failure')
+           ORDER BY s.path, f.line""", [incident_id])
+    ended = {(l.host, l.pid) for l in links if l.kind in DEATH_KINDS and l.pid is not None}
+    out = []
+    for r in rows:
+        a = json.loads(r["value"])
+        pid, code = a.get("worker_pid"), a.get("exitcode")
+        if not isinstance(pid, int) or (r["host"], pid) in ended:
+            continue
+        ended.add((r["host"], pid))
+        kind = LinkKind.SIGNAL_KILL if isinstance(code, int) and code < 0 else LinkKind.PROCESS_EXIT
+        out.append(Link(kind=kind, ts_ns=r["ts_utc_ns"], summary=a.get("summary") or f"worker pid {pid} failed",
+                        source=r["path"], host=r["host"], rank=r["rank"], pid=pid,
+                        evidence=(Evidence(r["path"], r["line"], r["text"] or ""),), provenance=Provenance.READ,
+                        confidence=1.0, attrs=_scalar_attrs(dict(a, unsummarised=True))))
+    return out
+
+
 def anomalies(store, incident_id: str) -> list[Link]:
     from .detectors import run as metric_detectors
     links = oom_kills(store, incident_id) + blocked_since(typed_events(store, incident_id))
+    links += unsummarised_failures(store, incident_id, links)
     links = mismatch_deviation(store, incident_id, links)
     links = printed_before_death(starved_of_input(refine_launcher_times(store, incident_id, links)))
     links = metric_detectors(store, incident_id, links)

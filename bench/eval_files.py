@@ -9,7 +9,8 @@ the file was collected, before aftertrace was run on it). Each case is analysed 
 ``aftertrace analyze <folder with just that file>`` does. A case is *recognised* when a parser of
 its kind read it, *kept* when at least the plain-text reader did (status ``text``), and its
 signatures are *found* when every kind the person pointed at is among the report's findings
-(failure, origin, victims, anomalies, chain steps). The held-out half was collected and
+(failure, origin, victims, anomalies, chain steps). What a person pointed at that aftertrace has
+no finding kind for is listed ("no kind for"), not judged. The held-out half was collected and
 committed before the parsers changed for it, and is never used to tune them.
 """
 from __future__ import annotations
@@ -61,18 +62,21 @@ def judge(c: dict, rep: dict) -> dict:
     statuses = sorted({s["status"] for s in srcs})
     kinds = sorted({s["kind"] for s in srcs})
     want_kind = SOURCE_KIND.get(c["kind"])
-    recognised = all(s["status"] in ("parsed", "partial") for s in srcs) and bool(srcs) and (
+    recognised = all(s["status"] in ("parsed", "partial") for s in srcs) and bool(srcs) and bool(
         want_kind is None or want_kind in kinds or (want_kind in ("app_log", "nccl_log")
                                                     and {"app_log", "nccl_log"} & set(kinds)))
     kept = bool(srcs) and all(s["status"] in ("parsed", "partial", "text") for s in srcs)
-    want = sorted({s["kind"] for s in c.get("signatures") or ()})
+    said = {s["kind"] for s in c.get("signatures") or ()}
+    want = sorted(k for k in said if not k.startswith("other:"))
+    # what the person pointed at that aftertrace has no finding kind for (reported, not judged)
+    unmodelled = sorted(k[len("other:"):] for k in said if k.startswith("other:"))
     found = finding_kinds(rep)
     missing = [k for k in want if k not in found]
     return {"case": c["id"], "half": c["half"], "kind": c["kind"], "shape": c.get("shape", ""),
             "status": "/".join(statuses), "source_kinds": "/".join(kinds),
             "formats": "/".join(sorted({s.get("format") or "-" for s in srcs})),
             "records": sum(s.get("records") or 0 for s in srcs), "recognised": recognised, "kept": kept,
-            "want": want, "missing": missing, "found": sorted(found),
+            "want": want, "missing": missing, "unmodelled": unmodelled, "found": sorted(found),
             "ok": kept and not missing}
 
 
@@ -102,12 +106,13 @@ def run(halves, only: str | None) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| case | kind | shape | status | read as | records | recognised | signatures | missing |",
-             "|---|---|---|---|---|--:|:-:|---|---|"]
+    lines = ["| case | kind | shape | status | read as | records | recognised | signatures | missing | no kind for |",
+             "|---|---|---|---|---|--:|:-:|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['kind']} | {r['shape'][:60]} | {r['status']} | {r['formats']} | "
                      f"{r['records']} | {'yes' if r['recognised'] else ('text' if r['kept'] else 'NO')} | "
-                     f"{', '.join(r['want']) or '-'} | {', '.join(r['missing']) or '-'} |")
+                     f"{', '.join(r['want']) or '-'} | {', '.join(r['missing']) or '-'} | "
+                     f"{'; '.join(r['unmodelled']) or '-'} |")
     lines.append("")
     lines.append("| kind | files | recognised | kept as text | dropped | signatures wanted | found |")
     lines.append("|---|--:|--:|--:|--:|--:|--:|")

@@ -41,14 +41,15 @@ CLOCK_DOMAINS = (CLOCK_BOOT, CLOCK_WALL, CLOCK_KERNEL_WALL, CLOCK_PROCESS, CLOCK
 # Source kinds (DESIGN.md "Report JSON").
 SOURCE_KINDS = (
     "perf_script", "torch_trace", "nccl_log", "app_log", "dmesg", "cgroup",
-    "host_info", "unrecognized",
+    "host_info", "text", "unrecognized",
 )
 # Source statuses.
 STATUS_PARSED = "parsed"
 STATUS_PARTIAL = "partial"
 STATUS_UNRECOGNIZED = "unrecognized"
 STATUS_FAILED = "failed"
-SOURCE_STATUSES = (STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED, STATUS_FAILED)
+STATUS_TEXT = "text"        # no parser claimed the text file: kept as plain text (lines, times, signatures)
+SOURCE_STATUSES = (STATUS_PARSED, STATUS_PARTIAL, STATUS_TEXT, STATUS_UNRECOGNIZED, STATUS_FAILED)
 
 # Event severities, most to least severe.
 SEVERITIES = ("emerg", "alert", "crit", "error", "warning", "notice", "info", "debug")
@@ -166,7 +167,7 @@ SOURCES = Table(
         _c("compressed", "BOOLEAN", "-", "whether the file is gzip-compressed"),
         _c("records", "BIGINT", "count", "rows the parser produced (events, samples, metrics, anchors)"),
         _c("issues", "BIGINT", "count", "parse issues recorded for the file"),
-        _c("status", "VARCHAR", "-", "parsed | partial | unrecognized | failed", False),
+        _c("status", "VARCHAR", "-", "parsed | partial | text | unrecognized | failed", False),
         _c("error", "VARCHAR", "-", "why the file failed, or what made it partial"),
         _c("host_from", "VARCHAR", "-", "how host was attributed (path, contents, folder, manifest)"),
         _c("rank_from", "VARCHAR", "-", "how rank was attributed"),

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_UNRECOGNIZED
+from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_TEXT, STATUS_UNRECOGNIZED
 from .reader import STREAM_ENDS, DecompressedLimit, Head, _Limited, is_gzip
 from .registry import ParseContext, Registry, default_registry
 from .sink import COMPRESSION, TEMP_COMPRESSION, RowSink, partition_path
@@ -46,6 +46,9 @@ class ParseJob:
     host: str | None = None        # host of the partitions when known before the parse (path)
     byte_range: tuple[int, int, int] | None = None   # (start, end, number of the first line)
     part_base: int = 0             # added to the part numbers of the partitions (ranges)
+    unwrap: tuple[str, ...] = ()   # wrapper layers peeled off every line (ingest.unwrap)
+    from_line: int = 0             # where the format's lines begin after a preamble (0: at the top)
+    text_reason: str | None = None  # kept as plain text: why no parser claimed it
 
 
 @dataclass
@@ -72,8 +75,7 @@ class SourceResult:
 
 def detect_file(path: str, rel: str, registry: Registry | None = None):
     registry = registry or default_registry()
-    head = Head.read(path, rel)
-    return registry.detect(head)
+    return registry.sniff(path, rel)
 
 
 def parse_file(job: ParseJob, registry: Registry | None = None,
@@ -95,11 +97,13 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
         if job.parser:
             parser_cls = registry.by_name(job.parser)
         else:
-            det = registry.detect(Head.read(p, job.rel))
-            if not det.recognized:
+            det = registry.sniff(p, job.rel)
+            if det.reader is None:
                 res.error = det.reason
                 return res
-            parser_cls = det.parser
+            parser_cls = det.reader
+            job = replace(job, unwrap=det.unwrap, from_line=det.from_line,
+                          text_reason=None if det.recognized else det.reason)
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         res.status, res.error = STATUS_FAILED, f"{job.rel}: cannot be read: {e}"
         return res
@@ -110,7 +114,11 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
     if job.byte_range:
         ctx = RangeContext(p, job.rel, sink, job.byte_range, time_zone=job.time_zone)
     else:
-        ctx = ParseContext(p, job.rel, sink, max_bytes=job.max_bytes, time_zone=job.time_zone)
+        ctx = ParseContext(p, job.rel, sink, max_bytes=job.max_bytes, time_zone=job.time_zone, unwrap=job.unwrap)
+    if job.unwrap:
+        ctx.attrs["unwrapped"] = list(job.unwrap)
+    if job.from_line > 1:
+        ctx.attrs["format_from_line"] = job.from_line
     parser = parser_cls()
     failed = None
     try:
@@ -157,7 +165,11 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
             res.counts, res.records = {}, 0
             return res
     res.parts = parts
-    if ctx.truncated:
+    if getattr(parser_cls, "fallback", False):
+        res.status = STATUS_TEXT
+        res.error = f"kept as plain text: {job.text_reason or 'no parser recognised the contents'}" + (
+            f"; {ctx.truncated}" if ctx.truncated else "")
+    elif ctx.truncated:
         res.status, res.error = STATUS_PARTIAL, ctx.truncated
     elif res.issues:
         res.status, res.error = STATUS_PARTIAL, _issues_error(res)
@@ -271,7 +283,7 @@ def split_job(job: ParseJob, threshold: int, registry: Registry | None = None) -
     """The byte-range jobs of a file larger than ``threshold`` whose format allows it (None: parse
     it whole). Compressed files and files over the job's size limit are parsed whole."""
     registry = registry or default_registry()
-    if not job.parser or job.byte_range or threshold <= 0:
+    if not job.parser or job.byte_range or job.unwrap or threshold <= 0:
         return None
     try:
         parser_cls = registry.by_name(job.parser)

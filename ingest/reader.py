@@ -245,6 +245,11 @@ class Head:
             h.lines.pop()
         return h
 
+    @classmethod
+    def from_lines(cls, rel: str, lines: list[str], complete: bool = True) -> "Head":
+        """A head made of these lines (a stretch of a file, or its lines with wrappers peeled off)."""
+        return cls.from_bytes(rel, ("\n".join(lines) + "\n").encode("utf-8"), complete)
+
     @property
     def name(self) -> str:
         """Base file name without compression suffix, lower-cased."""

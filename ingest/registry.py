@@ -36,24 +36,31 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterator
 
 from .model import CLOCK_DOMAINS
 from .reader import STREAM_ENDS, Head, iter_lines, open_binary
 from .sink import RowSink
+from .unwrap import layers, open_unwrapped
+
+DEEP_BYTES = 1 << 20       # how far detection reads into a file that opens with a preamble
+WRAP_LINES = 300           # head lines whose wrappers decide the layers to peel
+PREAMBLE_STEP = 64         # later stretches of the head tried every this many lines
+MAX_STARTS = 64            # at most this many places where the lines change shape are tried
 
 
 class ParseContext:
     """What a parser gets: the file, a sink, and a place to state what it learnt."""
 
     def __init__(self, path: str | os.PathLike, rel: str, sink: RowSink,
-                 max_bytes: int | None = None, time_zone: str | None = None):
+                 max_bytes: int | None = None, time_zone: str | None = None, unwrap: tuple[str, ...] = ()):
         self.path = str(path)
         self.rel = rel
         self.sink = sink
         self.max_bytes = max_bytes
         self.time_zone = time_zone       # bundle time zone hint for local-time strings
+        self.unwrap = tuple(unwrap)      # wrapper layers peeled off every line (ingest.unwrap)
         # Filled by the parser:
         self.host: str | None = None     # host named by the contents
         self.rank: int | None = None
@@ -69,8 +76,10 @@ class ParseContext:
         self._stream = None
 
     def open(self):
-        """Binary stream of the decompressed file (closed by the pipeline)."""
+        """Binary stream of the decompressed file (closed by the pipeline), wrappers peeled off."""
         self._stream = open_binary(self.path, self.max_bytes)
+        if self.unwrap:
+            self._stream = open_unwrapped(self._stream, self.unwrap)
         return self._stream
 
     def line_frames(self, chunk_bytes: int | None = None, blank_as_null: bool = False):
@@ -182,10 +191,18 @@ class Detection:
     parser: type[Parser] | None
     reason: str = ""          # for unrecognized files: why nothing claimed it
     tried: tuple[str, ...] = field(default=())
+    unwrap: tuple[str, ...] = ()      # wrapper layers peeled off every line (ingest.unwrap)
+    from_line: int = 0                # the head's line where the parser's grammar begins (after a preamble)
+    fallback: type[Parser] | None = None   # a text file no parser claims: kept by this reader
 
     @property
     def recognized(self) -> bool:
         return self.parser is not None
+
+    @property
+    def reader(self) -> type[Parser] | None:
+        """The parser that reads the file: the one that claimed it, else the plain-text fallback."""
+        return self.parser or self.fallback
 
 
 class Registry:
@@ -197,6 +214,9 @@ class Registry:
         # per-file parsers (asked by detect) and group parsers (asked by claim_groups)
         self.parsers: tuple[type[Parser], ...] = tuple(p for p in ordered if not issubclass(p, GroupParser))
         self.groups: tuple[type[GroupParser], ...] = tuple(p for p in ordered if issubclass(p, GroupParser))
+        # the reader of text files nobody claims (never asked by ``detect``)
+        self.fallback: type[Parser] | None = next((p for p in self.parsers if getattr(p, "fallback", False)), None)
+        self.parsers = tuple(p for p in self.parsers if p is not self.fallback)
 
     def claim_groups(self, files: list[tuple[str, str]]) -> list[tuple[type[GroupParser], Group]]:
         """Let each group parser, in priority order, claim sets of the files nobody claimed yet."""
@@ -237,8 +257,52 @@ class Registry:
             reason += " (" + "; ".join(errors) + ")"
         return Detection(None, reason, tuple(tried))
 
+    def sniff(self, path: str | os.PathLike, rel: str) -> Detection:
+        """Which parser reads the file, looking past what hides a known format (see ``ingest.unwrap``).
+
+        In order, the first that a parser claims: the head as it is; the head with wrapper layers
+        peeled off its lines (one more layer each time); a later stretch of the head, then of the
+        first ``DEEP_BYTES``, when the file opens with a preamble (shell tracing, module loads,
+        banners) before the format's first line. A text file nobody claims comes back with the
+        plain-text reader as ``fallback`` and the reason; binary data and empty files do not."""
+        head = Head.read(path, rel)
+        det = self.detect(head)
+        if det.recognized or not head.data or head.binary:
+            return det
+        found = self._look_past(head)
+        if found is None and not head.complete:
+            found = self._look_past(Head.read(path, rel, size=DEEP_BYTES), windows_only=True)
+        if found is not None:
+            return found
+        return replace(det, fallback=self.fallback)
+
+    def _look_past(self, head: Head, windows_only: bool = False) -> Detection | None:
+        lines = head.lines
+        if not windows_only:
+            for names, peeled in layers(lines[:WRAP_LINES]):
+                det = self.detect(Head.from_lines(head.path, peeled, head.complete))
+                if det.recognized:
+                    return replace(det, unwrap=names)
+        # where the lines change how they start (a preamble's end), then every PREAMBLE_STEP lines
+        # (in the deeper read, twice as far each time)
+        starts: set[int] = set()
+        for i in range(1, len(lines)):
+            if lines[i][:2] != lines[i - 1][:2] and lines[i].strip():
+                starts.add(i)
+                if len(starts) >= MAX_STARTS:
+                    break
+        at = PREAMBLE_STEP
+        while at < len(lines):
+            starts.add(at)
+            at = at * 2 if windows_only else at + PREAMBLE_STEP
+        for start in sorted(starts):
+            det = self.detect(Head.from_lines(head.path, lines[start:], head.complete))
+            if det.recognized:
+                return replace(det, from_line=start + 1)
+        return None
+
     def by_name(self, name: str) -> type[Parser]:
-        for p in self.parsers + self.groups:
+        for p in self.parsers + self.groups + ((self.fallback,) if self.fallback else ()):
             if p.name == name:
                 return p
         raise KeyError(name)

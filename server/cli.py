@@ -82,7 +82,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
     for col, just in (("path", "left"), ("kind", "left"), ("host", "left"), ("rank", "right"),
                       ("status", "left"), ("records", "right"), ("issues", "right"), ("clock", "left")):
         t.add_column(col, justify=just, overflow="fold")
-    colors = {"parsed": "green", "partial": "yellow", "unrecognized": "dim", "failed": "red"}
+    colors = {"parsed": "green", "partial": "yellow", "text": "cyan", "unrecognized": "dim", "failed": "red"}
     for s in group_sources(srcs):
         t.add_row(escape(s["path"]), s["kind"], escape(s["host"] or "-"),
                   "-" if s["rank"] is None else str(s["rank"]),

@@ -37,7 +37,6 @@ from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_ful
 from ingest.formats.manifest import BundleManifests, find_manifests
 from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, merge_ranges, parse_file, split_job
-from ingest.reader import Head
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
@@ -311,17 +310,19 @@ class Service(Queries, Shares, Exports):
         for i, m in enumerate(ok):
             progress("detect", i, len(ok))
             try:
-                det = self.registry.detect(Head.read(m.file, m.path))
+                det = self.registry.sniff(m.file, m.path)
             except Exception as e:  # unreadable / damaged compression
                 results[m.path] = SourceResult(m.path, status=STATUS_FAILED,
                                                error=f"{m.path}: cannot be read: {e}", bytes=m.size)
                 continue
-            if not det.recognized:
+            if det.reader is None or (not det.recognized and m.path in manifests.paths):
                 results[m.path] = SourceResult(m.path, error=det.reason, bytes=m.file.stat().st_size)
                 continue
             job = ParseJob(str(m.file), m.path, max_bytes=self.settings.limits.max_member_bytes,
-                           parser=det.parser.name, **where(m.path, work_dir / f"{len(jobs) + len(host_jobs):06d}"))
-            (host_jobs if det.parser.kind == "host_info" else jobs).append(job)
+                           parser=det.reader.name, unwrap=det.unwrap, from_line=det.from_line,
+                           text_reason=None if det.recognized else det.reason,
+                           **where(m.path, work_dir / f"{len(jobs) + len(host_jobs):06d}"))
+            (host_jobs if det.reader.kind == "host_info" else jobs).append(job)
         progress("detect", len(ok), len(ok))
         # Host info first: it tells the bundle's time zone for local-time strings.
         for job in host_jobs:

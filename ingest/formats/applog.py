@@ -200,6 +200,16 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      r"exited unexpectedly)", ()),
     ("dataloader_timeout", None, "DataLoader timed out after",
      r"DataLoader timed out after (?P<loader_wait_s>\d+(?:\.\d+)?) seconds", ()),
+    # Slurm: srun reports each task that ended badly; slurmstepd the OOM kills its cgroup counted
+    ("srun_task_exit", "process_exit", "srun: error:",
+     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Exited with exit code (?P<exitcode>\d+)",
+     ("exitcode",)),
+    ("srun_task_killed", "signal_kill", "srun: error:",
+     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<signal>Killed|Terminated|Aborted)", ()),
+    ("srun_task_segfault", "segfault", "srun: error:",
+     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Segmentation fault", ()),
+    ("slurm_oom_kill", "oom_kill", "oom_kill event",
+     r"Detected (?P<oom_kills>\d+) oom[_-]kill events? in (?P<step>\S+?)\.?(?:\s|$)", ("oom_kills",)),
     ("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
     ("checkpoint_write_failed", "disk_full", "inline_container.cc",
      r"(?P<io_error>\[enforce fail at inline_container\.cc:\d+\] \. (?:unexpected pos \d+ vs \d+|"
@@ -238,6 +248,8 @@ EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|
 _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
                "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")
+# (an untimed line that holds any message of the grammar says something too)
+PLAIN_HINTS = tuple(dict.fromkeys(PLAIN_HINTS + tuple(m[2] for m in MESSAGES)))
 
 # INFO_GRAMMAR literal -> entry number (the first entry whose literal occurs in a line wins)
 _INFO_ENTRY = {lit: i for i, (_n, lit, _rx, _ints) in enumerate(INFO_GRAMMAR)}

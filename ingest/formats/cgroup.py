@@ -45,7 +45,7 @@ import re
 from collections import Counter
 from typing import Iterable
 
-from ..model import CLOCK_WALL
+from ..model import CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import Group, GroupParser, ParseContext, Parser, read_group
 from ._cgroup_state import SeriesState, freezing_value
@@ -396,6 +396,61 @@ class CgroupJsonlParser(Parser):
         ctx.attrs.update({"layout": "JSON lines", "disk": ctx.path})
 
 
+PSI_NAMES = ("cpu", "io", "memory", "irq")     # /proc/pressure/<name>, copied on its own
+_COMMENT = re.compile(r"\s+#.*$")               # a note a person added after a value
+MAX_SINGLE_LINES = 4096
+
+
+def single_file_id(path: str, lines: list[str]):
+    """What one cgroup or PSI file copied on its own is, from its name (``cpu.stat``,
+    ``memory.events``, ``io.pressure``; a ``/proc/pressure`` file keeps its bare name, ``io``,
+    so that name counts only with the PSI grammar). None: not such a file."""
+    fid = resolve(path)
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if fid is None and name in PSI_NAMES and lines and lines[0].startswith("some avg10="):
+        fid = resolve(f"pressure/{name}")
+    return fid
+
+
+class CgroupFileParser(Parser):
+    """One cgroup or PSI file on its own, named as the kernel names it: the name says which file
+    it is, and its contents must fit that file's grammar (every line, once notes after a ``#``
+    are dropped). There is no time: the values are one untimed snapshot (clock ``none``);
+    ``analysis.detectors.snapshot_counters`` reads the counters that say something without one."""
+    name = "cgroup_file"
+    kind = "cgroup"
+    priority = 44
+    clock_domain = CLOCK_NONE
+    description = "one cgroup or PSI file on its own (cpu.stat, memory.events, io.pressure, /proc/pressure/io, ...)"
+
+    @classmethod
+    def detect(cls, head: Head) -> bool:
+        if not head.complete:
+            return False
+        lines = [_COMMENT.sub("", ln) for ln in head.lines if ln.strip()]
+        if not lines or len(lines) > MAX_SINGLE_LINES:
+            return False
+        fid = single_file_id(head.path, lines)
+        if fid is None:
+            return False
+        rows, bad = parse_block(fid, lines)
+        return bool(rows) and not bad
+
+    def parse(self, ctx: ParseContext) -> None:
+        lines = [_COMMENT.sub("", text) for _, text in ctx.lines()][:MAX_SINGLE_LINES]
+        fid = single_file_id(ctx.rel, [ln for ln in lines if ln.strip()])
+        col = _Collector(ctx)
+        if fid is None:
+            col.bad(ctx.rel, None, "", "not a cgroup or PSI file this reader knows")
+        else:
+            col.add(Block(None, ctx.rel, 1, fid, lines))
+        col.close()
+        ctx.truncated = None
+        ctx.clock_domain = CLOCK_NONE
+        ctx.attrs.update({"layout": "one file", "untimed": "one copy of the file, with no time: its counters "
+                                                            "say what happened since the cgroup began, not when"})
+
+
 # -- evidence -------------------------------------------------------------------------
 def _blocks_of(attrs: dict, source: str, want_ts: set[int], zone: str | None) -> Iterable[Block]:
     disk = attrs.get("disk")
@@ -460,4 +515,4 @@ def evidence(source: str, attrs: dict, wanted: list[tuple[int, str, str]],
     return out
 
 
-PARSERS = (CgroupSnapshotsParser, CgroupTreeParser, CgroupConcatParser, CgroupJsonlParser)
+PARSERS = (CgroupSnapshotsParser, CgroupTreeParser, CgroupConcatParser, CgroupJsonlParser, CgroupFileParser)

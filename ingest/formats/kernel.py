@@ -528,6 +528,8 @@ class KernelEngine:
         if self.open_stack is not None and r["lineno"] != self.open_stack.last_line + 1:
             self._close_stack()
         msg = r["msg"] or ""
+        if self.oom is not None and r.get("boot") != self.oom.get("boot"):
+            self._cut_oom()            # the machine rebooted inside the report
         if r["oom_part"]:
             self._oom_part(r, msg)
         if not r["hit"]:
@@ -542,6 +544,7 @@ class KernelEngine:
             self._close_stack()
         row = self._typed_row(r, sig, attrs)
         if sig.id == "oom.invoked":
+            self._cut_oom()
             self.oom = {"start_line": r["lineno"], "start_ts": r["ts"], "boot": r["boot"], "invoked_row": row,
                         "invoked": {k: attrs[k] for k in ("comm", "gfp_mask", "order", "oom_score_adj") if k in attrs}}
         elif sig.id == "oom.summary":
@@ -594,7 +597,7 @@ class KernelEngine:
         if st is None:
             return
         if r["lineno"] - st["start_line"] > MAX_OOM_LINES:
-            self.oom = None
+            self.oom = None            # (its kill line may still come: not cut here)
             return
         m = _CPU_LINE.match(msg)
         if m:
@@ -623,6 +626,30 @@ class KernelEngine:
                 for c, v in zip(cols, vals):
                     t[c] = int(v) if _INT.fullmatch(v) else v
                 st["tasks"].append(t)
+
+    def _cut_oom(self) -> None:
+        """An OOM report that ends before its kill line (a pasted excerpt, a reboot, a lost tail): the
+        killer still ran. Its ``invoked oom-killer`` line becomes the ``oom_kill`` finding, with
+        what the report said so far and no victim."""
+        st, self.oom = self.oom, None
+        row = (st or {}).get("invoked_row")
+        if row is None or row["kind"]:
+            return
+        a = row["attrs"]
+        for k in ("memcg", "memcg_usage", "memcg_swap_usage", "trigger", "tasks"):
+            if k in st:
+                a[k] = st[k]
+        summ = st.get("summary") or {}
+        for k in ("constraint", "oom_memcg", "task_memcg"):
+            if k in summ:
+                a[k] = summ[k]
+        a["scope"] = "memcg" if a.get("constraint") == "CONSTRAINT_MEMCG" or "memcg_usage" in a else "unknown"
+        a["scope_name"] = "memory-cgroup OOM killer" if a["scope"] == "memcg" else "OOM killer"
+        a["victim_unknown"] = "the report ends before the line that names the process it killed"
+        row["kind"] = "oom_kill"
+        row["pid"] = None
+        a["summary"] = (f"The {a['scope_name']} was invoked by {a.get('comm', '?')}; the report ends before it "
+                        f"names the process it killed")
 
     def _finish_oom(self, row: dict, r: dict) -> None:
         a = row["attrs"]
@@ -703,7 +730,10 @@ class KernelEngine:
         boots = bool(recs["new_boot"].any()) or bool((recs["boot"] > 0).any())
         # attrs only where the engine learnt something: none in the first boot (built by the job)
         boot_attr = pl.col("_boot_attrs") if boots else None
-        if all_kern:
+        plain = getattr(self.parser, "plain_category", None)
+        if plain:      # a reader whose lines are not all the kernel's (plain text): one name for them
+            category, name = pl.lit(plain), pl.lit("line")
+        elif all_kern:
             category, name = pl.lit("kernel"), pl.col("subsys").fill_null("kernel")
         else:
             category = pl.when(pl.col("kern")).then(pl.lit("kernel")).otherwise(pl.lit("syslog"))
@@ -750,6 +780,7 @@ class KernelEngine:
     def finish(self) -> None:
         self.close_writer()
         self._close_stack()
+        self._cut_oom()
         for row in self.typed:
             n = row["attrs"].get("repeats")
             if n and row["kind"]:

@@ -80,8 +80,13 @@ def test_oom_kill_victim(tmp_path):
     res = parse(DATA / "dmesg" / "issue_reportportal-k8s-203_memcg_oom_raw.log", tmp_path)
     ev = rows(res, "events")
     kills = [e for e in ev if e["kind"] == "oom_kill"]
-    assert len(kills) == 1
-    k = kills[0]
+    assert len(kills) == 2
+    k, cut = kills
+    # the second report is cut before its kill line (the issue's excerpt ends): the killer still ran
+    assert (cut["line"], cut["pid"]) == (3, None)
+    assert json.loads(cut["attrs"])["victim_unknown"]
+    assert json.loads(cut["attrs"])["summary"] == ("The OOM killer was invoked by uwsgi; the report ends before it "
+                                                   "names the process it killed")
     assert (k["line"], k["ts_raw_ns"], k["name"], k["pid"]) == (1, 7063_247407_000, "oom_kill", 63214)
     assert json.loads(k["attrs"]) == {
         "victim_pid": 63214, "victim_comm": "uwsgi", "scope": "memcg",
