@@ -37,6 +37,7 @@ class LinkKind(str, Enum):
     RCU_STALL = "rcu_stall"
     KERNEL_PANIC = "kernel_panic"
     KERNEL_OOPS = "kernel_oops"
+    KERNEL_WARNING = "kernel_warning"          # a WARN_ON in the kernel: a driver or subsystem hit a bad state
     HARDWARE_ERROR = "hardware_error"
     THERMAL_THROTTLE = "thermal_throttle"
     LINK_DOWN = "link_down"

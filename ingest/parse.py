@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_TEXT, STATUS_UNRECOGNIZED
-from .reader import STREAM_ENDS, DecompressedLimit, Head, _Limited, is_gzip
+from .reader import STREAM_ENDS, DecompressedLimit, _Limited, is_gzip
 from .registry import ParseContext, Registry, default_registry
 from .sink import COMPRESSION, TEMP_COMPRESSION, RowSink, partition_path
 

@@ -257,8 +257,15 @@ class Head:
         return n[:-3] if n.endswith(".gz") else n
 
     def nonblank(self, limit: int | None = None) -> list[str]:
-        out = [ln for ln in self.lines if ln.strip()]
-        return out if limit is None else out[:limit]
+        if limit is None:
+            return [ln for ln in self.lines if ln.strip()]
+        out = []
+        for ln in self.lines:
+            if ln.strip():
+                out.append(ln)
+                if len(out) >= limit:
+                    break
+        return out
 
     def share(self, pattern: re.Pattern, limit: int = 200) -> float:
         """Fraction of the first ``limit`` non-blank lines that match ``pattern``."""

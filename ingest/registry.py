@@ -36,18 +36,20 @@ from __future__ import annotations
 
 import json
 import os
+from itertools import chain
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterator
 
 from .model import CLOCK_DOMAINS
 from .reader import STREAM_ENDS, Head, iter_lines, open_binary
 from .sink import RowSink
-from .unwrap import layers, open_unwrapped
+from .unwrap import MACHINE_WRAPPERS, MIXED_SHARE, layers, open_unwrapped
 
 DEEP_BYTES = 1 << 20       # how far detection reads into a file that opens with a preamble
 WRAP_LINES = 300           # head lines whose wrappers decide the layers to peel
-PREAMBLE_STEP = 64         # later stretches of the head tried every this many lines
+PREAMBLE_STEP = 128        # later stretches of the head tried every this many lines
 MAX_STARTS = 64            # at most this many places where the lines change shape are tried
+WINDOW_LINES = 2000        # the lines of a later stretch the parsers are asked about
 
 
 class ParseContext:
@@ -279,15 +281,18 @@ class Registry:
     def _look_past(self, head: Head, windows_only: bool = False) -> Detection | None:
         lines = head.lines
         if not windows_only:
-            for names, peeled in layers(lines[:WRAP_LINES]):
+            for names, peeled in chain(layers(lines[:WRAP_LINES]),
+                                       layers(lines[:WRAP_LINES], MIXED_SHARE, MACHINE_WRAPPERS)):
                 det = self.detect(Head.from_lines(head.path, peeled, head.complete))
                 if det.recognized:
                     return replace(det, unwrap=names)
         # where the lines change how they start (a preamble's end), then every PREAMBLE_STEP lines
         # (in the deeper read, twice as far each time)
         starts: set[int] = set()
-        for i in range(1, len(lines)):
-            if lines[i][:2] != lines[i - 1][:2] and lines[i].strip():
+        shape = [_shape(ln) for ln in lines]
+        for i in range(1, len(lines) - 2):
+            # a change of how lines start that holds for the next lines too
+            if shape[i] != shape[i - 1] and shape[i] == shape[i + 1] == shape[i + 2] and shape[i] != " ":
                 starts.add(i)
                 if len(starts) >= MAX_STARTS:
                     break
@@ -296,7 +301,8 @@ class Registry:
             starts.add(at)
             at = at * 2 if windows_only else at + PREAMBLE_STEP
         for start in sorted(starts):
-            det = self.detect(Head.from_lines(head.path, lines[start:], head.complete))
+            stretch = lines[start:start + WINDOW_LINES]
+            det = self.detect(Head.from_lines(head.path, stretch, head.complete and start + WINDOW_LINES >= len(lines)))
             if det.recognized:
                 return replace(det, from_line=start + 1)
         return None
@@ -306,6 +312,14 @@ class Registry:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+
+def _shape(line: str) -> str:
+    """How a line starts, coarsely: a digit, a letter, blank, or the punctuation itself."""
+    c = line[:1]
+    if not c or c.isspace():
+        return " "
+    return "9" if c.isdigit() else ("a" if c.isalpha() else c)
 
 
 def default_registry() -> Registry:

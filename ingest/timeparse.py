@@ -19,6 +19,26 @@ MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1)}
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 MONTH_RE = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+
+# Month abbreviations as glibc's %b writes them in other locales (what syslog and journalctl print
+# under LANG=de_DE, fr_FR, ...), lower-cased, without a trailing dot: month number. No
+# abbreviation names two different months across these locales.
+LOCALE_MONTHS: dict[str, int] = {}
+for _names in (
+        "jan feb mar apr may jun jul aug sep oct nov dec",                  # en (any case)
+        "jan feb mär apr mai jun jul aug sep okt nov dez",                  # de
+        "janv févr mars avr mai juin juil août sept oct nov déc",           # fr
+        "ene feb mar abr may jun jul ago sep oct nov dic",                  # es
+        "gen feb mar apr mag giu lug ago set ott nov dic",                  # it
+        "jan fev mar abr mai jun jul ago set out nov dez",                  # pt
+        "jan feb mrt apr mei jun jul aug sep okt nov dec",                  # nl
+        "sty lut mar kwi maj cze lip sie wrz paź lis gru",                  # pl
+        "янв фев мар апр мая июн июл авг сен окт ноя дек",                  # ru
+        "1月 2月 3月 4月 5月 6月 7月 8月 9月 10月 11月 12月"):               # zh, ja
+    for _i, _m in enumerate(_names.split(), 1):
+        assert LOCALE_MONTHS.setdefault(_m, _i) == _i, _m
+# any of them as a regex (case-insensitive, the dot some locales add): longest first
+LOCALE_MONTH_RE = "(?i:" + "|".join(sorted(map(re.escape, LOCALE_MONTHS), key=len, reverse=True)) + r")\.?"
 WEEKDAY_RE = "(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
 
 # Zone abbreviations that name one offset unambiguously.

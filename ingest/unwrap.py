@@ -12,7 +12,10 @@ as uploaded; the source's ``attrs.unwrapped`` names the layers.
 
 A layer is peeled when it is on at least ``SHARE`` of the head's non-blank lines (a wrapper is
 on every line its tool wrote; a paste may hold a few lines from elsewhere). Lines without it
-are kept as they are.
+are kept as they are. When that finds nothing, the wrappers only a tool writes
+(``MACHINE_WRAPPERS``: a syslog prefix, docker/CRI/logfmt envelopes, stamps, quotes) are tried
+again on ``MIXED_SHARE`` of the lines: a console capture where raw kernel lines and their syslog
+copies alternate is one kernel log once the copies lose their prefix.
 
 Worked example (an excerpt pasted into an issue, with the log's line numbers in front)::
 
@@ -110,6 +113,12 @@ WRAPPERS: tuple[Wrapper, ...] = (
 )
 _BY_NAME = {w.name: w for w in WRAPPERS}
 
+# Wrappers a tool writes and nothing else looks like: peeled even when only some of the lines carry
+# them (a console capture where raw printk lines and their syslog copies alternate), once peeling
+# them off every line that has them, and no more, lets a parser claim the file.
+MIXED_SHARE = 0.3
+MACHINE_WRAPPERS = ("quote", "docker_json", "cri", "logfmt_msg", "iso_stamp", "syslog_kernel")
+
 
 def _indent(width: int) -> Wrapper:
     return Wrapper(f"indent:{width}", f"{width} columns of indentation on every line (a quoted paste)",
@@ -127,23 +136,26 @@ def _common_indent(lines: list[str]) -> int:
     return min(widths) if widths else 0
 
 
-def layers(lines: list[str]):
+def layers(lines: list[str], share: float = SHARE, only: tuple[str, ...] | None = None):
     """Yield (names, lines) after each wrapper layer peeled off ``lines`` (the head's non-blank
-    lines), outermost first; at most ``MAX_LAYERS``."""
+    lines), outermost first; at most ``MAX_LAYERS``. A layer is on at least ``share`` of the lines;
+    ``only`` limits the wrappers tried (by name)."""
     names: list[str] = []
     cur = [ln for ln in lines if ln.strip()]
     for _ in range(MAX_LAYERS):
         if not cur:
             return
         found = None
-        ind = _common_indent(cur)
+        ind = _common_indent(cur) if only is None else 0
         if ind:
             found = _indent(ind)
         else:
             for w in WRAPPERS:
+                if only is not None and w.name not in only:
+                    continue
                 peeled = [w.peel(ln) for ln in cur]
                 hits = sum(p is not None for p in peeled)
-                if hits >= 2 and hits >= SHARE * len(cur):
+                if hits >= 2 and hits >= share * len(cur):
                     if w.name in ("bracket_tag", "host_label") and not _repeated(w, cur):
                         continue
                     found = w

@@ -93,7 +93,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
     console.print()
     if rep["failure"]:
         f = rep["failure"]
-        console.print(f"[bold red]Failure[/bold red] {f['time']}  {escape(f['summary'])}")
+        console.print(f"[bold red]Failure[/bold red] {f['time'] or 'time unknown'}  {escape(f['summary'])}")
     anomalies = rep["anomalies"]
     console.print(f"[bold]Findings[/bold] ({len(anomalies)}):" if anomalies else "[bold]Findings[/bold]: none")
     for a in anomalies:

@@ -205,11 +205,32 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Exited with exit code (?P<exitcode>\d+)",
      ("exitcode",)),
     ("srun_task_killed", "signal_kill", "srun: error:",
-     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<signal>Killed|Terminated|Aborted)", ()),
+     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<signal>Killed|Terminated|Aborted|"
+     r"Out Of Memory)", ()),
     ("srun_task_segfault", "segfault", "srun: error:",
      r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Segmentation fault", ()),
-    ("slurm_oom_kill", "oom_kill", "oom_kill event",
-     r"Detected (?P<oom_kills>\d+) oom[_-]kill events? in (?P<step>\S+?)\.?(?:\s|$)", ("oom_kills",)),
+    ("slurm_oom_kill", "oom_kill", "kill event",
+     r"Detected (?P<oom_kills>\d+) oom[_-]kill events?(?:\(s\))? in (?P<step>\S+?)\.?(?:\s|$)", ("oom_kills",)),
+    ("slurm_cancelled", "job_failure", "CANCELLED AT",
+     r"\*\*\* (?P<slurm_unit>STEP|JOB) (?P<step>\S+) ON (?P<node>\S+) CANCELLED AT (?P<cancelled_at>\S+)"
+     r"(?: DUE TO (?P<reason>[^*]+?))? \*\*\*", ()),
+    # a child process a launcher or script waited for, as Python's subprocess reports it
+    ("child_died_segfault", "segfault", "died with <Signals.SIG",
+     r"died with <Signals\.(?P<signal>SIGSEGV|SIGBUS): \d+>", ()),
+    ("child_died_signal", "signal_kill", "died with <Signals.SIG",
+     r"died with <Signals\.(?P<signal>SIG\w+): \d+>", ()),
+    ("child_exit_status", "process_exit", "returned non-zero exit status",
+     r"returned non-zero exit status (?P<exitcode>\d+)", ("exitcode",)),
+    # an uncaught C++ exception ends the process in abort() (SIGABRT)
+    ("cpp_terminate", "signal_kill", "terminate called after throwing",
+     r"terminate called after throwing an instance of '(?P<cpp_exception>[^']+)'", ()),
+    # a container runtime's account of how the container ended (docker inspect, kubectl describe)
+    ("container_oom_killed", "oom_kill", "OOMKilled", r"(?P<container_state>Reason:\s+OOMKilled|\"OOMKilled\":\s*true)",
+     ()),
+    ("container_exit_signal", "signal_kill", '"ExitCode":',
+     r"\"ExitCode\":\s*(?P<exitcode>129|1[3-5]\d)\b", ("exitcode",)),
+    ("container_exit_signal", "signal_kill", "Exit Code:", r"Exit Code:\s+(?P<exitcode>129|1[3-5]\d)\b",
+     ("exitcode",)),
     ("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
     ("checkpoint_write_failed", "disk_full", "inline_container.cc",
      r"(?P<io_error>\[enforce fail at inline_container\.cc:\d+\] \. (?:unexpected pos \d+ vs \d+|"
@@ -218,6 +239,28 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      r"NCCL error(?: in: (?P<where>[^,]*))?, (?P<nccl_error>[^,]+?)(?:, NCCL version (?P<nccl_version>[\w.+\-]+))?(?:$|\n|\s{2})",
      ()),
 )
+# What the runner's own words mean, for the messages whose fields say it all (``{field}`` from the
+# message's groups; a field the line did not have prints as "?")
+SAID = {
+    "srun_task_exit": "srun: task(s) {tasks} on {node} exited with code {exitcode}",
+    "srun_task_killed": "srun: task(s) {tasks} on {node} ended: {signal}",
+    "srun_task_segfault": "srun: task(s) {tasks} on {node} ended: segmentation fault",
+    "slurm_oom_kill": "Slurm counted {oom_kills} OOM kill(s) by the cgroup OOM killer in {step}",
+    "slurm_cancelled": "Slurm cancelled {slurm_unit} {step} on {node} at {cancelled_at}",
+    "child_died_segfault": "a child process died of {signal}",
+    "child_died_signal": "a child process died of {signal}",
+    "child_exit_status": "a child process exited with status {exitcode}",
+    "cpp_terminate": "the process aborted (SIGABRT) on an uncaught C++ exception {cpp_exception}",
+    "container_oom_killed": "the container runtime says it was OOM-killed ({container_state})",
+    "container_exit_signal": "the container exited with code {exitcode}: killed by a signal (code - 128)",
+}
+
+
+class _Blank(dict):
+    def __missing__(self, key):
+        return "?"
+
+
 STEP = (r"(?i)(?:\b(?:global_step|step)\s*[=:]\s*(?P<step>\d+)|\biteration\s+(?P<iter>\d+)\s*/\s*(?P<total>\d+)"
         r"|\bstep\s+(?P<step2>\d+)\s*/\s*(?P<total2>\d+))")
 STEP_FIELDS = (r"(?i)(?:\bloss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?))?", )
@@ -267,6 +310,7 @@ FATAL_START = "Fatal Python error: "
 FATAL_SIGNALS = {"Segmentation fault": ("SIGSEGV", "segfault"), "Bus error": ("SIGBUS", "segfault"),
                  "Aborted": ("SIGABRT", "signal_kill"), "Floating-point exception": ("SIGFPE", "signal_kill"),
                  "Illegal instruction": ("SIGILL", "signal_kill")}
+CFE_HEAD = r"^(?:[a-z_]\w*\.)*ChildFailedError:?\s*$"
 BLOCK_ROW = (r"^(?:$|\s|Traceback \(|Fatal Python error|Current thread|Thread 0x|Extension modules|Stack \(most"
              r"|During handling|The above exception|=+$|-+$|Failures:|Root Cause|\[\d+\]:$"
              r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b)")
@@ -717,7 +761,9 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
 
     Returns (block dicts, consumed linenos, lineno of a block still open at the chunk's end).
     """
-    is_start = (pl.col("body") == TB_START) | pl.col("body").str.starts_with(FATAL_START)
+    # (a ChildFailedError summary pasted without the launcher's traceback starts at its exception line)
+    is_start = (pl.col("body") == TB_START) | pl.col("body").str.starts_with(FATAL_START) | \
+        pl.col("body").str.contains(CFE_HEAD)
     starts = base.filter(is_start)
     if starts.is_empty():
         return [], set(), None
@@ -741,7 +787,9 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
             if i0 < i:
                 continue
             i = i0
-            j, blk = (_walk_traceback if bodies[i] == TB_START else _walk_fatal)(bodies, i)
+            walk = _walk_traceback if bodies[i] == TB_START else (
+                _walk_fatal if bodies[i].startswith(FATAL_START) else _walk_cfe_alone)
+            j, blk = walk(bodies, i)
             if j is None:           # ran off the chunk: wait for more lines (at the end: the block as it is)
                 if not final:
                     open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
@@ -794,6 +842,19 @@ def _walk_traceback(bodies: list[str], i: int):
         blk["cfe"] = _parse_cfe(bodies[j:end], j - i)
         j = end
     return j, blk
+
+
+def _walk_cfe_alone(bodies: list[str], i: int):
+    """A ChildFailedError summary whose traceback is not in the file: its exception line, then the block."""
+    m = EXC.match(bodies[i])
+    blk = {"type": "traceback", "exc": m["exc"] if m else "ChildFailedError",
+           "exc_msg": (m["exc_msg"] or "") if m else "", "frames": []}
+    end = _walk_cfe(bodies, i + 1)
+    if end is None:
+        return None, blk
+    if end > i + 1:
+        blk["cfe"] = _parse_cfe(bodies[i + 1:end], 1)
+    return end, blk
 
 
 def _walk_cfe(bodies: list[str], j: int):
@@ -1282,7 +1343,8 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         elif kind == "nccl_warn":
             pass
         else:
-            a.setdefault("summary", f"{name}{who}: {msg[:240]}")
+            told = SAID.get(name)
+            a.setdefault("summary", told.format_map(_Blank(a)) + who if told else f"{name}{who}: {msg[:240]}")
         upd[r["lineno"]] = (kind, json.dumps(a, default=str))
     if not upd:
         return ev

@@ -434,7 +434,9 @@ class CgroupFileParser(Parser):
         if fid is None:
             return False
         rows, bad = parse_block(fid, lines)
-        return bool(rows) and not bad
+        # a setting (cgroup.controllers, cpuset.cpus) or a member list has no metric rows: its
+        # grammar is checked by the name alone, and what it says becomes a fact
+        return (bool(rows) or fid.spec.grammar in ("setting", "pids", "tids")) and not bad
 
     def parse(self, ctx: ParseContext) -> None:
         lines = [_COMMENT.sub("", text) for _, text in ctx.lines()][:MAX_SINGLE_LINES]

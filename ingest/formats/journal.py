@@ -48,11 +48,11 @@ import polars as pl
 
 from ..model import CLOCK_BOOT, CLOCK_WALL
 from ..registry import ParseContext
-from ..timeparse import MONTH_RE, MONTHS
+from ..timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
 from .kernel import NS, KernelEngine, KernelLogParser, frame, sec_usec_ns, wall_ns
 
 _TAIL = r" (\S+) ([^\s:\[]+)(?:\[(\d+)\])?: ?(.*)$"
-SHORT = rf"^({MONTH_RE}) +(\d{{1,2}}) (\d\d:\d\d:\d\d)(?:\.(\d{{1,9}}))?{_TAIL}"
+SHORT = rf"^({LOCALE_MONTH_RE}) +(\d{{1,2}}) (\d\d:\d\d:\d\d)(?:\.(\d{{1,9}}))?{_TAIL}"
 ISO = rf"^(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,](\d{{1,9}}))?(Z|[+-]\d\d:?\d\d){_TAIL}"
 MONO = rf"^\[\s*(\d+)\.(\d{{6}})\]{_TAIL}"
 META = r"^-- .* --$"
@@ -150,13 +150,14 @@ class SyslogParser(KernelLogParser):
         g = pl.col("_g")
         parts = df.select(g.struct.field("2").alias("mon"), g.struct.field("3").alias("day"),
                           g.struct.field("4").alias("hms"), g.struct.field("5").alias("frac"))
-        month = parts["mon"].replace_strict(MONTHS, default=None, return_dtype=pl.Int64)
+        month = parts["mon"].str.to_lowercase().str.strip_chars_end(".").replace_strict(
+            LOCALE_MONTHS, default=None, return_dtype=pl.Int64)
         years = self._years(month) if month.null_count() < len(month) else pl.Series([None] * len(df), dtype=pl.Int64)
-        df = df.with_columns(_year=years, _mon=parts["mon"], _day=parts["day"], _hms=parts["hms"],
+        df = df.with_columns(_year=years, _mon=month, _day=parts["day"], _hms=parts["hms"],
                              _frac=parts["frac"])
-        text = pl.concat_str([pl.col("_year").cast(pl.String), pl.col("_mon"), pl.col("_day"), pl.col("_hms")],
-                             separator=" ")
-        ts = wall_ns(text, "%Y %b %d %H:%M:%S", ctx.time_zone) + pl.col("_frac").str.pad_end(9, "0").cast(
+        text = pl.concat_str([pl.col("_year").cast(pl.String), pl.col("_mon").cast(pl.String), pl.col("_day"),
+                              pl.col("_hms")], separator=" ")
+        ts = wall_ns(text, "%Y %m %d %H:%M:%S", ctx.time_zone) + pl.col("_frac").str.pad_end(9, "0").cast(
             pl.Int64).fill_null(0)
         host, ident, ipid, msg, kern = _tail(g, 6, _rest(g))
         out = frame(df, ok=pl.col("_hms").is_not_null(), ts=ts, msg=msg, host=host, ident=ident, ipid=ipid,

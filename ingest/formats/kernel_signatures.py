@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-VERSION = "kernel-signatures/1"
+VERSION = "kernel-signatures/2"
 FLOOD_WINDOW_NS = 60_000_000_000
 
 # Xid code -> (mnemonic, meaning, immediate action); FORMATS.md 4.3.
@@ -277,6 +277,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "kernel BUG at mm/slub.c:294!",
         "a kernel patch description quoting dmesg (code index id 44708752388)",
         report="stack", proposed="kernel_oops"),
+    Signature(
+        "warn", "kernel_warning", None, "WARNING: CPU:",
+        r"WARNING: CPU: (?P<cpu>\d+) PID: (?P<pid>\d+) at (?P<location>\S+)(?: (?P<function>[^\s+]+))?",
+        "Kernel warning at {location} in {function} (CPU {cpu}, pid {pid})",
+        "WARNING: CPU: 3 PID: 98 at backports-4.19.98-1/net/mac80211/util.c:2040 ieee80211_reconfig+0x98/0xb64 "
+        "[mac80211]",
+        "a linux-wireless report (tests/data/realworld/dev/linux-wireless-ath10k-lockup_*.log)",
+        ints=("cpu", "pid"), report="stack", dedup=("location",), proposed="kernel_warning"),
     # -- hardware ----------------------------------------------------------------------------------
     Signature(
         "pcie.aer", "pcie_aer", "pcie_error", "PCIe Bus Error",

@@ -371,7 +371,7 @@ def analyse(svc, path, title: str | None = None, limit_s: float = 30.0) -> dict:
     return rep
 
 
-STATUSES = {"parsed", "partial", "unrecognized", "failed"}
+STATUSES = {"parsed", "partial", "text", "unrecognized", "failed"}
 
 
 def check_sources(rep: dict) -> dict[str, dict]:

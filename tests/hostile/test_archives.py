@@ -95,7 +95,7 @@ def _check_bundle(rep: dict, token: str) -> dict:
     for name in ("node-1/link_out (copy 2)", "node-1/link_up", "node-1/hard_out", "node-1/hard_abs"):
         assert src[name]["status"] == "failed" and "points outside the bundle" in src[name]["error"], src[name]
     assert "inside the bundle" in src["node-1/link_in"]["error"]
-    assert src["node-1/link_out"]["status"] in ("unrecognized", "parsed")
+    assert src["node-1/link_out"]["status"] in ("unrecognized", "parsed", "text")
     assert src["node-1/dmesg.txt (copy 2)"]["error"] == "refused: duplicate member; the first copy is kept"
     for name, what in (("node-1/dev_null", "device file"), ("node-1/dev_sda", "device file"), ("node-1/fifo", "FIFO")):
         assert (src[name]["status"], src[name]["error"]) == ("failed", f"refused: {what}")

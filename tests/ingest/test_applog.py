@@ -5,6 +5,8 @@ from datetime import datetime, timezone
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 import pytest
 
 from ingest.parse import SourceResult
@@ -447,3 +449,42 @@ def test_faulthandler_names_the_fatal_signal(tmp_path):
     segv = [e for e in events(parse(APP / "torchrun_ddp-detail-segv.log", tmp_path / "s"))
             if e["name"] == "fatal_error"]
     assert {(e["kind"], e["attrs"]["signal"]) for e in segv} == {("segfault", "SIGSEGV")}
+
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "realworld"
+
+
+@pytest.mark.parametrize("name,line,kind", [
+    # Slurm: the step's cgroup counted an OOM kill, srun names the task it took, the step was cancelled
+    ("dev/K-Net-30_slurmstepd-oom-kill.log", 1, "oom_kill"),
+    ("dev/K-Net-30_slurmstepd-oom-kill.log", 2, "signal_kill"),
+    ("dev/K-Net-30_slurmstepd-oom-kill.log", 4, "job_failure"),
+    ("dev/everyvoice-178_wrapped-oom-progress-srun-task-exit.log", 11, "process_exit"),
+    # an uncaught C++ exception aborts the process; a child that died of a signal, as subprocess says it
+    ("dev/sglang-1693_watchdog-terminate-frames.log", 6, "signal_kill"),
+    ("dev/pytorch-61839_launch-died-sigsegv.log", 9, "segfault"),
+    # a container runtime's account of the end: exit code 128 + 9
+    ("dev/sd-webui-docker-457_docker-inspect-exit137.txt", 20, "signal_kill"),
+])
+def test_how_a_job_ended_in_the_words_of_its_runner(tmp_path, name, line, kind):
+    from ingest.parse import ParseJob, parse_file
+    res = parse_file(ParseJob(str(REAL / name), Path(name).name, str(tmp_path / "out")))
+    assert res.status in ("parsed", "partial", "text")
+    got = {(e["line"], e["kind"]) for f in (tmp_path / "out").glob("events*.parquet")
+           for e in pq.read_table(f).to_pylist() if e["kind"]}
+    assert (line, kind) in got, sorted(got)
+
+
+def test_a_childfailederror_summary_pasted_without_its_traceback(tmp_path):
+    """The launcher's failure summary alone (what people paste): its exception line, then the block."""
+    from ingest.parse import ParseJob, parse_file
+    log = next((Path(__file__).resolve().parents[2] / "sample_traces" / "logs-exception").rglob("torchrun.log"))
+    lines = log.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.endswith("ChildFailedError: "))
+    end = max(i for i, ln in enumerate(lines) if set(ln) == {"="}) + 1
+    f = tmp_path / "pasted.log"
+    f.write_text("\n".join(lines[at:end]) + "\n")
+    res = parse_file(ParseJob(str(f), "pasted.log", str(tmp_path / "out")))
+    got = sorted((e["line"], e["kind"], e["pid"], e["rank"]) for g in (tmp_path / "out").glob("events*.parquet")
+                 for e in pq.read_table(g).to_pylist() if e["kind"])
+    assert got == [(1, "job_failure", None, None), (6, "signal_kill", 32258, 0), (29, "process_exit", 32259, 1)]

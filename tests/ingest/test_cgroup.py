@@ -279,3 +279,25 @@ def test_nvidia_smi_log(tmp_path):
     assert value(df, "gpu0", "gpu.utilization.gpu", first) == 99
     assert value(df, "gpu0", "gpu.memory.used_bytes", first) == 30994 * 1024 * 1024
     assert set(df["unit"]) == {"percent", "bytes"}
+
+
+def test_one_cgroup_file_on_its_own_is_read_by_its_kernel_name(tmp_path):
+    """A file copied alone (a ticket's attachment): the name says which file, the grammar must fit."""
+    from ingest.parse import ParseJob, parse_file
+    from ingest.registry import default_registry
+    reg = default_registry()
+    ctl = tmp_path / "cgroup.controllers"
+    ctl.write_text("cpuset cpu io memory hugetlb pids rdma misc\n")
+    r = parse_file(ParseJob(str(ctl), "job/cgroup.controllers", str(tmp_path / "a")))
+    assert (r.format, r.status, r.clock_domain, r.counts["facts"]) == ("cgroup_file", "parsed", "none", 1)
+    # notes after a value are a person's, not the kernel's: dropped
+    st = tmp_path / "cpu.stat"
+    st.write_text("nr_periods 218\nnr_throttled 100 # throttled!\nthrottled_usec 9911798\n")
+    assert reg.sniff(st, "cpu.stat").parser.name == "cgroup_file"
+    # the same lines under another name, or a name whose grammar does not fit: not this reader
+    other = tmp_path / "stats.txt"
+    other.write_text(st.read_text())
+    assert reg.sniff(other, "stats.txt").recognized is False
+    bad = tmp_path / "memory.events"
+    bad.write_text("this is not the kernel's memory.events\n")
+    assert reg.sniff(bad, "memory.events").recognized is False

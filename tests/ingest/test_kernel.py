@@ -892,3 +892,23 @@ def test_journal_json_anchor_medians_and_ties(tmp_path):
         got = [(a["boot_id"], a["local_ns"], a["wall_ns"], a["line"], a["uncertainty_ns"])
                for a in rows(res, "anchors")]
         assert got == want
+
+
+def test_syslog_in_another_locale(tmp_path):
+    """journalctl under LANG=ru_RU: glibc's month abbreviations of the locale (a real paste)."""
+    p = tmp_path / "journal.txt"
+    shutil.copy(DATA / "realworld" / "dev" / "solus-packages-1465_russian-locale-journal-usb.log", p)
+    t = calendar.timegm((2024, 2, 1, 0, 0, 0))
+    os.utime(p, (t, t))
+    res = parse(p, tmp_path)
+    assert (res.format, res.status) == ("syslog", "parsed")
+    ev = rows(res, "events")
+    assert ev[0]["ts_raw_ns"] == calendar.timegm((2024, 1, 28, 19, 1, 35)) * NS     # янв 28 19:01:35
+    assert ev[0]["host"] == "solus"
+
+
+@pytest.mark.parametrize("month,num", [("Dez", 12), ("déc.", 12), ("mär", 3), ("AGO", 8), ("10月", 10)])
+def test_locale_month_names(month, num):
+    from ingest.timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
+    assert re.fullmatch(LOCALE_MONTH_RE, month)
+    assert LOCALE_MONTHS[month.lower().rstrip(".")] == num

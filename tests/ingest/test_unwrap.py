@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -49,6 +50,7 @@ def test_quoted_kernel_log_is_read_as_dmesg_with_its_line_numbers(tmp_path):
     det = default_registry().sniff(f, "kmsg.txt")
     assert det.parser.name == "dmesg_raw" and det.unwrap == ("quote",)
     r = parse_file(ParseJob(str(f), "kmsg.txt", str(tmp_path / "out")))
+    assert r.attrs["unwrapped"] == ["quote"]
     kill = [e for e in _events(tmp_path / "out") if e["kind"] == "oom_kill"]
     assert len(kill) == 1 and kill[0]["line"] == 3 and json.loads(kill[0]["attrs"])["victim_pid"] == 1212
     assert kill[0]["ts_raw_ns"] == 7530_040_000_000
@@ -87,3 +89,19 @@ def test_indentation_is_peeled_as_common_width_only():
     assert names == ("indent:4",)
     assert peeled[1] == "  File \"x.py\", line 1, in <module>"
     assert peel_line(lines[1], names) == peeled[1]
+
+
+def test_a_wrapper_on_some_lines_only_is_peeled_where_it_is(tmp_path):
+    """A console capture where raw printk lines and their OpenWrt logread copies
+    (``Thu May 14 19:29:11 2020 kern.warn kernel: [ 2542.160640] ...``) are interleaved."""
+    real = Path(__file__).resolve().parents[1] / "data" / "realworld" / "dev" / \
+        "linux-wireless-ath10k-lockup_openwrt-console-logread-interleaved.log"
+    det = default_registry().sniff(real, real.name)
+    assert det.parser.name == "dmesg_raw" and det.unwrap == ("syslog_kernel",)
+    r = parse_file(ParseJob(str(real), real.name, str(tmp_path / "out")))
+    assert r.status == "partial" and r.issues == 6
+    bad = sorted(row["line"] for f in (tmp_path / "out").glob("parse_issues*.parquet")
+                 for row in pq.read_table(f).to_pylist())
+    # left unread: hostapd's syslog lines (1-3) and three console lines broken mid-word
+    # ("hu May 14 ...", "25] ath10k_ahb ...", "fi: failed to halt axi bus: 0")
+    assert bad == [1, 2, 3, 24, 26, 47]
