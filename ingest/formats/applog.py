@@ -221,6 +221,11 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      r"died with <Signals\.(?P<signal>SIG\w+): \d+>", ()),
     ("child_exit_status", "process_exit", "returned non-zero exit status",
      r"returned non-zero exit status (?P<exitcode>\d+)", ("exitcode",)),
+    ("watchdog_terminated", "nccl_warn", "watchdog thread terminated with exception",
+     r"NCCL watchdog thread terminated with exception: (?P<error>.*)$", ()),
+    # a Kubeflow training operator's account of a replica's end
+    ("pod_exit", "process_exit", "exited with code",
+     r"Pod: (?P<pod>\S+?) exited with code (?P<exitcode>\d+)", ("exitcode",)),
     # an uncaught C++ exception ends the process in abort() (SIGABRT)
     ("cpp_terminate", "signal_kill", "terminate called after throwing",
      r"terminate called after throwing an instance of '(?P<cpp_exception>[^']+)'", ()),
@@ -253,7 +258,21 @@ SAID = {
     "cpp_terminate": "the process aborted (SIGABRT) on an uncaught C++ exception {cpp_exception}",
     "container_oom_killed": "the container runtime says it was OOM-killed ({container_state})",
     "container_exit_signal": "the container exited with code {exitcode}: killed by a signal (code - 128)",
+    "watchdog_terminated": "the NCCL watchdog thread ended on an error: {error}",
+    "pod_exit": "the training operator saw pod {pod} exit with code {exitcode}",
 }
+
+# Faults a message names beneath the error it reports: the hardware or the link under a CUDA error
+# or an NCCL warning. Each is a finding of its own on the same line (the error stays one too), so a
+# chain can run from the fault to the error it caused: (name, kind, literal, summary).
+UNDERLYING = (
+    ("gpu_ecc_error", "hardware_error", "uncorrectable ECC error",
+     "the GPU reported an uncorrectable ECC error (a memory fault in the GPU)"),
+    ("ib_catastrophic_error", "hardware_error", "local catastrophic error",
+     "the InfiniBand adapter reported a local catastrophic error (a fault in the adapter)"),
+    ("ib_port_error", "link_down", "Got async event : port error",
+     "the InfiniBand port reported a port error (its link went down)"),
+)
 
 
 class _Blank(dict):
@@ -287,7 +306,9 @@ _NOCAP = {rx: _nocap(_LOWER[rx]) for rx in (STEP, STEP_TIME)}
 _LOSS_NOCAP = {True: _nocap(_LOSS_ASCII), False: _nocap(_LOWER[LOSS])}    # (by: is the text ASCII)
 _LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
-EXC_LINE = r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?:: ?(?P<exc_msg>.*))?$"
+# (Ray names a remote error with its cause: ``ray.exceptions.RayTaskError(RuntimeError): ...``)
+EXC_LINE = (r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?:\([\w.]+\))?)"
+            r"(?:: ?(?P<exc_msg>.*))?$")
 _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
                "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")
@@ -1512,11 +1533,30 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
                 e["last"], e["row"] = r["line"], r
         out = out.filter(pl.col("_g").is_null())
     out = out.drop("_g")
+    out = _underlying(out)
     _count(out, st)
     st.hosts.update(h for h in out["host"].unique().to_list() if h)
     st.ranks.update(r for r in out["rank"].unique().to_list() if r is not None)
     st.pids.update(p for p in out.filter(pl.col("category") != "elastic")["pid"].unique().to_list() if p is not None)
     sink.add_frame("events", out)
+
+
+def _underlying(out: pl.DataFrame) -> pl.DataFrame:
+    """``out`` plus one event per line that names an ``UNDERLYING`` fault (see there)."""
+    text = out["text"].fill_null("")
+    if not text.str.contains_any([u[2] for u in UNDERLYING]).any():
+        return out
+    extra = []
+    for name, kind, lit, summary in UNDERLYING:
+        hit = out.filter(text.str.contains(lit, literal=True))
+        if hit.is_empty():
+            continue
+        hit = hit.unique("line", keep="first", maintain_order=True)
+        extra.append(hit.with_columns(pl.lit("fault").alias("category"), pl.lit(name).alias("name"),
+                                      pl.lit(kind).alias("kind"),
+                                      pl.lit(json.dumps({"summary": summary, "read_from": "the line's error"}))
+                                      .alias("attrs")))
+    return pl.concat([out, *extra], how="vertical_relaxed")
 
 
 def _count(out: pl.DataFrame, st: _State) -> None:

@@ -465,6 +465,15 @@ REAL = Path(__file__).resolve().parents[1] / "data" / "realworld"
     ("dev/pytorch-61839_launch-died-sigsegv.log", 9, "segfault"),
     # a container runtime's account of the end: exit code 128 + 9
     ("dev/sd-webui-docker-457_docker-inspect-exit137.txt", 20, "signal_kill"),
+    ("dev/kubeflow-trainer-2008_training-operator-pytorchjob-crashloop.log", 6, "process_exit"),
+    # the fault under the error: the error line is both (CUDA's ECC error, NCCL's IB async events)
+    ("dev/jade-hpc-194_cuda-uncorrectable-ecc-runtimeerror.log", 1, "hardware_error"),
+    ("dev/jade-hpc-194_cuda-uncorrectable-ecc-runtimeerror.log", 1, "python_exception"),
+    ("dev/nccl-230_mpirun-timestamp-tag-output-ib-catastrophic.log", 1, "hardware_error"),
+    ("dev/nccl-230_mpirun-timestamp-tag-output-ib-catastrophic.log", 1, "nccl_warn"),
+    ("dev/lit-llama-380_slurm-training-nccl-warn-ib-port-error.log", 4, "link_down"),
+    # Ray names a remote error with its cause: RayTaskError(RuntimeError)
+    ("dev/ray-40850_raytaskerror-raytrainworker-traceback.log", 4, "python_exception"),
 ])
 def test_how_a_job_ended_in_the_words_of_its_runner(tmp_path, name, line, kind):
     from ingest.parse import ParseJob, parse_file
