@@ -80,7 +80,8 @@ def oom_kills(store, incident_id: str) -> list[Link]:
 def _kill_groups(rows: list[dict]) -> list[list[dict]]:
     """The copies of each kill: a row joins the first group (in the order groups were started)
     of its host and pid whose first row is within ``DEDUP_WINDOW_NS`` of it, or untimed, or
-    any when the row itself is untimed; else it starts a group.
+    any when the row itself is untimed; else it starts a group. Rows that name no victim group
+    by host and file instead.
 
     Groups are looked up per (host, pid); the query's rows come in time order, so a bucket's
     timed groups start in time order and the first one in the window is found by bisection
@@ -91,9 +92,13 @@ def _kill_groups(rows: list[dict]) -> list[list[dict]]:
     buckets: dict[tuple, list] = {}
     for r in rows:
         t = r["ts_utc_ns"]
-        b = buckets.get((r["host"], r["pid"]))
+        # a kill whose victim is not named (a report cut before its kill line, a runner's count)
+        # is the same kill as another such only within one file: nothing else ties them
+        named = r["pid"] is not None or (r.get("attrs") or {}).get("victim_pid") is not None
+        key = (r["host"], r["pid"]) if named else (r["host"], None, r.get("path"))
+        b = buckets.get(key)
         if b is None:
-            b = buckets[(r["host"], r["pid"])] = [[], [], [], None, True]
+            b = buckets[key] = [[], [], [], None, True]
         gl, starts, at, untimed, ordered = b
         pos = None
         if gl and t is None:

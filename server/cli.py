@@ -16,7 +16,7 @@ from rich.table import Table
 
 from ingest import __version__
 from ingest.bundle import IntakeError
-from web.present import clock_text, group_sources, where as evidence_at
+from web.present import clock_text, group_sources, when, where as evidence_at
 
 from .settings import Settings
 from .store import StoreError
@@ -93,7 +93,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
     console.print()
     if rep["failure"]:
         f = rep["failure"]
-        console.print(f"[bold red]Failure[/bold red] {f['time'] or 'time unknown'}  {escape(f['summary'])}")
+        console.print(f"[bold red]Failure[/bold red] {when(f)}  {escape(f['summary'])}")
     anomalies = rep["anomalies"]
     console.print(f"[bold]Findings[/bold] ({len(anomalies)}):" if anomalies else "[bold]Findings[/bold]: none")
     for a in anomalies:
@@ -101,7 +101,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
                                       a["rank"] is not None and f"rank {a['rank']}",
                                       a["pid"] and f"pid {a['pid']}") if x)
         lead = f" ({a['lead_text']})" if a.get("lead_text") else ""
-        console.print(f"  {a['time'] or 'time unknown'}  [bold]{a['kind']}[/bold]  {escape(who)}{lead}")
+        console.print(f"  {when(a)}  [bold]{a['kind']}[/bold]  {escape(who)}{lead}")
         console.print(f"      {escape(a['summary'])}")
         for e in a["evidence"][:2]:
             first = (e["text"] or "").split("\n", 1)[0]
@@ -117,7 +117,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
                                           l["rank"] is not None and f"rank {l['rank']}",
                                           l["pid"] and f"pid {l['pid']}") if x)
             lead = f" ({l['lead_text']})" if l.get("lead_text") and j < len(c["links"]) - 1 else ""
-            console.print(f"  {j + 1}. {l['time']}{lead}  [bold]{l['kind']}[/bold]  {escape(where)}")
+            console.print(f"  {j + 1}. {when(l)}{lead}  [bold]{l['kind']}[/bold]  {escape(where)}")
             console.print(f"       {escape(l['summary'])}")
             if j < len(c["edges"]):
                 undecided = (" [yellow](which came first is within the uncertainty of their times)[/yellow]"

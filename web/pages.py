@@ -13,7 +13,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ingest import __version__
 
-from .present import clock_text, group_sources, where
+from .present import clock_text, group_sources, when, where
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -25,6 +25,7 @@ _env = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)),
 
 _env.filters["clock"] = clock_text
 _env.filters["where"] = where
+_env.filters["when"] = when
 
 
 def _render(name: str, **ctx) -> str:

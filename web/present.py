@@ -37,6 +37,14 @@ def where(e: dict) -> str:
     return e["source"] if e.get("line") is None else f"{e['source']}:{e['line']}"
 
 
+UNTIMED = "time unknown"
+
+
+def when(f: dict) -> str:
+    """When a finding happened, as shown: its UTC time, or that the data gives it none."""
+    return f.get("time") or UNTIMED
+
+
 def clock_text(c: dict | None) -> str:
     """A source's clock placement in a few characters: 'boot ±1 ms', 'wall ±0 ms', 'boot: unplaced'."""
     if not c:

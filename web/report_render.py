@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from .pages import STATIC_DIR, _env, plotly_js_path, script_json, static_text
-from .present import group_sources, where
+from .present import group_sources, when, where
 
 # What Markdown would interpret in running text: emphasis, code, links, HTML, tables, strike-through;
 # an underscore only at a word edge (CommonMark ignores intraword ones, as in file_names).
@@ -47,7 +47,7 @@ def markdown(rep: dict) -> str:
            "## What happened", "", md_escape(rep.get("summary", "")), ""]
     f = rep.get("failure")
     if f:
-        out += [f"**Failure** {f['time']} — {md_escape(f['summary'])}", ""]
+        out += [f"**Failure** {when(f)} — {md_escape(f['summary'])}", ""]
         out += [f"- `{md_escape(where(e))}`" for e in f["evidence"][:3]] + [""]
     lrc = rep.get("launcher_root_cause")
     if lrc and lrc.get("victim_of") is not None:
@@ -57,7 +57,7 @@ def markdown(rep: dict) -> str:
         title = "Most likely chain" if i == 0 else f"Alternative {i}"
         out += [f"## {title} (score {c['score']:.2f})", ""]
         for j, l in enumerate(c["links"]):
-            out.append(f"{j + 1}. **{l['time']}**{_lead(l)} `{l['kind']}` {md_escape(_where(l))} — "
+            out.append(f"{j + 1}. **{when(l)}**{_lead(l)} `{l['kind']}` {md_escape(_where(l))} — "
                        f"{md_escape(l['summary'])} *({l['provenance']})*")
             for e in l["evidence"][:2]:
                 first = (e["text"] or "").split("\n", 1)[0][:300]
@@ -70,29 +70,29 @@ def markdown(rep: dict) -> str:
                            f"{undecided})")
         if c.get("consequences"):
             out += ["", "Also explained by this chain:", ""]
-            out += [f"- {x['time']} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"
+            out += [f"- {when(x)} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"
                     for x in c["consequences"]]
         if c.get("unexplained"):
             out += ["", "Not explained by this origin (unrelated, or a second problem):", ""]
-            out += [f"- {x['time']} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"
+            out += [f"- {when(x)} `{x['kind']}` {md_escape(_where(x))} — {md_escape(x['summary'])}"
                     for x in c["unexplained"]]
         out.append("")
     if rep.get("victims"):
         out += ["## Also affected", ""]
-        out += [f"- {v['time']} `{v['kind']}` {md_escape(_where(v))} — {md_escape(v['summary'])}"
+        out += [f"- {when(v)} `{v['kind']}` {md_escape(_where(v))} — {md_escape(v['summary'])}"
                 for v in rep["victims"]] + [""]
     if rep.get("progress"):
         out += ["## Progress per rank", "", "| rank | host | pid | last step | last own line | last sign of life | ended |",
                 "|---:|---|---:|---|---|---|---|"]
         for p in rep["progress"]:
             step = f"{p['last_step']} at {p['last_step_time']}" if p["last_step"] is not None else "-"
-            ended = "; ".join(f"{e['kind']} {e['time']}" for e in p["ended"]) or "-"
+            ended = "; ".join(f"{e['kind']} {when(e)}" for e in p["ended"]) or "-"
             out.append(f"| {p['rank']} | {md_escape(p['host'] or '-')} | {p['pid'] or '-'} | {step} | "
                        f"{p['last_line_time'] or '-'} | {p['last_alive_time'] or '-'} | {md_escape(ended)} |")
         out.append("")
     out += [f"## Findings ({len(rep['anomalies'])})", ""]
     for a in rep["anomalies"]:
-        out.append(f"- **{a['time'] or 'unplaced'}**{_lead(a)} `{a['kind']}` {md_escape(_where(a))} — "
+        out.append(f"- **{when(a)}**{_lead(a)} `{a['kind']}` {md_escape(_where(a))} — "
                    f"{md_escape(a['summary'])}")
     out += ["", f"## Sources ({len(rep['sources'])})", "", "| path | kind | host | rank | status | records | issues |",
             "|---|---|---|---:|---|---:|---:|"]

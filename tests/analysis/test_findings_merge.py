@@ -378,3 +378,15 @@ def test_a_line_printed_by_a_rank_is_not_placed_after_its_death():
     assert out[0].timing_ns() == (10 * s, 10 * s + s // 10 + 1_000_000)
     assert out[0].ts_ns == 10 * s + s // 20 + 500_000
     assert out[1] is exit_ and out[2] is peer      # another rank's line is not bounded by this death
+
+
+def test_kills_that_name_no_victim_are_one_kill_only_within_one_file():
+    """A report cut before its kill line and a runner's count of OOM kills, in two files: nothing
+    says they are the same kill. Two such lines of one file (a step's and its batch's count) are."""
+    def row(i, path):
+        return {"ts_utc_ns": None, "ts_raw_ns": None, "host": "n1", "pid": None, "line": i, "text": f"kill {i}",
+                "attrs": json.dumps({"summary": f"cut {i}", "victim_unknown": "cut"}), "path": path,
+                "clock_domain": "none", "uncertainty_ns": None, "counted_by": None}
+    kills = findings.oom_kills(Rows([row(1, "slurm.out"), row(7, "slurm.out"), row(2, "kmsg.txt")]), "i")
+    assert sorted(len(k.evidence) for k in kills) == [1, 2]
+    assert {k.summary for k in kills} == {"cut 1 on n1", "cut 2 on n1"}
