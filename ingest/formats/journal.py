@@ -51,7 +51,12 @@ from ..registry import ParseContext
 from ..timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
 from .kernel import NS, KernelEngine, KernelLogParser, frame, sec_usec_ns, wall_ns
 
-_TAIL = r" (\S+) ([^\s:\[]+)(?:\[(\d+)\])?: ?(.*)$"
+# busybox syslogd (without -S) writes the facility.priority between the host and the tag
+# (``format_message``: "%s %.64s %s %s", timestamp, hostname, "kern.err", msg), or "<N>" when
+# the number has no name
+_FACILITY = (r"(?:(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])"
+             r"\.(?:emerg|alert|crit|err|error|warn|warning|notice|info|debug) |<\d{1,3}> )?")
+_TAIL = r" (\S+) " + _FACILITY + r"([^\s:\[]+)(?:\[(\d+)\])?: ?(.*)$"
 SHORT = rf"^({LOCALE_MONTH_RE}) +(\d{{1,2}}) (\d\d:\d\d:\d\d)(?:\.(\d{{1,9}}))?{_TAIL}"
 ISO = rf"^(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,](\d{{1,9}}))?(Z|[+-]\d\d:?\d\d){_TAIL}"
 MONO = rf"^\[\s*(\d+)\.(\d{{6}})\]{_TAIL}"

@@ -912,3 +912,20 @@ def test_locale_month_names(month, num):
     from ingest.timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
     assert re.fullmatch(LOCALE_MONTH_RE, month)
     assert LOCALE_MONTHS[month.lower().rstrip(".")] == num
+
+
+def test_busybox_syslogd_facility_priority(tmp_path):
+    """busybox syslogd writes "<timestamp> <host> <facility>.<priority> <tag>: <msg>" (its
+    format_message); the kernel's lines may come under any facility (klogd forwards them)."""
+    p = tmp_path / "messages"
+    p.write_text(
+        "Jan  1 00:00:12 cam user.err kernel: python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, "
+        "oom_score_adj=0\n"
+        "Jan  1 00:00:12 cam user.warn kernel: Out of memory: Killed process 1212 (python3) total-vm:1000kB, "
+        "anon-rss:900kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:100kB oom_score_adj:0\n"
+        "Jan  1 00:00:13 cam daemon.info dnsmasq[812]: read /etc/hosts - 2 addresses\n")
+    res = parse(p, tmp_path)
+    assert (res.format, res.status, res.host) == ("syslog", "parsed", "cam")
+    ev = {e["line"]: e for e in rows(res, "events")}
+    assert ev[2]["kind"] == "oom_kill" and ev[2]["pid"] == 1212
+    assert (ev[3]["category"], ev[3]["name"], ev[3]["pid"]) == ("syslog", "dnsmasq", 812)
