@@ -74,17 +74,17 @@ def compare(prefix: str, suffix: str, sources: dict[str, list[Path]], codes: lis
     return rows
 
 
-def corpus_cli(doc: str, title: str, command: str, run, table, passed, extra_args=()) -> int:
-    """The command line both corpus evaluations share: --half/--only/--out, the halves reported
-    apart (a table each), the Markdown written with the command and the script's docstring."""
+def corpus_cli(doc: str, title: str, command: str, run, table, passed) -> int:
+    """The command line the corpus evaluations share: --half/--only/--out/--json, the halves
+    reported apart (a table each), the Markdown written with the command and the script's
+    docstring, every judged row as JSON. ``passed(rows)`` gives the exit status."""
     import argparse
     import sys
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--half", choices=("dev", "heldout", "both"), default="both")
     ap.add_argument("--only", help="only cases whose id contains this")
     ap.add_argument("--out", help="also write the Markdown tables here")
-    for name, help_ in extra_args:
-        ap.add_argument(name, help=help_)
+    ap.add_argument("--json", help="also write every judged row here")
     a = ap.parse_args()
     halves = ("dev", "heldout") if a.half == "both" else (a.half,)
     rows = run(halves, a.only)
@@ -99,4 +99,6 @@ def corpus_cli(doc: str, title: str, command: str, run, table, passed, extra_arg
         Path(a.out).write_text(f"# {title}\n\nCommand (from the repository root):\n\n    {command}\n\n"
                                + (doc.split("\n", 4)[4]).strip() + "\n\n" + text)
     sys.stdout.flush()
-    return 0 if passed(rows, a) else 1
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0 if passed(rows) else 1

@@ -13,7 +13,6 @@ used to tune rules, priors or thresholds.
 """
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -62,13 +61,9 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> int:
-    def passed(rows, a) -> bool:
-        if a.json:
-            Path(a.json).write_text(json.dumps(rows, indent=1))
-        return all(r["ok"] for r in rows)
     return corpus_cli(__doc__, "Diagnosis evaluation",
-                      ".venv/bin/python bench/eval_chains.py --out bench/results/chains.md", run, table, passed,
-                      [("--json", "also write every judged row (with the report's summary) here")])
+                      ".venv/bin/python bench/eval_chains.py --out bench/results/chains.md", run, table,
+                      lambda rows: all(r["ok"] for r in rows))
 
 
 if __name__ == "__main__":

@@ -234,7 +234,7 @@ def table(rows: list[dict]) -> str:
 def main() -> int:
     return corpus_cli(__doc__, "Clock evaluation",
                       ".venv/bin/python bench/eval_clocks.py --out bench/results/clocks.md", run, table,
-                      lambda rows, a: all(r["inside"] == r["placed"] for r in rows))
+                      lambda rows: all(r["inside"] == r["placed"] for r in rows))
 
 
 if __name__ == "__main__":

@@ -132,13 +132,9 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> int:
-    def passed(rows, a) -> bool:
-        if a.json:
-            Path(a.json).write_text(json.dumps(rows, indent=1))
-        return all(r["ok"] for r in rows)
     return corpus_cli(__doc__, "Real-world files evaluation",
-                      ".venv/bin/python bench/eval_files.py --out bench/results/files.md", run, table, passed,
-                      [("--json", "also write every judged row here")])
+                      ".venv/bin/python bench/eval_files.py --out bench/results/files.md", run, table,
+                      lambda rows: all(r["ok"] for r in rows))
 
 
 if __name__ == "__main__":

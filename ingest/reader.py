@@ -67,7 +67,35 @@ class _Limited(io.RawIOBase):
             super().close()
 
 
-class _GunzipRaw(io.RawIOBase):
+class MadeAheadRaw(io.RawIOBase):
+    """A raw stream whose bytes are made ahead by ``_fill(want)`` into ``_out``: ``readinto``
+    hands them out; once none are left, the error ``_fill`` kept (if any) is raised, else EOF."""
+
+    _out = b""
+    _error: Exception | None = None
+    _done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, want: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def readinto(self, b) -> int:
+        self._fill(len(b))
+        if not self._out:
+            if self._error is not None:
+                err, self._error = self._error, None
+                self._done = True
+                raise err
+            return 0
+        n = min(len(b), len(self._out))
+        b[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+
+class _GunzipRaw(MadeAheadRaw):
     """Streaming gunzip that hands out every byte it could decompress.
 
     Unlike :class:`gzip.GzipFile` it returns the data decompressed before a
@@ -84,9 +112,6 @@ class _GunzipRaw(io.RawIOBase):
         self._out = b""          # decompressed, not yet returned
         self._error: Exception | None = None
         self._done = False
-
-    def readable(self) -> bool:
-        return True
 
     def _fill(self, want: int) -> None:
         while not self._out and not self._done and self._error is None:
@@ -126,19 +151,6 @@ class _GunzipRaw(io.RawIOBase):
                 self._out = _until_damage(before, src)
                 self._error = gzip.BadGzipFile(f"damaged gzip data: {e}")
                 return
-
-    def readinto(self, b) -> int:
-        self._fill(len(b))
-        if not self._out:
-            if self._error is not None:
-                err, self._error = self._error, None
-                self._done = True
-                raise err
-            return 0
-        n = min(len(b), len(self._out))
-        b[:n] = self._out[:n]
-        self._out = self._out[n:]
-        return n
 
     def close(self) -> None:
         try:

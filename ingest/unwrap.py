@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from .reader import MadeAheadRaw
+
 SHARE = 0.8
 MAX_LAYERS = 4
 
@@ -183,7 +185,7 @@ def peel_line(line: str, names: tuple[str, ...]) -> str:
     return line
 
 
-class UnwrapRaw(io.RawIOBase):
+class UnwrapRaw(MadeAheadRaw):
     """A binary stream of ``inner``'s lines with the wrapper layers ``names`` peeled off each.
 
     ``count`` is the inner stream's (decompressed bytes read), so byte accounting and the size
@@ -192,27 +194,23 @@ class UnwrapRaw(io.RawIOBase):
     def __init__(self, inner, names: tuple[str, ...]):
         self._inner = inner
         self._ws = [wrapper(n) for n in names]
-        self._out = b""
 
     @property
     def count(self) -> int:
         return self._inner.raw.count
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
+    def _fill(self, want: int) -> None:
         while not self._out:
             raw = self._inner.readline()
             if not raw:
-                return 0
+                return
             end = b"\n" if raw.endswith(b"\n") else b""
             line = raw[:-1] if end else raw
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError:
                 self._out = raw          # (the parser counts it as undecodable, as it would have)
-                break
+                return
             cr = text.endswith("\r")
             if cr:
                 text = text[:-1]
@@ -222,10 +220,6 @@ class UnwrapRaw(io.RawIOBase):
                     text = p
             # a peeled value may hold newlines of its own (a JSON "log" value): one line out per line in
             self._out = text.replace("\r", "").replace("\n", " ").encode("utf-8") + (b"\r" if cr else b"") + end
-        n = min(len(b), len(self._out))
-        b[:n] = self._out[:n]
-        self._out = self._out[n:]
-        return n
 
     def close(self) -> None:
         try:

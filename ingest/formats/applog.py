@@ -86,6 +86,7 @@ from ..reader import Head
 from ..registry import ParseContext, Parser
 from ._c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
 from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
+from .kernel_signatures import Unknown
 from .nccl import (COLLAPSED_NAMES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS,
                    collapse_info, nccl_frame, nccl_line_count, warn_class)
 
@@ -273,11 +274,6 @@ UNDERLYING = (
     ("ib_port_error", "link_down", "Got async event : port error",
      "the InfiniBand port reported a port error (its link went down)"),
 )
-
-
-class _Blank(dict):
-    def __missing__(self, key):
-        return "?"
 
 
 STEP = (r"(?i)(?:\b(?:global_step|step)\s*[=:]\s*(?P<step>\d+)|\biteration\s+(?P<iter>\d+)\s*/\s*(?P<total>\d+)"
@@ -1365,7 +1361,7 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
             pass
         else:
             told = SAID.get(name)
-            a.setdefault("summary", told.format_map(_Blank(a)) + who if told else f"{name}{who}: {msg[:240]}")
+            a.setdefault("summary", told.format_map(Unknown(a)) + who if told else f"{name}{who}: {msg[:240]}")
         upd[r["lineno"]] = (kind, json.dumps(a, default=str))
     if not upd:
         return ev

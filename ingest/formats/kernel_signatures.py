@@ -330,7 +330,9 @@ NEEDLES: tuple[str, ...] = tuple(dict.fromkeys(s.needle for s in SIGNATURES))
 BY_ID = {s.id: s for s in SIGNATURES}
 
 
-class _Missing(dict):
+class Unknown(dict):
+    """Fields for ``str.format_map``: one the message did not have prints as "?"."""
+
     def __missing__(self, key):
         return "?"
 
@@ -350,4 +352,4 @@ def xid_info(code: int) -> tuple[str, str, str]:
 
 
 def summarize(sig: Signature, attrs: dict) -> str:
-    return sig.summary.format_map(_Missing(attrs))
+    return sig.summary.format_map(Unknown(attrs))
