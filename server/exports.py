@@ -64,7 +64,15 @@ class Exports:
         from web import report_render
         from web.flamegraph import flame_subtitle
         rep = self.get_report(iid)
-        tl = self.timeline(iid, start, end)
+        try:
+            tl = self.timeline(iid, start, end)
+        except ValueError:
+            if start is not None or end is not None:
+                raise
+            # nothing could be placed in time (pasted text, a lone snapshot): the report alone
+            text = report_render.html(rep)
+            out.write(text.encode("utf-8"))
+            return {"format": "html", "bytes": len(text.encode("utf-8")), "window": None, "lanes": 0, "samples": 0}
         fg = self.flamegraph(iid, tl["start"], tl["end"])
         whole = False
         if fg["tree"]["value"] == 0 and fg["samples_total"] > 0:    # no samples in the window: all of them

@@ -116,3 +116,23 @@ def test_cli_export(analysed, tmp_path):
         assert p.returncode == 2 and "unknown export format" in p.stderr
     finally:
         svc.store.__init__(settings.db_path)
+
+
+def test_the_report_file_of_a_bundle_with_no_time_at_all(tmp_path):
+    """Pasted text with no time (a real Slurm excerpt): the one-file report is the report alone."""
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "slurm.out").write_bytes((ROOT / "tests" / "data" / "realworld" / "dev" /
+                                   "K-Net-30_slurmstepd-oom-kill.log").read_bytes())
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    iid = svc.submit_path(b).incident_id
+    svc.analyze(iid)
+    out = tmp_path / "r.html"
+    with open(out, "wb") as fh:
+        stats = svc.export(iid, "html", fh)
+    assert (stats["window"], stats["lanes"]) == (None, 0)
+    page = out.read_text()
+    assert "Slurm counted 1 OOM kill(s)" in page and "time unknown" in page
+    assert "embedded-timeline" not in page
+    with open(tmp_path / "w.html", "wb") as fh, pytest.raises(ValueError):
+        svc.export(iid, "html", fh, start="2026-01-01T00:00:00Z")   # a window asked for must hold something
