@@ -43,7 +43,8 @@ from typing import Any, ClassVar, Iterator
 from .model import CLOCK_DOMAINS
 from .reader import STREAM_ENDS, Head, iter_lines, open_binary
 from .sink import RowSink
-from .unwrap import MACHINE_WRAPPERS, MIXED_SHARE, layers, open_unwrapped
+from .unwrap import (JOINED, MACHINE_WRAPPERS, MIXED_SHARE, cut_width, layers, open_unwrapped, rejoin,
+                     terminal_width)
 
 DEEP_BYTES = 1 << 20       # how far detection reads into a file that opens with a preamble
 WRAP_LINES = 300           # head lines whose wrappers decide the layers to peel
@@ -94,6 +95,7 @@ class ParseContext:
         stream = self.open()
         try:
             for df in line_frames(stream, chunk_bytes or CHUNK_BYTES, blank_as_null):
+                df = self.without_joined(df)
                 if self.line_shift:
                     df = df.with_columns(df["lineno"] + self.line_shift)
                 self.lineno = int(df["lineno"][-1]) if len(df) else self.lineno
@@ -110,6 +112,14 @@ class ParseContext:
             self.bytes_read = stream.raw.count
             stream.close()
 
+    def without_joined(self, df):
+        """A frame of lines without those a terminal cut that were joined onto the line above (see
+        ``ingest.unwrap.terminal_width``): every reader of line frames passes them through here."""
+        if cut_width(self.unwrap) is None:
+            return df
+        import polars as pl
+        return df.filter(pl.col("line").is_null() | (pl.col("line") != JOINED))
+
     def lines(self) -> Iterator[tuple[int, str]]:
         """(lineno, text) for every line; undecodable lines are counted as issues.
 
@@ -125,7 +135,8 @@ class ParseContext:
         try:
             for lineno, text in iter_lines(stream, bad):
                 self.lineno = lineno
-                yield lineno, text
+                if text != JOINED:
+                    yield lineno, text
         except STREAM_ENDS as e:
             self.stream_error = e
         finally:
@@ -139,6 +150,9 @@ class Parser:
     priority: ClassVar[int] = 50
     clock_domain: ClassVar[str]
     description: ClassVar[str] = ""
+    # reads the file as lines (``line_frames``/``lines``), so a terminal's cut can be joined back for
+    # it; a parser of a document (JSON) reads the bytes as they are
+    reads_lines: ClassVar[bool] = True
 
     @classmethod
     def detect(cls, head: Head) -> bool:  # pragma: no cover - abstract
@@ -266,17 +280,31 @@ class Registry:
         peeled off its lines (one more layer each time); a later stretch of the head, then of the
         first ``DEEP_BYTES``, when the file opens with a preamble (shell tracing, module loads,
         banners) before the format's first line. A text file nobody claims comes back with the
-        plain-text reader as ``fallback`` and the reason; binary data and empty files do not."""
+        plain-text reader as ``fallback`` and the reason; binary data and empty files do not.
+
+        Lines a terminal cut at its width are joined back first, in every one of these reads, and
+        the parse joins them the same way (layer ``cut:W``, :func:`ingest.unwrap.terminal_width`)."""
         head = Head.read(path, rel)
+        cut: tuple[str, ...] = ()
+        if head.data and not head.binary:
+            width = terminal_width(head.lines)
+            if width is not None:
+                cut = (f"cut:{width}",)
+                head = Head.from_lines(head.path, rejoin(head.lines, width), head.complete)
         det = self.detect(head)
+        if det.recognized and cut and not det.parser.reads_lines:
+            return self.detect(Head.read(path, rel))
         if det.recognized or not head.data or head.binary:
-            return det
+            return replace(det, unwrap=cut) if cut else det
         found = self._look_past(head)
         if found is None and not head.complete:
-            found = self._look_past(Head.read(path, rel, size=DEEP_BYTES), windows_only=True)
+            deep = Head.read(path, rel, size=DEEP_BYTES)
+            if cut:
+                deep = Head.from_lines(deep.path, rejoin(deep.lines, cut_width(cut)), deep.complete)
+            found = self._look_past(deep, windows_only=True)
         if found is not None:
-            return found
-        return replace(det, fallback=self.fallback)
+            return replace(found, unwrap=cut + found.unwrap)
+        return replace(det, fallback=self.fallback, unwrap=cut)
 
     def _look_past(self, head: Head, windows_only: bool = False) -> Detection | None:
         lines = head.lines

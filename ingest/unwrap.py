@@ -17,6 +17,12 @@ are kept as they are. When that finds nothing, the wrappers only a tool writes
 again on ``MIXED_SHARE`` of the lines: a console capture where raw kernel lines and their syslog
 copies alternate is one kernel log once the copies lose their prefix.
 
+A terminal's cut is undone before any wrapper is peeled (layer ``cut:W``, see :func:`terminal_width`):
+a log copied from a terminal W columns wide has every longer line broken into W-character pieces,
+mid-word, and no parser knows the pieces. The piece that follows a full-width line is joined back
+onto it; the line it came from is not handed to the parser (``JOINED``), so line numbers still do
+not change.
+
 Worked example (an excerpt pasted into an issue, with the log's line numbers in front)::
 
     [80746] [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught ...
@@ -177,8 +183,85 @@ def _repeated(w: Wrapper, lines: list[str]) -> bool:
     return len(set(vals)) <= max(1, min(64, len(vals) // 3))
 
 
+CUT_MIN_WIDTH = 60
+_BORDERS = ("|", "+", "│", "┃", "┼", "├", "┤", "╋")
+# What stands, while parsing, where a piece was joined onto the line above: ParseContext drops these
+# lines, so the parsers never see them and every other line keeps its number.
+JOINED = "\x1ejoined onto the line above\x1e"
+
+
+def _continues(line: str, nxt: str, width: int, head: str | None = None) -> bool:
+    """Whether ``nxt`` is the rest of ``line``, cut by a terminal ``width`` columns wide: ``line`` fills
+    the width and ``nxt`` does not start a record like ``head`` (the line being joined, of which
+    ``line`` is the last piece) does (same first characters), is not blank, and neither is ``line``
+    a table's row (it ends in a border and ``nxt`` starts with one) nor padded with spaces to the
+    width (a console that pads)."""
+    head = line if head is None else head
+    return (len(line) == width and bool(nxt.strip()) and nxt[:4] != head[:4] and not line.endswith("  ")
+            and not (line[-1:] in _BORDERS and nxt[:1] in _BORDERS))
+
+
+def terminal_width(lines: list[str]) -> int | None:
+    """The width of the terminal that cut ``lines`` (a head's lines), or None when nothing was cut.
+
+    A terminal breaks every line longer than its width W into pieces of exactly W characters, so in
+    a copied log the longest length is W, many different lines have exactly that length (more than
+    in the few lengths just under it, where a log's own line ends would spread), and most of them go
+    on in the next line (see :func:`_continues`). Lines all as long as the widest by nature (a
+    table's rows, a template repeated) fail the last test: the next line starts like them.
+
+    Worked example, the recorded torchrun log ``tests/data/app_log/torchrun_mismatch.log`` as an
+    80-column terminal shows it (its lines 455-456 once cut)::
+
+        [default0]:[rank0]: RuntimeError: Detected mismatch between collectives on ranks
+        . Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=20, OpType=
+
+    Hundreds of lines are exactly 80 characters long, only a few are 72-79, and nearly every
+    80-character line goes on in the next: 80. Its first line, ``[I1129 13:41:08.365019050
+    debug.cpp:48] [c10d] The debug level is set to DETAIL.``, is 80 characters by itself, and the
+    next line starts like it (``[I11``): it is not joined. The log as written gives None: its
+    longest line is one of a kind.
+    """
+    lengths = [len(ln) for ln in lines if ln.strip()]
+    if len(lengths) < 4:
+        return None
+    width = max(lengths)
+    if width < CUT_MIN_WIDTH:
+        return None
+    full = [ln for ln in lines if len(ln) == width]
+    if len(set(full)) < 3 or len(full) <= sum(1 for n in lengths if width - 8 <= n < width):
+        return None
+    cut = sum(1 for a, b in zip(lines, lines[1:]) if _continues(a, b, width))
+    return width if cut >= 3 and cut >= 0.5 * len(full) else None
+
+
+def rejoin(lines: list[str], width: int) -> list[str]:
+    """``lines`` with each terminal cut joined back (see :func:`terminal_width`): the joined line
+    stands where it started, and each piece joined onto it leaves an empty line (same count)."""
+    out, i, n = [], 0, len(lines)
+    while i < n:
+        line, j = lines[i], i + 1
+        while j < n and _continues(lines[j - 1], lines[j], width, line):
+            line += lines[j]
+            j += 1
+        out.append(line)
+        out.extend([""] * (j - i - 1))
+        i = j
+    return out
+
+
+def cut_width(names: tuple[str, ...]) -> int | None:
+    """The terminal width of a ``cut:W`` layer among ``names``, if there is one."""
+    for n in names:
+        if n.startswith("cut:"):
+            return int(n.split(":", 1)[1])
+    return None
+
+
 def peel_line(line: str, names: tuple[str, ...]) -> str:
     for n in names:
+        if n.startswith("cut:"):
+            continue
         p = wrapper(n).peel(line)
         if p is not None:
             line = p
@@ -186,40 +269,67 @@ def peel_line(line: str, names: tuple[str, ...]) -> str:
 
 
 class UnwrapRaw(MadeAheadRaw):
-    """A binary stream of ``inner``'s lines with the wrapper layers ``names`` peeled off each.
+    """A binary stream of ``inner``'s lines with the layers ``names`` undone on each: a terminal's
+    cut (``cut:W``) first, then the wrappers peeled.
 
     ``count`` is the inner stream's (decompressed bytes read), so byte accounting and the size
     limit stay those of the file as uploaded."""
 
     def __init__(self, inner, names: tuple[str, ...]):
         self._inner = inner
-        self._ws = [wrapper(n) for n in names]
+        self._ws = [wrapper(n) for n in names if not n.startswith("cut:")]
+        self._width = cut_width(names)
+        self._ahead = None          # (with a cut layer) the next line, read to see if it continues this one
 
     @property
     def count(self) -> int:
         return self._inner.raw.count
 
+    def _line(self):
+        """The next line as (text, CR, newline), or its raw bytes when it is not UTF-8, or None at the end."""
+        if self._ahead is not None:
+            got, self._ahead = self._ahead, None
+            return got
+        raw = self._inner.readline()
+        if not raw:
+            return None
+        end = b"\n" if raw.endswith(b"\n") else b""
+        line = raw[:-1] if end else raw
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw
+        cr = text.endswith("\r")
+        return (text[:-1] if cr else text), cr, end
+
     def _fill(self, want: int) -> None:
         while not self._out:
-            raw = self._inner.readline()
-            if not raw:
+            got = self._line()
+            if got is None:
                 return
-            end = b"\n" if raw.endswith(b"\n") else b""
-            line = raw[:-1] if end else raw
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError:
-                self._out = raw          # (the parser counts it as undecodable, as it would have)
+            if isinstance(got, bytes):
+                self._out = got          # (the parser counts it as undecodable, as it would have)
                 return
-            cr = text.endswith("\r")
-            if cr:
-                text = text[:-1]
+            text, cr, end = got
+            joined, piece = 0, text
+            if self._width is not None:
+                while True:
+                    nxt = self._line()
+                    if isinstance(nxt, tuple) and _continues(piece, nxt[0], self._width, text):
+                        piece = nxt[0]
+                        text += piece
+                        cr, end = nxt[1], nxt[2]
+                        joined += 1
+                        continue
+                    self._ahead = nxt
+                    break
             for w in self._ws:
                 p = w.peel(text)
                 if p is not None:
                     text = p
             # a peeled value may hold newlines of its own (a JSON "log" value): one line out per line in
-            self._out = text.replace("\r", "").replace("\n", " ").encode("utf-8") + (b"\r" if cr else b"") + end
+            self._out = (text.replace("\r", "").replace("\n", " ").encode("utf-8") + (b"\r" if cr else b"")
+                         + end + (JOINED + ("\r\n" if cr else "\n")).encode("utf-8") * joined)
 
     def close(self) -> None:
         try:

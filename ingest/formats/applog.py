@@ -87,7 +87,7 @@ from ..registry import ParseContext, Parser
 from ._c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
 from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
 from .kernel_signatures import Unknown
-from .nccl import (COLLAPSED_NAMES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS,
+from .nccl import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS,
                    collapse_info, nccl_frame, nccl_line_count, warn_class)
 
 NS = 1_000_000_000
@@ -215,6 +215,11 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
     ("slurm_cancelled", "job_failure", "CANCELLED AT",
      r"\*\*\* (?P<slurm_unit>STEP|JOB) (?P<step>\S+) ON (?P<node>\S+) CANCELLED AT (?P<cancelled_at>\S+)"
      r"(?: DUE TO (?P<reason>[^*]+?))? \*\*\*", ()),
+    # PBS/Torque: the server's or the MOM's account of a job it ended (job e-mail, the job's .e/.o file)
+    ("pbs_killed", "job_failure", "PBS: job killed:",
+     r"PBS: job killed: (?P<pbs_limit>\w+) (?P<pbs_used>\d+\S*) exceeded limit (?P<pbs_max>\d+\S*)", ()),
+    ("pbs_aborted", "job_failure", "Aborted by PBS Server", r"(?P<pbs_msg>Aborted by PBS Server)", ()),
+    ("pbs_exit_status", "job_failure", "Exit_status=", r"(?:^|\s)Exit_status=(?P<exitcode>-?[1-9]\d*)\b", ("exitcode",)),
     # a child process a launcher or script waited for, as Python's subprocess reports it
     ("child_died_segfault", "segfault", "died with <Signals.SIG",
      r"died with <Signals\.(?P<signal>SIGSEGV|SIGBUS): \d+>", ()),
@@ -253,6 +258,9 @@ SAID = {
     "srun_task_segfault": "srun: task(s) {tasks} on {node} ended: segmentation fault",
     "slurm_oom_kill": "Slurm counted {oom_kills} OOM kill(s) by the cgroup OOM killer in {step}",
     "slurm_cancelled": "Slurm cancelled {slurm_unit} {step} on {node} at {cancelled_at}",
+    "pbs_killed": "PBS killed the job: its {pbs_limit} {pbs_used} exceeded the limit {pbs_max}",
+    "pbs_aborted": "the PBS server aborted the job",
+    "pbs_exit_status": "PBS: the job ended with Exit_status={exitcode}",
     "child_died_segfault": "a child process died of {signal}",
     "child_died_signal": "a child process died of {signal}",
     "child_exit_status": "a child process exited with status {exitcode}",
@@ -779,7 +787,8 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
     Returns (block dicts, consumed linenos, lineno of a block still open at the chunk's end).
     """
     # (a ChildFailedError summary pasted without the launcher's traceback starts at its exception line)
-    is_start = (pl.col("body") == TB_START) | pl.col("body").str.starts_with(FATAL_START) | \
+    # (a logger's message may lead into the traceback on the header's line: "... hit an exception: Traceback ...")
+    is_start = pl.col("body").str.ends_with(TB_START) | pl.col("body").str.starts_with(FATAL_START) | \
         pl.col("body").str.contains(CFE_HEAD)
     starts = base.filter(is_start)
     if starts.is_empty():
@@ -787,11 +796,13 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
     blocks, consumed, open_at = [], set(), None
     # only rows that can belong to a block are walked (tracebacks are contiguous in their stream)
     first = int(starts["lineno"].min())
-    # (lines ending in " FAILED" are tested apart: a ".* FAILED$" branch scans every line to its end)
+    # (lines ending in " FAILED" or a traceback's header are tested apart: a ".* FAILED$" branch scans
+    # every line to its end)
     # (on the five columns the walk reads: a filter copies every column it is given)
     maybe = base.lazy().select("lineno", "line", "body", "wrank", "stream").filter(
         (pl.col("lineno") >= first) & (pl.col("body").str.contains(BLOCK_ROW)
-                                       | pl.col("body").str.ends_with(" FAILED"))).collect()
+                                       | pl.col("body").str.ends_with(" FAILED")
+                                       | pl.col("body").str.ends_with(TB_START))).collect()
     for stream in starts["stream"].unique().to_list():
         rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
         linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
@@ -804,7 +815,7 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
             if i0 < i:
                 continue
             i = i0
-            walk = _walk_traceback if bodies[i] == TB_START else (
+            walk = _walk_traceback if bodies[i].endswith(TB_START) else (
                 _walk_fatal if bodies[i].startswith(FATAL_START) else _walk_cfe_alone)
             j, blk = walk(bodies, i)
             if j is None:           # ran off the chunk: wait for more lines (at the end: the block as it is)
@@ -1334,7 +1345,9 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
             if src in INIT_FAILURE_FILES and key not in st.init_failed:
                 st.init_failed.add(key)
                 kind = "nccl_init_failure"
-                a["summary"] = (f"NCCL communicator init failed{who}: {a['nccl_result'] or 'error ' + str(code)}"
+                what = ("NCCL could not connect the communicator's ranks" if src in CONNECT_FILES
+                        else "NCCL communicator init failed")
+                a["summary"] = (f"{what}{who}: {a['nccl_result'] or 'error ' + str(code)}"
                                 f" returned through {a.get('err_src')}:{a.get('err_line')}")
             else:
                 upd[r["lineno"]] = (kind, json.dumps(a))

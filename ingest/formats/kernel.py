@@ -890,6 +890,7 @@ def line_frames_to_the_cut(ctx: ParseContext, chunk_bytes: int = CHUNK_BYTES, tr
     stream = ctx.open()
     try:
         for df in _line_frames(stream, chunk_bytes):
+            df = ctx.without_joined(df)
             if track_lineno:
                 ctx.lineno = int(df["lineno"][-1]) if len(df) else ctx.lineno
             yield df

@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-VERSION = "kernel-signatures/2"
+VERSION = "kernel-signatures/3"
 FLOOD_WINDOW_NS = 60_000_000_000
 
 # Xid code -> (mnemonic, meaning, immediate action); FORMATS.md 4.3.
@@ -302,6 +302,31 @@ SIGNATURES: tuple[Signature, ...] = (
         "mce: [Hardware Error]: Machine check events logged",
         "an LKML thread (code index id 44439886940)",
         proposed="hardware_error"),
+    Signature(
+        "edac.ue", "memory_error", "hardware_error", "EDAC MC",
+        r"EDAC MC(?P<mc>\d+): (?P<count>\d+) UE (?:(?P<what>.*?) )?on (?P<dimm>[^\s(]+)",
+        "{count} uncorrected memory error(s) on {dimm} (EDAC MC{mc}): data in RAM was lost",
+        "EDAC MC3: 1 UE memory read error on CPU_SrcID#0_MC#3_Chan#0_DIMM#0 (channel:0 slot:0 page:0x7e025e "
+        "offset:0x400 grain:32 -  err_code:0x00a0:0x0090  SystemAddress:0x7e025e400",
+        "a dmesg quoted in a public repository file (code index id 25229554565; the line's start)",
+        ints=("mc", "count"), dedup=("mc", "dimm")),
+    Signature(
+        "edac.ce", "memory_error", "hardware_error", "EDAC MC",
+        r"EDAC MC(?P<mc>\d+): (?P<count>\d+) CE (?:(?P<what>.*?) )?on (?P<dimm>[^\s(]+)",
+        "{count} corrected memory error(s) on {dimm} (EDAC MC{mc}): corrected, but the memory is reporting errors",
+        "EDAC MC1: 262 CE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0 (channel:1 slot:0 page:0x2031c14 "
+        "offset:0x940 grain:32 syndrome:0x0 -  OVERFLOW area:DRAM err_code:0001:0091 socket:0 ha:0 channel_mask:2 "
+        "rank:1)",
+        "illinois-scicomp/machine-shop-maintenance#66 (tests/data/realworld/dev/machine-shop-maintenance-66_*.log); "
+        "the format is edac_mc.c's edac_ce_error",
+        ints=("mc", "count"), dedup=("mc", "dimm")),
+    Signature(
+        "mlx5.health", "nic_health", "hardware_error", "health compromised",
+        r"(?:(?P<driver>\S+) (?P<pci>" + _PCI + r"): )?device's health compromised - reached miss count",
+        "The network adapter {pci} stopped answering its health checks (its firmware is not responding)",
+        "mlx5_core 0000:5e:00.0: device's health compromised - reached miss count",
+        "charmplusplus/charm#2635 (tests/data/realworld/dev/charm-2635_*.log); mlx5 core/health.c",
+        dedup=("pci",)),
     Signature(
         "thermal", "thermal_throttle", "cpu_throttle", "temperature above threshold, cpu clock throttled",
         r"CPU(?P<cpu>\d+): (?P<level>Core|Package) temperature above threshold, cpu clock throttled"

@@ -252,6 +252,7 @@ def _more_issues(sink, n: int) -> None:
 class KinetoParser(Parser):
     name = "kineto"
     kind = "torch_trace"
+    reads_lines = False
     priority = 60
     clock_domain = CLOCK_WALL
     description = "torch.profiler / Kineto Chrome-trace JSON (also plain Chrome traces)"

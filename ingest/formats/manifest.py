@@ -227,6 +227,7 @@ def _int(v) -> int | None:
 class CollectManifestParser(Parser):
     name = "collect_manifest"
     kind = "host_info"
+    reads_lines = False
     priority = 90
     clock_domain = CLOCK_WALL
     description = "aftertrace collect's manifest (aftertrace-manifest.json, schema aftertrace.collect/1)"

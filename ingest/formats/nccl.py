@@ -28,8 +28,8 @@ transport, NET plugin / IB devices / bootstrap interface, channel counts,
 Destroy/Abort COMPLETE, COLL calls (opCount, count, datatype, comm) and error
 return chains (``file.cc:123 -> 3``). WARN lines are classified by
 ``WARN_CLASSES`` (first match wins) and typed ``nccl_warn``; the first error
-chain of a process that passes through ``init.cc``/``bootstrap.cc`` is typed
-``nccl_init_failure``.
+chain of a process that passes through ``init.cc``/``bootstrap.cc`` (creating the
+communicator) or ``transport.cc`` (connecting its ranks) is typed ``nccl_init_failure``.
 
 Repetitive INFO lines are not one event each (see :func:`collapse_info` and the
 "Collapsed" list in :mod:`.applog`): per (host, pid, cudaDev), the COLL lines, the
@@ -55,7 +55,7 @@ _TS = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
 # The header, found anywhere in the line (lazy junk before it).
 HEADER = (
     r"^(?P<pre>.*?)(?:\[(?P<nts>" + _TS + r")\] )?(?:\[(?P<tag>\d+)\] )?"
-    r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>\d+)\] )?"
+    r"(?P<host>[\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>\d+)\] )?"
     r"(?:(?P<trace_ms>\d+\.\d+) )?(?:(?P<src>[\w./\-]+):(?P<srcline>\d+) )?"
     r"(?:\((?P<func>[^()]*)\) )?NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT)\b ?")
 # The last header of a spliced line (greedy prefix): pid/tid are exact, the host is not.
@@ -135,11 +135,15 @@ WARN_LABELS = {
 }
 NCCL_RESULT = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
                4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
-INIT_FAILURE_FILES = ("init.cc", "bootstrap.cc")
+# Error chains through these files mean the communicator was never ready: its creation (init.cc,
+# bootstrap.cc) or the connections between its ranks (transport.cc: choosing and setting up the
+# transport to each peer, at init or, with runtime connect, before the first collective).
+INIT_FAILURE_FILES = ("init.cc", "bootstrap.cc", "transport.cc")
+CONNECT_FILES = ("transport.cc",)
 
 # (searched: the host may follow any junk; it starts where a run of host characters starts, so
 # that a long run without a header costs one pass, not one per character of it)
-_DETECT = re.compile(r"(?<![\w.\-])[\w.\-]+:\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ )?(?:[\w./\-]+:\d+ )?"
+_DETECT = re.compile(r"(?<![\w.\-])[\w.\-]*:\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ )?(?:[\w./\-]+:\d+ )?"
                      r"(?:\([^()]*\) )?NCCL (?:INFO|WARN|TRACE|CALL)\b")
 _DETECT_VERSION = re.compile(r"^NCCL version \d+\.\d+")
 

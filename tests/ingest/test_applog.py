@@ -474,6 +474,13 @@ REAL = Path(__file__).resolve().parents[1] / "data" / "realworld"
     ("dev/lit-llama-380_slurm-training-nccl-warn-ib-port-error.log", 4, "link_down"),
     # Ray names a remote error with its cause: RayTaskError(RuntimeError)
     ("dev/ray-40850_raytaskerror-raytrainworker-traceback.log", 4, "python_exception"),
+    # PBS's job e-mail: the server aborted the job, which ended with a non-zero Exit_status
+    ("dev/cbio-cluster-256_pbs-job-mail-walltime-exit-status.txt", 4, "job_failure"),
+    ("dev/cbio-cluster-256_pbs-job-mail-walltime-exit-status.txt", 7, "job_failure"),
+    # NCCL's error unwinding through transport.cc: the ranks could not be connected
+    ("dev/skypilot-4448_head-rank-pid-nccl-warn.log", 9, "nccl_init_failure"),
+    # NCCL lines whose host name a log collector left empty (":pid:tid [dev]")
+    ("dev/nccl-1808_timestamped-worker-prefix-socketfinalizeaccept-wrong-magic.log", 9, "nccl_warn"),
 ])
 def test_how_a_job_ended_in_the_words_of_its_runner(tmp_path, name, line, kind):
     from ingest.parse import ParseJob, parse_file

@@ -93,7 +93,7 @@ def test_oom_kill_victim(tmp_path):
         "total_vm_kb": 3149468, "anon_rss_kb": 164992, "file_rss_kb": 52176, "shmem_rss_kb": 92,
         "uid": 0, "pgtables_kb": 1372, "oom_score_adj": 986,
         "scope_name": "memory-cgroup OOM killer", "signature": "oom.kill",
-        "signatures_version": "kernel-signatures/2",
+        "signatures_version": "kernel-signatures/3",
         "summary": "The memory-cgroup OOM killer killed pid 63214 (uwsgi), anon-rss 161.1 MiB",
     }
     # the reaper line names the same process but is not a second kill

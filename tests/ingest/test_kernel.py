@@ -368,6 +368,17 @@ def test_kmsg_of_an_nvswitch_node(tmp_path):
     assert rows(res, "events")[-1]["ts_raw_ns"] == int(lines[-1].split(",")[2]) * 1000
 
 
+def test_memory_and_nic_faults_of_a_compute_node(tmp_path):
+    # EDAC's count of corrected errors (dmesg -T), and an mlx5 adapter whose firmware stopped answering
+    real = DATA / "realworld" / "dev"
+    res = parse(real / "machine-shop-maintenance-66_dmesg-T-edac-ce-overflow.log", tmp_path / "a")
+    assert [(t["line"], t["name"], t["kind"], t["attrs"]["count"], t["attrs"]["dimm"]) for t in typed(res)] == [
+        (7, "memory_error", "hardware_error", 262, "CPU_SrcID#0_Ha#0_Chan#1_DIMM#0")]
+    res = parse(real / "charm-2635_dmesg-tacc-mlx5-health-compromised-irisc.log", tmp_path / "b")
+    assert [(t["line"], t["name"], t["kind"], t["attrs"]["pci"]) for t in typed(res)] == [
+        (2, "nic_health", "hardware_error", "0000:5e:00.0")]
+
+
 @pytest.mark.parametrize("name,fmt", [
     ("gpud__journalctl-k-short-iso_k8s_node.log", "syslog_iso"),
     ("issue_gpud-pr1209_journalctl-k_gpu_node_boot.log", "syslog"),

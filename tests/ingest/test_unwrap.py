@@ -97,11 +97,70 @@ def test_a_wrapper_on_some_lines_only_is_peeled_where_it_is(tmp_path):
     real = Path(__file__).resolve().parents[1] / "data" / "realworld" / "dev" / \
         "linux-wireless-ath10k-lockup_openwrt-console-logread-interleaved.log"
     det = default_registry().sniff(real, real.name)
-    assert det.parser.name == "dmesg_raw" and det.unwrap == ("syslog_kernel",)
+    # (its console also cut lines at 140 columns: joined back first)
+    assert det.parser.name == "dmesg_raw" and det.unwrap == ("cut:140", "syslog_kernel")
     r = parse_file(ParseJob(str(real), real.name, str(tmp_path / "out")))
-    assert r.status == "partial" and r.issues == 6
+    assert r.status == "partial" and r.issues == 4
     bad = sorted(row["line"] for f in (tmp_path / "out").glob("parse_issues*.parquet")
                  for row in pq.read_table(f).to_pylist())
-    # left unread: hostapd's syslog lines (1-3) and three console lines broken mid-word
-    # ("hu May 14 ...", "25] ath10k_ahb ...", "fi: failed to halt axi bus: 0")
-    assert bad == [1, 2, 3, 24, 26, 47]
+    # left unread: hostapd's syslog lines (1-3) and a console line that two writers broke mid-word
+    # ("hu May 14 ...": its "T" ends a shorter line above)
+    assert bad == [1, 2, 3, 24]
+
+
+APP = Path(__file__).resolve().parents[1] / "data" / "app_log"
+
+
+def _terminal(lines: list[str], width: int) -> list[str]:
+    """What a terminal ``width`` columns wide shows: every longer line in pieces of ``width``."""
+    out = []
+    for ln in lines:
+        out += [ln[i:i + width] for i in range(0, len(ln), width)] or [""]
+    return out
+
+
+def test_terminal_width_worked_example():
+    from ingest.unwrap import rejoin, terminal_width
+    lines = (APP / "torchrun_mismatch.log").read_text().splitlines()
+    assert terminal_width(lines) is None
+    cut = _terminal(lines, 80)
+    assert cut[454:456] == ["[default0]:[rank0]: RuntimeError: Detected mismatch between collectives on ranks",
+                            ". Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=20, OpType="]
+    assert terminal_width(cut) == 80
+    joined = rejoin(cut, 80)
+    assert len(joined) == len(cut)
+    assert joined[454].startswith("[default0]:[rank0]: RuntimeError: Detected mismatch between collectives on "
+                                  "ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=20")
+    assert joined[0] == cut[0] == lines[0] and len(lines[0]) == 80 and joined[1] == lines[1]   # not joined
+    assert [ln for ln in joined if ln] == [ln for ln in lines if ln]
+
+
+def test_lines_all_as_wide_as_the_widest_are_not_a_terminal_cut():
+    real = Path(__file__).resolve().parents[1] / "data"
+    for p in (real / "realworld" / "dev" / "azhpc-diagnostics-77_nvidia-smi-power-ERR.txt",      # a table
+              real / "nccl_log" / "issue_nvidia-nccl-697_ncclSystemError_socket_dgxa100.log",     # a template
+              real / "realworld" / "dev" / "colossalai-3172_rich-indented-log-sigterm-exitcode-9.log"):  # padded
+        from ingest.unwrap import terminal_width
+        assert terminal_width(p.read_text().splitlines()) is None, p.name
+
+
+def test_a_log_cut_by_a_terminal_reads_as_the_log(tmp_path):
+    """The same findings on the same line numbers as the log as written; the cut pieces are not lines."""
+    lines = (APP / "torchrun_mismatch.log").read_text().splitlines()
+    cut = _terminal(lines, 80)
+    f = tmp_path / "copied.log"
+    f.write_text("\n".join(cut) + "\n")
+    det = default_registry().sniff(f, f.name)
+    assert det.parser.name == "app_log" and det.unwrap == ("cut:80",)
+    r = parse_file(ParseJob(str(f), f.name, str(tmp_path / "out")))
+    assert r.attrs["unwrapped"] == ["cut:80"]
+    r0 = parse_file(ParseJob(str(APP / "torchrun_mismatch.log"), "orig.log", str(tmp_path / "orig")))
+    assert r0.status == r.status
+    start = {}          # line of the cut file where each line of the log as written starts
+    n = 1
+    for i, ln in enumerate(lines, 1):
+        start[i] = n
+        n += max(1, -(-len(ln) // 80))
+    want = sorted((start[e["line"]], e["kind"]) for e in _events(tmp_path / "orig") if e["kind"])
+    got = sorted((e["line"], e["kind"]) for e in _events(tmp_path / "out") if e["kind"])
+    assert got == want and ("collective_mismatch" in {k for _, k in got})
