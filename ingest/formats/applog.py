@@ -136,6 +136,14 @@ SEVERITY = {"F": "crit", "E": "error", "W": "warning", "I": "info", "V": "debug"
 # 3. message grammar: (name, kind, literal prefilter, regex with named groups, integer fields)
 _WORK = (r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op_type>\w+)(?:, NumelIn=(?P<numel_in>-?\d+), "
          r"NumelOut=(?P<numel_out>-?\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\)")
+# a pod's row in `kubectl get pods`: NAME READY STATUS RESTARTS AGE (RESTARTS may say "3 (2m ago)")
+# (after a NAMESPACE column with -A; "pod/" with `kubectl get all`)
+_POD_ROW = (r"^\s*(?:[a-z0-9][\w.\-]*\s+)?(?:pod/)?(?P<pod>[a-z0-9][\w.\-]*)\s+(?P<ready>\d+/\d+)\s+"
+            r"(?P<pod_status>{})\s+(?P<restarts>\d+)")
+# a row of `sacct`: the job or step id first; its State, then its ExitCode "status:signal" as a field
+_SACCT_ROW = (r"^\s*(?P<job_id>\d+(?:_(?:\d+|\[[^\]]*\]))?(?:\.[\w+\-]+)?)(?:\s|\|).*?(?:\s|\|)"
+              r"(?P<sacct_state>{})(?: by (?:\d+|\+))?\+?(?:\s+|\|)(?P<exit_status>\d+):(?P<exit_signal>\d+)(?:\s|\||$)")
+
 MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
     ("watchdog_timeout", "collective_timeout", "Watchdog caught collective operation timeout",
      r"Watchdog caught collective operation timeout: " + _WORK + r" ran for (?P<ran_ms>\d+) milliseconds",
@@ -242,6 +250,48 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      r"\"ExitCode\":\s*(?P<exitcode>129|1[3-5]\d)\b", ("exitcode",)),
     ("container_exit_signal", "signal_kill", "Exit Code:", r"Exit Code:\s+(?P<exitcode>129|1[3-5]\d)\b",
      ("exitcode",)),
+    ("container_exit", "process_exit", "Exit Code:", r"Exit Code:\s+(?P<exitcode>[1-9]\d*)\b", ("exitcode",)),
+    # Kubernetes: the kubelet restarting a container that keeps exiting (an event), a pod's row in
+    # `kubectl get pods`, and what `kubectl describe pod` says of a pod that failed
+    ("k8s_backoff", "process_exit", "Back-off restarting failed container",
+     r"(?P<k8s_event>Back-off restarting failed container)(?: (?P<container>[\w.\-]+) in pod (?P<pod>[\w.\-]+))?",
+     ()),
+    ("k8s_pod_status", "process_exit", "CrashLoopBackOff", _POD_ROW.format("(?:Init:)?CrashLoopBackOff"),
+     ("restarts",)),
+    ("k8s_pod_status", "process_exit", "Error", _POD_ROW.format("(?:Init:)?Error"), ("restarts",)),
+    ("k8s_pod_status", "oom_kill", "OOMKilled", _POD_ROW.format("OOMKilled"), ("restarts",)),
+    ("k8s_pod_status", "job_failure", "Evicted", _POD_ROW.format("Evicted"), ("restarts",)),
+    ("k8s_pod_failed", "job_failure", "Status:", r"^\s*Status:\s+(?P<pod_phase>Failed)\s*$", ()),
+    ("k8s_pod_evicted", "job_failure", "Reason:", r"^\s*Reason:\s+(?P<pod_reason>Evicted)\s*$", ()),
+    ("k8s_node_pressure", "memory_pressure", "The node was low on resource",
+     r"The node was low on resource: (?P<resource>memory)", ()),
+    ("k8s_node_pressure", "disk_full", "The node was low on resource",
+     r"The node was low on resource: (?P<resource>ephemeral-storage)", ()),
+    # Slurm's accounting (`sacct`, fixed width or --parsable): a job or step's State, then its
+    # ExitCode "status:signal"
+    ("sacct_state", "oom_kill", "OUT_OF_ME", _SACCT_ROW.format("OUT_OF_ME(?:MORY)?"), ("exit_status", "exit_signal")),
+    ("sacct_state", "job_failure", "FAILED", _SACCT_ROW.format("FAILED"), ("exit_status", "exit_signal")),
+    ("sacct_state", "job_failure", "TIMEOUT", _SACCT_ROW.format("TIMEOUT"), ("exit_status", "exit_signal")),
+    ("sacct_state", "job_failure", "NODE_FAIL", _SACCT_ROW.format("NODE_FAIL"), ("exit_status", "exit_signal")),
+    ("sacct_state", "job_failure", "CANCELLED", _SACCT_ROW.format("CANCELLED"), ("exit_status", "exit_signal")),
+    # IBM LSF's job report: why it killed the job, and how the job ended (exit code 128 + N: signal N)
+    ("lsf_term", "oom_kill", "TERM_MEMLIMIT",
+     r"(?P<lsf_term>TERM_MEMLIMIT): job killed after reaching LSF memory usage limit", ()),
+    ("lsf_term", "job_failure", "TERM_", r"^(?P<lsf_term>TERM_[A-Z_]+): (?P<lsf_why>job killed[^.]*)", ()),
+    ("lsf_exit", "signal_kill", "Exited with exit code", r"^Exited with exit code (?P<exitcode>129|1[3-5]\d)\.",
+     ("exitcode",)),
+    ("lsf_exit", "process_exit", "Exited with exit code", r"^Exited with exit code (?P<exitcode>[1-9]\d*)\.",
+     ("exitcode",)),
+    # DeepSpeed's launcher, when a worker ended badly: it kills the others and exits with that code
+    # (negative: the worker was killed by that signal)
+    ("deepspeed_exit", "signal_kill", "exits with return code =", r"exits with return code = (?P<exitcode>-\d+)",
+     ("exitcode",)),
+    ("deepspeed_exit", "process_exit", "exits with return code =",
+     r"exits with return code = (?P<exitcode>[1-9]\d*)", ("exitcode",)),
+    # Ray Jobs: the job's end as `ray job submit` reports it, and the entrypoint's exit code
+    ("ray_job_failed", "job_failure", "' failed", r"Job '(?P<ray_job>[^']+)' failed", ()),
+    ("ray_entrypoint_exit", "process_exit", "Job entrypoint command failed",
+     r"Job entrypoint command failed with exit code (?P<exitcode>\d+)", ("exitcode",)),
     ("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
     ("checkpoint_write_failed", "disk_full", "inline_container.cc",
      r"(?P<io_error>\[enforce fail at inline_container\.cc:\d+\] \. (?:unexpected pos \d+ vs \d+|"
@@ -269,6 +319,18 @@ SAID = {
     "container_exit_signal": "the container exited with code {exitcode}: killed by a signal (code - 128)",
     "watchdog_terminated": "the NCCL watchdog thread ended on an error: {error}",
     "pod_exit": "the training operator saw pod {pod} exit with code {exitcode}",
+    "container_exit": "the container exited with code {exitcode}",
+    "k8s_backoff": "Kubernetes keeps restarting a container that exits (back-off)",
+    "k8s_pod_status": "Kubernetes: pod {pod} is {pod_status} ({restarts} restart(s))",
+    "k8s_pod_failed": "Kubernetes: the pod's phase is Failed",
+    "k8s_pod_evicted": "Kubernetes evicted the pod",
+    "k8s_node_pressure": "Kubernetes: the node was low on {resource}",
+    "sacct_state": "Slurm accounting: job {job_id} ended {sacct_state} (ExitCode {exit_status}:{exit_signal})",
+    "lsf_term": "LSF killed the job ({lsf_term})",
+    "lsf_exit": "LSF: the job exited with exit code {exitcode}",
+    "deepspeed_exit": "DeepSpeed's launcher saw a worker end with return code {exitcode} and stopped the job",
+    "ray_job_failed": "Ray: job {ray_job} failed",
+    "ray_entrypoint_exit": "Ray: the job's entrypoint command failed with exit code {exitcode}",
 }
 
 # Faults a message names beneath the error it reports: the hardware or the link under a CUDA error

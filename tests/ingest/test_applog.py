@@ -1,6 +1,7 @@
 """Training / launcher logs: real torchrun captures (tests/data/app_log, sample_traces) -> exact events."""
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 import sys
 from pathlib import Path
@@ -489,6 +490,27 @@ def test_how_a_job_ended_in_the_words_of_its_runner(tmp_path, name, line, kind):
     got = {(e["line"], e["kind"]) for f in (tmp_path / "out").glob("events*.parquet")
            for e in pq.read_table(f).to_pylist() if e["kind"]}
     assert (line, kind) in got, sorted(got)
+
+
+def test_the_verdicts_of_job_runners(tmp_path):
+    """Real lines of Kubernetes, Slurm's sacct, LSF, DeepSpeed's launcher and Ray Jobs (one per
+    source, see tests/data/app_log/PROVENANCE.md): each says how a job or its process ended."""
+    from ingest.parse import ParseJob, parse_file
+    res = parse_file(ParseJob(str(APP / "runner_verdicts.txt"), "runner_verdicts.txt", str(tmp_path / "out")))
+    got = sorted((e["line"], e["name"], e["kind"]) for f in (tmp_path / "out").glob("events*.parquet")
+                 for e in pq.read_table(f).to_pylist() if e["kind"])
+    assert got == [
+        (1, "k8s_backoff", "process_exit"), (2, "k8s_pod_status", "process_exit"),
+        (3, "k8s_pod_status", "process_exit"), (4, "k8s_pod_failed", "job_failure"),
+        (5, "k8s_pod_evicted", "job_failure"), (6, "k8s_node_pressure", "memory_pressure"),
+        (7, "sacct_state", "job_failure"), (8, "sacct_state", "job_failure"), (9, "sacct_state", "job_failure"),
+        (10, "sacct_state", "oom_kill"),                  # (11: a step that COMPLETED is nothing)
+        (12, "lsf_term", "oom_kill"), (13, "lsf_exit", "signal_kill"), (14, "deepspeed_exit", "process_exit"),
+        (15, "ray_job_failed", "job_failure"), (16, "ray_entrypoint_exit", "process_exit")]
+    said = {e["line"]: json.loads(e["attrs"])["summary"] for f in (tmp_path / "out").glob("events*.parquet")
+            for e in pq.read_table(f).to_pylist() if e["kind"]}
+    assert said[8] == "Slurm accounting: job 26.batch ended CANCELLED (ExitCode 0:15)"
+    assert said[2] == "Kubernetes: pod srl-probes-76b8468567-8pztg is CrashLoopBackOff (141 restart(s))"
 
 
 def test_a_childfailederror_summary_pasted_without_its_traceback(tmp_path):
