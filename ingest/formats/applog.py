@@ -144,6 +144,10 @@ _POD_ROW = (r"^\s*(?:[a-z0-9][\w.\-]*\s+)?(?:pod/)?(?P<pod>[a-z0-9][\w.\-]*)\s+(
 _SACCT_ROW = (r"^\s*(?P<job_id>\d+(?:_(?:\d+|\[[^\]]*\]))?(?:\.[\w+\-]+)?)(?:\s|\|).*?(?:\s|\|)"
               r"(?P<sacct_state>{})(?: by (?:\d+|\+))?\+?(?:\s+|\|)(?P<exit_status>\d+):(?P<exit_signal>\d+)(?:\s|\||$)")
 
+# Open MPI: "mpirun noticed that process rank 14 with PID 4257 on node n1 exited on signal 11 (Segmentation fault)."
+_MPI_SIGNAL = (r"(?P<mpi_launcher>mpirun|mpiexec|prterun) noticed that process rank (?P<mpi_rank>\d+)"
+               r"(?: with PID \d+)?(?: on node (?P<node>\S+))?\s+exited\s+on signal (?P<signal_no>{}) \((?P<signal>[^)]+)\)")
+
 MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
     ("watchdog_timeout", "collective_timeout", "Watchdog caught collective operation timeout",
      r"Watchdog caught collective operation timeout: " + _WORK + r" ran for (?P<ran_ms>\d+) milliseconds",
@@ -288,6 +292,14 @@ MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
      ("exitcode",)),
     ("deepspeed_exit", "process_exit", "exits with return code =",
      r"exits with return code = (?P<exitcode>[1-9]\d*)", ("exitcode",)),
+    # Open MPI's mpirun/mpiexec: a rank that ended badly ends the job
+    ("mpi_job_aborted", "job_failure", "terminated normally, but",
+     r"Primary job\s+terminated normally, but (?P<mpi_failed>\d+) process(?:es)? returned", ("mpi_failed",)),
+    ("mpi_job_aborted", "job_failure", "exited with non-zero status",
+     r"(?P<mpi_launcher>mpirun|mpiexec|prterun) detected that one or more processes exited with non-zero status", ()),
+    ("mpi_rank_signal", "segfault", "noticed that process rank", _MPI_SIGNAL.format("11|7"), ("mpi_rank", "signal_no")),
+    ("mpi_rank_signal", "signal_kill", "noticed that process rank", _MPI_SIGNAL.format(r"\d+"), ("mpi_rank", "signal_no")),
+    ("mpi_exit_code", "process_exit", "Exit code:", r"^\s*Exit code:\s+(?P<exitcode>[1-9]\d*)\s*$", ("exitcode",)),
     # Ray Jobs: the job's end as `ray job submit` reports it, and the entrypoint's exit code
     ("ray_job_failed", "job_failure", "' failed", r"Job '(?P<ray_job>[^']+)' failed", ()),
     ("ray_entrypoint_exit", "process_exit", "Job entrypoint command failed",
@@ -329,6 +341,9 @@ SAID = {
     "lsf_term": "LSF killed the job ({lsf_term})",
     "lsf_exit": "LSF: the job exited with exit code {exitcode}",
     "deepspeed_exit": "DeepSpeed's launcher saw a worker end with return code {exitcode} and stopped the job",
+    "mpi_job_aborted": "Open MPI aborted the job: a process exited with a non-zero code",
+    "mpi_rank_signal": "{mpi_launcher}: rank {mpi_rank} exited on signal {signal_no} ({signal})",
+    "mpi_exit_code": "Open MPI: the first process to fail exited with code {exitcode}",
     "ray_job_failed": "Ray: job {ray_job} failed",
     "ray_entrypoint_exit": "Ray: the job's entrypoint command failed with exit code {exitcode}",
 }
@@ -373,8 +388,9 @@ _LOSS_NOCAP = {True: _nocap(_LOSS_ASCII), False: _nocap(_LOWER[LOSS])}    # (by:
 _LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
 # (Ray names a remote error with its cause: ``ray.exceptions.RayTaskError(RuntimeError): ...``)
+# (TensorFlow 1.x names the error raised out of a session "AbortedError (see above for traceback): ...")
 EXC_LINE = (r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?:\([\w.]+\))?)"
-            r"(?:: ?(?P<exc_msg>.*))?$")
+            r"(?: \(see above for traceback\))?(?:: ?(?P<exc_msg>.*))?$")
 _MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
                "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")

@@ -478,6 +478,8 @@ REAL = Path(__file__).resolve().parents[1] / "data" / "realworld"
     # PBS's job e-mail: the server aborted the job, which ended with a non-zero Exit_status
     ("dev/cbio-cluster-256_pbs-job-mail-walltime-exit-status.txt", 4, "job_failure"),
     ("dev/cbio-cluster-256_pbs-job-mail-walltime-exit-status.txt", 7, "job_failure"),
+    # TensorFlow 1.x's name for the error out of a session: "AbortedError (see above for traceback): ..."
+    ("dev/horovod-243_tf-traceback-aborted-hard-wrapped-84col.log", 11, "python_exception"),
     # NCCL's error unwinding through transport.cc: the ranks could not be connected
     ("dev/skypilot-4448_head-rank-pid-nccl-warn.log", 9, "nccl_init_failure"),
     # NCCL lines whose host name a log collector left empty (":pid:tid [dev]")
@@ -493,7 +495,7 @@ def test_how_a_job_ended_in_the_words_of_its_runner(tmp_path, name, line, kind):
 
 
 def test_the_verdicts_of_job_runners(tmp_path):
-    """Real lines of Kubernetes, Slurm's sacct, LSF, DeepSpeed's launcher and Ray Jobs (one per
+    """Real lines of Kubernetes, Slurm's sacct, LSF, DeepSpeed's launcher, Ray Jobs and Open MPI (one per
     source, see tests/data/app_log/PROVENANCE.md): each says how a job or its process ended."""
     from ingest.parse import ParseJob, parse_file
     res = parse_file(ParseJob(str(APP / "runner_verdicts.txt"), "runner_verdicts.txt", str(tmp_path / "out")))
@@ -506,7 +508,8 @@ def test_the_verdicts_of_job_runners(tmp_path):
         (7, "sacct_state", "job_failure"), (8, "sacct_state", "job_failure"), (9, "sacct_state", "job_failure"),
         (10, "sacct_state", "oom_kill"),                  # (11: a step that COMPLETED is nothing)
         (12, "lsf_term", "oom_kill"), (13, "lsf_exit", "signal_kill"), (14, "deepspeed_exit", "process_exit"),
-        (15, "ray_job_failed", "job_failure"), (16, "ray_entrypoint_exit", "process_exit")]
+        (15, "ray_job_failed", "job_failure"), (16, "ray_entrypoint_exit", "process_exit"),
+        (18, "mpi_job_aborted", "job_failure"), (21, "mpi_rank_signal", "segfault")]
     said = {e["line"]: json.loads(e["attrs"])["summary"] for f in (tmp_path / "out").glob("events*.parquet")
             for e in pq.read_table(f).to_pylist() if e["kind"]}
     assert said[8] == "Slurm accounting: job 26.batch ended CANCELLED (ExitCode 0:15)"
