@@ -1,7 +1,10 @@
 """The ``aftertrace.report/1`` document (DESIGN.md "Report JSON")."""
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
+
+from ingest.unwrap import describe
 
 from . import chains, narrative, progress
 from .rootcause import RootCause
@@ -26,7 +29,7 @@ def _iso(dt) -> str | None:
 def sources_json(store, incident_id: str) -> list[dict]:
     rows = store.query(
         """SELECT s.source_id, s.path, s.kind, s.format, s.host, s.rank, s.pid, s.status, s.records,
-                  s.issues, s.error, s.clock_domain, s.bytes, s.host_from, s.rank_from,
+                  s.issues, s.error, s.clock_domain, s.bytes, s.host_from, s.rank_from, s.attrs,
                   c.offset_ns, c.uncertainty_ns, c.method, c.drift_ppm
            FROM sources s LEFT JOIN clock_map c
              ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '') AND c.domain = s.clock_domain
@@ -45,10 +48,12 @@ def sources_json(store, incident_id: str) -> list[dict]:
         elif r["clock_domain"] == "none":
             clock = {"domain": "none", "offset_s": None, "uncertainty_s": None,
                      "method": "the file carries no times"}
+        attrs = json.loads(r["attrs"]) if r["attrs"] else {}
         out.append({"path": r["path"], "kind": r["kind"], "format": r["format"], "host": r["host"],
                     "rank": r["rank"], "pid": r["pid"], "status": r["status"], "records": r["records"],
                     "issues": r["issues"], "error": r["error"], "bytes": r["bytes"],
-                    "host_from": r["host_from"], "rank_from": r["rank_from"], "clock": clock})
+                    "host_from": r["host_from"], "rank_from": r["rank_from"], "clock": clock,
+                    "read_past": describe(attrs.get("unwrapped"), attrs.get("format_from_line"))})
     return out
 
 

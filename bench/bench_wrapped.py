@@ -10,7 +10,9 @@ project's VM: an OOM kill and a segfault among ordinary records) to each size:
   peeled by ``ingest.unwrap`` before the same parser reads it;
 * ``quoted``: every line behind ``> `` (an e-mail or Markdown quote);
 * ``text``: every line behind a word that changes from line to line (no wrapper, no parser
-  claims it): the plain-text reader (both signature passes, every line stored).
+  claims it): the plain-text reader (both signature passes, every line stored);
+* ``cut``: the log as an 80-column terminal shows it (every longer line in 80-character pieces),
+  joined back by the ``cut:80`` layer before the same parser reads it.
 
 Each parse runs in a fresh process (``ingest.parse.parse_file``, detection included): wall
 seconds, MB/s of the file's bytes, peak RSS. Cost must stay linear: compare the rows at 1x and 10x.
@@ -48,6 +50,8 @@ def build(kind: str, mb: int) -> Path:
                     out = "> " + ln
                 elif kind == "text":
                     out = f"note{i % 997} said: {ln}"
+                elif kind == "cut":
+                    out = "\n".join(ln[k:k + 80] for k in range(0, len(ln), 80)) or ln
                 else:
                     out = ln
                 f.write(out + "\n")
@@ -75,7 +79,7 @@ def main() -> int:
     a = ap.parse_args()
     rows = []
     for mb in [int(x) for x in a.mb.split(",")]:
-        for kind in ("raw", "docker_json", "quoted", "text"):
+        for kind in ("raw", "docker_json", "quoted", "text", "cut"):
             p = build(kind, mb)
             r = run_child(CODE.format(root=str(ROOT), path=str(p), rel=p.name))
             size = p.stat().st_size / 1e6

@@ -184,6 +184,7 @@ def _repeated(w: Wrapper, lines: list[str]) -> bool:
 
 
 CUT_MIN_WIDTH = 60
+MAX_PIECES = 256            # pieces joined into one line at most (a line is bounded, whatever the file holds)
 _BORDERS = ("|", "+", "│", "┃", "┼", "├", "┤", "╋")
 # What stands, while parsing, where a piece was joined onto the line above: ParseContext drops these
 # lines, so the parsers never see them and every other line keeps its number.
@@ -241,12 +242,25 @@ def rejoin(lines: list[str], width: int) -> list[str]:
     out, i, n = [], 0, len(lines)
     while i < n:
         line, j = lines[i], i + 1
-        while j < n and _continues(lines[j - 1], lines[j], width, line):
+        while j < n and j - i < MAX_PIECES and _continues(lines[j - 1], lines[j], width, line):
             line += lines[j]
             j += 1
         out.append(line)
         out.extend([""] * (j - i - 1))
         i = j
+    return out
+
+
+def describe(names, from_line: int | None = None) -> list[str]:
+    """What was undone to read a file, in words (the source's ``unwrapped`` and ``format_from_line``)."""
+    out = []
+    for n in names or ():
+        if n.startswith("cut:"):
+            out.append(f"lines a terminal cut at {n.split(':', 1)[1]} columns joined back")
+        else:
+            out.append(f"peeled off: {wrapper(n).description}")
+    if from_line and from_line > 1:
+        out.append(f"the format starts at line {from_line} (a preamble before it)")
     return out
 
 
@@ -313,7 +327,7 @@ class UnwrapRaw(MadeAheadRaw):
             text, cr, end = got
             joined, piece = 0, text
             if self._width is not None:
-                while True:
+                while joined + 1 < MAX_PIECES:
                     nxt = self._line()
                     if isinstance(nxt, tuple) and _continues(piece, nxt[0], self._width, text):
                         piece = nxt[0]

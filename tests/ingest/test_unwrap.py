@@ -164,3 +164,11 @@ def test_a_log_cut_by_a_terminal_reads_as_the_log(tmp_path):
     want = sorted((start[e["line"]], e["kind"]) for e in _events(tmp_path / "orig") if e["kind"])
     got = sorted((e["line"], e["kind"]) for e in _events(tmp_path / "out") if e["kind"])
     assert got == want and ("collective_mismatch" in {k for _, k in got})
+
+
+def test_a_join_is_bounded():
+    from ingest.unwrap import MAX_PIECES, rejoin, terminal_width
+    lines = [f"{i:04d}" + "x" * 76 for i in range(1000)]         # 80 columns each, every one "continued"
+    assert terminal_width(lines) == 80
+    joined = rejoin(lines, 80)
+    assert len(joined) == 1000 and len(joined[0]) == 80 * MAX_PIECES and joined[MAX_PIECES].startswith(lines[MAX_PIECES])

@@ -1,11 +1,13 @@
 """The pipeline: parallel parsing, failure isolation, statuses, idempotent re-analysis."""
 import gzip
+from pathlib import Path
 
 from ingest.formats import PARSERS
 from ingest.registry import Parser, Registry
 from server.service import Service
 
 RAW = "[ {:>4}.000000] line {}\n"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bundle(root, n_files=6, lines=200):
@@ -139,3 +141,20 @@ def test_a_folder_is_read_in_place_then_from_the_raw_copy(tmp_path, settings):
     rep2 = svc2.analyze(sub.incident_id)
     assert len([p for p in files.rglob("*") if p.is_file()]) == 2
     assert [(s["path"], s["records"]) for s in rep2["sources"]] == [(s["path"], s["records"]) for s in rep["sources"]]
+
+
+def test_the_sources_say_what_was_read_past(tmp_path, settings):
+    """A file copied from an 80-column terminal and a quoted kernel log: the report's sources say
+    what was undone to read them (the JSON, and the page's note column)."""
+    log = (ROOT / "tests" / "data" / "app_log" / "torchrun_mismatch.log").read_text().splitlines()
+    b = tmp_path / "bundle"
+    b.mkdir()
+    (b / "copied.log").write_text("".join(ln[i:i + 80] + "\n" for ln in log for i in range(0, max(len(ln), 1), 80)))
+    (b / "kmsg.txt").write_text("> [ 7530.040000] Out of memory: Killed process 1212 (python3) total-vm:1000kB, "
+                                "anon-rss:900kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:100kB oom_score_adj:0\n"
+                                "> [ 7531.000000] eth0: link up\n")
+    svc = Service(settings)
+    rep = svc.analyze(svc.submit_path(b, title="pasted").incident_id)
+    said = {s["path"].rsplit("/", 1)[-1]: s["read_past"] for s in rep["sources"]}
+    assert said == {"copied.log": ["lines a terminal cut at 80 columns joined back"],
+                    "kmsg.txt": ["peeled off: a quoted paste (e-mail or Markdown '> ')"]}
