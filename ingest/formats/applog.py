@@ -865,9 +865,10 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
     Returns (block dicts, consumed linenos, lineno of a block still open at the chunk's end).
     """
     # (a ChildFailedError summary pasted without the launcher's traceback starts at its exception line)
-    # (a logger's message may lead into the traceback on the header's line: "... hit an exception: Traceback ...")
-    is_start = pl.col("body").str.ends_with(TB_START) | pl.col("body").str.starts_with(FATAL_START) | \
-        pl.col("body").str.contains(CFE_HEAD)
+    # (a logger's message may lead into the traceback on the header's line: "... hit an exception: Traceback
+    # ..."; not a DataLoader's "Original Traceback ...", which is the message of the exception above it)
+    is_start = (pl.col("body") == TB_START) | pl.col("body").str.ends_with(": " + TB_START) | \
+        pl.col("body").str.starts_with(FATAL_START) | pl.col("body").str.contains(CFE_HEAD)
     starts = base.filter(is_start)
     if starts.is_empty():
         return [], set(), None
@@ -880,7 +881,7 @@ def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int 
     maybe = base.lazy().select("lineno", "line", "body", "wrank", "stream").filter(
         (pl.col("lineno") >= first) & (pl.col("body").str.contains(BLOCK_ROW)
                                        | pl.col("body").str.ends_with(" FAILED")
-                                       | pl.col("body").str.ends_with(TB_START))).collect()
+                                       | pl.col("body").str.ends_with(": " + TB_START))).collect()
     for stream in starts["stream"].unique().to_list():
         rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
         linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()

@@ -494,6 +494,22 @@ def test_how_a_job_ended_in_the_words_of_its_runner(tmp_path, name, line, kind):
     assert (line, kind) in got, sorted(got)
 
 
+def test_a_traceback_header_after_a_message(tmp_path):
+    """A logger's message may lead into a traceback on its header's line ("... hit an exception:
+    Traceback (most recent call last):"); a DataLoader's "Original Traceback (most recent call
+    last):" is not one: it is the message of the exception above it, whose last line says why."""
+    from ingest.parse import ParseJob, parse_file
+    res = parse_file(ParseJob(str(APP / "shm_dataloader_traceback.log"), "t.log", str(tmp_path / "a")))
+    got = sorted((e["line"], e["kind"]) for f in (tmp_path / "a").glob("events*.parquet")
+                 for e in pq.read_table(f).to_pylist() if e["kind"])
+    assert (50, "shm_exhausted") in got and not [g for g in got if g[0] == 23]
+    real = REAL / "dev" / "sglang-3820_socketpollconnect-no-route-to-host-scheduler-traceback.log"
+    res = parse_file(ParseJob(str(real), real.name, str(tmp_path / "b")))
+    tb = [e for f in (tmp_path / "b").glob("events*.parquet") for e in pq.read_table(f).to_pylist()
+          if e["kind"] == "python_exception"]
+    assert [e["line"] for e in tb] == [8]
+
+
 def test_the_verdicts_of_job_runners(tmp_path):
     """Real lines of Kubernetes, Slurm's sacct, LSF, DeepSpeed's launcher, Ray Jobs and Open MPI (one per
     source, see tests/data/app_log/PROVENANCE.md): each says how a job or its process ended."""
