@@ -13,7 +13,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ingest import __version__
 
-from .present import clock_text, group_sources, when, where
+from .present import chain_strip, clock_of, clock_text, group_sources, rel_text, when, where
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -26,6 +26,9 @@ _env = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)),
 _env.filters["clock"] = clock_text
 _env.filters["where"] = where
 _env.filters["when"] = when
+_env.filters["clock_of"] = clock_of
+_env.filters["rel"] = rel_text
+_env.globals["chain_strip"] = chain_strip
 
 
 def _render(name: str, **ctx) -> str:

@@ -97,6 +97,15 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     chain = page.inner_text("#chain-1")
     for kind in ("cpu_throttle", "memory_growth", "oom_kill", "signal_kill", "job_failure"):
         assert kind in chain
+    # the answer first: the chain on one time axis, on the first screen, its leads in T−
+    strip = page.locator("#chain-strip")
+    box = strip.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 1000
+    labels = strip.locator("text.label").all_text_contents()
+    assert [x.split()[0] for x in labels] == ["cpu_throttle", "memory_growth", "oom_kill", "signal_kill",
+                                             "job_failure"]
+    assert "T−31.7 s · 13:28:24.409" in strip.locator("text.lead").all_text_contents()
+    assert page.inner_text("p.failure").startswith("Failure 2026-11-29 13:28:56.147 UTC")
     # evidence lines fold: the origin's are open, a middle link's open on a click
     oom_ev = page.locator("#chain-1 details.evidence-lines >> nth=2")
     assert oom_ev.get_attribute("open") is None
