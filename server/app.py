@@ -7,6 +7,7 @@ uses one envelope::
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
@@ -15,11 +16,13 @@ from pathlib import Path
 
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.gzip import GZipMiddleware
 
 from ingest import __version__
 from ingest.bundle import DiskFull, IntakeError
@@ -30,6 +33,8 @@ from .shares import ShareNotFound
 from .settings import Settings
 
 log = logging.getLogger("aftertrace")
+# Swagger UI's files, from the fastapi-offline distribution (a dependency: nothing is fetched)
+_DOCS_STATIC = Path(importlib.util.find_spec("fastapi_offline").origin).parent / "static"
 
 
 class ApiError(Exception):
@@ -62,13 +67,30 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         yield
         pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="aftertrace", version=__version__, lifespan=lifespan,
+    # (the API docs are served from this machine: the default page loads Swagger UI from a CDN)
+    app = FastAPI(title="aftertrace", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Post-mortem trace correlation for distributed ML training incidents.")
     app.state.service = svc
     app.state.settings = settings
     app.state.pool = pool
 
     app.mount("/static", StaticFiles(directory=str(pages.STATIC_DIR)), name="static")
+    app.mount("/static-docs", StaticFiles(directory=str(_DOCS_STATIC)), name="static-docs")
+
+    @app.get("/docs", include_in_schema=False)
+    async def api_docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="aftertrace API",
+                                   swagger_js_url="/static-docs/swagger-ui-bundle.js",
+                                   swagger_css_url="/static-docs/swagger-ui.css",
+                                   swagger_favicon_url="/static/favicon.svg")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon():
+        # (pages name /static/favicon.svg; browsers still ask here for what has no <link rel=icon>)
+        return FileResponse(pages.STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+    # pages, scripts and JSON compress well (the timeline page carries its data and Plotly): to every
+    # client that accepts gzip, level 6 (level 9 costs twice the CPU for a few per cent)
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
 
     # -- errors ------------------------------------------------------------------------
     @app.middleware("http")

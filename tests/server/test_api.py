@@ -222,3 +222,22 @@ def test_incident_page_lists_skipped_lines_with_their_numbers(client):
     html = client.get(f"/incidents/{iid}").text
     assert 'id="issues"' in html and "node-1/dmesg.txt:21" in html
     assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+
+
+def test_pages_and_scripts_are_gzipped_for_clients_that_accept_it(client):
+    r = client.get("/static/timeline.js", headers={"Accept-Encoding": "gzip"})
+    assert r.status_code == 200 and r.headers.get("content-encoding") == "gzip"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    r = client.get("/", headers={"Accept-Encoding": "identity"})
+    assert r.status_code == 200 and "content-encoding" not in r.headers
+
+
+def test_the_api_docs_and_the_icon_are_served_from_here(client):
+    page = client.get("/docs").text
+    assert "/static-docs/swagger-ui-bundle.js" in page and "cdn." not in page and "https://" not in page
+    js = client.get("/static-docs/swagger-ui-bundle.js")
+    assert js.status_code == 200 and len(js.content) > 100_000
+    assert client.get("/static-docs/swagger-ui.css").status_code == 200
+    assert client.get("/openapi.json").json()["info"]["title"] == "aftertrace"
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
