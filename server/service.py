@@ -71,6 +71,12 @@ def _noop(stage: str, done: int, total: int) -> None:
     pass
 
 
+# The pipeline's stages (the ``progress`` callback's first argument), as the page says them
+STAGES = {"start": "starting", "extract": "unpacking the bundle", "detect": "recognising the files",
+          "parse": "parsing the files", "store": "storing the rows",
+          "analyze": "aligning the clocks and finding the chain"}
+
+
 def _strip_common_root(members) -> str | None:
     """``tar czf b.tgz bundle/`` puts every member under ``bundle/``: show paths without it.
 
@@ -99,6 +105,8 @@ class Service(Queries, Shares, Exports):
         self.registry = default_registry()
         self._local_dirs: dict[str, Path] = {}
         self._ray = None                 # the RayExecutor, once connected
+        # what each running analysis of this process is doing: incident -> stage, done, total, start
+        self._running: dict[str, dict] = {}
         if own_store:
             self.recover_interrupted()
 
@@ -179,6 +187,11 @@ class Service(Queries, Shares, Exports):
         counts = self.store.query(
             "SELECT status, count(*) AS n FROM sources WHERE incident_id = ? GROUP BY status", [incident_id])
         r["sources"] = {c["status"]: c["n"] for c in counts}
+        run = self._running.get(incident_id) if r["status"] == "running" else None
+        if run is not None:
+            r["progress"] = {"stage": run["stage"], "what": STAGES.get(run["stage"], run["stage"]),
+                             "done": run["done"], "total": run["total"],
+                             "elapsed_s": round(time.monotonic() - run["t0"], 1)}
         return r
 
     def get_report(self, incident_id: str) -> dict:
@@ -198,17 +211,24 @@ class Service(Queries, Shares, Exports):
 
     # -- the pipeline ----------------------------------------------------------------
     def analyze(self, incident_id: str, progress: Progress | None = None) -> dict:
-        progress = progress or _noop
+        told = progress or _noop
         t0 = time.perf_counter()
+        run = {"stage": "start", "done": 0, "total": 1, "t0": time.monotonic()}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            run.update(stage=stage, done=done, total=total)
+            told(stage, done, total)
         cur = self.store.cursor()
         row = self.store.query("SELECT * FROM incidents WHERE incident_id = ?", [incident_id])
         if not row:
             raise NotFound(f"no incident {incident_id!r}")
         inc = row[0]
         cur.execute("UPDATE incidents SET status = 'running', error = NULL WHERE incident_id = ?", [incident_id])
+        self._running[incident_id] = run
         try:
             rep = self._run(inc, progress)
         except Exception as e:
+            self._running.pop(incident_id, None)
             if isinstance(e, DiskFull):
                 msg = str(e)
             elif is_disk_full(e):   # (DuckDB, pyarrow): their text names the server's paths
@@ -228,6 +248,7 @@ class Service(Queries, Shares, Exports):
         dur = time.perf_counter() - t0
         cur.execute("UPDATE incidents SET status = 'done', analyzed_at = ?, duration_s = ?, report = ? "
                     "WHERE incident_id = ?", [_now(), dur, json.dumps(rep), incident_id])
+        self._running.pop(incident_id, None)
         return rep
 
     def _run(self, inc: dict, progress: Progress) -> dict:

@@ -241,3 +241,27 @@ def test_the_api_docs_and_the_icon_are_served_from_here(client):
     assert client.get("/openapi.json").json()["info"]["title"] == "aftertrace"
     icon = client.get("/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+
+
+def test_a_running_analysis_says_its_stage_and_time(client):
+    """While the pipeline runs, the status (and the page) say which stage it is in and for how long."""
+    svc = client.app.state.service
+    seen = []
+    data = _tgz({"node-1/dmesg.txt": f"[ 7000.000000] start\n{OOM_LINE}\n".encode(),
+                 "node-1/other.txt": b"[ 7001.000000] later\n"})
+    iid = client.post("/api/incidents", files={"bundle": ("p.tgz", data)}).json()["id"]
+    _wait(client, iid)
+
+    def watch(stage, done, total):
+        st = client.get(f"/api/incidents/{iid}").json()
+        seen.append((st["status"], st["progress"]["stage"], st["progress"]["total"]))
+        if stage == "parse" and done == 0:
+            page = client.get(f"/incidents/{iid}").text
+            assert "parsing the files (0 of 2)" in page and "s so far" in page
+            seen.append(("page", "checked", 0))
+    svc.analyze(iid, progress=watch)
+    assert ("page", "checked", 0) in seen
+    seen = [s for s in seen if s[0] != "page"]
+    assert {s[1] for s in seen} >= {"extract", "detect", "parse", "store", "analyze"}
+    assert all(s[0] == "running" for s in seen)
+    assert "progress" not in client.get(f"/api/incidents/{iid}").json()
