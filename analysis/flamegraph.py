@@ -72,7 +72,7 @@ def parse_time(text: str | None) -> int | None:
     return int(dt.timestamp()) * NS + dt.microsecond * 1000
 
 
-def _counts(store, incident_id: str, f: Filter) -> list[tuple]:
+def _where(incident_id: str, f: Filter) -> tuple[list[str], dict]:
     where = ["s.incident_id = $inc"]
     params: dict = {"inc": incident_id}
     if f.start_ns is not None:
@@ -93,6 +93,11 @@ def _counts(store, incident_id: str, f: Filter) -> list[tuple]:
     if f.event:
         where.append("s.event = $event")
         params["event"] = f.event
+    return where, params
+
+
+def _counts(store, incident_id: str, f: Filter) -> list[tuple]:
+    where, params = _where(incident_id, f)
     value = "sum(s.period)" if f.weight == "period" else "count(*)"
     sql = (f"SELECT s.source_id, s.stack_id, COALESCE(s.comm, '[unknown]') AS comm, {value} AS n "
            "FROM samples s JOIN sources src USING (incident_id, source_id) "
@@ -126,6 +131,28 @@ def _label(frame: str, dso: str | None) -> str:
     if frame == "[unknown]" and dso and dso != "[unknown]":
         return f"[{dso.rsplit('/', 1)[-1]}]"
     return frame
+
+
+def choices(store, incident_id: str, f: Filter, limit: int = 25) -> dict:
+    """What the samples of the window ``f`` (its times only) could be narrowed to, each with its
+    sample count, most first: hosts, commands, processes (with their command). A graph that is
+    mostly another job's processes shows it here before anyone reads the frames."""
+    where, params = _where(incident_id, Filter(f.start_ns, f.end_ns))
+    base = ("FROM samples s JOIN sources src USING (incident_id, source_id) WHERE " + " AND ".join(where))
+    cur = store.cursor()
+    hosts = cur.execute(f"SELECT COALESCE(s.host, src.host) AS h, count(*) AS n {base} "
+                        "GROUP BY 1 ORDER BY n DESC, h LIMIT $lim", dict(params, lim=limit)).fetchall()
+    comms = cur.execute(f"SELECT COALESCE(s.comm, '[unknown]') AS c, count(*) AS n {base} "
+                        "GROUP BY 1 ORDER BY n DESC, c LIMIT $lim", dict(params, lim=limit)).fetchall()
+    pids = cur.execute(f"SELECT COALESCE(s.pid, s.tid) AS p, COALESCE(s.host, src.host) AS h, "
+                       f"mode(COALESCE(s.comm, '[unknown]')) AS c, count(*) AS n {base} "
+                       "AND COALESCE(s.pid, s.tid) IS NOT NULL GROUP BY 1, 2 ORDER BY n DESC, p LIMIT $lim",
+                       dict(params, lim=limit)).fetchall()
+    total = cur.execute(f"SELECT count(*) {base}", params).fetchone()[0]
+    return {"total": total,
+            "hosts": [{"host": h, "samples": n} for h, n in hosts if h is not None],
+            "comms": [{"comm": c, "samples": n} for c, n in comms],
+            "pids": [{"pid": p, "host": h, "comm": c, "samples": n} for p, h, c, n in pids]}
 
 
 def build(store, incident_id: str, f: Filter = Filter(), baseline: Filter | None = None) -> Node:

@@ -194,10 +194,11 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     def api_flamegraph(incident_id: str, start: str | None = None, end: str | None = None,
                        host: str | None = None, pid: int | None = None, comm: str | None = None,
                        event: str | None = None, weight: str = "samples",
-                       baseline_start: str | None = None, baseline_end: str | None = None):
+                       baseline_start: str | None = None, baseline_end: str | None = None,
+                       rank: int | None = None):
         try:
             return svc.flamegraph(incident_id, start, end, host, pid, comm, event, weight,
-                                  baseline_start, baseline_end)
+                                  baseline_start, baseline_end, rank)
         except LookupError as e:
             raise ApiError(404, "not_found", str(e)) from None
         except ValueError as e:
@@ -308,17 +309,22 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.get("/incidents/{incident_id}/flamegraph", response_class=HTMLResponse, include_in_schema=False)
     def flamegraph_page(incident_id: str, start: str | None = None, end: str | None = None,
-                        host: str | None = None, pid: int | None = None, comm: str | None = None,
-                        baseline_start: str | None = None, baseline_end: str | None = None):
-        from web.flamegraph import flame_subtitle, standalone_html
+                        host: str | None = None, pid: str | None = None, comm: str | None = None,
+                        baseline_start: str | None = None, baseline_end: str | None = None,
+                        rank: str | None = None):
+        from web.flamegraph import filter_form, flame_subtitle, standalone_html
         try:
-            fg = svc.flamegraph(incident_id, start, end, host, pid, comm, None, "samples",
-                                baseline_start, baseline_end)
+            # (the page's form sends empty fields for "any")
+            pid_n = int(pid) if pid else None
+            rank_n = int(rank) if rank else None
+            fg = svc.flamegraph(incident_id, start, end, host or None, pid_n, comm or None, None, "samples",
+                                baseline_start, baseline_end, rank_n)
         except (LookupError, ValueError) as e:
             return HTMLResponse(pages.error_page(404 if isinstance(e, LookupError) else 400, str(e)),
                                 status_code=404 if isinstance(e, LookupError) else 400)
         diff = fg["baseline"] is not None
-        return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}", flame_subtitle(fg), diff)
+        return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}", flame_subtitle(fg), diff,
+                               form=filter_form(fg, baseline_start, baseline_end))
 
     @app.get("/incidents/{incident_id}/timeline", response_class=HTMLResponse, include_in_schema=False)
     def timeline_page(incident_id: str):

@@ -239,7 +239,7 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
     try:
         fg = svc.flamegraph(args.incident, start=args.start, end=args.end, host=args.host, pid=args.pid,
                             comm=args.comm, event=args.event, weight=args.weight,
-                            baseline_start=args.baseline_start, baseline_end=args.baseline_end)
+                            baseline_start=args.baseline_start, baseline_end=args.baseline_end, rank=args.rank)
     except NotFoundError as e:
         err.print(f"aftertrace: {escape(str(e))}")
         return 2
@@ -437,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     fgp.add_argument("--host")
     fgp.add_argument("--pid", type=int, help="process id (matches thread ids where perf printed only those)")
     fgp.add_argument("--comm", help="command name")
+    fgp.add_argument("--rank", type=int, help="a training rank: its process (host and pid, from the report)")
     fgp.add_argument("--event", help="sampled event, e.g. cpu-clock")
     fgp.add_argument("--weight", default="samples", choices=("samples", "period"))
     fgp.add_argument("--baseline-start", help="differential flame graph: baseline window start")

@@ -1,6 +1,8 @@
 """Read-side service calls over the store (part of the service layer; no FastAPI here)."""
 from __future__ import annotations
 
+import json
+
 from analysis import flamegraph as fg
 from analysis import timeline as tl
 from ingest.timeparse import fmt_utc
@@ -46,11 +48,18 @@ class Queries:
     def flamegraph(self, incident_id: str, start: str | None = None, end: str | None = None,
                    host: str | None = None, pid: int | None = None, comm: str | None = None,
                    event: str | None = None, weight: str = "samples",
-                   baseline_start: str | None = None, baseline_end: str | None = None) -> dict:
-        """The stack tree of the samples in a window; with a baseline window, a differential tree."""
+                   baseline_start: str | None = None, baseline_end: str | None = None,
+                   rank: int | None = None) -> dict:
+        """The stack tree of the samples in a window; with a baseline window, a differential tree.
+        ``rank`` stands for that rank's process (its host and pid, as the report's progress names them)."""
         incident_id = self.resolve_incident(incident_id)
         if weight not in ("samples", "period"):
             raise ValueError("weight must be 'samples' or 'period'")
+        ranks = self._rank_processes(incident_id)
+        if rank is not None:
+            if rank not in ranks:
+                raise ValueError(f"no process of rank {rank} is known in this incident")
+            host, pid = host or ranks[rank]["host"], ranks[rank]["pid"]
         f = fg.Filter(fg.parse_time(start), fg.parse_time(end), host or None, pid, comm or None,
                       event or None, weight)
         base = None
@@ -71,7 +80,17 @@ class Queries:
             "time_range": {"start": fmt_utc(span["a"]), "end": fmt_utc(span["b"])},
             "tree": root.to_json(diff=base is not None),
             "folded": fg.folded(root, diff=base is not None),
+            "choices": dict(fg.choices(self.store, incident_id, f),
+                            ranks=[dict(v, rank=k) for k, v in sorted(ranks.items())]),
+            "rank": rank,
         }
+
+    def _rank_processes(self, incident_id: str) -> dict[int, dict]:
+        """rank -> {host, pid} of each rank whose process the report's progress names."""
+        row = self.store.query("SELECT report FROM incidents WHERE incident_id = ?", [incident_id])
+        rep = json.loads(row[0]["report"]) if row and row[0]["report"] else {}
+        return {p["rank"]: {"host": p.get("host"), "pid": p["pid"]} for p in rep.get("progress") or ()
+                if p.get("rank") is not None and p.get("pid") is not None}
 
     def _bounds(self, incident_id: str) -> tuple[int | None, int | None]:
         """The incident's placed time range, computed once per incident and analysis."""

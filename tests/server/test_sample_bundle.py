@@ -108,6 +108,26 @@ def test_flamegraph_of_rank0_before_the_kill_shows_the_leak(report, tmp_path):
     assert r.returncode == 0 and "<svg" not in html.read_text() and '"tree"' in html.read_text()
 
 
+def test_flamegraph_of_a_rank_and_what_the_window_could_be_narrowed_to(report, tmp_path):
+    """``--rank 0`` is rank 0's process (the report's progress names it); the JSON says what the
+    window's samples hold, most first (a neighbour's processes show here before anyone reads frames)."""
+    rep, _, env = report
+    out = tmp_path / "fg.json"
+    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"], "--rank", "0",
+                        "-o", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    fg = json.loads(out.read_text())
+    assert (fg["rank"], fg["filter"]["pid"], fg["filter"]["host"], fg["tree"]["value"]) == (0, 17988, "vm", 995)
+    ch = fg["choices"]
+    assert ch["total"] == 3811 and ch["ranks"] == [{"host": "vm", "pid": 17988, "rank": 0},
+                                                   {"host": "vm", "pid": 17989, "rank": 1}]
+    assert ch["pids"][0]["samples"] >= ch["pids"][-1]["samples"] and {"pid": 17988, "host": "vm", "comm": "python3",
+                                                                      "samples": 995} in ch["pids"]
+    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"], "--rank", "7",
+                        "-o", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "no process of rank 7" in r.stderr
+
+
 def test_failure_and_lead_times(report):
     rep = report[0]
     f = rep["failure"]

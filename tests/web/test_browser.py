@@ -205,6 +205,23 @@ def test_a_folder_is_uploaded_as_it_is_and_the_list_sorts(server, browser):
     assert page.inner_text(".summary").startswith("It started with CPU throttling")
     assert "oom-after-throttle.tar" in page.inner_text("section.card >> nth=0")
     _shot(page, "9-folder-upload-report")
+    # the flame graph narrowed to one rank from its filter bar; root at the top, a breadcrumb, search %
+    report_url = page.url
+    page.goto(report_url + "/flamegraph")
+    page.select_option("select[name=rank]", "0")
+    page.click("#filters button[type=submit]")
+    page.wait_for_selector("#fg svg rect")
+    assert "pid=17988" in page.inner_text("#sub") and "995 samples of 3811" in page.inner_text("#sub")
+    assert page.locator("select[name=rank] option:checked").inner_text().startswith("rank 0 (pid 17988, 26 %")
+    first = page.locator("#fg svg rect >> nth=0").bounding_box()
+    assert first["y"] < 150 and first["width"] > 1000               # the root is the first row, full width
+    page.fill("#search", "page_fault")
+    assert "search matches 179 samples: 18.0 % of this view" in page.inner_text("#fg .crumb")
+    _shot(page, "11-flame-graph-rank-0-search")
+    page.click("#fg svg rect >> nth=1")                             # zoom into python3
+    assert page.inner_text("#fg .crumb").startswith("all › python3")
+    page.click("#fg .crumb a")                                      # back to the root from the breadcrumb
+    assert page.inner_text("#fg .crumb").startswith("all (995 samples")
     page.goto(server + "/")
     assert page.locator("#incidents tbody tr").count() >= 2
     page.click("#incidents th:has-text('size')")

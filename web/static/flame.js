@@ -11,6 +11,9 @@
     $(ids.sub).textContent = D.subtitle;
     const tip = $(ids.tip);
     let zoom = root, query = null;
+    // parents, to show where a zoomed frame sits (the breadcrumb) and to go back up it
+    const parent = new Map();
+    (function link(n) { for (const c of (n.children || [])) { parent.set(c, n); link(c); } })(root);
     // rows needed: only frames at least 0.3 px wide are drawn, so deeper thin stacks take no height
     function depth(n, px) {
       if (px < 0.3) return 0;
@@ -27,16 +30,43 @@
       let h = 0; for (const ch of n.name) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
       return `hsl(${10 + h % 40},${70 + h % 25}%,${55 + h % 15}%)`;
     }
+    // samples under frames whose name matches (a match inside a match is not counted twice)
+    function matched(n, re) {
+      if (re.test(n.name)) return n.value || 0;
+      let s = 0; for (const c of (n.children || [])) s += matched(c, re); return s;
+    }
+    function crumbBar(re) {
+      const bar = document.createElement("div"); bar.className = "crumb";
+      const path = []; for (let n = zoom; n; n = parent.get(n)) path.unshift(n);
+      path.forEach((n, i) => {
+        if (i) bar.appendChild(document.createTextNode(" › "));
+        const a = document.createElement(i === path.length - 1 ? "strong" : "a");
+        a.textContent = n.name;
+        if (i < path.length - 1) { a.href = "#"; a.onclick = ev => { ev.preventDefault(); zoom = n; draw(); }; }
+        bar.appendChild(a);
+      });
+      const pct = (100 * (zoom.value || 0) / Math.max(1, root.value)).toFixed(1);
+      bar.appendChild(document.createTextNode(`  (${zoom.value} samples, ${pct} % of all)`));
+      if (re) {
+        const m = matched(zoom, re);
+        const s = document.createElement("span"); s.className = "match";
+        s.textContent = `  search matches ${m} samples: ${(100 * m / Math.max(1, zoom.value)).toFixed(1)} % of this view`;
+        bar.appendChild(s);
+      }
+      return bar;
+    }
     function draw() {
       const host = $(ids.fg); host.textContent = "";
+      const re = query ? new RegExp(query) : null;
+      host.appendChild(crumbBar(re));
+      // root at the top (an icicle): the widest frames are on the first screen, however deep a stack goes
       const W = host.clientWidth || 1200, H = depth(zoom, W) * ROW + 4;
       const NS = "http://www.w3.org/2000/svg", svg = document.createElementNS(NS, "svg");
       svg.setAttribute("width", W); svg.setAttribute("height", H);
       const total = Math.max(1, zoom.value);
-      const re = query ? new RegExp(query) : null;
       (function place(n, x, d) {
         const w = W * (n.value || 0) / total; if (w < 0.3) return;
-        const y = H - (d + 1) * ROW;
+        const y = d * ROW;
         const r = document.createElementNS(NS, "rect");
         r.setAttribute("x", x); r.setAttribute("y", y); r.setAttribute("width", w); r.setAttribute("height", ROW - 1);
         r.setAttribute("fill", color(n)); if (re && re.test(n.name)) r.classList.add("hit");
@@ -59,7 +89,7 @@
       host.appendChild(svg);
     }
     $(ids.reset).onclick = () => { zoom = root; draw(); };
-    $(ids.search).oninput = e => { try { query = e.target.value || null; new RegExp(query || ""); draw(); } catch (x) {} };
+    $(ids.search).oninput = e => { try { new RegExp(e.target.value || ""); query = e.target.value || null; draw(); } catch (x) {} };
     window.addEventListener("resize", draw);
     draw();
   }
