@@ -206,8 +206,9 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.get("/api/incidents/{incident_id}/export", summary="The incident as a file for other tools",
              description="format: perfetto (.pftrace), chrome (merged Chrome trace JSON), folded/collapsed "
-                         "(collapsed stacks of a window), html (self-contained report with timeline and "
-                         "flame graph). start/end: a window, for folded and html.")
+                         "(collapsed stacks of a window), speedscope (the window's samples, one profile per "
+                         "process, for www.speedscope.app), html (self-contained report with timeline and "
+                         "flame graph). start/end: a window, for folded, speedscope and html.")
     def api_export(incident_id: str, format: str = "perfetto", start: str | None = None, end: str | None = None):
         from .exports import MEDIA_TYPES, normalize
         try:

@@ -265,11 +265,11 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
 
 
 def cmd_export(args, console: Console, err: Console) -> int:
-    from .exports import FORMATS, normalize
+    from .exports import format_of, normalize
     from .queries import NotFoundError
     from .service import NotFound
     try:
-        fmt = normalize(args.format or {v: k for k, v in FORMATS.items()}.get(Path(args.output).suffix.lower(), ""))
+        fmt = normalize(args.format or format_of(args.output))
     except ValueError as e:
         err.print(f"aftertrace: {escape(str(e))}")
         return 2
@@ -453,12 +453,14 @@ def build_parser() -> argparse.ArgumentParser:
     common(rp)
     rp.set_defaults(func=cmd_report)
 
-    ex = sub.add_parser("export", help="the incident as a file for other tools: perfetto, chrome, folded, html")
+    ex = sub.add_parser("export", help="the incident as a file for other tools: perfetto, chrome, folded, "
+                                       "speedscope, html")
     ex.add_argument("incident", help="incident id (or a unique prefix)")
-    ex.add_argument("-o", "--output", required=True, help="file to write (.pftrace, .json, .folded, .html)")
-    ex.add_argument("--format", choices=("perfetto", "chrome", "folded", "collapsed", "html"),
+    ex.add_argument("-o", "--output", required=True,
+                    help="file to write (.pftrace, .json, .folded, .speedscope.json, .html)")
+    ex.add_argument("--format", choices=("perfetto", "chrome", "folded", "collapsed", "speedscope", "html"),
                     help="default: from the output file's extension")
-    ex.add_argument("--start", help="window start for folded/html: ISO-8601 UTC or epoch seconds "
+    ex.add_argument("--start", help="window start for folded/speedscope/html: ISO-8601 UTC or epoch seconds "
                                     "(html default: the report's window around the chain)")
     ex.add_argument("--end", help="window end (exclusive)")
     common(ex)

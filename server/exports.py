@@ -9,6 +9,8 @@ chrome     Chrome trace JSON of every rank merged on the aligned      ``.json``
            clock (chrome://tracing, Perfetto's JSON importer)
 folded     collapsed stacks of the perf samples in a window           ``.folded``
            (``frame;frame;frame count``: flamegraph.pl, speedscope)
+speedscope the perf samples in a window as speedscope's file: one       ``.speedscope.json``
+           profile per process, in time order (www.speedscope.app)
 html       the report as one self-contained file: chain, findings,    ``.html``
            plotly.js, the aligned timeline and the flame graph
 =========  =========================================================  =================
@@ -23,12 +25,21 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-FORMATS = {"perfetto": ".pftrace", "chrome": ".json", "folded": ".folded", "html": ".html"}
+FORMATS = {"perfetto": ".pftrace", "chrome": ".json", "folded": ".folded", "speedscope": ".speedscope.json",
+           "html": ".html"}
 ALIASES = {"collapsed": "folded", "pftrace": "perfetto", "json": "chrome"}
 MEDIA_TYPES = {"perfetto": "application/octet-stream", "chrome": "application/json",
-               "folded": "text/plain; charset=utf-8", "html": "text/html; charset=utf-8"}
+               "folded": "text/plain; charset=utf-8", "speedscope": "application/json",
+               "html": "text/html; charset=utf-8"}
 
 Progress = Callable[[int, int], None]
+
+
+def format_of(path: str | os.PathLike) -> str:
+    """The export format a file name asks for, by its ending (the longest that fits), or ''."""
+    name = os.fspath(path).lower()
+    fits = [(len(ext), f) for f, ext in FORMATS.items() if name.endswith(ext)]
+    return max(fits)[1] if fits else ""
 
 
 def normalize(fmt: str) -> str:
@@ -49,9 +60,15 @@ class Exports:
         iid = self.resolve_incident(incident_id)
         if fmt in ("perfetto", "chrome"):
             if start or end:
-                raise ValueError(f"{fmt} exports the whole incident; a window applies to folded and html")
+                raise ValueError(f"{fmt} exports the whole incident; a window applies to folded, speedscope and html")
             from analysis.export import chrome, perfetto
             return (perfetto if fmt == "perfetto" else chrome).write(self.store, iid, out, progress)
+        if fmt == "speedscope":
+            from analysis import flamegraph as fgm
+            from analysis.export import speedscope
+            f = fgm.Filter(fgm.parse_time(start), fgm.parse_time(end))
+            return dict(speedscope.write(self.store, iid, out, f, f"aftertrace incident {iid}",
+                                         self._rank_processes(iid)), window={"start": start, "end": end})
         if fmt == "folded":
             fg = self.flamegraph(iid, start, end)
             text = "".join(line + "\n" for line in fg["folded"])

@@ -128,6 +128,29 @@ def test_flamegraph_of_a_rank_and_what_the_window_could_be_narrowed_to(report, t
     assert r.returncode == 2 and "no process of rank 7" in r.stderr
 
 
+def test_speedscope_export_of_the_window_before_the_kill(report, tmp_path):
+    rep, _, env = report
+    out = tmp_path / "window.speedscope.json"
+    r = subprocess.run([sys.executable, "-m", "server.cli", "export", rep["incident"]["id"], "-o", str(out),
+                        "--start", "2026-11-29T13:28:50Z", "--end", "2026-11-29T13:28:56Z"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    counts = [sum(p["weights"]) for p in doc["profiles"]]
+    assert counts == sorted(counts, reverse=True) and doc["profiles"][0]["name"] == "vm 0 swapper"   # the idle CPUs
+    (first,) = [p for p in doc["profiles"] if p["name"] == "vm 17988 python3 (rank 0)"]
+    assert len(first["samples"]) == len(first["weights"])
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    assert all(0 <= i < len(names) for s in first["samples"] for i in s)
+    # the leak: rank 0's heaviest stack ends in the page fault's clear_page_erms, as the folded export says
+    heavy = {}
+    for s, w in zip(first["samples"], first["weights"]):
+        heavy[tuple(s)] = heavy.get(tuple(s), 0) + w
+    top = max(heavy, key=heavy.get)
+    assert names[top[-1]] == "clear_page_erms" and "__memset_avx512_unaligned_erms" in [names[i] for i in top]
+
+
 def test_failure_and_lead_times(report):
     rep = report[0]
     f = rep["failure"]
