@@ -222,6 +222,17 @@ def test_a_folder_is_uploaded_as_it_is_and_the_list_sorts(server, browser):
     assert page.inner_text("#fg .crumb").startswith("all › python3")
     page.click("#fg .crumb a")                                      # back to the root from the breadcrumb
     assert page.inner_text("#fg .crumb").startswith("all (995 samples")
+    # differential: rank 0's last six seconds against its first fifteen, with a legend and deltas in shares
+    page.goto(report_url + "/flamegraph?rank=0&start=2026-11-29T13:28:50Z&end=2026-11-29T13:28:56Z"
+              "&baseline_start=2026-11-29T13:28:05Z&baseline_end=2026-11-29T13:28:20Z")
+    page.wait_for_selector("#fg svg rect")
+    assert "differential: width is this window (78 samples); red: a larger share than in the baseline (493 " \
+        "samples)" in page.inner_text("#fg .crumb")
+    memset = page.locator("#fg svg text", has_text="__memset_avx512").first.bounding_box()
+    page.mouse.move(memset["x"] + 20, memset["y"] + 4)
+    assert page.inner_text("#tip") == ("__memset_avx512_unaligned_erms — 61 samples (78.21%); baseline 1 (0.20%): "
+                                       "+78.00 points of the samples")
+    _shot(page, "12-flame-graph-differential")
     page.goto(server + "/")
     assert page.locator("#incidents tbody tr").count() >= 2
     page.click("#incidents th:has-text('size')")

@@ -47,6 +47,12 @@
       });
       const pct = (100 * (zoom.value || 0) / Math.max(1, root.value)).toFixed(1);
       bar.appendChild(document.createTextNode(`  (${zoom.value} samples, ${pct} % of all)`));
+      if (diff) {
+        const k = document.createElement("span"); k.className = "legend";
+        k.textContent = `  differential: width is this window (${root.value} samples); red: a larger share ` +
+                        `than in the baseline (${root.base || 0} samples), blue: smaller, white: the same`;
+        bar.appendChild(k);
+      }
       if (re) {
         const m = matched(zoom, re);
         const s = document.createElement("span"); s.className = "match";
@@ -71,8 +77,16 @@
         r.setAttribute("x", x); r.setAttribute("y", y); r.setAttribute("width", w); r.setAttribute("height", ROW - 1);
         r.setAttribute("fill", color(n)); if (re && re.test(n.name)) r.classList.add("hit");
         r.addEventListener("mousemove", e => {
-          const pct = (100 * (n.value || 0) / Math.max(1, root.value)).toFixed(2);
-          tip.textContent = n.name + " — " + n.value + " samples (" + pct + "%)" + (diff ? ", baseline " + (n.base || 0) : "");
+          const share = 100 * (n.value || 0) / Math.max(1, root.value);
+          let text = n.name + " — " + n.value + " samples (" + share.toFixed(2) + "%)";
+          if (diff) {
+            // shares, not counts: the two windows need not hold the same number of samples
+            const was = 100 * (n.base || 0) / Math.max(1, root.base);
+            const d = share - was;
+            text += "; baseline " + (n.base || 0) + " (" + was.toFixed(2) + "%): " + (d >= 0 ? "+" : "−") +
+                    Math.abs(d).toFixed(2) + " points of the samples";
+          }
+          tip.textContent = text;
           tip.style.display = "block"; tip.style.left = (e.clientX + 12) + "px"; tip.style.top = (e.clientY + 12) + "px";
         });
         r.addEventListener("mouseleave", () => tip.style.display = "none");
