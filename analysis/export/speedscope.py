@@ -64,15 +64,24 @@ def profiles(rows, paths: dict, ranks: dict | None = None) -> dict:
 def write(store, incident_id: str, out: BinaryIO, f: fg.Filter, name: str, ranks: dict | None = None) -> dict:
     """Write the samples of the window/filters ``f`` as a speedscope file; returns what was written."""
     where, params = fg._where(incident_id, f)
-    rows = store.cursor().execute(
-        "SELECT COALESCE(s.host, src.host), COALESCE(s.pid, s.tid), COALESCE(s.comm, '[unknown]'), s.source_id, "
-        "s.stack_id FROM samples s JOIN sources src USING (incident_id, source_id) WHERE " + " AND ".join(where)
-        + " ORDER BY 1, 2, s.ts_utc_ns NULLS LAST, s.ts_raw_ns", params).fetchall()
-    leaves = sorted({(r[3], r[4]) for r in rows if r[4] is not None})
+    base = "FROM samples s JOIN sources src USING (incident_id, source_id) WHERE " + " AND ".join(where)
+    leaves = store.cursor().execute(f"SELECT DISTINCT s.source_id, s.stack_id {base} AND s.stack_id IS NOT NULL",
+                                    params).fetchall()
     paths = fg._paths(store, incident_id, [(sid, leaf, None, 0) for sid, leaf in leaves])
-    doc = profiles(rows, paths, ranks)
+    cur = store.cursor().execute(
+        "SELECT COALESCE(s.host, src.host), COALESCE(s.pid, s.tid), COALESCE(s.comm, '[unknown]'), s.source_id, "
+        f"s.stack_id {base} ORDER BY 1, 2, s.ts_utc_ns NULLS LAST, s.ts_raw_ns", params)
+    n = 0
+
+    def rows():
+        # (read in batches: the samples are never all Python objects at once, only their merged entries)
+        nonlocal n
+        while batch := cur.fetchmany(100_000):
+            n += len(batch)
+            yield from batch
+    doc = profiles(rows(), paths, ranks)
     doc["name"] = name
     data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
     out.write(data)
-    return {"format": "speedscope", "samples": len(rows), "profiles": len(doc["profiles"]),
+    return {"format": "speedscope", "samples": n, "profiles": len(doc["profiles"]),
             "frames": len(doc["shared"]["frames"]), "bytes": len(data)}
