@@ -72,7 +72,9 @@ def parse_time(text: str | None) -> int | None:
     return int(dt.timestamp()) * NS + dt.microsecond * 1000
 
 
-def _where(incident_id: str, f: Filter) -> tuple[list[str], dict]:
+def samples_from(incident_id: str, f: Filter) -> tuple[str, dict]:
+    """``FROM samples s JOIN sources src ... WHERE ...`` of the samples the filter ``f`` keeps, and
+    its parameters (every reader of the samples here starts from it)."""
     where = ["s.incident_id = $inc"]
     params: dict = {"inc": incident_id}
     if f.start_ns is not None:
@@ -93,19 +95,18 @@ def _where(incident_id: str, f: Filter) -> tuple[list[str], dict]:
     if f.event:
         where.append("s.event = $event")
         params["event"] = f.event
-    return where, params
+    return ("FROM samples s JOIN sources src USING (incident_id, source_id) WHERE " + " AND ".join(where),
+            params)
 
 
 def _counts(store, incident_id: str, f: Filter) -> list[tuple]:
-    where, params = _where(incident_id, f)
+    base, params = samples_from(incident_id, f)
     value = "sum(s.period)" if f.weight == "period" else "count(*)"
-    sql = (f"SELECT s.source_id, s.stack_id, COALESCE(s.comm, '[unknown]') AS comm, {value} AS n "
-           "FROM samples s JOIN sources src USING (incident_id, source_id) "
-           f"WHERE {' AND '.join(where)} GROUP BY 1, 2, 3")
+    sql = f"SELECT s.source_id, s.stack_id, COALESCE(s.comm, '[unknown]') AS comm, {value} AS n {base} GROUP BY 1, 2, 3"
     return store.cursor().execute(sql, params).fetchall()
 
 
-def _paths(store, incident_id: str, counts: list[tuple]) -> dict[tuple[int, int], list[str]]:
+def stack_paths(store, incident_id: str, counts: list[tuple]) -> dict[tuple[int, int], list[str]]:
     """(source, leaf) -> root-first frame names, for the leaves in ``counts``."""
     sources = sorted({c[0] for c in counts if c[1] is not None})
     out: dict[tuple[int, int], list[str]] = {}
@@ -137,8 +138,7 @@ def choices(store, incident_id: str, f: Filter, limit: int = 25) -> dict:
     """What the samples of the window ``f`` (its times only) could be narrowed to, each with its
     sample count, most first: hosts, commands, processes (with their command). A graph that is
     mostly another job's processes shows it here before anyone reads the frames."""
-    where, params = _where(incident_id, Filter(f.start_ns, f.end_ns))
-    base = ("FROM samples s JOIN sources src USING (incident_id, source_id) WHERE " + " AND ".join(where))
+    base, params = samples_from(incident_id, Filter(f.start_ns, f.end_ns))
     cur = store.cursor()
     hosts = cur.execute(f"SELECT COALESCE(s.host, src.host) AS h, count(*) AS n {base} "
                         "GROUP BY 1 ORDER BY n DESC, h LIMIT $lim", dict(params, lim=limit)).fetchall()
@@ -162,7 +162,7 @@ def build(store, incident_id: str, f: Filter = Filter(), baseline: Filter | None
         if target is None:
             continue
         counts = _counts(store, incident_id, target)
-        paths = _paths(store, incident_id, counts)
+        paths = stack_paths(store, incident_id, counts)
         for sid, leaf, comm, n in counts:
             n = int(n or 0)
             frames = [comm] + (paths.get((sid, leaf), []) if leaf is not None else ["[no stack]"])

@@ -87,9 +87,11 @@ class Queries:
 
     def _rank_processes(self, incident_id: str) -> dict[int, dict]:
         """rank -> {host, pid} of each rank whose process the report's progress names."""
-        row = self.store.query("SELECT report FROM incidents WHERE incident_id = ?", [incident_id])
-        rep = json.loads(row[0]["report"]) if row and row[0]["report"] else {}
-        return {p["rank"]: {"host": p.get("host"), "pid": p["pid"]} for p in rep.get("progress") or ()
+        # (only the progress part of the report is read out of its JSON, not the whole document)
+        row = self.store.query("SELECT json_extract(report, '$.progress')::VARCHAR AS p FROM incidents "
+                               "WHERE incident_id = ?", [incident_id])
+        progress = json.loads(row[0]["p"]) if row and row[0]["p"] else []
+        return {p["rank"]: {"host": p.get("host"), "pid": p["pid"]} for p in progress or ()
                 if p.get("rank") is not None and p.get("pid") is not None}
 
     def _bounds(self, incident_id: str) -> tuple[int | None, int | None]:

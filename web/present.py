@@ -97,9 +97,8 @@ def chain_strip(chain: dict, width: int = STRIP_WIDTH) -> dict | None:
     if len(links) < 2:
         return None
     left, right = 24, 24
-    span = max(l["lead_s"] for l in links) - min(l["lead_s"] for l in links)
-    hi = max(l["lead_s"] for l in links)
-    lo = min(l["lead_s"] for l in links)
+    hi, lo = max(l["lead_s"] for l in links), min(l["lead_s"] for l in links)
+    span = hi - lo
     plot = width - left - right - _LABEL_PX
 
     def x_of(lead: float) -> float:
@@ -114,8 +113,9 @@ def chain_strip(chain: dict, width: int = STRIP_WIDTH) -> dict | None:
             row_end.append(0.0)
         row_end[row] = x + _LABEL_PX
         who = (f"rank {l['rank']}" if l.get("rank") is not None else l.get("host") or "")
+        role = "origin" if i == 0 else "failure" if i == len(links) - 1 else "link"
         marks.append({"x": round(x, 1), "row": row, "kind": l["kind"], "who": who, "rel": rel_text(l["lead_s"]),
-                      "clock": clock_of(l, ordered[-1]), "role": "origin" if i == 0 else "failure" if i == len(links) - 1 else "link"})
+                      "clock": clock_of(l, ordered[-1]), "role": role})
     rows = len(row_end)
     axis_y = 18 + rows * 38
     ticks = []

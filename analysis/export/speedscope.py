@@ -63,11 +63,10 @@ def profiles(rows, paths: dict, ranks: dict | None = None) -> dict:
 
 def write(store, incident_id: str, out: BinaryIO, f: fg.Filter, name: str, ranks: dict | None = None) -> dict:
     """Write the samples of the window/filters ``f`` as a speedscope file; returns what was written."""
-    where, params = fg._where(incident_id, f)
-    base = "FROM samples s JOIN sources src USING (incident_id, source_id) WHERE " + " AND ".join(where)
+    base, params = fg.samples_from(incident_id, f)
     leaves = store.cursor().execute(f"SELECT DISTINCT s.source_id, s.stack_id {base} AND s.stack_id IS NOT NULL",
                                     params).fetchall()
-    paths = fg._paths(store, incident_id, [(sid, leaf, None, 0) for sid, leaf in leaves])
+    paths = fg.stack_paths(store, incident_id, [(sid, leaf, None, 0) for sid, leaf in leaves])
     cur = store.cursor().execute(
         "SELECT COALESCE(s.host, src.host), COALESCE(s.pid, s.tid), COALESCE(s.comm, '[unknown]'), s.source_id, "
         f"s.stack_id {base} ORDER BY 1, 2, s.ts_utc_ns NULLS LAST, s.ts_raw_ns", params)
