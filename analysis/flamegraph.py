@@ -17,6 +17,8 @@ source could not be placed in time have none and fall outside any window
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -56,11 +58,19 @@ class Filter:
     weight: str = "samples"            # samples | period
 
 
+_EPOCH = re.compile(r"([-+]?)(\d*)(?:\.(\d*))?")
+
+
 def parse_time(text: str | None) -> int | None:
     """'2026-11-29T13:28:40Z', '2026-11-29 13:28:40.5', or epoch seconds -> UTC ns."""
     if text is None or text == "":
         return None
     t = str(text).strip()
+    m = _EPOCH.fullmatch(t)
+    if m and (m.group(2) or m.group(3)):        # epoch seconds, read exactly to the nanosecond (a float would round at ~240 ns)
+        whole, frac = m.group(2), (m.group(3) or "")[:9].ljust(9, "0")
+        ns = int(whole or 0) * NS + int(frac)
+        return -ns if m.group(1) == "-" else ns
     try:
         return int(round(float(t) * NS))
     except ValueError:

@@ -1,43 +1,100 @@
-"""The aligned timeline of an incident in a time window: lanes of events and metric series,
-answered from the store by windowed queries that aggregate when dense.
+"""The aligned timeline of an incident as a trace viewer's tracks, answered per time window at
+the level of detail the viewer can draw.
 
-Lanes group events by host -> source -> rank: one lane per (host, source path, rank); a
-rank's Kineto traces (a file per profiler cycle) are one lane. In the window, a lane with at most
-``max_events`` events ships them (time, duration, name, kind, severity, line, a short
-text); a denser lane ships ``bins`` equal-width buckets instead (count, most common name,
-whether a typed finding is in it) — the browser never receives every event. Lanes holding
-typed findings come first, then the busiest, at most ``max_lanes``.
+Tracks
+------
+Every placed event belongs to one track, grouped host -> rank (:func:`build_tracks`, run after
+clock alignment, stores them in ``tracks``):
 
-Wide windows (buckets of a second or more) are answered from ``event_bins``, the events
-counted per lane and UTC second after clock alignment (:func:`build_bins`), so their cost
-does not grow with the number of events; narrower windows read the events themselves.
+* a **thread track** is one thread of a profiler recording: a rank's Kineto traces (a file per
+  profiler cycle) are read as one recording, as is a perf recording; keyed by (host, rank, kind,
+  pid, tid);
+* a **log track** is one source's lines for one host and rank (a launcher log that speaks for
+  ranks 0 and 1 gives a track under each rank and one for the host); keyed by (host, rank,
+  source).
+
+The track list is the incident's, not the window's: tracks keep their place while zooming.
+
+Level of detail
+---------------
+A window is drawn ``px`` pixels wide, so one pixel is ``res = (end - start) / px`` ns. On each
+requested track:
+
+* spans at least ``res`` long are shipped one by one (each is at least a pixel wide), with
+  their nesting depth on the track; so are typed findings, whatever their length;
+* the rest (instants and spans under a pixel) are shipped one by one when the track has at most
+  ``max_events`` of them in the window and no more than one per two pixels, else as buckets
+  ``res * BUCKET_PX`` wide (count, most common name, findings in it); in a wide window (buckets
+  of a second or more) always as buckets.
+
+A parent span is never shorter than its child, so whenever a child is shipped its parents are
+too, and the depth a span is drawn at does not change with the zoom.
+
+Worked example (the real sample, tested in tests/server/test_timeline.py): rank 0's main thread
+from 13:28:25.2 to 13:28:26.3 (1.1 s) drawn 1,000 px wide has ``res`` = 1.1 ms. ProfilerStep#78
+(984 ms) is shipped at depth 0 with forward_backward, DistributedDataParallel.forward, aten::linear
+and aten::addmm nested under it (depths 1 to 4); the hundreds of ops shorter than 1.1 ms, more
+than ``max_events`` = 50, become buckets of 4.4 ms, counted exactly. Zoomed to 13:28:25.550 -
+.565 (``res`` = 15 us) every op there is a span of its own, five and more deep, with no bucket, and
+the step is still at depth 0.
+
+Wide windows (buckets of a second or more) count the small events from ``track_bins`` (events
+per track and UTC second), and windows whose pixel is ``LONG_NS`` or more read their spans from
+``track_spans`` (the long spans and the findings), so their cost does not grow with the number
+of events.
 
 Metric series (cgroup CPU throttling, memory against its limit, pressure stall, GPU
-utilisation, step times from the logs) are reduced to at most ``bins`` points each: the
-maximum of each bucket, which keeps spikes visible.
+utilisation, step times from the logs) are reduced to at most ``px / 4`` points each: the
+largest value of each bucket, which keeps spikes visible; the viewer draws them as counter
+tracks under their host.
 
-All times are UTC nanoseconds (``ts_utc_ns``); rows the clock alignment could not place are
-not on the timeline (their count is returned).
+All times leave this module relative to ``origin_ns`` (the incident's first placed time), so a
+browser holds them exactly as doubles; rows the clock alignment could not place are not on the
+timeline (their count is returned).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 # Metrics shown by default, as SQL LIKE patterns, in display order.
 DEFAULT_METRICS = ("cpu.throttled_s_per_s", "memory.usage_bytes", "memory.limit_bytes", "psi.cpu.some.stall_pct",
                    "psi.memory.some.stall_pct", "psi.io.some.stall_pct", "gpu.%util%", "step_time")
 TEXT_CHARS = 240
+BIN_NS = 1_000_000_000
+BUCKET_PX = 4                  # a bucket of small events is this many pixels wide
+LONG_NS = 100_000_000          # spans this long, and every finding, are also kept in track_spans
+MAX_SPANS = 20_000             # spans shipped per track and window, longest first
+# Kinds whose events are read per thread across all files of the kind (one recording).
+THREAD_KINDS = ("torch_trace", "perf_script")
+# Order of kinds within a rank or host.
+KIND_ORDER = ("torch_trace", "nccl_log", "app_log", "text", "cgroup", "dmesg", "perf_script")
 
 
 @dataclass(frozen=True)
 class Window:
     start_ns: int
     end_ns: int
-    max_events: int = 1500
-    bins: int = 400
-    max_lanes: int = 60
-    lanes: tuple[str, ...] = ()          # lane ids to keep (empty: all)
+    px: int = 1600                       # the width the window is drawn at, in pixels
+    max_events: int = 2000               # small events shipped one by one per track
+    tracks: tuple[int, ...] | None = None     # track ids to answer (None: the default set)
+    max_tracks: int = 400
     metrics: tuple[str, ...] = DEFAULT_METRICS
+
+
+def _key_sql(e: str = "e", s: str = "s") -> str:
+    """The track key of an event row ``e`` of source ``s``, as the select list h, r, k, src, p, t
+    (the same expression builds the tracks and finds a track's events)."""
+    thread = f"{s}.kind IN {THREAD_KINDS!r}"
+    return (f"COALESCE({e}.host, {s}.host, '') AS h, COALESCE({e}.rank, {s}.rank, -1) AS r, {s}.kind AS k, "
+            f"CASE WHEN {thread} THEN -1 ELSE {e}.source_id END AS src, "
+            # (a perf recording's thread is its tid: sched events name no pid)
+            f"CASE WHEN {s}.kind = 'torch_trace' THEN COALESCE({e}.pid, -1) ELSE -1 END AS p, "
+            f"CASE WHEN {thread} THEN COALESCE({e}.tid, -1) ELSE -1 END AS t")
+
+
+_JOIN_TRACK = """JOIN tracks tr ON tr.incident_id = ev.incident_id AND tr.host = ev.h AND tr.rank = ev.r
+                 AND tr.kind = ev.k AND tr.source_id = ev.src AND tr.pid = ev.p AND tr.tid = ev.t"""
 
 
 def bounds(store, incident_id: str) -> tuple[int | None, int | None]:
@@ -50,32 +107,90 @@ def bounds(store, incident_id: str) -> tuple[int | None, int | None]:
     return r["a"], r["b"]
 
 
-def _lane(src: dict, host, rank) -> tuple[str, str, str, int | None, str | None]:
-    """(lane id, host, source label, rank, source kind) of events of one source with this host/rank.
-    host / source / rank; a rank's Kineto traces (a file per profiler cycle) are one lane."""
-    host = host if host is not None else src["host"]
-    rank = rank if rank is not None else src["rank"]
-    label = "torch_trace" if src["kind"] == "torch_trace" else src["path"]
-    parts = [host or "?", label] + ([f"rank {rank}"] if rank is not None else [])
-    return " / ".join(parts), host, label, rank, src["kind"]
+def _label(row: dict, path: str | None, comm: str | None) -> str:
+    """What a track is called: a log track by its file, a thread by what it is."""
+    if row["source_id"] >= 0:
+        return (path or "?").rsplit("/", 1)[-1] or (path or "?")
+    pid, tid, cat = row["pid"], row["tid"], row["category"] or ""
+    if row["kind"] == "torch_trace":
+        if pid < 0:
+            return "profiler steps"
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"):
+            return f"GPU {pid} stream {tid}"
+        return f"main thread {tid}" if pid == tid else f"thread {tid}"
+    if row["kind"] == "perf_script":
+        return f"{comm or 'tid'} {tid}" if tid >= 0 else "perf (no thread)"
+    return f"pid {pid} tid {tid}"
 
 
-BIN_NS = 1_000_000_000
-
-
-def build_bins(store, incident_id: str) -> int:
-    """Fill ``event_bins`` (placed events counted per (source, host, rank) and UTC second) and
-    ``metric_bins`` (each metric series reduced per UTC second: first time, largest value). Run
-    after clock alignment; returns the event_bins rows written."""
+def build_tracks(store, incident_id: str) -> int:
+    """Fill ``tracks`` (see the module docstring), ``track_spans`` (spans of LONG_NS or more and every
+    finding, per track), ``track_bins`` (placed events counted per track and UTC second) and ``metric_bins`` (each metric series reduced per UTC second: first time,
+    largest value). Run after clock alignment; returns the number of tracks."""
     cur = store.cursor()
-    cur.execute("DELETE FROM event_bins WHERE incident_id = ?", [incident_id])
+    for t in ("tracks", "track_spans", "track_bins", "metric_bins"):
+        cur.execute(f"DELETE FROM {t} WHERE incident_id = ?", [incident_id])
+    # per key and category, summed per key here: the category a track is named by is its most
+    # common one, ties broken by name (a store query's mode() breaks them by scan order)
+    keyed: dict[tuple, dict] = {}
+    for r in store.query(
+            f"""SELECT h AS host, r AS rank, k AS kind, src AS source_id, p AS pid, t AS tid, category,
+                       count(*) AS n, count(dur_ns) AS spans, count(kind) AS typed,
+                       min(ts_utc_ns) AS first_ns, max(ts_utc_ns + COALESCE(dur_ns, 0)) AS last_ns
+                FROM (SELECT {_key_sql()}, e.category, e.dur_ns, e.kind, e.ts_utc_ns
+                      FROM events e JOIN sources s USING (incident_id, source_id)
+                      WHERE e.incident_id = ? AND e.ts_utc_ns IS NOT NULL)
+                GROUP BY ALL""", [incident_id]):
+        key = (r["host"], r["rank"], r["kind"], r["source_id"], r["pid"], r["tid"])
+        t = keyed.get(key)
+        if t is None:
+            keyed[key] = t = dict(r, _top=(r["n"], r["category"] or ""))
+            continue
+        for c in ("n", "spans", "typed"):
+            t[c] += r[c]
+        t["first_ns"], t["last_ns"] = min(t["first_ns"], r["first_ns"]), max(t["last_ns"], r["last_ns"])
+        if (r["n"], r["category"] or "") > t["_top"]:
+            t["_top"], t["category"] = (r["n"], r["category"] or ""), r["category"]
+    rows = list(keyed.values())
+    for r in rows:
+        del r["_top"]
+    paths = {r["source_id"]: r["path"] for r in store.query(
+        "SELECT source_id, path FROM sources WHERE incident_id = ?", [incident_id])}
+    # a perf thread's command: from its samples, else from the scheduler events that name it
+    comms = {(r["host"], r["tid"]): r["comm"] for r in store.query(
+        """SELECT host, tid, first(comm ORDER BY n DESC, comm) AS comm FROM (
+             SELECT COALESCE(e.host, s.host, '') AS host, e.tid, json_extract_string(e.attrs, '$.prev_comm') AS comm,
+                    count(*) AS n
+             FROM events e JOIN sources s USING (incident_id, source_id)
+             WHERE e.incident_id = ? AND s.kind = 'perf_script' AND e.name = 'sched:sched_switch'
+               AND e.tid IS NOT NULL GROUP BY ALL) GROUP BY ALL""", [incident_id]) if r["comm"]}
+    comms.update({(r["host"], r["tid"]): r["comm"] for r in store.query(
+        """SELECT host, tid, first(comm ORDER BY n DESC, comm) AS comm FROM (
+             SELECT COALESCE(m.host, s.host, '') AS host, m.tid, m.comm, count(*) AS n
+             FROM samples m JOIN sources s USING (incident_id, source_id)
+             WHERE m.incident_id = ? AND m.tid IS NOT NULL GROUP BY ALL) GROUP BY ALL""", [incident_id]) if r["comm"]})
+    kind_rank = {k: i for i, k in enumerate(KIND_ORDER)}
+    rows.sort(key=lambda r: (r["host"], r["rank"] < 0, r["rank"], kind_rank.get(r["kind"], len(KIND_ORDER)),
+                             r["kind"], paths.get(r["source_id"], ""), r["pid"] != r["tid"], r["pid"], r["tid"]))
+    for i, r in enumerate(rows):
+        r["incident_id"], r["track_id"] = incident_id, i
+        r["label"] = _label(r, paths.get(r["source_id"]), comms.get((r["host"], r["tid"])))
+    store.insert_rows("tracks", rows)
     cur.execute(
-        f"""INSERT INTO event_bins
-            SELECT incident_id, source_id, host, rank, ts_utc_ns // {BIN_NS} AS sec, count(*) AS n,
-                   count(kind) AS typed, mode(name ORDER BY name) AS name
-            FROM events WHERE incident_id = ? AND ts_utc_ns IS NOT NULL
-            GROUP BY incident_id, source_id, host, rank, sec""", [incident_id])
-    cur.execute("DELETE FROM metric_bins WHERE incident_id = ?", [incident_id])
+        f"""INSERT INTO track_bins
+            SELECT ev.incident_id, tr.track_id, ev.ts_utc_ns // {BIN_NS} AS sec, count(*) AS n,
+                   count(ev.kind) AS typed, mode(ev.name ORDER BY ev.name) AS name
+            FROM (SELECT e.incident_id, e.ts_utc_ns, e.kind, e.name, {_key_sql()}
+                  FROM events e JOIN sources s USING (incident_id, source_id)
+                  WHERE e.incident_id = ? AND e.ts_utc_ns IS NOT NULL) ev {_JOIN_TRACK}
+            GROUP BY ALL""", [incident_id])
+    cur.execute(
+        f"""INSERT INTO track_spans
+            SELECT ev.incident_id, tr.track_id, ev.ts_utc_ns, ev.dur_ns, ev.name, ev.kind, ev.severity, ev.line
+            FROM (SELECT e.incident_id, e.ts_utc_ns, e.dur_ns, e.kind, e.name, e.severity, e.line, {_key_sql()}
+                  FROM events e JOIN sources s USING (incident_id, source_id)
+                  WHERE e.incident_id = ? AND e.ts_utc_ns IS NOT NULL
+                    AND (e.dur_ns >= {LONG_NS} OR e.kind IS NOT NULL)) ev {_JOIN_TRACK}""", [incident_id])
     cur.execute(
         f"""INSERT INTO metric_bins
             SELECT m.incident_id, COALESCE(m.host, s.host), m.entity, m.metric, any_value(m.unit),
@@ -83,137 +198,214 @@ def build_bins(store, incident_id: str) -> int:
             FROM metrics m JOIN sources s USING (incident_id, source_id)
             WHERE m.incident_id = ? AND m.ts_utc_ns IS NOT NULL
             GROUP BY m.incident_id, COALESCE(m.host, s.host), m.entity, m.metric, sec""", [incident_id])
-    return store.query("SELECT count(*) AS n FROM event_bins WHERE incident_id = ?", [incident_id])[0]["n"]
+    return len(rows)
 
 
-def _has_bins(store, incident_id: str) -> bool:
-    return bool(store.query("SELECT 1 AS x FROM event_bins WHERE incident_id = ? LIMIT 1", [incident_id]))
+def tracks(store, incident_id: str) -> list[dict]:
+    """The incident's tracks in order, as the viewer lists them (unknown host and rank as null)."""
+    out = []
+    for r in store.query(
+            """SELECT t.track_id, t.host, t.rank, t.kind, t.source_id, t.pid, t.tid, t.label, t.category,
+                      t.n, t.spans, t.typed, s.path, s.clock_domain, c.uncertainty_ns, c.offset_ns, c.method
+               FROM tracks t
+               LEFT JOIN sources s ON s.incident_id = t.incident_id AND s.source_id = t.source_id
+               LEFT JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
+                    AND c.domain = s.clock_domain
+               WHERE t.incident_id = ? ORDER BY t.track_id""", [incident_id]):
+        u = r.pop("uncertainty_ns")
+        placed = r.pop("offset_ns") is not None
+        domain, method = r.pop("clock_domain"), r.pop("method")
+        r["id"] = r.pop("track_id")
+        r["host"] = r["host"] or None
+        for k in ("rank", "source_id", "pid", "tid"):
+            r[k] = None if r[k] < 0 else r[k]
+        r["clock"] = None if domain is None else {"domain": domain, "placed": placed, "method": method,
+                                                  "uncertainty_s": None if u is None else u / 1e9}
+        out.append(r)
+    return out
 
 
-def _clock(src: dict) -> dict:
-    """How the lane's source was put on UTC: its clock domain, the mapping's uncertainty (s)
-    and the method (the sources table shows the same)."""
-    u = src.get("uncertainty_ns")
-    return {"domain": src.get("clock_domain"), "placed": src.get("offset_ns") is not None,
-            "uncertainty_s": None if u is None else u / 1e9, "method": src.get("method")}
+def default_tracks(catalog: list[dict], limit: int) -> tuple[int, ...]:
+    """The tracks a window answers when none are named: every track with a finding, then the
+    rest in order, at most ``limit``."""
+    typed = [t["id"] for t in catalog if t["typed"]]
+    rest = [t["id"] for t in catalog if not t["typed"]]
+    return tuple(sorted((typed + rest)[:limit]))
 
 
-def window(store, incident_id: str, w: Window) -> dict:
-    """Grouping and filtering happen on plain columns (source id, host, rank); lane labels are
-    made from the few groups afterwards, so a window over millions of events stays one scan."""
+def depths(spans: list[list]) -> None:
+    """Set each span's nesting depth (``row[2]``) on its track: rows are [t, dur, depth, ...] in
+    the order (start, longest first); an instant (dur null) sits at the depth of where it falls."""
+    ends: list[float] = []
+    for row in spans:
+        t, d = row[0], row[1]
+        while ends and ends[-1] <= t:
+            ends.pop()
+        row[2] = len(ends)
+        if d:
+            ends.append(t + d)
+
+
+def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
+    """The requested tracks' spans, small events and buckets in ``[start, end)``, and the metric
+    series, with times relative to ``origin_ns``."""
     if w.end_ns <= w.start_ns:
         raise ValueError("the window's end must be after its start")
-    srcs = {r["source_id"]: r for r in store.query(
-        """SELECT s.source_id, s.path, s.kind, s.host, s.rank, s.clock_domain, c.offset_ns, c.uncertainty_ns, c.method
-           FROM sources s LEFT JOIN clock_map c ON c.incident_id = s.incident_id
-                AND c.host = COALESCE(s.host, '') AND c.domain = s.clock_domain
-           WHERE s.incident_id = ?""", [incident_id])}
+    res = max(1, (w.end_ns - w.start_ns) // max(1, w.px))
+    bucket = res * BUCKET_PX
+    ids = list(w.tracks or ())[:w.max_tracks]
+    out = {"origin_ns": origin_ns, "start_ns": w.start_ns, "end_ns": w.end_ns, "res_ns": res, "data": {},
+           "metrics": _metrics(store, incident_id, w, origin_ns),
+           "unplaced_events": store.query("SELECT count(*) AS n FROM events WHERE incident_id = ? "
+                                          "AND ts_utc_ns IS NULL", [incident_id])[0]["n"]}
+    if not ids:
+        return out
     longest = store.query("SELECT COALESCE(max(dur_ns), 0) AS d FROM events WHERE incident_id = ? AND dur_ns > 0",
                           [incident_id])[0]["d"]
-    # ts >= start - longest lets the store skip row groups by their time ranges; the exact
-    # overlap test follows
-    cond = """e.incident_id = ? AND e.ts_utc_ns >= ? AND e.ts_utc_ns < ?
-              AND e.ts_utc_ns + COALESCE(e.dur_ns, 0) >= ?"""
-    args = [incident_id, w.start_ns - longest, w.end_ns, w.start_ns]
-    width = max(1, (w.end_ns - w.start_ns) // w.bins)
-    # Wide windows (bins of a second or more) count from the per-second table: seconds that
-    # overlap the window, events attributed to the second they start in.
-    wide = width >= BIN_NS and _has_bins(store, incident_id)
-    sec_args = [incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS]
-    if wide:
-        groups = store.query("""SELECT source_id, host, rank, sum(n) AS n, sum(typed) AS typed FROM event_bins
-                                WHERE incident_id = ? AND sec BETWEEN ? AND ? GROUP BY ALL""", sec_args)
+    # ts >= start - longest lets the store skip row groups by their time ranges; the exact overlap
+    # test follows
+    keys = {r[0]: r[1:] for r in store.cursor().execute(
+        "SELECT track_id, source_id, tid FROM tracks WHERE incident_id = ? AND list_contains(?::INTEGER[], track_id)",
+        [incident_id, ids]).fetchall()}
+
+    def scan_of(want: list[int], big_only: bool = False) -> tuple[str, list]:
+        """The window's events of the tracks ``want`` (aliases ev, tr) and the parameters; a cheap
+        test on plain columns (the log tracks' sources, the thread tracks' tids) drops the other
+        tracks' rows before any join."""
+        srcs = sorted({keys[t][0] for t in want if t in keys and keys[t][0] >= 0})
+        tids = sorted({keys[t][1] for t in want if t in keys and keys[t][0] < 0})
+        sql = f"""(SELECT e.*, {_key_sql()} FROM events e JOIN sources s USING (incident_id, source_id)
+                   WHERE e.incident_id = ? AND e.ts_utc_ns >= ? AND e.ts_utc_ns < ?
+                     AND e.ts_utc_ns + COALESCE(e.dur_ns, 0) >= ?
+                     AND (list_contains(?::INTEGER[], e.source_id) OR list_contains(?::BIGINT[], COALESCE(e.tid, -1)))
+                     {"AND (COALESCE(e.dur_ns, 0) >= ? OR e.kind IS NOT NULL)" if big_only else ""}
+                  ) ev {_JOIN_TRACK}
+                  JOIN (SELECT unnest(?::INTEGER[]) AS want) q ON q.want = tr.track_id"""
+        return sql, [incident_id, w.start_ns - longest, w.end_ns, w.start_ns, srcs, tids,
+                     *([res] if big_only else []), want]
+
+    scan, args = scan_of(ids)
+    scan_big, args_big = scan_of(ids, big_only=True)
+    big = "(COALESCE(ev.dur_ns, 0) >= ? OR ev.kind IS NOT NULL)"
+    data: dict[int, dict] = {}
+
+    def slot(tid: int) -> dict:
+        return data.setdefault(tid, {"spans": [], "bins": [], "small": 0, "spans_left_out": 0})
+
+    # spans a pixel wide or more, and every finding: longest first within a track, at most MAX_SPANS;
+    # when a pixel is LONG_NS or more they are all in track_spans
+    if res >= LONG_NS and store.query("SELECT 1 AS x FROM track_spans WHERE incident_id = ? LIMIT 1", [incident_id]):
+        spans_sql = f"""SELECT track_id AS tk, ts_utc_ns AS ts, dur_ns AS dur, name, kind, severity, line,
+                               row_number() OVER (PARTITION BY track_id ORDER BY kind IS NULL, dur_ns DESC, ts_utc_ns) AS i
+                        FROM track_spans WHERE incident_id = ? AND ts_utc_ns >= ? AND ts_utc_ns < ?
+                          AND ts_utc_ns + COALESCE(dur_ns, 0) >= ? AND list_contains(?::INTEGER[], track_id)
+                          AND (COALESCE(dur_ns, 0) >= ? OR kind IS NOT NULL)"""
+        spans_args = [incident_id, w.start_ns - longest, w.end_ns, w.start_ns, ids, res]
     else:
-        groups = store.query(f"""SELECT e.source_id, e.host, e.rank, count(*) AS n, count(e.kind) AS typed
-                                 FROM events e WHERE {cond} GROUP BY ALL""", args)
-    lanes_by_id: dict[str, dict] = {}
-    keys: dict[tuple, str] = {}
-    for g in groups:
-        src = srcs.get(g["source_id"])
-        if src is None:
+        spans_sql = f"""SELECT tr.track_id AS tk, ev.ts_utc_ns AS ts, ev.dur_ns AS dur, ev.name, ev.kind, ev.severity,
+                               ev.line, row_number() OVER (PARTITION BY tr.track_id
+                                                           ORDER BY ev.kind IS NULL, ev.dur_ns DESC, ev.ts_utc_ns) AS i
+                        FROM {scan_big}"""
+        spans_args = args_big
+    for r in store.cursor().execute(
+            f"SELECT * FROM ({spans_sql}) WHERE i <= {MAX_SPANS + 1}", spans_args).fetchall():
+        s = slot(r[0])
+        if r[7] > MAX_SPANS:
+            s["spans_left_out"] = 1
             continue
-        lid, host, label, rank, kind = _lane(src, g["host"], g["rank"])
-        lane = lanes_by_id.setdefault(lid, {"id": lid, "host": host, "source": label, "source_kind": kind,
-                                            "rank": rank, "count": 0, "typed": 0, "clock": _clock(src)})
-        lane["count"] += int(g["n"])
-        lane["typed"] += int(g["typed"])
-        keys[(g["source_id"], g["host"], g["rank"])] = lid
-    lane_rows = sorted(lanes_by_id.values(), key=lambda l: (-l["typed"], -l["count"], l["id"]))
-    if w.lanes:
-        keep = set(w.lanes)
-        lane_rows = [l for l in lane_rows if l["id"] in keep]
-    total_lanes = len(lane_rows)
-    lane_rows = lane_rows[:w.max_lanes]
-    shown = {l["id"] for l in lane_rows}
-    sparse = {l["id"] for l in lane_rows if l["count"] <= w.max_events}
-    dense = shown - sparse
-
-    def key_filter(ids: set) -> tuple[str, list]:
-        ks = [k for k, lid in keys.items() if lid in ids]
-        return ("""JOIN (SELECT unnest(?) AS k_src, unnest(?) AS k_host, unnest(?) AS k_rank) k
-                   ON e.source_id = k.k_src AND e.host IS NOT DISTINCT FROM k.k_host
-                   AND e.rank IS NOT DISTINCT FROM k.k_rank""",
-                [[k[0] for k in ks], [k[1] for k in ks], [k[2] for k in ks]])
-
-    events: dict[str, list] = {}
-    if sparse:
-        join, kargs = key_filter(sparse)
-        for r in store.query(
-                f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank, e.ts_utc_ns AS ts, e.dur_ns AS dur,
-                           e.name, e.kind, e.severity, e.line, left(e.text, {TEXT_CHARS}) AS text
-                    FROM events e {join} WHERE {cond} ORDER BY e.ts_utc_ns, e.source_id, e.line, e.name""", kargs + args):
-            sid = r.pop("source_id")
-            lid = keys[(sid, r.pop("e_host"), r.pop("e_rank"))]
-            r["source"] = srcs[sid]["path"]
-            events.setdefault(lid, []).append(r)
-    binned: dict[str, dict] = {}
-    if dense and wide:
-        join, kargs = key_filter(dense)
-        rows = store.query(
-            f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank,
-                       greatest(0, (e.sec * {BIN_NS} - ?) // ?) AS b, sum(e.n) AS n,
-                       arg_max(e.name, e.n) AS name, sum(e.typed) AS typed
-                FROM event_bins e {join} WHERE e.incident_id = ? AND e.sec BETWEEN ? AND ?
-                GROUP BY ALL""", [w.start_ns, width] + kargs + sec_args)
-    elif dense:
-        join, kargs = key_filter(dense)
-        rows = store.query(
-                f"""SELECT e.source_id, e.host AS e_host, e.rank AS e_rank,
-                           greatest(0, (e.ts_utc_ns - ?) // ?) AS b, count(*) AS n, mode(e.name) AS name,
-                           count(e.kind) AS typed
-                    FROM events e {join} WHERE {cond} GROUP BY ALL""", [w.start_ns, width] + kargs + args)
+        s["spans"].append([r[1] - origin_ns, r[2], 0, r[3], r[4], r[5], r[6]])
+    # the small events: counted per track, shipped one by one where few, else bucketed
+    wide = bucket >= BIN_NS and bool(store.query(
+        "SELECT 1 AS x FROM track_bins WHERE incident_id = ? LIMIT 1", [incident_id]))
+    if wide:
+        counts = store.query(
+            """SELECT track_id AS tk, sum(n) AS n FROM track_bins
+               WHERE incident_id = ? AND sec BETWEEN ? AND ? AND list_contains(?::INTEGER[], track_id)
+               GROUP BY ALL""", [incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, ids])
     else:
-        rows = []
+        counts = store.query(f"SELECT tr.track_id AS tk, count(*) AS n FROM {scan} WHERE NOT {big} GROUP BY ALL",
+                             args + [res])
+    # one by one only where they can be told apart: at most max_events, and at most one per two
+    # pixels; in a wide window (buckets of seconds) they stay in their buckets, which cost no scan
+    limit = 0 if wide else min(w.max_events, max(1, w.px // 2))
+    few = [c["tk"] for c in counts if c["n"] <= limit]
+    many = [c["tk"] for c in counts if c["n"] > limit]
+    for c in counts:
+        slot(c["tk"])["small"] = int(c["n"])
+    if few:
+        scan_few, args_few = scan_of(few)
+        for r in store.cursor().execute(
+                f"""SELECT tr.track_id, ev.ts_utc_ns, ev.dur_ns, ev.name, ev.kind, ev.severity, ev.line
+                    FROM {scan_few} WHERE NOT {big}""", args_few + [res]).fetchall():
+            data[r[0]]["spans"].append([r[1] - origin_ns, r[2], 0, r[3], r[4], r[5], r[6]])
+    if many and wide:
+        step = max(1, bucket // BIN_NS)
+        rows = store.cursor().execute(
+            f"""SELECT track_id, (sec * {BIN_NS} - ?) // ? AS b, sum(n), sum(typed), arg_max(name, n)
+                FROM track_bins WHERE incident_id = ? AND sec BETWEEN ? AND ?
+                     AND list_contains(?::INTEGER[], track_id) GROUP BY ALL""",
+            [w.start_ns, step * BIN_NS, incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, many]).fetchall()
+        width = step * BIN_NS
+    elif many:
+        scan_many, args_many = scan_of(many)
+        rows = store.cursor().execute(
+            f"""SELECT tr.track_id, greatest(0, (ev.ts_utc_ns - ?) // ?) AS b, count(*), count(ev.kind),
+                       mode(ev.name)
+                FROM {scan_many} WHERE NOT {big} GROUP BY ALL""",
+            [w.start_ns, bucket] + args_many + [res]).fetchall()
+        width = bucket
+    else:
+        rows, width = [], bucket
+    for tk, b, n, typed, name in rows:
+        data[tk]["bins"].append([w.start_ns + b * width - origin_ns, width, int(n), int(typed), name])
+    for d in data.values():
+        d["spans"].sort(key=lambda r: (r[0], -(r[1] or 0), r[3] or "", r[6] or 0, r[4] or ""))
+        depths(d["spans"])
+        d["bins"].sort()
+    out["data"] = {str(k): v for k, v in data.items()}
+    return out
+
+
+def detail(store, incident_id: str, track_id: int, ts_ns: int, limit: int = 20) -> list[dict]:
+    """The events of one track starting at ``ts_ns`` (UTC): what the viewer's details panel shows
+    for a clicked span or instant (its evidence lines and arguments)."""
+    rows = store.query(
+        f"""SELECT ev.ts_utc_ns AS ts, ev.dur_ns AS dur, ev.name, ev.category, ev.kind, ev.severity, ev.pid, ev.tid,
+                   ev.line, ev.text, ev.attrs, s2.path AS source
+            FROM (SELECT e.*, {_key_sql()} FROM events e JOIN sources s USING (incident_id, source_id)
+                  WHERE e.incident_id = ? AND e.ts_utc_ns = ?) ev {_JOIN_TRACK}
+            JOIN sources s2 ON s2.incident_id = ev.incident_id AND s2.source_id = ev.source_id
+            WHERE tr.track_id = ? ORDER BY ev.source_id, ev.line, ev.name LIMIT ?""",
+        [incident_id, ts_ns, track_id, limit])
     for r in rows:
-        lid = keys[(r.pop("source_id"), r.pop("e_host"), r.pop("e_rank"))]
-        cell = binned.setdefault(lid, {}).setdefault(r["b"], {"ts": w.start_ns + r["b"] * width, "dur": width,
-                                                             "n": 0, "name": r["name"], "typed": 0, "_top": 0})
-        cell["n"] += int(r["n"])
-        cell["typed"] += int(r["typed"])
-        if r["n"] > cell["_top"]:
-            cell["_top"], cell["name"] = r["n"], r["name"]
-    lanes = []
-    for l in lane_rows:
-        lane = dict(l)
-        if l["id"] in sparse:
-            lane["events"] = events.get(l["id"], [])
-        else:
-            cells = sorted(binned.get(l["id"], {}).values(), key=lambda c: c["ts"])
-            for c in cells:
-                c.pop("_top")
-            lane["bins"] = cells
-        lanes.append(lane)
-    return {"start_ns": w.start_ns, "end_ns": w.end_ns, "lanes": lanes, "lanes_total": total_lanes,
-            "metrics": _metrics(store, incident_id, w),
-            "unplaced_events": store.query("SELECT count(*) AS n FROM events WHERE incident_id = ? "
-                                           "AND ts_utc_ns IS NULL", [incident_id])[0]["n"]}
+        try:
+            r["attrs"] = json.loads(r["attrs"]) if r["attrs"] else None
+        except ValueError:
+            pass
+    return rows
 
 
-def _metrics(store, incident_id: str, w: Window) -> list[dict]:
+def overview(store, incident_id: str, lo: int, hi: int, buckets: int = 600) -> list[list]:
+    """Events per bucket over the whole incident (``[t, n, findings]``, t relative to ``lo``): the
+    viewer's overview strip."""
+    width = max(BIN_NS, -(-(hi - lo) // buckets))
+    step = width // BIN_NS
+    shift = lo // BIN_NS * BIN_NS - lo        # (the buckets start at lo's whole second)
+    return [[b + shift, n, typed] for b, n, typed in store.cursor().execute(
+        f"""SELECT (sec - ?) // ? * ? * {BIN_NS} AS b, sum(n)::BIGINT, sum(typed)::BIGINT FROM track_bins
+            WHERE incident_id = ? GROUP BY b ORDER BY b""",
+        [lo // BIN_NS, step, step, incident_id]).fetchall()]
+
+
+def _metrics(store, incident_id: str, w: Window, origin_ns: int) -> list[dict]:
     if not w.metrics:
         return []
-    width = max(1, (w.end_ns - w.start_ns) // w.bins)
+    width = max(1, (w.end_ns - w.start_ns) // max(1, w.px // 4))
     like = " OR ".join("m.metric LIKE ?" for _ in w.metrics)
+    # the rows a little outside the window too, so that a series sampled more slowly than the
+    # window is wide still draws its line across it
+    reach = max(w.end_ns - w.start_ns, 5 * BIN_NS)
+    w = Window(w.start_ns - reach, w.end_ns + reach, w.px, metrics=w.metrics)
     if width >= BIN_NS and store.query("SELECT 1 AS x FROM metric_bins WHERE incident_id = ? LIMIT 1",
                                        [incident_id]):
         # wide windows: from the per-second reduction (seconds whose first row is in the window)
@@ -237,7 +429,7 @@ def _metrics(store, incident_id: str, w: Window) -> list[dict]:
         key = (r["host"], r["entity"], r["metric"])
         s = series.setdefault(key, {"id": " / ".join(str(k) for k in key if k), "host": r["host"],
                                     "entity": r["entity"], "metric": r["metric"], "unit": r["unit"], "points": []})
-        s["points"].append([r["ts"], r["v"]])
+        s["points"].append([r["ts"] - origin_ns, r["v"]])
     order = {p: i for i, p in enumerate(w.metrics)}
 
     def rank(s):

@@ -129,7 +129,7 @@ def timed(mod, name, label):
     setattr(mod, name, wrap)
 for mod, name, label in (
         (clocks, 'align', 'clocks.align'), (clock_collectives, 'host_offsets', 'clock collectives'),
-        (timeline, 'build_bins', 'timeline.build_bins'),
+        (timeline, 'build_tracks', 'timeline.build_tracks'),
         (findings, 'oom_kills', 'findings.oom_kills'), (findings, 'typed_events', 'findings.typed_events'),
         (findings, 'refine_launcher_times', 'findings.refine_launcher_times'),
         (detectors, 'run', 'detectors'),
@@ -149,7 +149,7 @@ t, c = time.perf_counter(), time.process_time()
 sub = svc.submit_path(BUNDLE)
 rep = svc.analyze(sub.incident_id)
 dt, cpu = time.perf_counter() - t, time.process_time() - c
-after_parse = sum(v for k, v in spent.items() if k in ('clocks.align', 'timeline.build_bins',
+after_parse = sum(v for k, v in spent.items() if k in ('clocks.align', 'timeline.build_tracks',
                                                       'rootcause.analyze (all)', 'report.build'))
 RESULT = dict(seconds=dt, cpu_s=cpu, analysis_s=after_parse, spent={k: round(v, 3) for k, v in sorted(spent.items())},
               anomalies=len(rep['anomalies']), sources=len(rep['sources']),

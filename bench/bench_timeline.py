@@ -6,8 +6,10 @@ Analyses ``sample_traces/oom-after-throttle`` into a fresh store, then copies it
 (and metrics) with the times shifted by whole copies of the incident's span until the incident
 holds ``--events`` events — the same lanes, names and densities, a longer incident. Then it
 times ``Service.timeline`` (the query behind ``GET /api/incidents/{id}/timeline``) for windows
-of several widths, each run 5 times in this process after one warm-up, and prints the median
-and worst latency with the lanes/events/bins shipped.
+of several widths as the trace viewer asks for them (the default tracks at 2,200 px, no catalog),
+each run 5 times in this process after one warm-up, and prints the median and worst latency with
+the tracks/spans/buckets shipped; then the first request of a page (with the track catalog and
+the overview).
 """
 from __future__ import annotations
 
@@ -44,10 +46,10 @@ def main() -> int:
         from bench_export import _copy    # the placed rows, time-shifted copies
         for table in ("events", "metrics"):
             _copy(st, table, iid, span, copies)
-        from analysis.timeline import build_bins
+        from analysis.timeline import build_tracks
         t1 = time.perf_counter()
-        nb = build_bins(st, iid)
-        print(f"event_bins rebuilt for the scaled incident: {nb:,} rows in {time.perf_counter() - t1:.1f} s")
+        nb = build_tracks(st, iid)
+        print(f"tracks rebuilt for the scaled incident: {nb:,} tracks in {time.perf_counter() - t1:.1f} s")
         total = st.query("SELECT count(*) AS n, min(ts_utc_ns) AS a, max(ts_utc_ns) AS b FROM events "
                          "WHERE incident_id = ?", [iid])[0]
         print(f"scaled: {total['n']:,} events over {(total['b'] - total['a']) / 3.6e12:.1f} h "
@@ -59,17 +61,23 @@ def main() -> int:
             mid = a + (total["b"] - a) // 2
             s_ns, e_ns = (a, total["b"]) if label == "whole incident" else (mid, mid + int(width_s * 1e9))
             s, e = str(s_ns / 1e9), str(e_ns / 1e9)
-            svc.timeline(iid, s, e)
+            ask = lambda: svc.timeline(iid, s, e, None, None, 2200, 2000, False)
+            ask()
             times, out = [], None
             for _ in range(5):
                 t = time.perf_counter()
-                out = svc.timeline(iid, s, e)
+                out = ask()
                 times.append((time.perf_counter() - t) * 1000)
-            ev = sum(len(l.get("events", [])) for l in out["lanes"])
-            bins = sum(len(l.get("bins", [])) for l in out["lanes"])
-            n_in = sum(l["count"] for l in out["lanes"])
-            rows.append((label, n_in, len(out["lanes"]), ev, bins, statistics.median(times), max(times)))
-        print("| window | events in window | lanes | events shipped | bins shipped | median ms | worst ms |")
+            spans = sum(len(d["spans"]) for d in out["data"].values())
+            bins = sum(len(d["bins"]) for d in out["data"].values())
+            n_in = sum(d["small"] for d in out["data"].values()) + spans
+            rows.append((label, n_in, len(out["data"]), spans, bins, statistics.median(times), max(times)))
+        t = time.perf_counter()
+        first = svc.timeline(iid)
+        first_ms = (time.perf_counter() - t) * 1000
+        print(f"first request of a page (catalog of {len(first['tracks'])} tracks, overview, default window): "
+              f"{first_ms:.0f} ms")
+        print("| window | events in window (approx.) | tracks answered | spans shipped | buckets shipped | median ms | worst ms |")
         print("|---|--:|--:|--:|--:|--:|--:|")
         for r in rows:
             print(f"| {r[0]} | {r[1]:,} | {r[2]} | {r[3]:,} | {r[4]:,} | {r[5]:.0f} | {r[6]:.0f} |")

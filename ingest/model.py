@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -475,14 +475,56 @@ FLOWS = Table(
     ),
 )
 
-EVENT_BINS = Table(
-    "event_bins",
-    "Events counted per timeline lane and UTC second (written by analysis after clock alignment): "
+TRACKS = Table(
+    "tracks",
+    "The timeline's tracks of an incident (written by analysis after clock alignment), grouped host -> "
+    "rank. A thread track gathers one thread's spans from every file of its kind (a rank's Kineto "
+    "traces, a file per profiler cycle, or a perf recording); a log track is one source's lines of "
+    "one host and rank. The key columns hold '' / -1 for unknown so that events join them exactly.",
+    (
+        _INC,
+        _c("track_id", "INTEGER", "-", "the track's place in the incident's order: host, rank, kind, source, "
+           "process, thread", False),
+        _c("host", "VARCHAR", "-", "events.host, else the source's host ('' when unknown)", False),
+        _c("rank", "INTEGER", "-", "events.rank, else the source's rank (-1: the host's own)", False),
+        _c("kind", "VARCHAR", "-", "source kind (torch_trace, perf_script, app_log, dmesg, ...)", False),
+        _c("source_id", "INTEGER", "-", "a log track's one source (-1 on thread tracks)", False),
+        _c("pid", "BIGINT", "-", "thread tracks: the events' pid (-1 when unknown or a log track)", False),
+        _c("tid", "BIGINT", "-", "thread tracks: the events' tid (-1 when unknown or a log track)", False),
+        _c("label", "VARCHAR", "-", "what the track is called on the timeline"),
+        _c("category", "VARCHAR", "-", "the most common event category on the track"),
+        _c("n", "BIGINT", "count", "placed events on the track", False),
+        _c("spans", "BIGINT", "count", "of which spans (a duration)", False),
+        _c("typed", "BIGINT", "count", "of which typed findings (events.kind set)", False),
+        _c("first_ns", "BIGINT", "ns", "earliest placed start (UTC)"),
+        _c("last_ns", "BIGINT", "ns", "latest placed end (UTC)"),
+    ),
+)
+
+TRACK_SPANS = Table(
+    "track_spans",
+    "The long spans and every typed finding of each timeline track (written by analysis after clock "
+    "alignment): a wide window's spans, each at least a pixel wide, are read from here instead of "
+    "every event.",
+    (
+        _INC,
+        _c("track_id", "INTEGER", "-", "tracks.track_id", False),
+        _c("ts_utc_ns", "BIGINT", "ns", "start (UTC)", False),
+        _c("dur_ns", "BIGINT", "ns", "duration (null: an instant, which is here for being a finding)"),
+        _c("name", "VARCHAR", "-", "events.name", False),
+        _c("kind", "VARCHAR", "-", "events.kind"),
+        _c("severity", "VARCHAR", "-", "events.severity"),
+        _c("line", "BIGINT", "line", "events.line"),
+    ),
+)
+
+TRACK_BINS = Table(
+    "track_bins",
+    "Events counted per timeline track and UTC second (written by analysis after clock alignment): "
     "wide timeline windows are answered from here instead of every event.",
     (
-        _INC, _SRC,
-        _c("host", "VARCHAR", "-", "events.host as stored (null: the source's host)"),
-        _c("rank", "INTEGER", "-", "events.rank as stored (null: the source's rank)"),
+        _INC,
+        _c("track_id", "INTEGER", "-", "tracks.track_id", False),
         _c("sec", "BIGINT", "s", "UTC second of the events' start (ts_utc_ns // 1e9)", False),
         _c("n", "BIGINT", "count", "events starting in that second", False),
         _c("typed", "BIGINT", "count", "of which typed findings (events.kind set)", False),
@@ -519,6 +561,8 @@ SHARES = Table(
         _c("window_start_ns", "BIGINT", "ns", "timeline window to point at, UTC (optional)"),
         _c("window_end_ns", "BIGINT", "ns", "end of that window (optional)"),
         _c("revoked_ns", "BIGINT", "ns", "when it was revoked, UTC (null: live)"),
+        _c("view", "VARCHAR", "-", "the timeline view the link opens on (the viewer's URL state: window, "
+           "selection, folded groups)"),
     ),
     primary_key=("share_id",),
 )
@@ -527,7 +571,7 @@ TABLES: dict[str, Table] = {
     t.name: t for t in (
         META, INCIDENTS, SOURCES, EVENTS, SAMPLES, STACKS, METRICS, PARSE_ISSUES,
         ANCHORS, FACTS, MEMBERS, CLOCK_MAP, CLOCK_SEGMENTS, ROW_TIMES, COLLECTIVES, STEPS, FLOWS, SHARES,
-        EVENT_BINS, METRIC_BINS,
+        TRACKS, TRACK_SPANS, TRACK_BINS, METRIC_BINS,
     )
 }
 
@@ -535,7 +579,7 @@ TABLES: dict[str, Table] = {
 PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anchors", "facts",
                  "collectives", "steps", "flows", "members")
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
-INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "clock_segments", "row_times", "event_bins",
+INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "clock_segments", "row_times", "tracks", "track_spans", "track_bins",
                                                    "metric_bins")
 
 

@@ -56,6 +56,7 @@ class ShareRequest(BaseModel):
     note: str | None = None
     start: str | None = None      # optional timeline window to point at (ISO-8601 UTC or epoch s)
     end: str | None = None
+    view: str | None = None       # the timeline viewer's state to open on (its URL fragment)
 
 
 def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
@@ -220,22 +221,38 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             raise ApiError(400, "bad_request", str(e)) from None
         return FileResponse(path, media_type=MEDIA_TYPES[fmt], filename=path.name)
 
-    @app.get("/api/incidents/{incident_id}/timeline", summary="Lanes and metrics of a time window")
-    def api_timeline(incident_id: str, start: str | None = None, end: str | None = None,
-                     lanes: str | None = None, metrics: str | None = None, max_events: int = 1500, bins: int = 400):
+    def _timeline(iid: str, start, end, tracks, metrics, px, max_events, catalog):
         try:
-            return svc.timeline(incident_id, start, end, lanes, metrics, max_events, bins)
+            return svc.timeline(iid, start, end, tracks, metrics, px, max_events, catalog)
         except LookupError as e:
             raise ApiError(404, "not_found", str(e)) from None
         except ValueError as e:
             raise ApiError(400, "bad_request", str(e)) from None
+
+    def _timeline_detail(iid: str, track: int, t: int):
+        try:
+            return svc.timeline_detail(iid, track, t)
+        except LookupError as e:
+            raise ApiError(404, "not_found", str(e)) from None
+        except ValueError as e:
+            raise ApiError(400, "bad_request", str(e)) from None
+
+    @app.get("/api/incidents/{incident_id}/timeline", summary="Tracks, spans and metrics of a time window")
+    def api_timeline(incident_id: str, start: str | None = None, end: str | None = None,
+                     tracks: str | None = None, metrics: str | None = None, px: int = 1600,
+                     max_events: int = 2000, catalog: bool = True):
+        return _timeline(incident_id, start, end, tracks, metrics, px, max_events, catalog)
+
+    @app.get("/api/incidents/{incident_id}/timeline/detail", summary="The events of a track at one time")
+    def api_timeline_detail(incident_id: str, track: int, t: int):
+        return _timeline_detail(incident_id, track, t)
 
     @app.post("/api/incidents/{incident_id}/shares", status_code=201, summary="Make a read-only link to the report")
     def api_share(incident_id: str, request: Request, body: ShareRequest | None = None):
         _writer(request)
         body = body or ShareRequest()
         try:
-            return svc.create_share(incident_id, body.note, body.start, body.end)
+            return svc.create_share(incident_id, body.note, body.start, body.end, body.view)
         except NotFound as e:
             raise ApiError(404, "not_found", str(e)) from None
         except ValueError as e:
@@ -271,6 +288,22 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         except (ShareNotFound, NotFound) as e:
             raise ApiError(404, "not_found", str(e)) from None
         return {"share": share, "report": rep}
+
+    def _shared_incident(token: str) -> str:
+        try:
+            return svc.shared_incident(token)
+        except (ShareNotFound, NotFound) as e:
+            raise ApiError(404, "not_found", str(e)) from None
+
+    @app.get("/api/shared/{token}/timeline", summary="The shared incident's timeline (as /api/incidents/{id}/timeline)")
+    def api_shared_timeline(token: str, start: str | None = None, end: str | None = None,
+                            tracks: str | None = None, metrics: str | None = None, px: int = 1600,
+                            max_events: int = 2000, catalog: bool = True):
+        return _timeline(_shared_incident(token), start, end, tracks, metrics, px, max_events, catalog)
+
+    @app.get("/api/shared/{token}/timeline/detail", summary="The events of a track of the shared incident")
+    def api_shared_timeline_detail(token: str, track: int, t: int):
+        return _timeline_detail(_shared_incident(token), track, t)
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js():
@@ -333,17 +366,32 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             inc = svc.get_incident(incident_id)
         except NotFound as e:
             return HTMLResponse(pages.error_page(404, str(e)), status_code=404)
-        return pages.timeline_page(inc)
+        return pages.timeline_page(inc, api=f"/api/incidents/{inc['id']}/timeline", report=f"/incidents/{inc['id']}")
 
-    @app.get("/r/{token}", response_class=HTMLResponse, include_in_schema=False)
-    def shared_page(token: str):
-        from web import report_render
+    def _shared_page(token: str, render) -> HTMLResponse:
+        """A share link's page, ``render(share, report)``, for a live token only (a 404 tells no
+        unknown link from a revoked one); never sent on as a referrer, never indexed."""
         try:
             share, rep = svc.shared(token)
         except (ShareNotFound, NotFound):
             return HTMLResponse(pages.error_page(404, "This link does not exist or was revoked."), status_code=404)
-        return HTMLResponse(report_render.html(rep, share=share),
-                            headers={"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"})
+        return HTMLResponse(render(share, rep), headers={"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"})
+
+    @app.get("/r/{token}/timeline", response_class=HTMLResponse, include_in_schema=False)
+    def shared_timeline_page(token: str):
+        def render(share, rep):
+            inc = {"id": rep["incident"]["id"], "title": rep["incident"].get("title") or rep["incident"]["id"]}
+            return pages.timeline_page(inc, api=f"/api/shared/{token}/timeline", report=f"/r/{token}", share=share)
+        return _shared_page(token, render)
+
+    @app.get("/r/{token}", response_class=HTMLResponse, include_in_schema=False)
+    def shared_page(token: str):
+        from web import report_render
+
+        def render(share, rep):
+            share["timeline_url"] = f"/r/{token}/timeline" + (f"#{share['view']}" if share.get("view") else "")
+            return report_render.html(rep, share=share)
+        return _shared_page(token, render)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

@@ -12,7 +12,7 @@ folded     collapsed stacks of the perf samples in a window           ``.folded`
 speedscope the perf samples in a window as speedscope's file: one       ``.speedscope.json``
            profile per process, in time order (www.speedscope.app)
 html       the report as one self-contained file: chain, findings,    ``.html``
-           plotly.js, the aligned timeline and the flame graph
+           the trace viewer on one window and the flame graph
 =========  =========================================================  =================
 
 ``collapsed`` is accepted for ``folded`` (the name DESIGN.md's API uses). The CLI writes to the
@@ -89,7 +89,7 @@ class Exports:
             # nothing could be placed in time (pasted text, a lone snapshot): the report alone
             text = report_render.html(rep)
             out.write(text.encode("utf-8"))
-            return {"format": "html", "bytes": len(text.encode("utf-8")), "window": None, "lanes": 0, "samples": 0}
+            return {"format": "html", "bytes": len(text.encode("utf-8")), "window": None, "tracks": 0, "samples": 0}
         fg = self.flamegraph(iid, tl["start"], tl["end"])
         whole = False
         if fg["tree"]["value"] == 0 and fg["samples_total"] > 0:    # no samples in the window: all of them
@@ -101,7 +101,7 @@ class Exports:
         text = report_render.html(rep, timeline=tl, flame=flame)
         out.write(text.encode("utf-8"))
         return {"format": "html", "bytes": len(text.encode("utf-8")), "window": {"start": tl["start"], "end": tl["end"]},
-                "lanes": len(tl["lanes"]), "samples": fg["tree"]["value"]}
+                "tracks": len(tl["data"]), "samples": fg["tree"]["value"]}
 
     def export_file(self, incident_id: str, fmt: str, start: str | None = None, end: str | None = None) -> Path:
         """Write an export into the incident's folder (``exports/``) and return its path. Written

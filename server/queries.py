@@ -8,6 +8,10 @@ from analysis import timeline as tl
 from ingest.timeparse import fmt_utc
 
 
+# times beyond this (ns from 1970) are refused: the store's columns are 64-bit
+_YEARS_9000 = 9000 * 365 * 86400 * 10**9
+
+
 class NotFoundError(LookupError):
     pass
 
@@ -103,46 +107,99 @@ class Queries:
             cache[key] = tl.bounds(self.store, incident_id)
         return cache[key]
 
+    def _tracks(self, incident_id: str) -> list[dict]:
+        """The incident's track list, read once per incident and analysis."""
+        cache = self.__dict__.setdefault("_tracks_cache", {})
+        stamp = self.store.query("SELECT analyzed_at FROM incidents WHERE incident_id = ?", [incident_id])
+        key = (incident_id, stamp[0]["analyzed_at"] if stamp else None)
+        if key not in cache:
+            if len(cache) > 16:
+                cache.clear()
+            cat = tl.tracks(self.store, incident_id)
+            if not cat and self.store.query("SELECT 1 AS x FROM events WHERE incident_id = ? AND ts_utc_ns IS NOT NULL "
+                                            "LIMIT 1", [incident_id]):
+                # analysed by an aftertrace before tracks existed: make them now, once
+                tl.build_tracks(self.store, incident_id)
+                cat = tl.tracks(self.store, incident_id)
+            cache[key] = cat
+        return cache[key]
+
+    def default_window(self, incident_id: str, rep: dict | None) -> tuple[int | None, int | None]:
+        """From 30 s before the best chain's origin to 15 s after the failure; else the whole incident."""
+        lo, hi = self._bounds(incident_id)
+        f = (rep or {}).get("failure") or {}
+        o = (rep or {}).get("origin") or {}
+        if f.get("ts") is not None:
+            first = o.get("ts") if o.get("ts") is not None else f["ts"] - 60
+            return round((first - 30) * 1e9), round((f["ts"] + 15) * 1e9)
+        return lo, hi
+
     def timeline(self, incident_id: str, start: str | None = None, end: str | None = None,
-                 lanes: str | None = None, metrics: str | None = None, max_events: int = 1500,
-                 bins: int = 400) -> dict:
-        """Lanes and metric series of a time window (default: from 30 s before the best chain's
-        origin to 15 s after the failure, else the whole incident), with the report's findings
-        to mark on it."""
+                 tracks: str | None = None, metrics: str | None = None, px: int = 1600,
+                 max_events: int = 2000, catalog: bool = True) -> dict:
+        """One window of the trace viewer (see :mod:`analysis.timeline`): the requested tracks'
+        spans and buckets at ``px`` pixels, the metric series, and the report's findings and chain
+        to mark on it. With ``catalog`` also the incident's track list, its default window and the
+        overview strip (what a viewer needs once)."""
         incident_id = self.resolve_incident(incident_id)
         rep = None
         try:
             rep = self.get_report(incident_id)
         except LookupError:
             pass
-        s_ns, e_ns = fg.parse_time(start), fg.parse_time(end)
         lo, hi = self._bounds(incident_id)
-        if rep and (s_ns is None or e_ns is None):
-            f = rep.get("failure") or {}
-            o = rep.get("origin") or {}
-            if f.get("ts") is not None:
-                e_ns = e_ns if e_ns is not None else round((f["ts"] + 15) * 1e9)
-                first = o.get("ts") if o.get("ts") is not None else f["ts"] - 60
-                s_ns = s_ns if s_ns is not None else round((first - 30) * 1e9)
-        s_ns = s_ns if s_ns is not None else lo
-        e_ns = e_ns if e_ns is not None else hi
-        if s_ns is None or e_ns is None:
+        if lo is None or hi is None:
             raise ValueError("nothing in this incident could be placed in time")
+        d0, d1 = self.default_window(incident_id, rep)
+        s_ns, e_ns = fg.parse_time(start), fg.parse_time(end)
+        s_ns = d0 if s_ns is None else s_ns
+        e_ns = d1 if e_ns is None else e_ns
+        if not (-_YEARS_9000 < s_ns < _YEARS_9000 and -_YEARS_9000 < e_ns < _YEARS_9000):
+            raise ValueError("the window is outside the years 1970 ± 9000")
         if e_ns <= s_ns:
             e_ns = s_ns + 1_000_000_000
-        w = tl.Window(s_ns, e_ns, max(10, min(max_events, 20_000)), max(20, min(bins, 2000)),
-                      lanes=tuple(x for x in (lanes or "").split(",") if x),
-                      metrics=tuple(x for x in metrics.split(",") if x) if metrics else tl.DEFAULT_METRICS)
-        out = tl.window(self.store, incident_id, w)
+        cat = self._tracks(incident_id)
+        if tracks is None or tracks == "":
+            ids = tl.default_tracks(cat, 400)
+        else:
+            try:
+                ids = tuple(sorted({int(x) for x in tracks.split(",") if x.strip()}))
+            except ValueError:
+                raise ValueError("tracks must be a comma-separated list of track ids") from None
+            ids = tuple(i for i in ids if 0 <= i < 2**31)      # (no track has another id)
+        w = tl.Window(s_ns, e_ns, max(100, min(px, 8000)), max(10, min(max_events, 20_000)), ids,
+                      metrics=tuple(x for x in metrics.split(",") if x) if metrics is not None else tl.DEFAULT_METRICS)
+        out = tl.window(self.store, incident_id, w, lo)
         out["incident"] = incident_id
+        out["origin"], out["origin_epoch_ns"] = fmt_utc(lo), str(lo)
         out["start"], out["end"] = fmt_utc(s_ns), fmt_utc(e_ns)
-        out["bounds"] = {"start": fmt_utc(lo), "end": fmt_utc(hi)}
-        on_chain = set()
+        out["bounds"] = {"start": fmt_utc(lo), "end": fmt_utc(hi), "rel": [0, hi - lo]}
+        out["default_window"] = [d0 - lo, d1 - lo]
+        out["tracks_answered"] = list(ids)
+        f = (rep or {}).get("failure") or {}
+        out["failure_rel"] = None if f.get("ts") is None else round(f["ts"] * 1e9) - lo
+        chain = {}
         if rep and rep.get("chains"):
-            on_chain = {(l["kind"], l["ts"], l["rank"], l["pid"]) for l in rep["chains"][0]["links"]}
+            chain = {(l["kind"], l["ts"], l["rank"], l["pid"]): i + 1 for i, l in enumerate(rep["chains"][0]["links"])}
         out["findings"] = [
-            {"ts_ns": int(a["ts"] * 1e9), "time": a["time"], "kind": a["kind"], "host": a["host"], "rank": a["rank"],
-             "pid": a["pid"], "summary": a["summary"], "lead_s": a.get("lead_s"),
-             "on_chain": (a["kind"], a["ts"], a["rank"], a["pid"]) in on_chain}
+            {"t": round(a["ts"] * 1e9) - lo, "time": a["time"], "kind": a["kind"], "host": a["host"],
+             "rank": a["rank"], "pid": a["pid"], "summary": a["summary"], "lead_s": a.get("lead_s"),
+             "chain": chain.get((a["kind"], a["ts"], a["rank"], a["pid"]))}
             for a in (rep or {}).get("anomalies", []) if a.get("ts") is not None]
+        if catalog:
+            out["tracks"] = cat
+            out["overview"] = tl.overview(self.store, incident_id, lo, hi)
         return out
+
+    def timeline_detail(self, incident_id: str, track: int, t: int) -> dict:
+        """The events of a track at one time (relative to the incident's origin, as the viewer has it)."""
+        incident_id = self.resolve_incident(incident_id)
+        lo, _ = self._bounds(incident_id)
+        if lo is None:
+            raise ValueError("nothing in this incident could be placed in time")
+        if not (0 <= track < 2**31 and -_YEARS_9000 < lo + t < _YEARS_9000):
+            return {"incident": incident_id, "track": track, "events": []}
+        rows = tl.detail(self.store, incident_id, track, lo + t)
+        for r in rows:
+            r["time"] = fmt_utc(r.pop("ts"))
+        return {"incident": incident_id, "track": track, "events": rows}

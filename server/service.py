@@ -394,7 +394,7 @@ class Service(Queries, Shares, Exports):
 
         progress("analyze", 0, 1)
         entries = clocks.align(self.store, iid)
-        timeline.build_bins(self.store, iid)
+        timeline.build_tracks(self.store, iid)
         if any(e.method == clocks.UPTIME_METHOD for e in entries):
             notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
         rc = rootcause.analyze(self.store, iid, clocks.skew_links(entries))

@@ -8,11 +8,16 @@ made. A revoked or unknown token gets the same "not found" (nothing tells them a
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 
 from analysis.flamegraph import parse_time
 from ingest.timeparse import fmt_utc
+
+
+# what a viewer's state may hold (it is put back into a URL fragment as it is)
+_VIEW = re.compile(r"[A-Za-z0-9=&.,:;_~+%@-]*")
 
 
 class ShareNotFound(LookupError):
@@ -27,25 +32,28 @@ class Shares:
     """Mixed into :class:`server.service.Service`; uses ``self.store`` and ``get_incident``."""
 
     def create_share(self, incident_id: str, note: str | None = None, start: str | None = None,
-                     end: str | None = None) -> dict:
+                     end: str | None = None, view: str | None = None) -> dict:
         inc = self.get_incident(incident_id)
         s_ns, e_ns = parse_time(start), parse_time(end)
         if (s_ns is None) != (e_ns is None) or (s_ns is not None and e_ns <= s_ns):
             raise ValueError("a shared window needs both start and end, end after start")
         if note is not None and len(note) > 2000:
             raise ValueError("the note is longer than 2000 characters")
+        if view is not None and (len(view) > 4000 or not _VIEW.fullmatch(view)):
+            raise ValueError("the view is the timeline's URL fragment: at most 4000 characters of "
+                             "letters, digits and = & . , : ; _ ~ + % @ -")
         token = secrets.token_urlsafe(32)
         h = _hash(token)
         self.store.insert_rows("shares", [{
             "share_id": h[:16], "token_sha256": h, "incident_id": inc["id"],
             "created_ns": time.time_ns(), "note": note or None,
-            "window_start_ns": s_ns, "window_end_ns": e_ns, "revoked_ns": None}])
+            "window_start_ns": s_ns, "window_end_ns": e_ns, "revoked_ns": None, "view": view or None}])
         return {"token": token, "url": f"/r/{token}", "share_id": h[:16], "incident": inc["id"]}
 
     def list_shares(self, incident_id: str) -> list[dict]:
         inc = self.get_incident(incident_id)
         rows = self.store.query(
-            """SELECT share_id, created_ns, note, window_start_ns, window_end_ns, revoked_ns FROM shares
+            """SELECT share_id, created_ns, note, window_start_ns, window_end_ns, revoked_ns, view FROM shares
                WHERE incident_id = ? ORDER BY created_ns""", [inc["id"]])
         return [self._share_json(r) for r in rows]
 
@@ -74,9 +82,17 @@ class Shares:
         share = self._share_json(rows[0])
         return share, self.get_report(rows[0]["incident_id"])
 
+    def shared_incident(self, token: str) -> str:
+        """The incident a live token shows; ShareNotFound otherwise."""
+        rows = self.store.query("SELECT incident_id FROM shares WHERE token_sha256 = ? AND revoked_ns IS NULL",
+                                [_hash(token)])
+        if not rows:
+            raise ShareNotFound("this link does not exist or was revoked")
+        return rows[0]["incident_id"]
+
     @staticmethod
     def _share_json(r: dict) -> dict:
         return {"share_id": r["share_id"], "created_at": fmt_utc(r["created_ns"]), "note": r["note"],
                 "window": None if r["window_start_ns"] is None else
                 {"start": fmt_utc(r["window_start_ns"]), "end": fmt_utc(r["window_end_ns"])},
-                "revoked_at": fmt_utc(r["revoked_ns"])}
+                "revoked_at": fmt_utc(r["revoked_ns"]), "view": r.get("view")}

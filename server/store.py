@@ -99,9 +99,8 @@ def _v3_kineto_utc(cur) -> None:
 
 
 def _v4_event_bins(cur) -> None:
-    """Schema 5: ``event_bins`` (per-lane, per-second counts for wide timeline windows); stores
-    analysed before it answer wide windows from the events until analysed again."""
-    cur.execute(TABLES["event_bins"].ddl())
+    """Schema 5: ``event_bins``, per-lane counts per second, which schema 11 replaced by
+    ``track_bins``: nothing to create on the way there."""
 
 
 def _v5_metric_bins(cur) -> None:
@@ -135,11 +134,21 @@ def _v9_row_times(cur) -> None:
     cur.execute(TABLES["row_times"].ddl())
 
 
+def _v10_tracks(cur) -> None:
+    """Schema 11: the timeline's ``tracks``, ``track_spans`` and ``track_bins`` (in place of per-lane ``event_bins``)
+    and ``shares.view``; incidents analysed before it draw no tracks until analysed again."""
+    cur.execute("DROP TABLE IF EXISTS event_bins")
+    cur.execute(TABLES["tracks"].ddl())
+    cur.execute(TABLES["track_bins"].ddl())
+    cur.execute(TABLES["track_spans"].ddl())
+    cur.execute("ALTER TABLE shares ADD COLUMN IF NOT EXISTS view VARCHAR")
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
                                                 4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members,
                                                 7: _v7_clock_segments, 8: _v8_members_reads,
-                                                9: _v9_row_times}
+                                                9: _v9_row_times, 10: _v10_tracks}
 
 
 def _close_quietly(con) -> None:

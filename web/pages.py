@@ -52,8 +52,9 @@ def incident_page(incident: dict, report: dict | None, all_files: bool = False, 
                    issues=issues or [])
 
 
-def timeline_page(incident: dict) -> str:
-    return _render("timeline.html", inc=incident)
+def timeline_page(incident: dict, api: str, report: str, share: dict | None = None) -> str:
+    """The trace viewer over ``api`` (an incident's timeline, or a share link's)."""
+    return _render("timeline.html", inc=incident, api=api, report=report, share=share)
 
 
 def script_json(obj) -> str:

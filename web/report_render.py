@@ -1,5 +1,5 @@
 """The report as a document: Markdown (for tickets and chat) and a self-contained HTML file
-(styles inlined, nothing fetched; optionally with plotly.js, the aligned timeline and the flame
+(styles inlined, nothing fetched; optionally with the trace viewer on one window and the flame
 graph inlined). Both render the ``aftertrace.report/1`` JSON;
 nothing here computes. Strings from the bundle are escaped: HTML through Jinja2's autoescape,
 Markdown by backslash-escaping the characters Markdown would interpret and fencing raw lines."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .pages import STATIC_DIR, _env, plotly_js_path, script_json, static_text
+from .pages import STATIC_DIR, _env, script_json, static_text
 from .present import group_sources, when, where
 
 # What Markdown would interpret in running text: emphasis, code, links, HTML, tables, strike-through;
@@ -111,19 +111,18 @@ def _inline_js(text: str) -> str:
 
 def html(rep: dict, share: dict | None = None, timeline: dict | None = None, flame: dict | None = None) -> str:
     """The standalone report; with ``share``, as the read-only page of a share link (its note and
-    window shown, nothing linking elsewhere). With ``timeline`` (the timeline JSON of a window) the
-    file also carries plotly.js, that window's aligned timeline and, with ``flame`` (``{tree, title,
+    window shown, and a link to its timeline view). With ``timeline`` (the timeline JSON of a window,
+    with its track list) the file also carries the trace viewer drawing that window and, with ``flame`` (``{tree, title,
     subtitle}``), a flame graph: one file that works offline, to attach to a ticket."""
     css = (STATIC_DIR / "app.css").read_text(encoding="utf-8")
     from ingest import __version__
     embed = None
     if timeline is not None:
-        embed = {"timeline_caption": f"{timeline['start']} – {timeline['end']} · {len(timeline['lanes'])} of "
-                                     f"{timeline['lanes_total']} lanes · {len(timeline['metrics'])} metric series",
+        embed = {"timeline_caption": f"{timeline['start']} – {timeline['end']} · {len(timeline['data'])} of "
+                                     f"{len(timeline['tracks'])} tracks · {len(timeline['metrics'])} counters",
                  "flame": flame,
                  "data_json": script_json({"timeline": timeline, "flame": flame}),
-                 "plotly_js": _inline_js(plotly_js_path().read_text(encoding="utf-8")),
-                 "timeline_js": _inline_js(static_text("timeline_figure.js")),
+                 "timeline_js": _inline_js(static_text("trace.js")),
                  "flame_js": _inline_js(static_text("flame.js"))}
     return _env.get_template("report_standalone.html").render(
         rep=rep, css=css, version=__version__, sources=group_sources(rep["sources"], limit=60), share=share,

@@ -1,5 +1,6 @@
 """The HTTP API end to end: upload, background analysis, status, report, errors, escaping."""
 import io
+import re
 import tarfile
 import time
 
@@ -164,7 +165,9 @@ def test_root_cause_views_escape_bundle_strings(client):
 
 
 def test_share_link_lifecycle(client):
-    data = _tgz({"node-1/dmesg.txt": f"[ 7000.000000] start\n{OOM_LINE}\n".encode()})
+    data = _tgz({"node-1/dmesg.txt": f"[ 7000.000000] start\n{OOM_LINE}\n".encode(),
+                 "node-1/train.log": b"2026-11-29 13:28:24,000 INFO step 1 loss 2.5\n"
+                                     b"2026-11-29 13:28:25,000 INFO step 2 loss 2.4\n"})
     iid = client.post("/api/incidents", files={"bundle": ("x.tgz", data)}).json()["id"]
     assert _wait(client, iid)["status"] == "done"
     r = client.post(f"/api/incidents/{iid}/shares", json={"note": "look at <this>"})
@@ -177,8 +180,21 @@ def test_share_link_lifecycle(client):
     page = client.get(f"/r/{token}")
     assert page.status_code == 200 and 'id="rootcause"' in page.text
     assert "look at &lt;this&gt;" in page.text and "<this>" not in page.text
-    assert 'href="/' not in page.text                                    # nothing else reachable from it
+    # nothing else reachable from it but its own timeline view
+    assert re.findall(r'href="(/[^"]*)"', page.text) == [f"/r/{token}/timeline"]
     assert page.headers["referrer-policy"] == "no-referrer"
+    tl_page = client.get(f"/r/{token}/timeline")
+    assert tl_page.status_code == 200 and f'data-api="/api/shared/{token}/timeline"' in tl_page.text
+    assert f'/incidents/{iid}"' not in tl_page.text and tl_page.headers["referrer-policy"] == "no-referrer"
+    tl = client.get(f"/api/shared/{token}/timeline").json()
+    assert tl["incident"] == iid and tl["tracks"]
+    # a share of a view: the fragment is kept and the shared page links to it
+    view = "start=1795958904.6&end=1795958904.8&sel=3%401795958904.7&fold=p%3Avm"
+    sh2 = client.post(f"/api/incidents/{iid}/shares", json={"view": view}).json()
+    assert f'href="/r/{sh2["token"]}/timeline#{view.replace("&", "&amp;")}"' in client.get(sh2["url"]).text
+    assert f'data-view="{view.replace("&", "&amp;")}"' in client.get(sh2["url"] + "/timeline").text
+    bad = client.post(f"/api/incidents/{iid}/shares", json={"view": 'x"><script>'})
+    assert bad.status_code == 400 and "fragment" in bad.json()["error"]["message"]
     twin = client.get(f"/api/shared/{token}").json()
     assert twin["share"]["note"] == "look at <this>" and twin["report"]["incident"]["id"] == iid
     # the store keeps a hash, never the token
@@ -188,6 +204,8 @@ def test_share_link_lifecycle(client):
     assert r.status_code == 200 and r.json()["revoked_at"]
     assert client.get(f"/r/{token}").status_code == 404
     assert client.get(f"/api/shared/{token}").status_code == 404
+    assert client.get(f"/r/{token}/timeline").status_code == 404
+    assert client.get(f"/api/shared/{token}/timeline").status_code == 404
     assert client.get(f"/r/{token[:-2]}xx").status_code == 404
     assert client.delete("/api/shares/nope").status_code == 404
     bad = client.post(f"/api/incidents/{iid}/shares", json={"start": "2026-01-01T00:00:00Z"})

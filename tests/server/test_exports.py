@@ -63,16 +63,17 @@ def test_html_is_one_self_contained_file(analysed, tmp_path):
     with open(out, "wb") as fh:
         stats = svc.export(iid, "html", fh)
     text = out.read_text()
-    assert stats["lanes"] >= 8 and stats["samples"] == 3811
+    assert stats["tracks"] >= 8 and stats["samples"] == 3811
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)       # nothing fetched
-    assert "Plotly" in text and "aftertraceTimeline" in text and "aftertraceFlame" in text
+    assert "aftertraceViewer" in text and "aftertraceFlame" in text and "Plotly" not in text
     # the bundle's strings: escaped in the HTML, \u003c-escaped in the embedded JSON
     assert "<script>alert(1)</script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     data = text.split('<script id="embed-data" type="application/json">', 1)[1].split("</script>", 1)[0]
     d = json.loads(data)
     assert d["timeline"]["start"].startswith("2026-11-29T13:27:54") and d["flame"]["tree"]["value"] == 3811
-    assert {f["kind"] for f in d["timeline"]["findings"] if f["on_chain"]} >= {"cpu_throttle", "oom_kill"}
+    assert {f["kind"] for f in d["timeline"]["findings"] if f["chain"]} >= {"cpu_throttle", "oom_kill"}
+    assert d["timeline"]["tracks"] and d["timeline"]["data"]
 
 
 def test_unknown_format_and_windows_are_refused(analysed):
@@ -130,7 +131,7 @@ def test_the_report_file_of_a_bundle_with_no_time_at_all(tmp_path):
     out = tmp_path / "r.html"
     with open(out, "wb") as fh:
         stats = svc.export(iid, "html", fh)
-    assert (stats["window"], stats["lanes"]) == (None, 0)
+    assert (stats["window"], stats["tracks"]) == (None, 0)
     page = out.read_text()
     assert "Slurm counted 1 OOM kill(s)" in page and "time unknown" in page
     assert "embedded-timeline" not in page

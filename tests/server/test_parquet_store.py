@@ -16,7 +16,7 @@ from server.store import ATTACHED_TABLES, Store
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 TABLES = ["events", "samples", "stacks", "metrics", "collectives", "steps", "flows", "facts", "anchors",
-          "parse_issues", "sources", "clock_map", "clock_segments", "row_times", "event_bins", "metric_bins"]
+          "parse_issues", "sources", "clock_map", "clock_segments", "row_times", "tracks", "track_spans", "track_bins", "metric_bins"]
 TIMING = {"parse_s", "duration_s", "duration", "analyzed_at", "created_at", "elapsed_s", "generated_at"}
 
 try:
@@ -34,15 +34,12 @@ def _without_timing(x):
 
 
 def _timeline(tl: dict) -> dict:
-    """The timeline with each lane's events in a total order (analysis/timeline.py orders them by
-    time only, and events of one time, dmesg -T's whole seconds, come in scan order) and its bins
-    without their names (mode(name): with a tie, whichever the scan met first)."""
+    """The timeline without its buckets' names (mode(name): with a tie, whichever the scan met
+    first); spans come in a total order already."""
     tl = _without_timing(tl)
-    for lane in tl["lanes"]:
-        for b in lane.get("bins", ()):   # (a bin's name is mode(name): any of the tied names)
-            b.pop("name", None)
-        if "events" in lane:
-            lane["events"].sort(key=lambda e: (e["ts"] is None, e["ts"] or 0, json.dumps(e, sort_keys=True)))
+    for d in tl["data"].values():
+        for b in d["bins"]:
+            b.pop()
     return tl
 
 
@@ -52,19 +49,20 @@ def _settings(home: Path, parts: Path | None, executor: str = "local") -> Settin
 
 
 # Columns left out of the row hashes: timings; perf stack ids (numbered per parse in no fixed
-# order; the flame graphs, compared whole, cover the stacks); the name of an event bin, which is
-# mode(name) in analysis/timeline.py and picks any of the names tied for most frequent; the evidence
+# order; the flame graphs, compared whole, cover the stacks); the name of a track's bucket, which
+# is mode(name) in analysis/timeline.py and picks any of the names tied for most frequent; the
+# evidence
 # of a clock (its "other_methods" estimates depend on the order analysis/clocks.py's
 # collect_anchors reads the anchors in, which no ORDER BY fixes: the offset used does not).
 EXCLUDE = {"sources": ("parse_s",), "samples": ("stack_id",), "stacks": ("stack_id", "parent_id"),
-           "event_bins": ("name",), "clock_map": ("evidence",)}
+           "track_bins": ("name",), "clock_map": ("evidence",)}
 
 
 def _snapshot(svc: Service, iid: str) -> dict:
     st = svc.store
     rows = {}
     for t in TABLES:
-        sid = "source_id, " if t not in ("clock_map", "clock_segments", "metric_bins") else ""
+        sid = "source_id, " if t not in ("clock_map", "clock_segments", "metric_bins", "tracks", "track_spans", "track_bins") else ""
         ex = f" EXCLUDE ({', '.join(EXCLUDE[t])})" if t in EXCLUDE else ""
         if t == "events":       # (perf events name their stack in attrs)
             ex = """ REPLACE (regexp_replace(attrs, '"stack_id":[0-9]+', '"stack_id":_') AS attrs)"""

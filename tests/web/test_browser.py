@@ -113,50 +113,9 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     assert "Killed process 17988" in oom_ev.inner_text()
 
     page.click("text=timeline")
-    page.wait_for_selector("#timeline .main-svg", timeout=60_000)
-    page.wait_for_function("document.getElementById('status').textContent.includes('lanes')")
-    _shot(page, "2-timeline")
-    assert page.locator("button.chainlink").count() == 5
-    page.click("button.chainlink >> nth=2")                   # the OOM kill at 13:28:55.760
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('2026-11-29T13:28:50')")
-    _shot(page, "3-timeline-zoomed-to-oom-kill")
-    status = page.inner_text("#status")
-    assert status.startswith("2026-11-29T13:28:50.760") and "– 2026-11-29T13:29:00.760" in status
-
-    assert page.locator("#flame-diff-link").count() == 1          # against the start of the recording
-    # share this window (from the timeline), then check the shared page names the window
-    page.fill("#share-window input[name=note]", "the OOM kill")
-    page.click("#share-window button[type=submit]")
-    page.wait_for_selector("#share-window-url")
-    window_url = page.get_attribute("#share-window-url", "href")
-    ctx = browser.new_context()
-    p2 = ctx.new_page()
-    p2.goto(server + window_url)
-    assert "Look at 2026-11-29T13:28:50.760" in p2.inner_text("#share-banner")
-    ctx.close()
-    # brush: select a stretch of time with the mouse; its flame graph opens
-    page.click("#brush")
-    box = page.locator("#timeline .nsewdrag").first.bounding_box()
-    y = box["y"] + box["height"] * 0.5
-    page.mouse.move(box["x"] + box["width"] * 0.30, y)
-    page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.45, y, steps=8)
-    page.mouse.move(box["x"] + box["width"] * 0.60, y, steps=8)
-    page.mouse.up()
-    page.wait_for_url("**/flamegraph?start=*", timeout=15_000)
-    _shot(page, "3b-flame-graph-of-a-brushed-window")
-    assert "samples of" in page.content()
-    page.go_back()
-    page.wait_for_selector("#timeline .main-svg")
-    page.wait_for_function("document.getElementById('status').textContent.includes('lanes')")
-    page.click("button.chainlink >> nth=2")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('2026-11-29T13:28:50')")
-
-    page.click("#flame-link")
-    page.wait_for_load_state()
-    _shot(page, "4-flame-graph-of-the-window")
-    text = page.content()
-    assert "13:28:50.760" in text and "python3" in text
+    _settle(page)
+    _shot(page, "2-timeline-chain-window")
+    _timeline_like_a_trace_viewer(page, browser, server)
 
     # share: make a link on the report page, open it where nothing else is logged in, revoke it
     page.goto(server + "/")
@@ -175,7 +134,8 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     assert "Shared read-only report" in shared.inner_text("#share-banner")
     assert "<i>see chain</i>" in shared.inner_text("#share-banner")          # shown as text
     assert "31.7 s after it started" in shared.inner_text(".summary >> nth=1")
-    assert shared.locator("a").count() == 0                                   # no way to the rest of the app
+    # no way to the rest of the app: the one link is the share's own timeline
+    assert [shared.get_attribute("a >> nth=0", "href")] == [url + "/timeline"] and shared.locator("a").count() == 1
     row = page.locator("#share-list tbody tr", has_text="rank 0 OOM-killed")
     row.locator("button.revoke").click()
     page.wait_for_function("[...document.querySelectorAll('#share-list tbody tr')].some("
@@ -191,6 +151,143 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     _shot(page, "8-incident-list")
     assert "2026-11-29 13:28:56.147" in row and "job_failure" in row
     assert "cpu_throttle" in row and "T−31.7 s" in row
+
+
+def _settle(page) -> None:
+    """Wait until the trace viewer has drawn and no window is being fetched."""
+    page.wait_for_function("window.aftertraceView && !window.aftertraceView.state().busy", timeout=60_000)
+    time.sleep(0.3)          # (a view change asks for its window after a short pause)
+    page.wait_for_function("!window.aftertraceView.state().busy", timeout=60_000)
+
+
+def _view(page) -> dict:
+    return page.evaluate("window.aftertraceView.state()")
+
+
+def _row(page, label: str, rank=None) -> dict:
+    return next(r for r in _view(page)["rows"] if r["label"] == label and (rank is None or r["rank"] == rank))
+
+
+FAKE_PERFETTO = """<!doctype html><title>fake Perfetto UI</title><script>
+window.addEventListener("message", e => {
+  if (e.data === "PING") e.source.postMessage("PONG", "*");
+  else if (e.data && e.data.perfetto) window.got = {bytes: e.data.perfetto.buffer.byteLength,
+                                                   title: e.data.perfetto.title, fileName: e.data.perfetto.fileName};
+});</script>"""
+
+
+def _timeline_like_a_trace_viewer(page, browser, server) -> None:
+    """The timeline of the sample: tracks host -> rank -> thread, the chain as numbered marks, zoom
+    and pan by keys and wheel, nested named slices at 200 ms, details, the view in the URL (reload
+    and share link restore it), a brushed stretch's flame graph, and the Perfetto UI hand-off."""
+    rows = _view(page)["rows"]
+    groups = [(r["label"], r["key"]) for r in rows if r["type"] == "group"]
+    assert groups[:3] == [("vm", "h:vm"), ("rank 0", "r:vm:0"), ("rank 1", "r:vm:1")]
+    assert ("perf threads", "p:vm") in groups and ("counters", "c:vm") in groups
+    rank0 = [r["label"] for r in rows if r["type"] == "track" and r["rank"] == 0]
+    assert rank0 == ["profiler steps", "main thread 17988", "thread 17997", "thread 17999", "torchrun.log",
+                     "stderr.log"]
+    assert not any(r["type"] == "track" and r["label"].startswith("python3") for r in rows)   # perf folded
+    # the default window holds the chain: five numbered marks, buttons in chain order
+    assert page.locator("button.chainlink").count() == 5
+    assert page.inner_text("button.chainlink >> nth=0").startswith("1. cpu_throttle · 13:28:24.409 · T−31.7 s")
+    a, b = page.evaluate("window.aftertraceView.window()")
+    chain_t = page.evaluate("window.aftertraceView.chain().map(f => f.t)")
+    assert a < min(chain_t) and max(chain_t) < b
+    # the whole incident
+    page.click("#show-all")
+    _settle(page)
+    _shot(page, "2b-timeline-whole-incident")
+    # a chain link: 10 s around the OOM kill, its finding in the details
+    page.click("button.chainlink >> nth=2")
+    _settle(page)
+    _shot(page, "3-timeline-10s-at-the-oom-kill")
+    a, b = page.evaluate("window.aftertraceView.window()")
+    assert abs((b - a) - 10e9) < 1e6
+    assert "Chain link 3: oom_kill" in page.inner_text("#detail") and "T−0.386 s" in page.inner_text("#detail")
+    assert "#start=1795958930.76" in page.url
+    # keys: W zooms in (to 0.8), A pans left; Ctrl+wheel zooms at the pointer
+    page.focus("#tv")
+    page.keyboard.press("w")
+    a2, b2 = page.evaluate("window.aftertraceView.window()")
+    assert abs((b2 - a2) - 8e9) < 1e6
+    page.keyboard.press("a")
+    a3, _ = page.evaluate("window.aftertraceView.window()")
+    assert a3 < a2
+    box = page.locator(".tv-main").bounding_box()
+    page.mouse.move(box["x"] + 700, box["y"] + 60)
+    page.keyboard.down("Control")
+    page.mouse.wheel(0, -200)
+    page.keyboard.up("Control")
+    a4, b4 = page.evaluate("window.aftertraceView.window()")
+    assert b4 - a4 < 8e9 * 0.7
+    # 200 ms inside rank 0's ProfilerStep#78, from a URL: named slices nested under the step
+    page.goto(page.url.split("#")[0] + "#start=1795958905.4&end=1795958905.6")
+    _settle(page)
+    main = _row(page, "main thread 17988", 0)
+    assert main["spans"] > 20 and main["maxDepth"] >= 4
+    box = page.locator(".tv-main").bounding_box()
+    page.mouse.click(box["x"] + 700, box["y"] + main["y"] + 8)       # depth 0: the step
+    page.wait_for_function("document.getElementById('detail').textContent.includes('External id')")
+    _shot(page, "3c-timeline-200ms-step-selected")
+    detail = page.inner_text("#detail")
+    assert detail.startswith("ProfilerStep#78") and "984.3 ms" in detail and "13:28:25.266919 UTC" in detail
+    assert "vm/profiler/vm_17988." in detail and "sel=1%401795958905.266919161" in page.url
+    # a reload restores the window and the selection
+    url = page.url
+    page.reload()
+    _settle(page)
+    assert page.url == url and page.inner_text("#detail").startswith("ProfilerStep#78")
+    # unfold the perf threads: the URL keeps it
+    perf = _row(page, "perf threads")
+    page.evaluate(f"document.querySelector('.tv-scroll').scrollTop = {perf['y']} - 100")
+    box = page.locator(".tv-main").bounding_box()
+    page.mouse.click(box["x"] + 40, box["y"] + perf["y"] + 8)
+    _settle(page)
+    assert "fold=p%3Avm" in page.url and any(r["label"] == "python3 17988" for r in _view(page)["rows"])
+    # share this view; a fresh browser opens the same window, selection and folds
+    page.fill("#share-window input[name=note]", "rank 0's step as the quota bit")
+    page.click("#share-window button[type=submit]")
+    page.wait_for_selector("#share-window-url")
+    share = page.get_attribute("#share-window-url", "href")
+    assert share.startswith("/r/") and share.endswith("/timeline")
+    view = page.url.split("#", 1)[1]
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    p2 = ctx.new_page()
+    p2.goto(server + share)
+    _settle(p2)
+    assert p2.url.split("#", 1)[1] == view
+    assert p2.inner_text("#detail").startswith("ProfilerStep#78")
+    assert "rank 0's step as the quota bit" in p2.inner_text("#share-banner")
+    assert _view(p2)["t0"] == _view(page)["t0"] and _view(p2)["t1"] == _view(page)["t1"]
+    _shot(p2, "5b-shared-timeline-view-in-a-fresh-browser")
+    ctx.close()
+    # Shift+drag selects a stretch; its flame graph opens from the link
+    page.evaluate("document.querySelector('.tv-scroll').scrollTop = 0")
+    box = page.locator(".tv-main").bounding_box()
+    y = box["y"] + _row(page, "main thread 17988", 0)["y"] + 40
+    page.keyboard.down("Shift")
+    page.mouse.move(box["x"] + 400, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 800, y, steps=6)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    assert page.inner_text("#flame-link") == "Flame graph of the selection" and "range=" in page.url
+    # the Perfetto UI hand-off by its postMessage protocol (a stand-in answers for ui.perfetto.dev)
+    page.context.route("https://ui.perfetto.dev/**", lambda route: route.fulfill(body=FAKE_PERFETTO,
+                                                                              content_type="text/html"))
+    with page.expect_popup() as pop:
+        page.click("#open-perfetto")
+    ui = pop.value
+    ui.wait_for_function("window.got", timeout=30_000)
+    got = ui.evaluate("window.got")
+    assert got["bytes"] > 100_000 and got["fileName"].endswith(".pftrace") and "aftertrace incident" in got["title"]
+    assert page.inner_text("#share-window-out") == "sent to the Perfetto UI"
+    ui.close()
+    page.click("#flame-link")
+    page.wait_for_load_state()
+    _shot(page, "4-flame-graph-of-the-selection")
+    assert "python3" in page.content()
 
 
 def test_a_folder_is_uploaded_as_it_is_and_the_list_sorts(server, browser):
@@ -264,13 +361,16 @@ def test_exported_report_file_works_offline(browser, tmp_path):
     page.on("request", lambda r: r.url.startswith("file:") or fetched.append(r.url))
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(out.as_uri())
-    page.wait_for_selector("#timeline .main-svg", timeout=30_000)
+    page.wait_for_function("window.aftertraceView", timeout=30_000)
     page.wait_for_selector("#fg svg rect")
     assert fetched == [] and errors == []
     assert page.locator("#chain-1").count() == 1
     assert page.locator("#fg svg rect").count() > 100
     assert "3811 samples" in page.inner_text("#fg-sub")
-    # the timeline draws the chain's findings; a click shows a line's evidence
-    assert page.locator("#timeline .scatterlayer .trace").count() >= 1
+    # the trace viewer draws the window it carries: the chain's marks, the ranks' tracks
+    st = page.evaluate("window.aftertraceView.state()")
+    assert [f for f in page.evaluate("window.aftertraceView.chain().map(f => f.kind)")] == [
+        "cpu_throttle", "memory_growth", "oom_kill", "signal_kill", "job_failure"]
+    assert any(r["label"] == "main thread 17988" and r["spans"] > 0 for r in st["rows"])
     _shot(page, "7-exported-report-offline")
     ctx.close()
