@@ -319,6 +319,23 @@ def test_a_folder_is_uploaded_as_it_is_and_the_list_sorts(server, browser):
     assert page.inner_text("#fg .crumb").startswith("all › python3")
     page.click("#fg .crumb a")                                      # back to the root from the breadcrumb
     assert page.inner_text("#fg .crumb").startswith("all (995 samples")
+    # inverted: the functions the samples were taken in on the first row under the root
+    page.fill("#search", "")
+    page.click(".views button[data-view=inverted]")
+    top = page.locator("#fg svg text").all_text_contents()
+    assert top[:2] == ["all", "mkl_blas_avx512_sgemm_kernel_0"] and "clear_page_erms" in top[:12]
+    _shot(page, "11b-flame-graph-inverted")
+    # sandwich of memset (zoomed from the call tree): its callers above, its page faults below
+    page.click(".views button[data-view=tree]")
+    page.locator("#fg svg text", has_text="__memset_avx512_unaligned_erms").first.click(force=True)
+    page.click(".views button[data-view=sandwich]")
+    captions = page.locator("#fg .crumb").all_text_contents()
+    assert captions[0].startswith("callers of __memset_avx512_unaligned_erms (") and captions[1].startswith("what")
+    callers, callees = page.locator("#fg svg").nth(0), page.locator("#fg svg").nth(1)
+    assert "python3" in callers.locator("text").all_text_contents()
+    assert "asm_exc_page_fault" in callees.locator("text").all_text_contents()
+    _shot(page, "11c-flame-graph-sandwich-memset")
+    page.click(".views button[data-view=tree]")
     # differential: rank 0's last six seconds against its first fifteen, with a legend and deltas in shares
     page.goto(report_url + "/flamegraph?rank=0&start=2026-11-29T13:28:50Z&end=2026-11-29T13:28:56Z"
               "&baseline_start=2026-11-29T13:28:05Z&baseline_end=2026-11-29T13:28:20Z")
