@@ -208,15 +208,21 @@ def tracks(store, incident_id: str) -> list[dict]:
             """SELECT t.track_id, t.host, t.rank, t.kind, t.source_id, t.pid, t.tid, t.label, t.category,
                       t.n, t.spans, t.typed, s.path, s.clock_domain, c.uncertainty_ns, c.offset_ns, c.method
                FROM tracks t
-               LEFT JOIN sources s ON s.incident_id = t.incident_id AND s.source_id = t.source_id
+               -- a thread track's clock is its recording's: that of the first file of its kind on its host
+               LEFT JOIN (SELECT kind, COALESCE(host, '') AS host, min(source_id) AS sid FROM sources
+                          WHERE incident_id = ? GROUP BY ALL) rep
+                    ON t.source_id < 0 AND rep.kind = t.kind AND rep.host = t.host
+               LEFT JOIN sources s ON s.incident_id = t.incident_id AND s.source_id = COALESCE(rep.sid, t.source_id)
                LEFT JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
                     AND c.domain = s.clock_domain
-               WHERE t.incident_id = ? ORDER BY t.track_id""", [incident_id]):
+               WHERE t.incident_id = ? ORDER BY t.track_id""", [incident_id, incident_id]):
         u = r.pop("uncertainty_ns")
         placed = r.pop("offset_ns") is not None
         domain, method = r.pop("clock_domain"), r.pop("method")
         r["id"] = r.pop("track_id")
         r["host"] = r["host"] or None
+        if r["source_id"] < 0:
+            r["path"] = None          # (a thread track reads every file of its recording)
         for k in ("rank", "source_id", "pid", "tid"):
             r[k] = None if r[k] < 0 else r[k]
         r["clock"] = None if domain is None else {"domain": domain, "placed": placed, "method": method,

@@ -86,15 +86,14 @@ def test_without_a_typical_latency_the_middle():
     assert (m.offset_ns, m.uncertainty_ns) == (50_000_000, 50_000_000)
 
 
-def test_timeline_lanes_say_how_their_clock_was_placed(svc):
-    from analysis.timeline import Window, window
+def test_timeline_tracks_say_how_their_clock_was_placed(svc):
+    from analysis.timeline import tracks
     iid, cm = _boot(svc, DATA / "exception-r2-4rank")
-    t0 = 1_796_184_649_000_000_000
-    lanes = {l["source"]: l["clock"] for l in window(svc.store, iid, Window(t0, t0 + 2_000_000_000))["lanes"]}
-    perf = next(c for s, c in lanes.items() if "perf" in s)
+    cat = tracks(svc.store, iid)
+    perf = next(t["clock"] for t in cat if t["kind"] == "perf_script")      # a thread of the perf recording
     assert perf["domain"] == "boot" and perf["placed"] and perf["uncertainty_s"] == pytest.approx(0.081238)
     assert perf["method"].startswith(METHOD)
-    log = next(c for s, c in lanes.items() if "torchrun" in s)
+    log = next(t["clock"] for t in cat if (t["path"] or "").endswith("torchrun.log"))
     assert log["domain"] == "wall" and log["uncertainty_s"] == 0
 
 

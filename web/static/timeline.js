@@ -90,7 +90,8 @@
     for (const f of c) {
       const b = document.createElement("button");
       b.type = "button"; b.className = "chainlink"; b.dataset.chain = String(f.chain);
-      b.textContent = `${f.chain}. ${f.kind} · ${v.utc(f.t)} · ${v.relText(f.t)}`;
+      const rel = v.relText(f.t);
+      b.textContent = `${f.chain}. ${f.kind} · ${v.utc(f.t)} · ${rel === "T" ? "the failure" : rel}`;
       b.title = f.summary;
       b.addEventListener("click", () => v.focusFinding(f));
       chainBar.appendChild(b);

@@ -523,9 +523,9 @@
     let drag = null;
     main.addEventListener("mousedown", ev => {
       const rect = main.getBoundingClientRect();
-      drag = {x: ev.clientX, y: ev.clientY - rect.top, t0: S.t0, t1: S.t1, shift: ev.shiftKey, moved: false,
-        at: tOf(ev.clientX - rect.left)};
-      ev.preventDefault();
+      drag = {x: ev.clientX, t0: S.t0, t1: S.t1, shift: ev.shiftKey, moved: false, at: tOf(ev.clientX - rect.left)};
+      ev.preventDefault();                 // (no text selection while dragging; the keys still reach the viewer)
+      root.focus({preventScroll: true});
     });
     window.addEventListener("mousemove", ev => {
       const rect = main.getBoundingClientRect();
