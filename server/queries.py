@@ -178,14 +178,16 @@ class Queries:
         out["tracks_answered"] = list(ids)
         f = (rep or {}).get("failure") or {}
         out["failure_rel"] = None if f.get("ts") is None else round(f["ts"] * 1e9) - lo
-        chain = {}
-        if rep and rep.get("chains"):
-            chain = {(l["kind"], l["ts"], l["rank"], l["pid"]): i + 1 for i, l in enumerate(rep["chains"][0]["links"])}
-        out["findings"] = [
-            {"t": round(a["ts"] * 1e9) - lo, "time": a["time"], "kind": a["kind"], "host": a["host"],
-             "rank": a["rank"], "pid": a["pid"], "summary": a["summary"], "lead_s": a.get("lead_s"),
-             "chain": chain.get((a["kind"], a["ts"], a["rank"], a["pid"]))}
-            for a in (rep or {}).get("anomalies", []) if a.get("ts") is not None]
+        # the best chain's links as the chain states them (a link's time may be refined from its
+        # finding's), then the other findings; a finding the chain holds is not listed twice
+        links = (rep or {}).get("chains", [{}])[0].get("links", []) if (rep or {}).get("chains") else []
+        item = lambda a, i: {"t": round(a["ts"] * 1e9) - lo, "time": a["time"], "kind": a["kind"], "host": a["host"],
+                             "rank": a["rank"], "pid": a["pid"], "summary": a["summary"],
+                             "lead_s": a.get("lead_s"), "chain": i}
+        on_chain = {(l["kind"], l["host"], l["rank"], l["pid"]) for l in links}
+        out["findings"] = [item(l, i + 1) for i, l in enumerate(links) if l.get("ts") is not None] + [
+            item(a, None) for a in (rep or {}).get("anomalies", [])
+            if a.get("ts") is not None and (a["kind"], a["host"], a["rank"], a["pid"]) not in on_chain]
         if catalog:
             out["tracks"] = cat
             out["overview"] = tl.overview(self.store, incident_id, lo, hi)
