@@ -301,7 +301,7 @@ def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
     # spans a pixel wide or more, and every finding: longest first within a track, at most MAX_SPANS;
     # when a pixel is LONG_NS or more they are all in track_spans
     if res >= LONG_NS and store.query("SELECT 1 AS x FROM track_spans WHERE incident_id = ? LIMIT 1", [incident_id]):
-        spans_sql = f"""SELECT track_id AS tk, ts_utc_ns AS ts, dur_ns AS dur, name, kind, severity, line,
+        spans_sql = """SELECT track_id AS tk, ts_utc_ns AS ts, dur_ns AS dur, name, kind, severity, line,
                                row_number() OVER (PARTITION BY track_id ORDER BY kind IS NULL, dur_ns DESC, ts_utc_ns) AS i
                         FROM track_spans WHERE incident_id = ? AND ts_utc_ns >= ? AND ts_utc_ns < ?
                           AND ts_utc_ns + COALESCE(dur_ns, 0) >= ? AND list_contains(?::INTEGER[], track_id)
