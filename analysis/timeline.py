@@ -97,6 +97,13 @@ _JOIN_TRACK = """JOIN tracks tr ON tr.incident_id = ev.incident_id AND tr.host =
                  AND tr.kind = ev.k AND tr.source_id = ev.src AND tr.pid = ev.p AND tr.tid = ev.t"""
 
 
+def _on_tracks(where: str) -> str:
+    """``FROM`` text of the incident's events that pass ``where`` with their track (aliases ev, tr);
+    its first parameter is the incident id."""
+    return f"""(SELECT e.*, {_key_sql()} FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND {where}) ev {_JOIN_TRACK}"""
+
+
 def bounds(store, incident_id: str) -> tuple[int | None, int | None]:
     """Earliest and latest placed time of the incident's events and metrics."""
     r = store.query(
@@ -124,9 +131,10 @@ def _label(row: dict, path: str | None, comm: str | None) -> str:
 
 
 def build_tracks(store, incident_id: str) -> int:
-    """Fill ``tracks`` (see the module docstring), ``track_spans`` (spans of LONG_NS or more and every
-    finding, per track), ``track_bins`` (placed events counted per track and UTC second) and ``metric_bins`` (each metric series reduced per UTC second: first time,
-    largest value). Run after clock alignment; returns the number of tracks."""
+    """Fill ``tracks`` (see the module docstring), ``track_spans`` (spans of LONG_NS or more and
+    every finding, per track), ``track_bins`` (placed events counted per track and UTC second) and
+    ``metric_bins`` (each metric series reduced per UTC second: first time, largest value). Run
+    after clock alignment; returns the number of tracks."""
     cur = store.cursor()
     for t in ("tracks", "track_spans", "track_bins", "metric_bins"):
         cur.execute(f"DELETE FROM {t} WHERE incident_id = ?", [incident_id])
@@ -180,17 +188,13 @@ def build_tracks(store, incident_id: str) -> int:
         f"""INSERT INTO track_bins
             SELECT ev.incident_id, tr.track_id, ev.ts_utc_ns // {BIN_NS} AS sec, count(*) AS n,
                    count(ev.kind) AS typed, mode(ev.name ORDER BY ev.name) AS name
-            FROM (SELECT e.incident_id, e.ts_utc_ns, e.kind, e.name, {_key_sql()}
-                  FROM events e JOIN sources s USING (incident_id, source_id)
-                  WHERE e.incident_id = ? AND e.ts_utc_ns IS NOT NULL) ev {_JOIN_TRACK}
+            FROM {_on_tracks("e.ts_utc_ns IS NOT NULL")}
             GROUP BY ALL""", [incident_id])
     cur.execute(
         f"""INSERT INTO track_spans
             SELECT ev.incident_id, tr.track_id, ev.ts_utc_ns, ev.dur_ns, ev.name, ev.kind, ev.severity, ev.line
-            FROM (SELECT e.incident_id, e.ts_utc_ns, e.dur_ns, e.kind, e.name, e.severity, e.line, {_key_sql()}
-                  FROM events e JOIN sources s USING (incident_id, source_id)
-                  WHERE e.incident_id = ? AND e.ts_utc_ns IS NOT NULL
-                    AND (e.dur_ns >= {LONG_NS} OR e.kind IS NOT NULL)) ev {_JOIN_TRACK}""", [incident_id])
+            FROM {_on_tracks(f"e.ts_utc_ns IS NOT NULL AND (e.dur_ns >= {LONG_NS} OR e.kind IS NOT NULL)")}""",
+        [incident_id])
     cur.execute(
         f"""INSERT INTO metric_bins
             SELECT m.incident_id, COALESCE(m.host, s.host), m.entity, m.metric, any_value(m.unit),
@@ -280,13 +284,10 @@ def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
         tracks' rows before any join."""
         srcs = sorted({keys[t][0] for t in want if t in keys and keys[t][0] >= 0})
         tids = sorted({keys[t][1] for t in want if t in keys and keys[t][0] < 0})
-        sql = f"""(SELECT e.*, {_key_sql()} FROM events e JOIN sources s USING (incident_id, source_id)
-                   WHERE e.incident_id = ? AND e.ts_utc_ns >= ? AND e.ts_utc_ns < ?
-                     AND e.ts_utc_ns + COALESCE(e.dur_ns, 0) >= ?
+        sql = _on_tracks(f"""e.ts_utc_ns >= ? AND e.ts_utc_ns < ? AND e.ts_utc_ns + COALESCE(e.dur_ns, 0) >= ?
                      AND (list_contains(?::INTEGER[], e.source_id) OR list_contains(?::BIGINT[], COALESCE(e.tid, -1)))
-                     {"AND (COALESCE(e.dur_ns, 0) >= ? OR e.kind IS NOT NULL)" if big_only else ""}
-                  ) ev {_JOIN_TRACK}
-                  JOIN (SELECT unnest(?::INTEGER[]) AS want) q ON q.want = tr.track_id"""
+                     {"AND (COALESCE(e.dur_ns, 0) >= ? OR e.kind IS NOT NULL)" if big_only else ""}""") + \
+            " JOIN (SELECT unnest(?::INTEGER[]) AS want) q ON q.want = tr.track_id"
         return sql, [incident_id, w.start_ns - longest, w.end_ns, w.start_ns, srcs, tids,
                      *([res] if big_only else []), want]
 
@@ -378,8 +379,7 @@ def detail(store, incident_id: str, track_id: int, ts_ns: int, limit: int = 20) 
     rows = store.query(
         f"""SELECT ev.ts_utc_ns AS ts, ev.dur_ns AS dur, ev.name, ev.category, ev.kind, ev.severity, ev.pid, ev.tid,
                    ev.line, ev.text, ev.attrs, s2.path AS source
-            FROM (SELECT e.*, {_key_sql()} FROM events e JOIN sources s USING (incident_id, source_id)
-                  WHERE e.incident_id = ? AND e.ts_utc_ns = ?) ev {_JOIN_TRACK}
+            FROM {_on_tracks("e.ts_utc_ns = ?")}
             JOIN sources s2 ON s2.incident_id = ev.incident_id AND s2.source_id = ev.source_id
             WHERE tr.track_id = ? ORDER BY ev.source_id, ev.line, ev.name LIMIT ?""",
         [incident_id, ts_ns, track_id, limit])
