@@ -1,82 +1,36 @@
-"""Vectorised line reading: a text stream as Polars frames of (lineno, line).
+"""Vectorised line reading: a text stream as Polars frames of (lineno, line, bad_utf8).
 
 Line-oriented parsers that must be fast (>= 150 MB/s) do not loop over lines in
 Python: they read the decompressed stream in large chunks, cut each chunk at its
-last newline, and split it into a one-column frame: with Arrow's ``split_pattern``
-over the chunk's own bytes when they are valid UTF-8 (checked by Arrow), else with
-Polars' CSV reader in lossy mode (a separator byte that does not occur in the chunk
-is chosen, quoting is off, so every line arrives verbatim). ``\\r\\n`` endings lose
-the ``\\r``. Parsing is then regex extraction over columns.
+last newline, and split it into a one-column frame in one compiled pass
+(:func:`ingest.native.split_lines`: newlines, one trailing ``\\r`` dropped, bytes
+that are not UTF-8 replaced by U+FFFD and the line marked). Parsing is then
+column work over the frame.
 
 Memory is bounded by ``chunk_bytes`` (plus the frame built from it), never by
 the file.
 """
 from __future__ import annotations
 
-import io
-import struct
 from typing import Iterator
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
+
+from .native import split_lines
 
 CHUNK_BYTES = 32 * 1024 * 1024
 FIRST_READ = 64 * 1024       # the read buffer's size until a file proves larger (see line_frames)
-_SEPARATORS = (b"\x01", b"\x02", b"\x03", b"\x04", b"\x05", b"\x06", b"\x07", b"\x08", b"\x0e", b"\x0f")
-REPLACEMENT = "\ufffd"
 
 
-def _split(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> tuple[pl.Series, int]:
-    """Lines of ``buf[:n]`` as a String series, and how many bytes of it they used.
-
-    When ``complete`` is false the text after the last newline is not a whole line: it is
-    left out (the caller keeps those bytes for the next chunk). Does not copy ``buf``.
-    """
-    cut = n if complete else buf.rfind(b"\n", 0, n) + 1
-    if cut == 0:
-        return pl.Series("line", [], dtype=pl.String), 0
-    fast = _split_arrow(buf, cut, blank_as_null)
-    if fast is not None:
-        return fast, cut
-    sep = next((c for c in _SEPARATORS if buf.find(c, 0, n) < 0), None)
-    if sep is None:   # every candidate byte occurs: fall back to Python's split
-        lines = buf[:cut].split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
-        s = pl.Series("line", [(ln[:-1] if ln.endswith(b"\r") else ln).decode("utf-8", "replace") for ln in lines],
-                      dtype=pl.String)       # (one \r, as the other paths: "x\r\r\n" is "x\r")
-        return s, cut
-    # (Arrow found bytes that are not UTF-8: read lossily, U+FFFD for each bad sequence)
-    df = pl.read_csv(io.BytesIO(buf[:n]), has_header=False, separator=sep.decode(), quote_char=None,
-                     new_columns=["line"], schema={"line": pl.String}, encoding="utf8-lossy", infer_schema=False)
-    s = df.get_column("line")
-    if cut < n:
-        s = s.slice(0, len(s) - 1)      # the partial last line
-    return (s if blank_as_null else s.fill_null("")), cut
-
-
-def _split_arrow(buf: bytearray, cut: int, blank_as_null: bool) -> pl.Series | None:
-    """The common case, about 3x cheaper than the CSV reader: split ``buf[:cut]`` at newlines
-    with Arrow (its lines are copied out: ``buf`` may be reused afterwards) and let Arrow's
-    UTF-8 check validate them. None when the bytes are not valid UTF-8 (the caller then reads
-    them lossily)."""
-    data = pa.py_buffer(buf)
-    offsets = pa.py_buffer(struct.pack("<2q", 0, cut))
-    arr = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, data])
-    parts = pc.split_pattern(arr, b"\n").flatten()
-    if len(parts) and cut and buf[cut - 1] == 0x0A:
-        parts = parts.slice(0, len(parts) - 1)     # after the last newline: nothing
-    try:
-        text = parts.cast(pa.large_string())
-    except pa.ArrowInvalid:
-        return None
-    s = pl.Series("line", text)
-    if buf.find(b"\r", 0, cut) >= 0:
-        s = s.str.strip_suffix("\r")
-    if blank_as_null:
-        s = pl.select(pl.when(s != "").then(s).alias("line")).to_series()
-    return s
+def _split(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> tuple[pl.DataFrame | None, int]:
+    """Lines of ``buf[:n]`` as a frame (``line``, ``bad_utf8``), and how many bytes of it they
+    used. When ``complete`` is false the text after the last newline is not a whole line: it is
+    left out (the caller keeps those bytes for the next chunk). ``buf`` is not kept."""
+    text, bad, used = split_lines(buf, n, complete, blank_as_null)
+    if used == 0 and len(text) == 0:
+        return None, 0
+    return pl.DataFrame({"line": pl.Series("line", text),
+                         "bad_utf8": pl.Series("bad_utf8", bad).cast(pl.Boolean)}), used
 
 
 def line_frames(stream, chunk_bytes: int = CHUNK_BYTES, blank_as_null: bool = False) -> Iterator[pl.DataFrame]:
@@ -106,18 +60,18 @@ def line_frames(stream, chunk_bytes: int = CHUNK_BYTES, blank_as_null: bool = Fa
             break
         if n < len(buf):        # (the stream ended or failed: the buffer now ends with its data)
             del buf[n:]
-        s, used = _split(buf, n, False, blank_as_null)
-        if used == 0:
+        lines, used = _split(buf, n, False, blank_as_null)
+        if lines is None:
             have = n
             continue
-        frame = _frame(s, first, buf, n)
         have = n - used
         buf[:have] = buf[used:n]
-        yield frame
-        first += len(s)
+        yield _frame(lines, first)
+        first += lines.height
     if have:
-        s, _ = _split(buf, have, True, blank_as_null)
-        yield _frame(s, first, buf, have)
+        lines, _ = _split(buf, have, True, blank_as_null)
+        if lines is not None:
+            yield _frame(lines, first)
     if err is not None:   # a truncated/damaged stream or the size limit, after every line before it
         raise err
 
@@ -142,13 +96,5 @@ def _read_into(stream, buf: bytearray, start: int) -> tuple[int, BaseException |
     return n, err
 
 
-def _frame(s: pl.Series, first: int, raw: bytearray, n: int) -> pl.DataFrame:
-    if (raw.isascii() if n == len(raw) else bytes(raw[:n]).isascii()):
-        bad = pl.repeat(False, len(s), eager=True, dtype=pl.Boolean)
-    else:
-        bad = s.str.contains(REPLACEMENT, literal=True).fill_null(False)
-    return pl.DataFrame({
-        "lineno": pl.int_range(first, first + len(s), eager=True, dtype=pl.Int64),
-        "line": s,
-        "bad_utf8": bad,
-    })
+def _frame(lines: pl.DataFrame, first: int) -> pl.DataFrame:
+    return lines.select(pl.int_range(first, first + lines.height, dtype=pl.Int64).alias("lineno"), "line", "bad_utf8")

@@ -32,6 +32,10 @@ def test_the_wheel_holds_every_package_and_the_web_files(tmp_path):
                if p.is_file() and "__pycache__" not in p.parts}
     assert on_disk and on_disk <= names, sorted(on_disk - names)[:10]
     assert {"web/templates/timeline.html", "web/static/trace.js"} <= names
+    # the line engine is compiled into it, for this platform, from the source it ships with
+    from ingest.native import build as native_build
+    assert f"ingest/native/{native_build.library_name()}" in names and "ingest/native/scan.c" in names
+    assert not wheel.name.endswith("-none-any.whl"), wheel.name
     assert not any(n.startswith(("tests/", "bench/", "sample_traces/")) for n in names)
     after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
                            text=True).stdout
