@@ -27,58 +27,85 @@ RATIO, K, ABS_MIN_S = 2.0, 6.0, 0.05
 MIN_POINTS, MIN_STEPS = 3, 8
 
 
-def _series(store, incident_id: str) -> dict[tuple, list[dict]]:
-    """Per (host, rank): step rows oldest first, each {ts, step, dt (s or None), path, line, text, pid}."""
-    out: dict[tuple, list[dict]] = {}
+class _Steps:
+    """One rank's step rows, oldest first, as columns (a long log has millions of step lines:
+    a dict per row would cost more than the detector's own work). ``row(i)`` is one row as a dict
+    with ts, step, dt (s or None), path, line, text and pid."""
+
+    def __init__(self, cols: dict[str, list], said: bool):
+        self.cols, self.said = cols, said      # said: the text is the values read from a metrics line
+
+    def __len__(self) -> int:
+        return len(self.cols["ts"])
+
+    def take(self, idx) -> "_Steps":
+        idx = list(idx)
+        return _Steps({k: [v[i] for i in idx] for k, v in self.cols.items()}, self.said)
+
+    def row(self, i: int) -> dict:
+        r = {k: v[i] for k, v in self.cols.items()}
+        if self.said:
+            r["text"] = (f"step={r['step']}" + (f" step_time={r['dt']:.3f}s" if r["dt"] is not None else "")
+                         + " (the values read from this line)")
+        return r
+
+
+def _grouped(store, sql: str, incident_id: str, said: bool) -> dict[tuple, _Steps]:
+    """The query's rows (host, rank, ts, step, dt, path, line, text, pid; ordered by host and
+    rank) as one ``_Steps`` per (host, rank)."""
+    tab = store.cursor().sql(sql, params=[incident_id]).to_arrow_table()
+    cols = {name: tab.column(name).to_pylist() for name in tab.column_names}
+    keys = list(zip(cols["host"], cols["rank"]))
+    cuts = [0, *(i for i in range(1, len(keys)) if keys[i] != keys[i - 1]), len(keys)]
+    fields = ("ts", "step", "dt", "path", "line", "text", "pid")
+    return {keys[i]: _Steps({f: cols[f][i:j] for f in fields}, said) for i, j in zip(cuts, cuts[1:]) if i < j}
+
+
+def _series(store, incident_id: str) -> dict[tuple, _Steps]:
+    """Per (host, rank): its step rows oldest first.
+
+    The same line captured twice (a worker's stderr.log and the launcher's --tee copy) counts once:
+    of the rows of one (host, rank) with the same step and time, the first in (path, line) order."""
     # Text logs: one ``metrics`` row per step line and value (metric step / step_time, entity 'rank N').
-    for r in store.query(
-            """SELECT COALESCE(m.host, s.host) AS host,
-                      TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
-                      m.ts_utc_ns AS ts, s.path,
-                      max(CASE WHEN m.metric = 'step' THEN m.value END) AS step,
-                      max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt, max(m.line) AS line
-               FROM metrics m JOIN sources s USING (incident_id, source_id)
-               WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
-                 AND m.ts_utc_ns IS NOT NULL
-               GROUP BY ALL ORDER BY 1, 2, 3, s.path, 7""", [incident_id]):   # path, line: ties in a fixed order
-        if r["rank"] is None or r["step"] is None:
-            continue
-        r["step"] = int(r["step"])
-        r["pid"] = None
-        r["text"] = (f"step={r['step']}" + (f" step_time={r['dt']:.3f}s" if r["dt"] is not None else "")
-                     + " (the values read from this line)")
-        out.setdefault((r["host"], r["rank"]), []).append(r)
+    out = _grouped(store, """
+        WITH lines AS (
+            SELECT COALESCE(m.host, s.host) AS host,
+                   TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
+                   m.ts_utc_ns AS ts, s.path,
+                   max(CASE WHEN m.metric = 'step' THEN m.value END) AS step_value,
+                   max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt, max(m.line) AS line
+            FROM metrics m JOIN sources s USING (incident_id, source_id)
+            WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
+              AND m.ts_utc_ns IS NOT NULL
+            GROUP BY ALL)
+        SELECT host, rank, ts, CAST(trunc(step_value) AS BIGINT) AS step, dt, path, line,
+               NULL::VARCHAR AS text, NULL::BIGINT AS pid
+        FROM lines WHERE rank IS NOT NULL AND step_value IS NOT NULL
+        QUALIFY row_number() OVER (PARTITION BY host, rank, trunc(step_value), ts ORDER BY path, line) = 1
+        ORDER BY host, rank, ts, path, line""", incident_id, said=True)   # path, line: ties in a fixed order
     if not out:      # older stores: one ``step`` event per step line
-        for r in store.query(
-                """SELECT COALESCE(e.host, s.host) AS host, COALESCE(e.rank, s.rank) AS rank, e.pid,
-                          e.ts_utc_ns AS ts, e.line, e.text, s.path,
-                          TRY_CAST(json_extract_string(e.attrs, '$.step') AS BIGINT) AS step,
-                          TRY_CAST(json_extract_string(e.attrs, '$.step_time_s') AS DOUBLE) AS dt
-                   FROM events e JOIN sources s USING (incident_id, source_id)
-                   WHERE e.incident_id = ? AND e.name = 'step' AND e.ts_utc_ns IS NOT NULL
-                     AND COALESCE(e.rank, s.rank) IS NOT NULL
-                   ORDER BY 1, 2, e.ts_utc_ns, s.path, e.line""", [incident_id]):
-            out.setdefault((r["host"], r["rank"]), []).append(r)
-    # The same line captured twice (a worker's stderr.log and the launcher's --tee copy): once.
-    for key, rows in out.items():
-        seen, keep = set(), []
-        for r in rows:
-            if (r["step"], r["ts"]) not in seen:
-                seen.add((r["step"], r["ts"]))
-                keep.append(r)
-        out[key] = keep
+        out = _grouped(store, """
+            WITH lines AS (
+                SELECT COALESCE(e.host, s.host) AS host, COALESCE(e.rank, s.rank) AS rank, e.pid,
+                       e.ts_utc_ns AS ts, e.line, e.text, s.path,
+                       TRY_CAST(json_extract_string(e.attrs, '$.step') AS BIGINT) AS step,
+                       TRY_CAST(json_extract_string(e.attrs, '$.step_time_s') AS DOUBLE) AS dt
+                FROM events e JOIN sources s USING (incident_id, source_id)
+                WHERE e.incident_id = ? AND e.name = 'step' AND e.ts_utc_ns IS NOT NULL
+                  AND COALESCE(e.rank, s.rank) IS NOT NULL)
+            SELECT host, rank, ts, step, dt, path, line, text, pid FROM lines
+            QUALIFY row_number() OVER (PARTITION BY host, rank, step, ts ORDER BY path, line) = 1
+            ORDER BY host, rank, ts, path, line""", incident_id, said=False)
     if not out:
-        for r in store.query(
-                """SELECT COALESCE(st.host, s.host) AS host, st.rank, st.pid, st.step,
-                          st.ts_raw_ns + st.dur_ns + c.offset_ns AS ts, st.dur_ns / 1e9 AS dt,
-                          NULL AS line, st.name AS text, s.path
-                   FROM steps st JOIN sources s USING (incident_id, source_id)
-                   JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
-                        AND c.domain = s.clock_domain
-                   WHERE st.incident_id = ? AND st.rank IS NOT NULL AND st.name LIKE 'ProfilerStep#%'
-                     AND c.offset_ns IS NOT NULL AND st.dur_ns IS NOT NULL
-                   ORDER BY 1, 2, ts, s.path, st.step""", [incident_id]):
-            out.setdefault((r["host"], r["rank"]), []).append(r)
+        out = _grouped(store, """
+            SELECT COALESCE(st.host, s.host) AS host, st.rank, st.ts_raw_ns + st.dur_ns + c.offset_ns AS ts,
+                   st.step, st.dur_ns / 1e9 AS dt, s.path, NULL::BIGINT AS line, st.name AS text, st.pid
+            FROM steps st JOIN sources s USING (incident_id, source_id)
+            JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
+                 AND c.domain = s.clock_domain
+            WHERE st.incident_id = ? AND st.rank IS NOT NULL AND st.name LIKE 'ProfilerStep#%'
+              AND c.offset_ns IS NOT NULL AND st.dur_ns IS NOT NULL
+            ORDER BY 1, 2, ts, s.path, st.step""", incident_id, said=False)
     return out
 
 
@@ -87,12 +114,14 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
     for (host, rank), rows in _series(store, incident_id).items():
         if len(rows) < MIN_STEPS:
             continue
-        if sum(r["dt"] is not None for r in rows) >= 0.8 * len(rows):
-            rows = [r for r in rows if r["dt"] is not None]
-            vals = [float(r["dt"]) for r in rows]
+        dts = rows.cols["dt"]
+        if sum(d is not None for d in dts) >= 0.8 * len(rows):
+            rows = rows.take(i for i, d in enumerate(dts) if d is not None)
+            vals = [float(d) for d in rows.cols["dt"]]
         else:
-            vals = [(q["ts"] - p["ts"]) / 1e9 for p, q in zip(rows, rows[1:])]
-            rows = rows[1:]
+            ts = rows.cols["ts"]
+            vals = [(q - p) / 1e9 for p, q in zip(ts, ts[1:])]
+            rows = rows.take(range(1, len(rows)))
         if len(vals) < MIN_STEPS:
             continue
         med, sigma = quiet_baseline(vals)
@@ -102,9 +131,9 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
             continue
         a, b = eps[0]
         slow = statistics.median(vals[a:b + 1])
-        first = rows[a]
+        first = rows.row(a)
         start = first["ts"] - int(vals[a] * 1e9)
-        before = rows[a - 1] if a > 0 else None
+        before = rows.row(a - 1) if a > 0 else None
         text = (f"Training steps of rank {rank} slowed down: a median {slow:.3g} s per step from step "
                 f"{first['step']} (began ~{hms(start)}) against {med:.3g} s before "
                 f"({slow / med:.0f}x)" if med > 0 else
@@ -125,5 +154,5 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
                           provenance=Provenance.INFERRED,
                           confidence=0.9 if slow > 3 * thr / RATIO else 0.75,
                           attrs=(("baseline_s", med), ("slow_s", slow), ("first_slow_step", first["step"]),
-                                 ("until_ns", rows[b]["ts"])) + window))
+                                 ("until_ns", rows.cols["ts"][b])) + window))
     return found

@@ -13,7 +13,6 @@ asynchronously) and one of them falls behind.
 from __future__ import annotations
 
 import statistics
-from bisect import bisect_left
 
 from analysis.links import Evidence, Link, LinkKind, Provenance
 
@@ -22,56 +21,66 @@ from ._series import episodes, hms
 RATIO, MIN_STEPS = 1.3, 5
 
 
-def _steps(store, incident_id: str) -> dict[int, dict[int, dict]]:
-    rows = store.query(
-        """SELECT TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
-                  COALESCE(m.host, s.host) AS host, s.path, m.ts_utc_ns AS ts, max(m.line) AS line,
-                  max(CASE WHEN m.metric = 'step' THEN m.value END) AS step,
-                  max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt
-           FROM metrics m JOIN sources s USING (incident_id, source_id)
-           WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
-             AND m.ts_utc_ns IS NOT NULL
-           GROUP BY ALL""", [incident_id])
-    out: dict[int, dict[int, dict]] = {}
-    for r in rows:
-        if r["rank"] is None or r["step"] is None or r["dt"] is None:
-            continue
-        out.setdefault(r["rank"], {}).setdefault(int(r["step"]), r)   # a line seen twice counts once
+# Each (rank, step) once: of the rows of a rank with one step number (a line captured twice, in a
+# worker's stderr.log and the launcher's --tee copy), the first by time, path and line. Its peers'
+# median comes from the step's times sorted once: the peers are that list less one copy of the
+# rank's own time, and their median is read by index (O(steps x ranks log ranks), where gathering
+# the peers for every rank and step costs steps x ranks^2). A step with a NaN time (no sorted
+# order) has no peers' median here: ``_nan_medians`` takes its peers as they come.
+_STEPS = """
+WITH lines AS (
+    SELECT TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
+           COALESCE(m.host, s.host) AS host, s.path, m.ts_utc_ns AS ts, max(m.line) AS line,
+           max(CASE WHEN m.metric = 'step' THEN m.value END) AS step_value,
+           max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt
+    FROM metrics m JOIN sources s USING (incident_id, source_id)
+    WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
+      AND m.ts_utc_ns IS NOT NULL
+    GROUP BY ALL),
+one AS (
+    SELECT rank, host, path, ts, line, CAST(trunc(step_value) AS BIGINT) AS step, dt FROM lines
+    WHERE rank IS NOT NULL AND step_value IS NOT NULL AND dt IS NOT NULL
+    QUALIFY row_number() OVER (PARTITION BY rank, trunc(step_value) ORDER BY ts, path, line) = 1),
+at_step AS (
+    SELECT step, list_sort(list(dt)) AS v, bool_or(isnan(dt)) AS odd FROM one GROUP BY step),
+placed AS (
+    SELECT o.*, a.odd, a.v, len(a.v) - 1 AS m, list_position(a.v, o.dt) - 1 AS own
+    FROM one o JOIN at_step a USING (step))
+SELECT rank, host, path, ts, line, step, dt, odd,
+       CASE WHEN odd OR m = 0 THEN NULL
+            WHEN m % 2 = 1 THEN (CASE WHEN m // 2 < own THEN v[m // 2 + 1] ELSE v[m // 2 + 2] END)
+            ELSE ((CASE WHEN m // 2 - 1 < own THEN v[m // 2] ELSE v[m // 2 + 1] END)
+                  + (CASE WHEN m // 2 < own THEN v[m // 2 + 1] ELSE v[m // 2 + 2] END)) / 2 END AS med
+FROM placed ORDER BY rank, step
+"""
+
+
+def _steps(store, incident_id: str) -> dict[int, dict[str, list]]:
+    """Per rank, its steps in step order as columns: step, dt, med (the peers' median; None
+    where no other rank has the step), ts, path, line, host."""
+    tab = store.cursor().sql(_STEPS, params=[incident_id]).to_arrow_table()
+    cols = {name: tab.column(name).to_pylist() for name in tab.column_names}
+    ranks = cols["rank"]
+    if any(cols["odd"]):
+        cols["med"] = _nan_medians(cols)
+    cuts = [0, *(i for i in range(1, len(ranks)) if ranks[i] != ranks[i - 1]), len(ranks)]
+    fields = ("step", "dt", "med", "ts", "path", "line", "host")
+    return {ranks[i]: {f: cols[f][i:j] for f in fields} for i, j in zip(cuts, cuts[1:]) if i < j}
+
+
+def _nan_medians(cols: dict[str, list]) -> list:
+    """The peers' medians with ``statistics.median`` over the peers in row order, on the steps
+    that have a NaN time (the others keep the value computed in SQL)."""
+    at: dict[int, list[tuple[int, float]]] = {}
+    for rank, step, dt, odd in zip(cols["rank"], cols["step"], cols["dt"], cols["odd"]):
+        if odd:
+            at.setdefault(step, []).append((rank, dt))
+    out = list(cols["med"])
+    for i, (rank, step, odd) in enumerate(zip(cols["rank"], cols["step"], cols["odd"])):
+        if odd:
+            peers = [dt for q, dt in at[step] if q != rank]
+            out[i] = statistics.median(peers) if peers else None
     return out
-
-
-def _peer_medians(by_rank: dict[int, dict[int, dict]]):
-    """``f(rank, step)``: the median of the other ranks' times of that step (None: no other rank
-    has it). Each step's times are sorted once; a rank's peers are that list without one copy
-    of its own time, read by index: O(ranks x steps x log ranks) where collecting and sorting
-    the peers for every rank and step cost ranks^2 x steps. The value is the one
-    ``statistics.median`` gives on the peers (the same sorted values, the same arithmetic);
-    steps with a NaN time (which has no sorted order) take the peers as they come."""
-    at_step: dict[int, list[float]] = {}
-    for steps in by_rank.values():
-        for n, r in steps.items():
-            at_step.setdefault(n, []).append(r["dt"])
-    odd = set()
-    for n, v in at_step.items():
-        if any(x != x for x in v):
-            odd.add(n)
-        else:
-            v.sort()
-
-    def median(rank: int, n: int) -> float | None:
-        if n in odd:
-            peers = [by_rank[q][n]["dt"] for q in by_rank if q != rank and n in by_rank[q]]
-            return statistics.median(peers) if peers else None
-        v = at_step[n]
-        m = len(v) - 1                     # the peers: v without one copy of the rank's own time
-        if m == 0:
-            return None
-        own = bisect_left(v, by_rank[rank][n]["dt"])
-
-        def peer(i: int) -> float:
-            return v[i] if i < own else v[i + 1]
-        return peer(m // 2) if m % 2 else (peer(m // 2 - 1) + peer(m // 2)) / 2
-    return median
 
 
 def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
@@ -79,32 +88,26 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
     if len(by_rank) < 2:
         return []
     found = []
-    peer_median = _peer_medians(by_rank)
-    for rank, steps in sorted(by_rank.items()):
-        ratios: list[tuple[int, float]] = []
-        for n in sorted(steps):
-            med = peer_median(rank, n)
-            if med is None:
-                continue
-            if med > 0:
-                ratios.append((n, steps[n]["dt"] / med))
+    for rank, c in sorted(by_rank.items()):
+        # (the rows of the steps that have a ratio, and the ratios)
+        at = [i for i, med in enumerate(c["med"]) if med is not None and med > 0]
+        vals = [c["dt"][i] / c["med"][i] for i in at]
         # runs of steps at or above RATIO, joined over one step below; the longest with MIN_STEPS of them
-        vals = [r for _, r in ratios]
         runs = [[i for i in range(x, y + 1) if vals[i] >= RATIO]
                 for x, y in episodes(vals, RATIO - 1e-12, gap=1, min_points=1)]
         best = max(runs, key=len, default=[])
         if len(best) < MIN_STEPS:
             continue
-        first = steps[ratios[best[0]][0]]
-        slow = statistics.median(ratios[i][1] for i in best)
-        start = first["ts"] - int(first["dt"] * 1e9)
+        f = at[best[0]]
+        slow = statistics.median(vals[i] for i in best)
+        start = c["ts"][f] - int(c["dt"][f] * 1e9)
         text = (f"rank {rank} straggled: its steps took {slow:.1f}x the median of its peers' same steps "
-                f"for {len(best)} steps from step {ratios[best[0]][0]} (began ~{hms(start)})")
-        ev = tuple(Evidence(steps[ratios[i][0]]["path"], steps[ratios[i][0]]["line"],
-                            f"step={ratios[i][0]} step_time={steps[ratios[i][0]]['dt']:.3f}s "
-                            f"({ratios[i][1]:.1f}x the peers' median)") for i in best[:2])
-        found.append(Link(kind=LinkKind.STRAGGLER, ts_ns=start, summary=text, source=first["path"],
-                          host=first["host"], rank=rank, evidence=ev, provenance=Provenance.INFERRED,
+                f"for {len(best)} steps from step {c['step'][f]} (began ~{hms(start)})")
+        ev = tuple(Evidence(c["path"][at[i]], c["line"][at[i]],
+                            f"step={c['step'][at[i]]} step_time={c['dt'][at[i]]:.3f}s "
+                            f"({vals[i]:.1f}x the peers' median)") for i in best[:2])
+        found.append(Link(kind=LinkKind.STRAGGLER, ts_ns=start, summary=text, source=c["path"][f],
+                          host=c["host"][f], rank=rank, evidence=ev, provenance=Provenance.INFERRED,
                           confidence=0.8, attrs=(("ratio", slow), ("steps", len(best)),
-                                                  ("until_ns", steps[ratios[best[-1]][0]]["ts"]))))
+                                                  ("until_ns", c["ts"][at[best[-1]]]))))
     return found
