@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bz2
 import errno
+import functools
 import gzip
 import hashlib
 import lzma
@@ -34,6 +35,7 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import threading
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -230,14 +232,35 @@ def _walk(src: Path):
     kind: F regular file (hashed), L symbolic link (recorded, never followed), S anything else.
     Unreadable files are left out.
     """
+    sha, entries, _ = _scan(src)
+    return sha, entries
+
+
+def _scan(src: Path):
+    """:func:`_walk`'s listing hash and entries, and whether a regular file among them has other
+    names (hard links).
+
+    The order is that of ``os.walk(src)`` without following links: a folder's files by name, then
+    its links to folders by name, then each of its sub-folders by name, depth first. One
+    ``os.scandir`` per folder; paths are built as strings (bundles of 100k files exist).
+    """
     listing = hashlib.sha256()
     entries = []
-    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
-        dirnames.sort()
-        links = sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))
-        for fn in sorted(filenames) + links:
-            full = os.path.join(dirpath, fn)
-            rel = os.path.relpath(full, src).replace(os.sep, "/")
+    shared = False
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    top = os.fspath(src)
+    todo = [(top, "")]          # (folder, its path in the bundle with a trailing '/')
+    while todo:
+        folder, prefix = todo.pop()
+        listed = _list_folder(folder)
+        if listed is None:
+            continue
+        names, subdirs = listed
+        base = os.path.join(folder, "")
+        for name in names:
+            full = base + name
+            rel = prefix + name
             st = os.lstat(full)
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(full)
@@ -246,17 +269,47 @@ def _walk(src: Path):
             elif stat.S_ISREG(st.st_mode):
                 h = hashlib.sha256()
                 try:
-                    with open(full, "rb") as f:
-                        while chunk := f.read(CHUNK):
-                            h.update(chunk)
+                    with open(full, "rb", buffering=0) as f:
+                        while n := f.readinto(buf):
+                            h.update(view[:n])
                 except PermissionError:
                     continue
+                shared = shared or st.st_nlink > 1
                 entries.append(("F", rel, full, st.st_size, None))
                 listing.update(f"F\0{rel}\0{st.st_size}\0{h.hexdigest()}\n".encode("utf-8", "surrogateescape"))
             else:
                 entries.append(("S", rel, full, 0, None))
                 listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
-    return listing.hexdigest(), entries
+        todo.extend((base + d, prefix + d + "/") for d in reversed(subdirs))
+    return listing.hexdigest(), entries, shared
+
+
+def _list_folder(folder: str) -> tuple[list[str], list[str]] | None:
+    """(names recorded, sub-folders entered) of one folder as ``os.walk`` sees it: a link to a
+    folder is recorded and not entered. None when the folder cannot be listed: ``os.walk`` then
+    leaves it out, even the names read before the error."""
+    files, dir_links, subdirs = [], [], []
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if not is_dir:
+                    files.append(entry.name)
+                    continue
+                try:
+                    is_link = entry.is_symlink()
+                except OSError:
+                    is_link = False
+                (dir_links if is_link else subdirs).append(entry.name)
+    except OSError:
+        return None
+    files.sort()
+    dir_links.sort()
+    subdirs.sort()
+    return files + dir_links, subdirs
 
 
 def _tar_with_tool(src: Path, entries, tmp: Path) -> bool:
@@ -296,7 +349,7 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
     tree always gets the same id, whatever the tar's own bytes (times, order) are.
     """
     bundles.mkdir(parents=True, exist_ok=True)
-    sha, entries = _walk(src)
+    sha, entries, shared = _scan(src)
     files = [e for e in entries if e[0] == "F"]
     if not files:
         raise IntakeError(f"{src}: the directory holds no readable files")
@@ -306,7 +359,8 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
         os.close(fd)
         tmp = Path(tmpname)
         try:
-            if not _tar_with_tool(src, entries, tmp):
+            by_tool = _tar_with_tool(src, entries, tmp)
+            if not by_tool:
                 _tar_with_python(entries, tmp)
         except BaseException as e:
             tmp.unlink(missing_ok=True)
@@ -314,9 +368,79 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
                 raise disk_full(f"{src}: not stored") from None
             raise
         os.replace(tmp, dest)
+        if _packed_as_listed(entries, shared, by_tool):
+            _remember_packed(dest, entries)
     raw = RawBundle(sha, src.name, "tar", dest, sum(e[3] for e in files), None)
     raw.from_dir = True
     return raw
+
+
+# What the raw tars of folders packed by this process hold, as their entries: extracting such a
+# folder where it lies (``extract(..., local_dir=...)``) then takes the members from here instead
+# of reading the tar back. Kept only where the tar is known to hold exactly the entries, in order,
+# with the types and names that reading it back would give; a few folders at most.
+_PACKED: dict[str, tuple[tuple, list]] = {}
+_PACKED_KEEP = 4
+_PACKED_LOCK = threading.Lock()
+
+
+def _packed_as_listed(entries, shared: bool, by_tool: bool) -> bool:
+    """Whether the tar just packed from ``entries`` reads back as exactly these members."""
+    if tarfile.ENCODING.lower().replace("-", "") != "utf8":     # names are handed to tar as UTF-8
+        return False
+    if any(e[0] == "S" for e in entries):   # the tar types them (device, FIFO) or leaves them out
+        return False
+    if by_tool:
+        # GNU tar stores the second name of a file as a hard link, and may read a listed name
+        # that starts with '-' or holds a backslash as something else than the name itself.
+        if shared or not _is_gnu_tar() or any(e[1].startswith("-") or "\\" in e[1] for e in entries):
+            return False
+    # names and link targets long enough for a name header: reading back counts them against
+    # the limits of _BoundedTarInfo (bounded from above here: each one in a header of its own)
+    sizes = [len(rel.encode("utf-8", "surrogateescape")) + len((target or "").encode("utf-8", "surrogateescape")) + 2
+             for _, rel, _, _, target in entries]
+    return max(sizes) <= MAX_NAME_HEADER and sum(sizes) <= MAX_NAME_HEADERS
+
+
+@functools.lru_cache(maxsize=1)
+def _is_gnu_tar() -> bool:
+    tool = shutil.which("tar")
+    if tool is None:
+        return False
+    try:
+        r = subprocess.run([tool, "--version"], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and r.stdout.startswith(b"tar (GNU tar) ")
+
+
+def _tar_identity(path: Path) -> tuple:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _remember_packed(dest: Path, entries) -> None:
+    with _PACKED_LOCK:
+        _PACKED.pop(str(dest), None)
+        _PACKED[str(dest)] = (_tar_identity(dest), entries)
+        while len(_PACKED) > _PACKED_KEEP:
+            del _PACKED[next(iter(_PACKED))]
+
+
+def _packed_members(raw: RawBundle) -> Iterator[_Entry] | None:
+    """The members of ``raw`` as packed by this process, if its tar is still the one packed."""
+    with _PACKED_LOCK:
+        kept = _PACKED.pop(str(raw.raw_path), None)
+    if kept is None or raw.kind != "tar" or raw.compression is not None:
+        return None
+    identity, entries = kept
+    try:
+        if _tar_identity(raw.raw_path) != identity:
+            return None
+    except OSError:
+        return None
+    return (_Entry(rel, "symlink", link=target) if kind == "L" else _Entry(rel, "file", size=size)
+            for kind, rel, _, size, target in entries)
 
 
 # ---------------------------------------------------------------------------
@@ -435,7 +559,8 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits(),
 
     ``local_dir``: the folder ``raw`` was just packed from (a folder given on the command line).
     Its files are then read where they are instead of being written again; the member list, the
-    checks and the limits are the raw tar's, exactly as for an extraction.
+    checks and the limits are the raw tar's, exactly as for an extraction (the member list as
+    packed, when this process packed the tar and kept it, see :data:`_PACKED`).
     """
     if dest.exists():
         shutil.rmtree(dest)
@@ -443,7 +568,11 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits(),
     out = Extracted(dest)
     budget = _Budget(limits)
     budget.root_str = str(dest.resolve())
-    if raw.kind == "tar":
+    packed = _packed_members(raw) if local_dir is not None else None
+    if packed is not None:      # packed by this process: its members are known without reading it
+        _admit(packed, dest, budget, out, backslash_is_sep=False, stop_when_damaged=True,
+               stop_on_member_limit=False, local_root=str(local_dir))
+    elif raw.kind == "tar":
         _extract_tar(raw, dest, budget, out, str(local_dir) if local_dir is not None else None)
     elif raw.kind == "zip":
         _extract_zip(raw, dest, budget, out)
@@ -516,6 +645,7 @@ def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracte
     not written again: each is read in place after checking it is still the same plain file.
     """
     seen: set[str] = set()
+    local_base = os.path.join(local_root, "") if local_root is not None else None
     for e in entries:
         budget.count += 1
         if budget.count > budget.limits.max_members:
@@ -539,8 +669,8 @@ def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracte
             out.members.append(Member(rel, 0, "refused", "refused: duplicate member; the first copy is kept"))
             continue
         try:
-            if local_root is not None:
-                path, n = _use_in_place(os.path.join(local_root, *rel.split("/")), e.size, budget)
+            if local_base is not None:
+                path, n = _use_in_place(local_base + rel, e.size, budget)
             else:
                 with e.open() as src:
                     path, n = _write_member(dest, rel, src, budget)

@@ -792,3 +792,124 @@ def test_folder_packed_without_the_tar_tool_is_the_same_bundle(tmp_path, monkeyp
         outs.append(sorted((m.path, m.status, m.size) for m in ex.members))
     assert outs[0] == outs[1]
     assert ("link", "refused", 0) in outs[0] and ("a/b/f.txt", "ok", 6) in outs[0]
+
+
+# ---------------------------------------------------------------------------
+# a folder read where it lies: its members without reading its tar back
+
+
+def _walk_with_os_walk(src: Path):
+    """The listing as os.walk gives it: what _walk must give, in the same order."""
+    listing = hashlib.sha256()
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+        dirnames.sort()
+        links = sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))
+        for fn in sorted(filenames) + links:
+            full = os.path.join(dirpath, fn)
+            rel = os.path.relpath(full, src).replace(os.sep, "/")
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(full)
+                entries.append(("L", rel, full, 0, target))
+                listing.update(f"L\0{rel}\0{target}\n".encode("utf-8", "surrogateescape"))
+            elif stat.S_ISREG(st.st_mode):
+                digest = hashlib.sha256(Path(full).read_bytes()).hexdigest()
+                entries.append(("F", rel, full, st.st_size, None))
+                listing.update(f"F\0{rel}\0{st.st_size}\0{digest}\n".encode("utf-8", "surrogateescape"))
+            else:
+                entries.append(("S", rel, full, 0, None))
+                listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
+    return listing.hexdigest(), entries
+
+
+def _odd_tree(root: Path, awkward_names: bool = True) -> Path:
+    """Links in and out of the tree, links to folders, archiver noise, long names and link
+    targets, a name that is not UTF-8, and (``awkward_names``) names a tar tool may read from a
+    list as something else: a leading '-', a backslash."""
+    files = [("top.log", b"[    1.000000] hello\n"), ("a/b/c/deep.log", b"deep\n"), ("a/x.log", b"x\n"),
+             ("empty.txt", b""), ("B.log", b"B\n"), ("b.log", b"b\n"), ("a.log", b"a\n"),
+             ("\u00e9t\u00e9.log", b"e\n"), ("nl\nname.log", b"n\n"), ("sub/-C", b"c\n"),
+             ("L" * 120 + ".log", b"long\n"), ("/".join(["d" * 60] * 5) + "/long-path.log", b"p\n"),
+             ("__MACOSX/._top.log", b"mac\n"), ("x/.DS_Store", b"ds\n"), ("Thumbs.db", b"t\n"),
+             ("zz/big.bin", b"B" * 5000)]
+    if awkward_names:
+        files += [("-dash.log", b"-\n"), ("--remove-files", b"r\n"), ("back\\slash.log", b"\\\n")]
+    _write_tree(root, files, 1_600_000_000)
+    fd = os.open(os.fsencode(root / "a") + b"/bad\xff.log", os.O_WRONLY | os.O_CREAT)
+    os.write(fd, b"bad name\n")
+    os.close(fd)
+    (root / "in").symlink_to("top.log")
+    (root / "out").symlink_to("/etc/passwd")
+    (root / "esc").symlink_to("../../x")
+    (root / "broken").symlink_to("nowhere")
+    (root / "dirlink").symlink_to("a")
+    (root / "a" / "up").symlink_to("../a")
+    (root / "longlink").symlink_to("t" * 300)
+    return root
+
+
+def _rows(ex) -> list:
+    return [(m.path, m.size, m.status, m.message, m.file) for m in ex.members] + [ex.stopped]
+
+
+def test_walk_lists_a_folder_as_os_walk_does(tmp_path):
+    import ingest.bundle as B
+    src = _odd_tree(tmp_path / "src")
+    os.mkfifo(src / "a" / "pipe")
+    assert B._walk(src) == _walk_with_os_walk(src)
+    assert B._walk(src / "a") == _walk_with_os_walk(src / "a")
+
+
+@pytest.mark.parametrize("tool", [True, False])
+@pytest.mark.parametrize("awkward", [True, False])
+@pytest.mark.parametrize("limits", [IntakeLimits(), IntakeLimits(max_members=5), IntakeLimits(max_member_bytes=100),
+                                    IntakeLimits(max_total_bytes=30)], ids=["default", "members", "member", "total"])
+def test_folder_read_in_place_has_the_members_its_tar_reads_back(tmp_path, monkeypatch, tool, awkward, limits):
+    import ingest.bundle as B
+    src = _odd_tree(tmp_path / "src", awkward)
+    if not tool:
+        monkeypatch.setattr(B.shutil, "which", lambda name: None)
+    raw = store_raw(src, tmp_path / "bundles")
+    # a tar tool may read some names from its list otherwise: such a tar is read back
+    kept = not (tool and awkward)
+    assert (str(raw.raw_path) in B._PACKED) == kept
+    first = extract(raw, tmp_path / "x1", limits, local_dir=src.resolve())
+    assert str(raw.raw_path) not in B._PACKED
+    again = extract(raw, tmp_path / "x2", limits, local_dir=src.resolve())    # from the tar
+    assert _rows(first) == _rows(again)
+    statuses = {m.status for m in first.members}
+    assert statuses >= ({"ok", "refused"} if limits == IntakeLimits() else {"ok"})
+
+
+@pytest.mark.parametrize("tool", [True, False])
+def test_folder_with_a_fifo_or_hard_link_is_read_back_from_its_tar(tmp_path, monkeypatch, tool):
+    import ingest.bundle as B
+    if not tool:
+        monkeypatch.setattr(B.shutil, "which", lambda name: None)
+    fifo = _odd_tree(tmp_path / "fifo", awkward_names=False)
+    os.mkfifo(fifo / "pipe")
+    hard = _odd_tree(tmp_path / "hard", awkward_names=False)
+    os.link(hard / "top.log", hard / "zz-again.log")
+    for src, kept in ((fifo, False), (hard, not tool)):   # the tool stores a second name as a hard link
+        raw = store_raw(src, tmp_path / "bundles")
+        assert (str(raw.raw_path) in B._PACKED) == kept
+        first = extract(raw, tmp_path / "x1", local_dir=src.resolve())
+        again = extract(raw, tmp_path / "x2", local_dir=src.resolve())
+        assert _rows(first) == _rows(again)
+    m = by_path(first)
+    assert m["zz-again.log"].status == ("alias" if tool else "ok")
+
+
+def test_folder_tar_changed_since_packing_is_read_back(tmp_path, monkeypatch):
+    import ingest.bundle as B
+    src = _odd_tree(tmp_path / "src", awkward_names=False)
+    raw = store_raw(src, tmp_path / "bundles")
+    assert str(raw.raw_path) in B._PACKED
+    os.utime(raw.raw_path, (1_000_000_000, 1_000_000_000))
+    read = []
+    real = B._extract_tar
+    monkeypatch.setattr(B, "_extract_tar", lambda *a, **k: read.append(a[0]) or real(*a, **k))
+    ex = extract(raw, tmp_path / "x", local_dir=src.resolve())
+    assert read == [raw]
+    assert by_path(ex)["top.log"].status == "ok"

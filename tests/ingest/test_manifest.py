@@ -62,6 +62,21 @@ def test_other_json_is_not_a_collector_manifest(text):
     assert not CollectManifestParser.detect(Head.from_bytes("aftertrace-manifest.json", text))
 
 
+@pytest.mark.parametrize("schema,claimed", [
+    (r'"aftertrace.collect\/1"', True),                    # the escapes that can spell the value
+    (r'"\u0061ftertrace.collect/1"', True),
+    (r'"aftertrace.collect\u002f1"', True),
+    (r'"aftertrace.collect/1\n"', False),                  # other escapes spell another value
+    (r'"aftertrace.collect\\1"', False),
+])
+def test_a_schema_written_with_escapes_is_read_as_json_reads_it(schema, claimed):
+    text = '{"job": {"command": ["C:\\\\train.py"]}, "schema": %s, "hosts": {}}' % schema
+    assert (json.loads(text)["schema"] == "aftertrace.collect/1") == claimed
+    assert CollectManifestParser.detect(Head.from_bytes("m.json", text.encode())) == claimed
+    assert CollectManifestParser.detect(Head.from_bytes("m.json", text.replace("schema", "sch\\u0065ma").encode())) \
+        == claimed
+
+
 # -- what it gives -----------------------------------------------------------------------------
 def test_line_numbers_of_json_paths():
     text = HANG.read_text()
