@@ -24,6 +24,9 @@ e2e       ``aftertrace analyze`` (Service.submit_path + analyze) of bundles of 8
 query     timeline window latency p50/p95 at 1 M (full: also 10 M) events and flame-graph
           latency over 0.2 M (2 M) samples: the sample's rows copied in time
 export    Perfetto and Chrome trace export of the 1 M (10 M) event incident (bench_export)
+whole     whole processes alternated on one file (bench_whole): ``aftertrace analyze`` of perf script
+          vs FlameGraph's ``stackcollapse-perf.pl``, of Kineto JSON vs HolisticTraceAnalysis, of NCCL,
+          training and kernel logs vs ``lnav -n``; 30/100 MB
 analysis  the analysis of crash-dense torchrun logs, 10 and 100 MB (quick: 10, 30): every sample
           bundle's real failures played again and again, each a later restart (bench_analysis),
           whole ``Service.analyze`` and where its time goes; and clock alignment over 1x, 4x, 16x
@@ -439,9 +442,28 @@ def stage_analysis(quick: bool) -> list[dict]:
     return rows
 
 
+def stage_whole(quick: bool) -> list[dict]:
+    import bench_whole
+    from bench_whole import NAMES
+    rows = []
+    for r in bench_whole.measure(quick, 2 if quick else 3):
+        at, an = r["aftertrace"], r[r["anchor"]]
+        target = {"stackcollapse": 5.0, "hta": 5.0, "lnav": 1.5}[r["anchor"]]
+        if "seconds" not in an:
+            rows.append(row("whole process", r["input"], NAMES[r["anchor"]], None, "x",
+                            note=f"MISSING: {an['missing']}"))
+            continue
+        ratio = an["seconds"] / at["seconds"]
+        rows.append(row("whole process", r["input"], f"aftertrace analyze vs {NAMES[r['anchor']]}", ratio, "x",
+                        f">= {target:g}", ratio >= target, at["rss"],
+                        f"aftertrace {at['seconds']:.2f} s ({r['mb'] / at['seconds']:.0f} MB/s), "
+                        f"{NAMES[r['anchor']]} {an['seconds']:.2f} s, {an['rss']:.0f} MiB; median of {at['n']}"))
+    return rows
+
+
 STAGES = {"perf": stage_perf, "kineto": stage_kineto, "logs": stage_logs, "kernel": stage_kernel,
           "cgroup": stage_cgroup, "e2e": stage_e2e, "query": stage_query, "export": stage_export,
-          "analysis": stage_analysis}
+          "analysis": stage_analysis, "whole": stage_whole}
 
 
 # -- the harness ---------------------------------------------------------------------------------
