@@ -43,6 +43,7 @@ TEMP_COMPRESSION = "none"
 NO_DICTIONARY = {"text", "attrs", "ts_raw_ns", "ts_utc_ns", "dur_ns", "line", "value", "local_ns", "wall_ns",
                  "byte_offset", "stack_id", "parent_id"}
 ROW_GROUP = 122_880    # DuckDB's row group size: frames are written in parts of whole row groups
+SMALL_PART = 1024      # parts of fewer rows are written without dictionary encoding
 _DICT_STRING = pa.dictionary(pa.int32(), pa.string())
 MAX_TEXT = 4000        # longest evidence text kept per row (chars)
 MAX_ISSUE_TEXT = 200   # longest excerpt kept per parse issue
@@ -214,8 +215,9 @@ class RowSink:
         n = self._parts[table]
         self._parts[table] = n + 1
         path = self.out_dir / f"{table}.{n:05d}.parquet"
-        # dictionary-encode only the columns that repeat (names, kinds); text and JSON do not
-        dict_cols = [n for n in tbl.column_names if n not in NO_DICTIONARY]
+        # dictionary-encode only the columns that repeat (names, kinds); text and JSON do not. A small
+        # part is written plain: setting up the dictionaries costs more than it saves there.
+        dict_cols = [n for n in tbl.column_names if n not in NO_DICTIONARY] if tbl.num_rows >= SMALL_PART else False
         # A part with dictionary-encoded text columns is written without the Arrow schema, so that
         # every reader (DuckDB, pyarrow, Polars) reads those columns as the plain text of the
         # table's schema (its Parquet types are the same either way).

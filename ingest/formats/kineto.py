@@ -9,8 +9,11 @@ What is read (reference: shared/reference/FORMATS.md section 2)
   bounded by a few chunks, not by the file (the flows, paired at the end, are the only rows
   kept: about 50 bytes per flow event). Per chunk the work is vectorised: one Polars frame
   of the event fields, ``attrs`` as one Arrow string array built from the joined raw
-  ``args`` bytes, and the Parquet parts are written on a second thread
-  (:class:`_SinkThread`) while the next chunk is decoded.
+  ``args`` bytes, and once the events fill a row group the Parquet parts are written on a
+  second thread (:class:`_SinkThread`) while the next chunk is decoded. A chunk of fewer
+  than :data:`SMALL_CHUNK` events (a small file, such as the per-rank traces of a large job)
+  is read one event at a time instead, to the same rows: the fixed cost of the vectorised
+  queries would be most of its parse.
 * Time. Every ``ts`` becomes **wall-clock epoch nanoseconds** in ``ts_raw_ns`` (clock
   domain ``wall``):
 
@@ -60,6 +63,7 @@ from __future__ import annotations
 import bisect
 import json
 import io
+import math
 import re
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
@@ -73,6 +77,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .. import sink as sink_module
 from ..model import CLOCK_PROCESS, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
@@ -94,6 +99,13 @@ WORKER_FILE = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\.\d
                          r"(?:\.gz)?(?:\.tmp)?$")
 _EVENT_PHASES = ("X", "i", "I")
 _FLOW_PHASES = ("s", "t", "f")
+# Chunks of fewer events are read one event at a time (see _State._small_chunk): below this
+# size the fixed cost of the vectorised path's queries is larger than the per-event work.
+SMALL_CHUNK = 3000
+# The prefilter of derived rows in Python's re: it lets through every name that Polars' regex
+# engine does (its ``$`` also matches before a final newline), and _derived checks each name
+# it gets.
+_DERIVED = re.compile(DERIVED_NAMES)
 
 
 def _coerce(v) -> Ev | None:
@@ -174,6 +186,52 @@ def _attrs(evs: list) -> pa.Array:
     return arr
 
 
+def _texts(values: list) -> pl.Series:
+    """Names as text: a number is written as Polars writes it (both paths of a chunk use this)."""
+    return pl.Series(values, dtype=pl.String, strict=False)
+
+
+def _ints(values: list) -> pl.Series:
+    """pids, tids and flow ids as Int64: a numeric string is read as its number, anything else
+    (a label such as "Spans", a number beyond 64 bits) is null."""
+    return pl.Series(values, dtype=pl.Int64, strict=False)
+
+
+def _us_to_ns(ts: float) -> int:
+    """``floor(ts) * 1000 + round(frac(ts) * 1000)`` (half to even), as the vectorised path does."""
+    whole = math.floor(ts)
+    return whole * 1000 + round((ts - whole) * 1000)
+
+
+def _round_int64(x: float) -> int | None:
+    """x rounded half to even, or None where Polars' non-strict cast to Int64 gives null."""
+    if not math.isfinite(x):
+        return None
+    r = round(x)
+    return r if -(1 << 63) <= r < (1 << 63) else None
+
+
+def _pair_flows(src: pl.DataFrame, dst: pl.DataFrame) -> pa.Table:
+    """The flows of a few flow ends: the rows of the full join of the start ends ``src`` with the
+    other ends ``dst`` on (category, flow_id), nulls equal (the join the vectorised path makes,
+    for which no row order is promised either)."""
+    key = 2                                   # (category, flow_id) lead both frames
+    starts, ends = src.rows(), dst.rows()
+    by_key: dict[tuple, list[tuple]] = {}
+    for d in ends:
+        by_key.setdefault(d[:key], []).append(d)
+    rows = []
+    for s in starts:
+        got = by_key.get(s[:key])
+        rows += [s + d[key:] for d in got] if got else [s + (None,) * (dst.width - key)]
+    paired = {s[:key] for s in starts}
+    rows += [d[:key] + (None,) * (src.width - key) + d[key:] for d in ends if d[:key] not in paired]
+    names = src.columns + dst.columns[key:]
+    cols = list(zip(*rows)) if rows else [()] * len(names)
+    return pa.table([pa.array(c, pa.string() if n == "category" else pa.int64()) for n, c in zip(names, cols)],
+                    names=names)
+
+
 def _nelems(dims) -> int | None:
     """Input Dims of the first input: [64, 64] -> 4096; a tensor list [[64], [8]] -> 72."""
     if not isinstance(dims, list) or not dims:
@@ -204,19 +262,31 @@ class _SinkThread:
     GIL, so it overlaps the decoding of the next chunk. Every call goes through the one
     thread in the order it was made, so the sink is never used by two threads at once and
     gets the same calls as before; at most two event frames wait, so memory stays bounded
-    by a few chunks. A failed call is raised in the parser's thread."""
+    by a few chunks. A failed call is raised in the parser's thread.
+
+    The thread is started by the frame with which the frames reach a row group (the sink
+    writes a part then); until then the calls are made directly. A file of fewer events has
+    nothing to overlap (its parts are all written when it is closed), and handing its calls
+    to a thread would cost more than they do."""
 
     def __init__(self, sink):
         self.sink = sink
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="kineto-sink")
+        self._pool: ThreadPoolExecutor | None = None
         self._pending: deque = deque()
+        self._rows = 0
 
     def _call(self, frame: bool, fn, *args, **kw) -> None:
+        if self._pool is None:
+            fn(*args, **kw)
+            return
         self._pending.append((self._pool.submit(fn, *args, **kw), frame))
         while self._pending and (self._pending[0][0].done() or sum(f for _, f in self._pending) > 2):
             self._pending.popleft()[0].result()
 
     def add_frame(self, table: str, frame) -> None:
+        self._rows += len(frame)
+        if self._pool is None and self._rows >= sink_module.ROW_GROUP:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="kineto-sink")
         self._call(True, self.sink.add_frame, table, frame)
 
     def add(self, table: str, **row) -> None:
@@ -238,6 +308,8 @@ class _SinkThread:
 
     def close(self, check: bool = True) -> None:
         """Wait for every call (re-raising a failure when ``check``); the thread ends."""
+        if self._pool is None:
+            return
         try:
             while check and self._pending:
                 self._pending.popleft()[0].result()
@@ -326,12 +398,13 @@ class _State:
         self.optimizer_steps: Counter = Counter()
 
     # -- per chunk -----------------------------------------------------------------
-    def _time_base(self, out: Outcome, ts: pl.Series) -> None:
+    def _time_base(self, out: Outcome, tmin: float | None) -> None:
+        """The time base: from the header, else from ``tmin`` (the smallest usable ts of the
+        chunk; None leaves it to the next chunk)."""
         base = _base_ns(out.header.get("baseTimeNanoseconds"))
         if base is not None:
             self.offset, self.time_base = base, "baseTimeNanoseconds"
             return
-        tmin = ts.min()
         if tmin is None:
             return
         if tmin > ABSOLUTE_US:
@@ -356,19 +429,22 @@ class _State:
             evs = typed
         if not evs:
             return
+        if len(evs) < SMALL_CHUNK:
+            self._small_chunk(evs, chunk.offset, out)
+            return
         df = pl.DataFrame({
             "ph": pl.Series([e.ph for e in evs], dtype=pl.String),
             "cat": pl.Series([e.cat for e in evs], dtype=pl.String),
-            "name": pl.Series([e.name for e in evs], dtype=pl.String, strict=False),
-            "pid": pl.Series([e.pid for e in evs], dtype=pl.Int64, strict=False),
-            "tid": pl.Series([e.tid for e in evs], dtype=pl.Int64, strict=False),
+            "name": _texts([e.name for e in evs]),
+            "pid": _ints([e.pid for e in evs]),
+            "tid": _ints([e.tid for e in evs]),
             "ts": pl.Series([e.ts for e in evs], dtype=pl.Float64),
             "dur": pl.Series([e.dur for e in evs], dtype=pl.Float64),
         })
         # a ts whose ns do not fit Int64 (a corrupted number) is no time: counted as an issue below
         df = df.with_columns(ts=pl.when(pl.col("ts").abs() < MAX_TS_US).then(pl.col("ts")))
         if self.offset is None:
-            self._time_base(out, df["ts"])
+            self._time_base(out, df["ts"].min())
         off = self.offset or 0
         whole = pl.col("ts").floor()
         df = df.with_row_index("i").with_columns(
@@ -391,15 +467,104 @@ class _State:
         # flows
         fl = df.filter(pl.col("ph").is_in(_FLOW_PHASES))
         if len(fl):
-            ids = pl.Series([evs[i].id for i in fl["i"].to_list()], dtype=pl.Int64, strict=False)
+            ids = _ints([evs[i].id for i in fl["i"].to_list()])
             fl = fl.select("ph", "cat", "pid", "tid", "ts_ns").with_columns(flow_id=ids)
             for ends, keep, side in ((self.flow_src, pl.col("ph") == "s", "src"),
                                      (self.flow_dst, pl.col("ph") != "s", "dst")):
-                ends.append(fl.filter(keep).select("cat", "flow_id", **{
+                ends.append(fl.filter(keep).select(pl.col("cat").alias("category"), "flow_id", **{
                     f"{side}_pid": "pid", f"{side}_tid": "tid", f"{side}_ts_raw_ns": "ts_ns"}))
         # metadata -> facts
         for row in df.filter(pl.col("ph") == "M").iter_rows(named=True):
             self._meta(row, evs[row["i"]])
+
+    def _small_chunk(self, evs: list, offset: int, out: Outcome) -> None:
+        """:meth:`chunk` for a chunk of few events (a small file, the last events of a large one),
+        one event at a time: the same rows and sink calls in the same order, without the fixed
+        cost of a dozen Polars queries, which is most of the parse of a small file. The values
+        are converted as in :meth:`chunk` (names, pids and flow ids by the same Polars casts;
+        ``ts`` and ``dur`` rounded half to even like Polars' ``round``)."""
+        n = len(evs)
+        ph = [e.ph for e in evs]
+        cat = [e.cat for e in evs]
+        name = _texts([e.name for e in evs]).to_list()
+        pid = _ints([e.pid for e in evs]).to_list()
+        tid = _ints([e.tid for e in evs]).to_list()
+        ts = [t if t is not None and abs(t) < MAX_TS_US else None for t in (e.ts for e in evs)]
+        if self.offset is None:
+            self._time_base(out, min((t for t in ts if t is not None), default=None))
+        off = self.offset or 0
+        ts_ns = [None if t is None else _us_to_ns(t) + off for t in ts]
+        dur_ns = [None if e.dur is None else _round_int64(e.dur * 1000) for e in evs]
+        category = [CATEGORY_ALIASES.get(c, c) for c in cat]
+        phases = Counter(ph)
+        self.phases.update(phases)
+
+        def row(i: int) -> dict:
+            return dict(i=i, ph=ph[i], cat=cat[i], name=name[i], pid=pid[i], tid=tid[i], ts=ts[i],
+                        dur=evs[i].dur, ts_ns=ts_ns[i], dur_ns=dur_ns[i], category=category[i])
+
+        # spans and instants -> events
+        ev = [i for i in range(n) if ph[i] in _EVENT_PHASES]
+        bad = [i for i in ev if ts[i] is None]
+        for i in bad[:100]:
+            self.sink.issue("bad_event", f"{ph[i]} event without a numeric ts", text=str(name[i])[:200],
+                            byte_offset=offset)
+        if len(bad) > 100:
+            self.sink.more_issues(len(bad) - 100)
+        if bad:
+            ev = [i for i in ev if ts[i] is not None]
+        if ev:
+            gpu = [category[i] in GPU_CATEGORIES for i in ev]
+            attrs = _attrs(evs if len(ev) == n else [evs[i] for i in ev])
+            names = ["(unnamed)" if name[i] is None else name[i] for i in ev]
+            self.sink.add_frame("events", pa.table({
+                "pid": pa.array([None if g else pid[i] for i, g in zip(ev, gpu)], pa.int64()),
+                "tid": pa.array([None if g else tid[i] for i, g in zip(ev, gpu)], pa.int64()),
+                "ts_raw_ns": pa.array([ts_ns[i] for i in ev], pa.int64()),
+                "dur_ns": pa.array([dur_ns[i] if ph[i] == "X" else None for i in ev], pa.int64()),
+                "category": pa.array([category[i] for i in ev], pa.string()),
+                "name": pa.array(names, pa.string()),
+                "attrs": attrs,
+            }))
+            lo, hi = min(ts_ns[i] for i in ev), max(ts_ns[i] for i in ev)
+            self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
+            self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
+            self.kineto_cats += sum(cat[i] in KINETO_CATS for i in ev)
+            # (as in the vectorised path, an event without a category is not counted as CPU-side)
+            self.cpu_pids.update(pid[i] for i, g in zip(ev, gpu)
+                                 if not g and category[i] is not None and pid[i] is not None)
+            for i in ev:
+                if name[i] is not None and _DERIVED.match(name[i]):
+                    self._derived(row(i), evs[i])
+            mem = [j for j, v in enumerate(names) if v == "[memory]"]
+            if mem:
+                self._memory(pl.DataFrame({
+                    "ts_raw_ns": pl.Series([ts_ns[ev[j]] for j in mem], dtype=pl.Int64),
+                    "attrs": pl.from_arrow(attrs.take(pa.array(mem, pa.int64()))),
+                }))
+        if phases.keys() <= set(_EVENT_PHASES):
+            return
+        # counters -> metrics
+        for i in range(n):
+            if ph[i] == "C":
+                self._counter(row(i), evs[i], offset)
+        # flows
+        fl = [i for i in range(n) if ph[i] in _FLOW_PHASES]
+        if fl:
+            ids = _ints([evs[i].id for i in fl]).to_list()
+            for ends, side, keep in ((self.flow_src, "src", True), (self.flow_dst, "dst", False)):
+                end = [(i, f) for i, f in zip(fl, ids) if (ph[i] == "s") == keep]
+                ends.append(pl.DataFrame({
+                    "category": pl.Series([cat[i] for i, _ in end], dtype=pl.String),
+                    "flow_id": pl.Series([f for _, f in end], dtype=pl.Int64),
+                    f"{side}_pid": pl.Series([pid[i] for i, _ in end], dtype=pl.Int64),
+                    f"{side}_tid": pl.Series([tid[i] for i, _ in end], dtype=pl.Int64),
+                    f"{side}_ts_raw_ns": pl.Series([ts_ns[i] for i, _ in end], dtype=pl.Int64),
+                }))
+        # metadata -> facts
+        for i in range(n):
+            if ph[i] == "M":
+                self._meta(row(i), evs[i])
 
     def _events(self, ev: pl.DataFrame, evs: list, offset: int) -> None:
         """X spans and i/I instants (rows ``ev`` of the chunk's ``evs``) -> events, and the
@@ -567,11 +732,14 @@ class _State:
         if self.flow_src:
             src, dst = pl.concat(self.flow_src), pl.concat(self.flow_dst)
             self.flow_src, self.flow_dst = [], []
-            pairs = src.join(dst, on=["cat", "flow_id"], how="full", coalesce=True, nulls_equal=True)
-            del src, dst
-            # in parts of a sink batch: converting and encoding one part at a time keeps memory low
-            for part in pairs.rename({"cat": "category"}).iter_slices(FLOW_PART_ROWS):
-                self.sink.add_frame("flows", part)
+            if len(src) + len(dst) < SMALL_CHUNK:
+                self.sink.add_frame("flows", _pair_flows(src, dst))
+            else:
+                pairs = src.join(dst, on=["category", "flow_id"], how="full", coalesce=True, nulls_equal=True)
+                del src, dst
+                # in parts of a sink batch: converting and encoding one part at a time keeps memory low
+                for part in pairs.iter_slices(FLOW_PART_ROWS):
+                    self.sink.add_frame("flows", part)
 
     def _rebase(self, offset: int) -> None:
         cols = {"events": ("ts_raw_ns",), "metrics": ("ts_raw_ns",), "steps": ("ts_raw_ns",),
