@@ -43,6 +43,21 @@ class Series:
     uncertainty_ns: int | None
 
 
+
+# The step lines of the text logs, one row each (the app-log parser writes one ``metrics`` row
+# per step line and value: metric step / step_time, entity 'rank N'): rank, host, path, ts (UTC),
+# line, step_value and dt (the step time, s; null where the line had none). A CTE body, its one
+# parameter the incident id.
+STEP_LINES = """
+    SELECT TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
+           COALESCE(m.host, s.host) AS host, s.path, m.ts_utc_ns AS ts, max(m.line) AS line,
+           max(CASE WHEN m.metric = 'step' THEN m.value END) AS step_value,
+           max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt
+    FROM metrics m JOIN sources s USING (incident_id, source_id)
+    WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
+      AND m.ts_utc_ns IS NOT NULL
+    GROUP BY ALL"""
+
 def load(store, incident_id: str, metrics: list[str]) -> list[Series]:
     # A source's attrs (a group's member list: 160 KB for 100,000 snapshot files) are read once
     # per source, not once per row (38,000 rows x 160 KB: 13-21 s and GBs of copies).

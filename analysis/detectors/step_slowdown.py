@@ -21,7 +21,7 @@ import statistics
 
 from analysis.links import Evidence, Link, LinkKind, Provenance
 
-from ._series import episodes, hms, quiet_baseline
+from ._series import STEP_LINES, episodes, hms, quiet_baseline
 
 RATIO, K, ABS_MIN_S = 2.0, 6.0, 0.05
 MIN_POINTS, MIN_STEPS = 3, 8
@@ -67,17 +67,8 @@ def _series(store, incident_id: str) -> dict[tuple, _Steps]:
     The same line captured twice (a worker's stderr.log and the launcher's --tee copy) counts once:
     of the rows of one (host, rank) with the same step and time, the first in (path, line) order."""
     # Text logs: one ``metrics`` row per step line and value (metric step / step_time, entity 'rank N').
-    out = _grouped(store, """
-        WITH lines AS (
-            SELECT COALESCE(m.host, s.host) AS host,
-                   TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
-                   m.ts_utc_ns AS ts, s.path,
-                   max(CASE WHEN m.metric = 'step' THEN m.value END) AS step_value,
-                   max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt, max(m.line) AS line
-            FROM metrics m JOIN sources s USING (incident_id, source_id)
-            WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
-              AND m.ts_utc_ns IS NOT NULL
-            GROUP BY ALL)
+    out = _grouped(store, f"""
+        WITH lines AS ({STEP_LINES})
         SELECT host, rank, ts, CAST(trunc(step_value) AS BIGINT) AS step, dt, path, line,
                NULL::VARCHAR AS text, NULL::BIGINT AS pid
         FROM lines WHERE rank IS NOT NULL AND step_value IS NOT NULL

@@ -16,7 +16,7 @@ import statistics
 
 from analysis.links import Evidence, Link, LinkKind, Provenance
 
-from ._series import episodes, hms
+from ._series import STEP_LINES, episodes, hms
 
 RATIO, MIN_STEPS = 1.3, 5
 
@@ -27,16 +27,8 @@ RATIO, MIN_STEPS = 1.3, 5
 # rank's own time, and their median is read by index (O(steps x ranks log ranks), where gathering
 # the peers for every rank and step costs steps x ranks^2). A step with a NaN time (no sorted
 # order) has no peers' median here: ``_nan_medians`` takes its peers as they come.
-_STEPS = """
-WITH lines AS (
-    SELECT TRY_CAST(regexp_extract(m.entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
-           COALESCE(m.host, s.host) AS host, s.path, m.ts_utc_ns AS ts, max(m.line) AS line,
-           max(CASE WHEN m.metric = 'step' THEN m.value END) AS step_value,
-           max(CASE WHEN m.metric = 'step_time' THEN m.value END) AS dt
-    FROM metrics m JOIN sources s USING (incident_id, source_id)
-    WHERE m.incident_id = ? AND m.metric IN ('step', 'step_time') AND m.entity LIKE 'rank %'
-      AND m.ts_utc_ns IS NOT NULL
-    GROUP BY ALL),
+_STEPS = f"""
+WITH lines AS ({STEP_LINES}),
 one AS (
     SELECT rank, host, path, ts, line, CAST(trunc(step_value) AS BIGINT) AS step, dt FROM lines
     WHERE rank IS NOT NULL AND step_value IS NOT NULL AND dt IS NOT NULL

@@ -9,6 +9,7 @@ way to Polars.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from pathlib import Path
 
@@ -73,8 +74,7 @@ def split_lines(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> 
         if count >= 0:
             break
         cap = -count        # (bytes that were not UTF-8 grew into replacements: the size it needs)
-    size = int(pa.Array.from_buffers(pa.int64(), count + 1, [None, offs])[count].as_py())
-    out.resize(size)
+    out.resize(struct.unpack_from("<q", offs, 8 * count)[0])     # (the last offset: the text's size)
     text = pa.Array.from_buffers(pa.large_string(), count, [valid if nulls.value else None, offs, out],
                                  null_count=nulls.value)
     flags = pa.Array.from_buffers(pa.uint8(), count, [None, bad])
