@@ -210,6 +210,7 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
     only in part, the time becomes the middle of their intersection.
     """
     out: list[Link] = []
+    merged_ev: dict[int, _Evidence] = {}      # index in out -> the evidence of its copies so far
     # Copies share (kind, host, rank, summary): each such group is searched on its own, its kept
     # findings by the order they were first kept (the order of ``out``).
     groups: dict[tuple, _Kept] = {}
@@ -231,10 +232,53 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
             g.add(len(out), w, l.pid or None)
             out.append(l)
         else:
-            m = _merge_pair(out[slot], l)
+            m, b_best = _merge_head(out[slot], l)
+            ev = merged_ev.get(slot)
+            if ev is None:
+                ev = merged_ev[slot] = _Evidence(out[slot].evidence)
+            ev.merge(l.evidence, b_best)
             out[slot] = m
             g.update(slot, m.timing_ns(), m.pid or None)
+    for slot, ev in merged_ev.items():
+        out[slot] = dataclasses.replace(out[slot], evidence=ev.result())
     return out
+
+
+class _Evidence:
+    """The evidence of a finding that copies keep merging into, for :func:`merge_duplicates`:
+    what :func:`_merge_pair` gives, built in time linear in the evidence. Each (source, line)
+    is kept once, with a sort key: a merge whose new copy is the better one puts that copy's
+    evidence first (keys below every key so far; a line it shares moves there), else the new
+    lines go last. Rebuilding the tuple at every merge cost the group's evidence each time: a
+    log with thousands of copies of one report took seconds."""
+
+    __slots__ = ("at", "front", "back")
+
+    def __init__(self, evidence: tuple[Evidence, ...]) -> None:
+        self.at: dict[tuple, tuple[int, Evidence]] = {}
+        self.front, self.back = 0, 0
+        self._append(evidence)
+
+    def _append(self, evidence) -> None:
+        for e in evidence:
+            if (e.source, e.line) not in self.at:
+                self.at[(e.source, e.line)] = (self.back, e)
+                self.back += 1
+
+    def merge(self, evidence: tuple[Evidence, ...], first: bool) -> None:
+        if not first:
+            self._append(evidence)
+            return
+        self.front -= len(evidence)
+        placed = set()
+        for i, e in enumerate(evidence):
+            k = (e.source, e.line)
+            if k not in placed:
+                placed.add(k)
+                self.at[k] = (self.front + i, e)
+
+    def result(self) -> tuple[Evidence, ...]:
+        return tuple(e for _, e in sorted(self.at.values(), key=lambda p: p[0]))
 
 
 class _Kept:
@@ -339,6 +383,22 @@ _INF = float("inf")
 
 
 def _merge_pair(a: Link, b: Link) -> Link:
+    """One finding for two copies of it: the time, attrs and fields of the copy with the
+    narrower window (the intersection's middle when the windows overlap only in part), every
+    copy's evidence once (the better copy's first), the pid either knew, the higher confidence."""
+    m, b_best = _merge_head(a, b)
+    best, other = (b, a) if b_best else (a, b)
+    seen = set()
+    ev = []
+    for e in best.evidence + other.evidence:
+        if (e.source, e.line) not in seen:
+            seen.add((e.source, e.line))
+            ev.append(e)
+    return dataclasses.replace(m, evidence=tuple(ev))
+
+
+def _merge_head(a: Link, b: Link) -> tuple[Link, bool]:
+    """:func:`_merge_pair` less the evidence (left empty), and whether ``b`` is the better copy."""
     wa, wb = a.timing_ns(), b.timing_ns()
     best = a
     if wa is not None and (wb[1] - wb[0]) < (wa[1] - wa[0]):
@@ -353,15 +413,9 @@ def _merge_pair(a: Link, b: Link) -> Link:
             ts = (lo + hi) // 2
             attrs.update(ts_lo_ns=lo, ts_hi_ns=hi, ts_bound="between")
             attrs.pop("ts_resolution_ns", None)
-    seen = set()
-    ev = []
-    for e in best.evidence + other.evidence:
-        if (e.source, e.line) not in seen:
-            seen.add((e.source, e.line))
-            ev.append(e)
-    return dataclasses.replace(best, ts_ns=ts, pid=best.pid or other.pid, evidence=tuple(ev),
+    return dataclasses.replace(best, ts_ns=ts, pid=best.pid or other.pid, evidence=(),
                                attrs=tuple(attrs.items()),
-                               confidence=max(a.confidence, b.confidence))
+                               confidence=max(a.confidence, b.confidence)), best is b
 
 
 def refine_launcher_times(store, incident_id: str, links: list[Link]) -> list[Link]:

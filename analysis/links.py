@@ -54,6 +54,10 @@ class LinkKind(str, Enum):
 
 # A time known only as "after this line" (no later timestamped line in the file): how late it may be.
 AFTER_BOUND_NS = 600_000_000_000
+# A finding merged from many copies of one report (a log that repeats a crash thousands of times)
+# keeps every copy's line; its JSON shows the first ones (the best copy's first) and the count,
+# so that a report grows with the findings, not with the lines behind them.
+EVIDENCE_SHOWN = 20
 
 
 def lead_words(lead_s: float | None) -> str | None:
@@ -137,7 +141,8 @@ class Link:
             "summary": self.summary,
             "lead_s": lead,
             "lead_text": lead_words(lead),
-            "evidence": [e.to_json() for e in self.evidence],
+            "evidence": [e.to_json() for e in self.evidence[:EVIDENCE_SHOWN]],
+            "evidence_total": len(self.evidence),
             "provenance": self.provenance.value,
             "confidence": self.confidence,
             "uncertainty_s": None if self.uncertainty_ns is None else self.uncertainty_ns / 1e9,

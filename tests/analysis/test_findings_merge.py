@@ -390,3 +390,17 @@ def test_kills_that_name_no_victim_are_one_kill_only_within_one_file():
     kills = findings.oom_kills(Rows([row(1, "slurm.out"), row(7, "slurm.out"), row(2, "kmsg.txt")]), "i")
     assert sorted(len(k.evidence) for k in kills) == [1, 2]
     assert {k.summary for k in kills} == {"cut 1 on n1", "cut 2 on n1"}
+
+
+def test_many_copies_merge_into_one_finding_whose_json_is_bounded():
+    """A log that repeats one crash: every copy's line stays with the merged finding, its JSON
+    shows the first ``EVIDENCE_SHOWN`` (the best copy's first) and the count."""
+    from analysis.links import EVIDENCE_SHOWN
+    n = 3 * EVIDENCE_SHOWN
+    copies = [Link(LinkKind.PYTHON_EXCEPTION, None, "a", "x.log", "n1", 0, None,
+                   (Evidence("x.log", i, f"RuntimeError: boom ({i})"),)) for i in range(1, n + 1)]
+    (one,) = findings.merge_duplicates(copies)
+    assert [e.line for e in one.evidence] == list(range(1, n + 1))
+    js = one.to_json()
+    assert js["evidence_total"] == n
+    assert [e["line"] for e in js["evidence"]] == list(range(1, EVIDENCE_SHOWN + 1))
