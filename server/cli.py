@@ -1,4 +1,11 @@
-"""The ``aftertrace`` command line (DESIGN.md "Command line")."""
+"""The ``aftertrace`` command line (DESIGN.md "Command line").
+
+Importing this module and parsing the arguments stays cheap: ``--help``, ``--version``, bad
+arguments and a path that does not exist are answered before duckdb, polars or pyarrow are
+loaded, and each command imports the service (and rich's widgets) inside its function. The
+parse workers of the local executor are spawned processes that import the main module again,
+so what is imported here at the top is paid once more in every worker.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,21 +15,24 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from ingest import __version__
-from ingest.bundle import IntakeError
-from web.present import clock_text, group_sources, when, where as evidence_at
 
-from .settings import Settings
-from .store import StoreError
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from .settings import Settings
 
 STAGES = {"extract": "Extracting", "detect": "Detecting formats", "parse": "Parsing",
           "store": "Storing", "analyze": "Analysing"}
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, imported when the first line is printed rather than at start."""
+    from rich.markup import escape as rich_escape
+    return rich_escape(text)
 
 
 class _DelayedProgress:
@@ -41,6 +51,7 @@ class _DelayedProgress:
         if self.bar is None:
             if time.monotonic() - self.t0 < self.delay or not self.console.is_terminal:
                 return
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
             self.bar = Progress(TextColumn("{task.description:<18}"), BarColumn(),
                                 TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                                 console=self.console, transient=True)
@@ -67,6 +78,9 @@ def _fmt_bytes(n: int | None) -> str:
 
 
 def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> None:
+    from rich.table import Table
+
+    from web.present import clock_text, group_sources, when, where as evidence_at
     inc = rep["incident"]
     console.print(f"[bold]aftertrace[/bold] incident [bold]{escape(inc['id'])}[/bold] "
                   f"“{escape(str(inc['title']))}”"
@@ -141,6 +155,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
 def _settings(args, **kw) -> Settings:
     """Settings from the environment and the command's options (--executor, --ray-address and
     --parts-dir where the command has them)."""
+    from .settings import Settings
     ray_address = getattr(args, "ray_address", None)    # (analyze only)
     executor = getattr(args, "executor", None) or ("ray" if ray_address else None)
     return Settings.from_env(db=args.db, home=args.home, executor=executor, ray_address=ray_address,
@@ -149,12 +164,13 @@ def _settings(args, **kw) -> Settings:
 
 def _service(args, err: Console):
     """(settings, service) or (settings, None) after printing why the store cannot be opened."""
-    from .service import Service
     try:
         settings = _settings(args)
     except ValueError as e:      # (a --parts-dir it cannot use)
         err.print(f"aftertrace: {escape(str(e))}")
         raise SystemExit(2)
+    from .service import Service
+    from .store import StoreError
     try:
         return settings, Service(settings)
     except StoreError as e:   # includes StoreBusy
@@ -163,6 +179,12 @@ def _service(args, err: Console):
 
 
 def cmd_analyze(args, console: Console, err: Console) -> int:
+    # The usual mistake is answered before the store and the parsers are loaded; the intake
+    # checks everything else (and says the same for a path that vanishes in between).
+    if not Path(args.path).exists():
+        err.print(f"aftertrace: cannot read {escape(str(Path(args.path)))}: no such file or directory")
+        return 2
+    from ingest.bundle import IntakeError
     settings, svc = _service(args, err)
     if svc is None:
         return 3
@@ -203,6 +225,7 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
 def cmd_serve(args, console: Console, err: Console) -> int:
     import uvicorn
     from .app import create_app
+    from .store import StoreError
     try:
         settings = _settings(args, host=args.host, port=args.port)
         app = create_app(settings)
@@ -221,6 +244,7 @@ def cmd_incidents(args, console: Console, err: Console) -> int:
     settings, svc = _service(args, err)
     if svc is None:
         return 3
+    from rich.table import Table
     t = Table(title="Incidents", title_justify="left")
     for c in ("id", "title", "status", "sources", "created"):
         t.add_column(c)
@@ -265,14 +289,16 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
 
 
 def cmd_export(args, console: Console, err: Console) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     from .exports import format_of, normalize
-    from .queries import NotFoundError
-    from .service import NotFound
     try:
         fmt = normalize(args.format or format_of(args.output))
     except ValueError as e:
         err.print(f"aftertrace: {escape(str(e))}")
         return 2
+    from .queries import NotFoundError
+    from .service import NotFound
     settings, svc = _service(args, err)
     if svc is None:
         return 3
@@ -349,6 +375,7 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
         err.print(f"aftertrace: {escape(str(e))}")
         return 2
     rows = svc.clock_table(iid)
+    from rich.table import Table
     t = Table(title=f"Clocks of incident {iid}: utc = raw + offset", title_justify="left")
     for c in ("host", "domain", "offset", "uncertainty", "sources", "method"):
         t.add_column(c, overflow="fold")
@@ -492,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from rich.console import Console
     console = Console(highlight=False, emoji=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=160, emoji=False)   # piped output: do not wrap at 80
