@@ -313,7 +313,18 @@ _KERNEL_TWINS = "WITH " + _TWINS_CTE + " SELECT * FROM tw"
 def _kernel_pairs(store, incident_id: str) -> list[dict]:
     """The same kernel records in a raw log (boot clock) and in a log dmesg converted to wall time
     (``kernel_wall``): matched by text and by their order among equal texts."""
+    if not _has_kernel_twins(store, incident_id):
+        return []
     return store.query(_KERNEL_TWINS, [incident_id])
+
+
+def _has_kernel_twins(store, incident_id: str) -> bool:
+    """Whether some host has both a raw kernel log and one converted to wall time: the only logs
+    whose records can be twins (matching them reads every record of every kernel log)."""
+    return bool(store.query(
+        """SELECT 1 FROM sources WHERE incident_id = ? GROUP BY COALESCE(host, '')
+           HAVING bool_or(format = 'dmesg_raw') AND bool_or(format IN ('dmesg_ctime', 'dmesg_iso'))
+           LIMIT 1""", [incident_id]))
 
 
 def _dmesg_t_pairs(kernel_pairs: list[dict]) -> list[Anchor]:
@@ -1461,6 +1472,8 @@ def _place_rows(store, incident_id: str, counted: list[dict], native: bool) -> N
             store.insert_rows("row_times", list({(r["source_id"], r["line"]): r for r in rows}.values()))
             if native:
                 cur.execute(update, [incident_id])
+    if not _has_kernel_twins(store, incident_id):
+        return
     unc = row_uncertainty_sql()
     cur.execute(
         f"""INSERT OR REPLACE INTO row_times (incident_id, source_id, line, ts_utc_ns, uncertainty_ns,
