@@ -58,6 +58,7 @@ AFTER_BOUND_NS = 600_000_000_000
 # keeps every copy's line; its JSON shows the first ones (the best copy's first) and the count,
 # so that a report grows with the findings, not with the lines behind them.
 EVIDENCE_SHOWN = 20
+_TIMING_KEYS = frozenset(("ts_lo_ns", "ts_hi_ns", "ts_resolution_ns", "ts_bound"))
 
 
 def lead_words(lead_s: float | None) -> str | None:
@@ -116,13 +117,19 @@ class Link:
             return None
         u = self.uncertainty_ns or 0
         lo, hi = self.ts_ns - u, self.ts_ns + u
-        tlo, thi = self.attr("ts_lo_ns"), self.attr("ts_hi_ns")
+        # (the four keys in one pass over the attrs, each its first value as ``attr`` reads it:
+        # the merge of many copies asks every copy's window several times)
+        got: dict = {}
+        for k, v in self.attrs:
+            if k in _TIMING_KEYS and k not in got:
+                got[k] = v
+        tlo, thi = got.get("ts_lo_ns"), got.get("ts_hi_ns")
         if isinstance(tlo, int) and isinstance(thi, int):
             lo, hi = min(lo, tlo - u), max(hi, thi + u)
-        res = self.attr("ts_resolution_ns")
+        res = got.get("ts_resolution_ns")
         if isinstance(res, int):
             hi = max(hi, self.ts_ns + res + u)
-        if self.attr("ts_bound") == "after":
+        if got.get("ts_bound") == "after":
             hi = max(hi, self.ts_ns + AFTER_BOUND_NS)
         return lo, hi
 
