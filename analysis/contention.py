@@ -35,34 +35,69 @@ STARVED = 0.9             # a rank left less than this much of its CPU can still
 SLOWED = (LinkKind.STEP_SLOWDOWN, LinkKind.STRAGGLER, LinkKind.RANK_STALLED)
 
 
-def _rows(store, incident_id: str, cpus: list[int], lo: int, hi: int, host: str | None) -> list[dict]:
-    return store.query(
-        """SELECT s.cpu, COALESCE(s.pid, s.tid) AS tid, any_value(s.comm) AS comm, count(*) AS n,
-                  min(s.ts_utc_ns) AS first, list(s.ts_utc_ns ORDER BY s.ts_utc_ns) AS ts, any_value(src.path) AS path
-           FROM samples s JOIN sources src USING (incident_id, source_id)
-           WHERE s.incident_id = ? AND s.cpu IN (SELECT unnest(?)) AND s.ts_utc_ns BETWEEN ? AND ?
-             AND (? IS NULL OR COALESCE(s.host, src.host) = ? OR COALESCE(s.host, src.host) IS NULL)
-           GROUP BY ALL""", [incident_id, cpus, lo, hi, host, host])
+def _before(store, incident_id: str, cands: list[tuple[int, int, int]]) -> dict[int, list[dict]]:
+    """Per candidate (index, pid, change time): its main thread's samples per CPU in the
+    ``BEFORE_NS`` before the change. One query for every candidate (a job of hundreds of slowed
+    ranks asked one query each)."""
+    out: dict[int, list[dict]] = {i: [] for i, _, _ in cands}
+    for r in store.query(
+            """SELECT q.i, s.cpu, count(*) AS n
+               FROM (SELECT unnest(?) AS i, unnest(?) AS pid, unnest(?) AS lo, unnest(?) AS hi) q
+               JOIN samples s ON s.incident_id = ? AND s.tid = q.pid AND s.ts_utc_ns BETWEEN q.lo AND q.hi
+               GROUP BY ALL ORDER BY q.i, s.cpu NULLS LAST""",
+            [[c[0] for c in cands], [c[1] for c in cands], [c[2] - BEFORE_NS for c in cands],
+             [c[2] for c in cands], incident_id]):
+        out[r["i"]].append(r)
+    return out
+
+
+def _windows(store, incident_id: str, asks: list[tuple[int, str, int, int, int, str | None]]
+             ) -> dict[tuple[int, str], list[dict]]:
+    """Per (candidate, window): the samples of each task on each of the candidate's CPUs in the
+    window, on its host (or on no stated host): cpu, tid, comm, n, first, path. ``asks``: (index,
+    window name, cpu, lo, hi, host) rows, one per CPU."""
+    out: dict[tuple[int, str], list[dict]] = {}
+    if not asks:
+        return out
+    cols = list(zip(*asks))
+    for r in store.query(
+            """SELECT q.i, q.w, s.cpu, COALESCE(s.pid, s.tid) AS tid, any_value(s.comm) AS comm, count(*) AS n,
+                      min(s.ts_utc_ns) AS first, any_value(src.path) AS path
+               FROM (SELECT unnest(?) AS i, unnest(?) AS w, unnest(?) AS cpu, unnest(?) AS lo, unnest(?) AS hi,
+                            unnest(?::VARCHAR[]) AS host) q
+               JOIN samples s ON s.incident_id = ? AND s.cpu = q.cpu AND s.ts_utc_ns BETWEEN q.lo AND q.hi
+               JOIN sources src ON src.incident_id = s.incident_id AND src.source_id = s.source_id
+               WHERE q.host IS NULL OR COALESCE(s.host, src.host) = q.host OR COALESCE(s.host, src.host) IS NULL
+               GROUP BY ALL ORDER BY q.i, q.w, s.cpu, tid NULLS LAST""",
+            [list(c) for c in cols] + [incident_id]):
+        out.setdefault((r.pop("i"), r.pop("w")), []).append(r)
+    return out
 
 
 def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job: set[int]) -> list[Link]:
+    cands = [(i, l) for i, l in enumerate(sorted(
+        (l for l in links if l.kind in SLOWED and l.rank is not None and l.ts_ns is not None), key=lambda l: l.ts_ns))
+        if pids.get(l.rank) is not None]
+    if not cands:
+        return []
+    starts = {i: l.timing_ns()[0] for i, l in cands}
+    before = _before(store, incident_id, [(i, pids[l.rank], starts[i]) for i, l in cands])
+    cpus_of: dict[int, list[int]] = {}
+    for i, _ in cands:
+        total_before = sum(r["n"] for r in before[i])
+        cpus_of[i] = [r["cpu"] for r in before[i] if r["cpu"] is not None and r["n"] * 3 >= total_before]
+    asks = [(i, w, cpu, lo, hi, l.host) for i, l in cands for cpu in cpus_of[i]
+            for w, lo, hi in (("pre", starts[i] - BEFORE_NS, starts[i]), ("post", starts[i], starts[i] + AFTER_NS))]
+    windows = _windows(store, incident_id, asks)
     out: list[Link] = []
     done: set[int] = set()
-    for l in sorted((l for l in links if l.kind in SLOWED and l.rank is not None and l.ts_ns is not None),
-                    key=lambda l: l.ts_ns):
-        pid = pids.get(l.rank)
-        if pid is None or l.rank in done:
+    for i, l in cands:
+        pid = pids[l.rank]
+        cpus = cpus_of[i]
+        if l.rank in done or not cpus:
             continue
-        t = l.timing_ns()[0]
-        before = store.query(
-            """SELECT cpu, count(*) AS n FROM samples WHERE incident_id = ? AND tid = ? AND ts_utc_ns BETWEEN ? AND ?
-               GROUP BY cpu""", [incident_id, pid, t - BEFORE_NS, t])
-        total_before = sum(r["n"] for r in before)
-        cpus = [r["cpu"] for r in before if r["cpu"] is not None and r["n"] * 3 >= total_before]
-        if not cpus:
-            continue
-        pre = _rows(store, incident_id, cpus, t - BEFORE_NS, t, l.host)
-        post = _rows(store, incident_id, cpus, t, t + AFTER_NS, l.host)
+        t = starts[i]
+        pre, post = windows.get((i, "pre"), []), windows.get((i, "post"), [])
         busy = [r for r in post if r["tid"] not in (0, None)]
         n_post = sum(r["n"] for r in busy)
         n_pre = sum(r["n"] for r in pre if r["tid"] not in (0, None))
@@ -78,8 +113,14 @@ def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job
         pre_share = sum(r["n"] for r in pre if r["tid"] == top["tid"]) / n_pre
         if share < SHARE or mine_post >= 0.5 * mine_pre or pre_share >= 0.5 * share:
             continue            # no newcomer took the CPU: the rank gave it up, or shared it as before
+        # (the newcomer's sample times on that CPU: their spacing is its sampling period)
+        ts = store.query(
+            """SELECT list(s.ts_utc_ns ORDER BY s.ts_utc_ns) AS ts
+               FROM samples s JOIN sources src USING (incident_id, source_id)
+               WHERE s.incident_id = ? AND s.cpu = ? AND COALESCE(s.pid, s.tid) = ? AND s.ts_utc_ns BETWEEN ? AND ?
+                 AND (?::VARCHAR IS NULL OR COALESCE(s.host, src.host) = ? OR COALESCE(s.host, src.host) IS NULL)""",
+            [incident_id, top["cpu"], top["tid"], t, t + AFTER_NS, l.host, l.host])[0]["ts"] or []
         starved = share >= STARVED and mine_post <= 0.05
-        ts = top["ts"]
         gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
         period = int(statistics.median(gaps)) if gaps else 10**9 // 29
         # it may have begun a little before the change showed in the rank's steps
