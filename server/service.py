@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow.parquet as pq
 
@@ -34,7 +34,6 @@ from analysis import clocks, report as report_mod, rootcause, timeline
 from ingest import attribution
 from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_full, extract, is_disk_full, sniff_kind,
                            store_raw, store_stream)
-from ingest.formats.manifest import BundleManifests, find_manifests
 from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, merge_ranges, parse_file, split_job
 from ingest.registry import default_registry, write_group_manifest
@@ -47,6 +46,9 @@ from .queries import Queries
 from .settings import Settings
 from .shares import Shares
 from .store import Store
+
+if TYPE_CHECKING:
+    from ingest.formats.manifest import BundleManifests
 
 INTERRUPTED = "interrupted: the aftertrace process stopped during the analysis; analyse again"
 Progress = Callable[[str, int, int], None]
@@ -98,11 +100,23 @@ def _strip_common_root(members) -> str | None:
 
 
 class Service(Queries, Shares, Exports):
+    @property
+    def registry(self):
+        """The parser registry (every format module: loaded on first use, so that the commands
+        that only read the store do not pay for the parsers)."""
+        if self._registry is None:
+            self._registry = default_registry()
+        return self._registry
+
+    @registry.setter
+    def registry(self, registry) -> None:
+        self._registry = registry
+
     def __init__(self, settings: Settings, store: Store | None = None):
         self.settings = settings
         own_store = store is None
         self.store = store or Store(settings.db_path)
-        self.registry = default_registry()
+        self._registry = None            # the parsers, loaded when a bundle is first analysed
         self._local_dirs: dict[str, Path] = {}
         self._ray = None                 # the RayExecutor, once connected
         # what each running analysis of this process is doing: incident -> stage, done, total, start
@@ -298,6 +312,7 @@ class Service(Queries, Shares, Exports):
         members = sorted(ex.members, key=lambda m: m.path)
         # The manifests (any folder: a bundle folder tarred whole, node bundles side by side):
         # hosts' paths and the time zone before the parse; each is also parsed as a source.
+        from ingest.formats.manifest import find_manifests
         manifests = find_manifests([(m.path, str(m.file), m.size) for m in members if m.ok])
         notes += manifests.notes
 
@@ -507,7 +522,7 @@ class Service(Queries, Shares, Exports):
                                     [tz, tz_from, iid])
 
     @staticmethod
-    def _time_zone(manifests: BundleManifests, host_results: list[SourceResult]) -> tuple[str, str]:
+    def _time_zone(manifests: "BundleManifests", host_results: list[SourceResult]) -> tuple[str, str]:
         if manifests.time_zone:
             return manifests.time_zone, "manifest"
         zones, offsets = [], []

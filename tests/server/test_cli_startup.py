@@ -100,3 +100,12 @@ def test_a_real_analysis_still_loads_what_it_needs(tmp_path):
     assert code == 0, r.stderr
     assert "duckdb" in after_main and "server.service" in after_main
     assert "tiny.log" in r.stdout
+
+
+def test_commands_that_read_the_store_load_no_parser(tmp_path):
+    """``incidents`` (like report, clocks, export) reads the store: the parser registry and the
+    format modules are loaded only when a bundle is analysed."""
+    r, code, _, after = probe(tmp_path, "incidents")
+    assert code == 0, r.stderr
+    assert "server.service" in after
+    assert not [m for m in after if m.startswith("ingest.formats")]
