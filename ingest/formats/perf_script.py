@@ -22,10 +22,14 @@ How it is fast (the hot path has no Python loop per line)
    comment, blank, frame (tab-indented, or space-indented ``hex sym``), header.
    The rows of the last record of a chunk are carried into the next chunk so a
    record is never split.
-2. Headers are decomposed by two regexes (with time / without time) into
-   columns; frames by splitting off the address. Frame text is de-duplicated
-   before its symbol and module are parsed, and symbol offsets (``+0x1b``) are
-   dropped, so per-frame work is proportional to the *distinct* frames.
+2. Headers are cut at their time token (``HDR_NOTIME`` where there is none);
+   frames by splitting off the address. What the pieces say is parsed once per
+   *distinct* piece and joined back to the lines: ``comm pid/tid [cpu]``, the
+   ``period event: payload`` after the time, a tracepoint's payload fields (per
+   distinct payload and stack), a frame's symbol and module (offsets such as
+   ``+0x1b`` dropped). A recording repeats these a lot (a few threads, the same
+   switches between them, one line per return address), so the regex work is
+   proportional to the distinct values, not to the lines.
 3. Each record's frame ids form a list; the *distinct* stacks are inserted
    into the prefix tree (``stacks``: id, parent, frame, dso, depth) in Python,
    and every sample gets its leaf id by a join. A flame graph is then a
@@ -129,6 +133,13 @@ _SWITCH_SEPS = ["prev_comm=", " prev_pid=", " prev_prio=", " prev_state=", " ==>
                 " next_pid=", " next_prio="]
 
 
+def _cut(text: pl.Expr, start, length=None) -> pl.Expr:
+    """The text between byte offsets, as ``str.find`` gives them (``str.slice`` counts
+    characters: the two differ once a comm or a payload holds non-ASCII text). The offsets are
+    those of ASCII separators or of a match's start, so the cut falls between characters."""
+    return text.cast(pl.Binary).bin.slice(start, length).cast(pl.String)
+
+
 def _switch_fields(payload: pl.Expr) -> list[pl.Expr]:
     """sched_switch payload fields by literal separators (capture-free, fast).
 
@@ -140,9 +151,9 @@ def _switch_fields(payload: pl.Expr) -> list[pl.Expr]:
     for i, (name, sep) in enumerate(zip(names, _SWITCH_SEPS)):
         begin = starts[i] + len(sep)
         if i + 1 < len(starts):
-            value = payload.str.slice(begin, starts[i + 1] - begin)
+            value = _cut(payload, begin, starts[i + 1] - begin)
         else:   # the last field runs to the next blank (the inline frame may follow)
-            value = payload.str.slice(begin).str.split(" ").list.first()
+            value = _cut(payload, begin).str.split(" ").list.first()
         out.append(value.alias(f"f_{name}"))
     return out
 
@@ -158,16 +169,51 @@ def _classify(df: pl.DataFrame, comments: bool = True) -> pl.DataFrame:
         comment=line.str.starts_with("#").fill_null(False) if comments else pl.lit(False),
         blank=line.is_null() | (line.str.len_bytes() == 0),
         frame=line.str.starts_with("\t").fill_null(False),
+        spaced=line.str.starts_with(" ").fill_null(False),
     )
-    spaced = df.select(pl.arg_where(line.str.starts_with(" ").fill_null(False))).to_series()
+    spaced = df.select(pl.arg_where(pl.col("spaced"))).to_series()
+    df = df.drop("spaced")
     if len(spaced):
-        sub = df[spaced]
-        blank_sp = sub["line"].str.strip_chars() == ""
-        frame_sp = sub["line"].str.contains(FRAME_LINE) & ~sub["line"].str.contains(TIME_TOKEN)
-        df = df.with_columns(
-            blank=df["blank"].scatter(spaced, blank_sp),
-            frame=df["frame"].scatter(spaced, frame_sp))
+        # Most of these are right-aligned headers: one anchored test finds the few that may be
+        # blank or a frame, and only those get the exact tests.
+        sub = df["line"].gather(spaced)
+        maybe = sub.str.contains(r"^\s*$|" + FRAME_LINE).arg_true()
+        if len(maybe):
+            lines = sub.gather(maybe)
+            at = spaced.gather(maybe)
+            df = df.with_columns(
+                blank=df["blank"].scatter(at, lines.str.strip_chars() == ""),
+                frame=df["frame"].scatter(at, lines.str.contains(FRAME_LINE) & ~lines.str.contains(TIME_TOKEN)))
     return df.with_columns(header=~pl.col("comment") & ~pl.col("blank") & ~pl.col("frame"))
+
+
+# a header's comm, pid, tid and cpu from their text
+_WHO = [pl.col("comm").str.strip_chars(), pl.col("pid").cast(pl.Int64, strict=False),
+        pl.col("tid").cast(pl.Int64, strict=False), pl.col("cpu").cast(pl.Int32, strict=False)]
+
+
+def _rests(rest: pl.Series) -> pl.DataFrame:
+    """Distinct header rests (what follows the time, or the cpu where there is no time) -> their
+    period, event, payload, whether the event is a tracepoint, the frame printed on the line
+    (ip, fsym, fdso), and a number (rid) that stands for the rest in later joins."""
+    # rest = "[period] event: payload"; the event ends at the first ':' before a blank
+    r = pl.col("rest").str.strip_chars_start()
+    t = rest.to_frame("rest").with_columns(q=r.str.find(r":(?:\s|$)")).with_columns(
+        ev=_cut(r, 0, pl.col("q")).str.strip_chars(),
+        payload=_cut(r, pl.col("q") + 1).str.strip_chars_start(),
+    ).with_columns(e=pl.col("ev").str.extract_groups(EVENT)).unnest("e").drop("q", "ev")
+    # the frame printed on the header line itself (no call chain recorded); the bulk
+    # scheduler tracepoints always print __schedule there, which tells nothing
+    payload = pl.col("payload")
+    maybe = payload.str.ends_with(")") | payload.str.contains(r"(?:^|\s)[0-9a-f]{4,16} \S+$")
+    maybe = maybe & ~pl.col("event").is_in(list(BULK_TRACEPOINTS))
+    return t.with_columns(
+        rid=pl.int_range(pl.len(), dtype=pl.Int64),
+        period=pl.col("period").cast(pl.Int64, strict=False),
+        tracepoint=pl.col("event").str.contains(TRACEPOINT)
+        & ~pl.col("event").str.split(":").list.last().str.contains(HW_MODIFIERS.pattern),
+        f=pl.when(maybe.fill_null(False)).then(payload).str.extract_groups(INLINE_FRAME),
+    ).unnest("f")
 
 
 class _Stacks:
@@ -363,10 +409,11 @@ class _State:
         df = df.with_columns(rec=pl.col("header").cast(pl.Int64).cum_sum() + (self.next_rec - 1))
         n_headers = int(df["header"].sum())
         orphan = df.filter(pl.col("frame") & (pl.col("rec") < self.next_rec))
-        for lineno, line in orphan.head(20).select("lineno", "line").iter_rows():
-            self.sink.issue("bad_line", "stack frame outside a record", lineno, line)
-        if len(orphan) > 20:
-            self.sink.issues_total += len(orphan) - 20
+        if len(orphan):
+            for lineno, line in orphan.head(20).select("lineno", "line").iter_rows():
+                self.sink.issue("bad_line", "stack frame outside a record", lineno, line)
+            if len(orphan) > 20:
+                self.sink.issues_total += len(orphan) - 20
         self.next_rec += n_headers
         heads = self._headers(df.filter(pl.col("header")))
         leaves = self._frames(df.filter(pl.col("frame") & (pl.col("rec") >= self.next_rec - n_headers)), heads)
@@ -376,71 +423,71 @@ class _State:
     def _headers(self, h: pl.DataFrame) -> pl.DataFrame:
         # Cut each header at its time token with a capture-free search (fast), then parse the
         # short pieces: "<comm pid/tid [cpu]>" before it, "<period event: payload>" after it.
+        # Both pieces repeat a lot (a few threads, a few events, the same switches over and
+        # over), so each is parsed once per distinct value and joined back to its lines.
         line = pl.col("line")
-        h = h.with_columns(p=line.str.find(TIME_TOKEN))
+        h = h.select("lineno", "line", "rec", p=line.str.find(TIME_TOKEN))
         timed = h.filter(pl.col("p").is_not_null()).with_columns(
-            pre=line.str.slice(0, pl.col("p")),
-            after=line.str.slice(pl.col("p") + 1)).with_columns(
-            tp=pl.col("after").str.splitn(":", 2)).with_columns(
-            ts=pl.col("tp").struct.field("field_0"), rest=pl.col("tp").struct.field("field_1")
-        ).with_columns(
-            m=pl.col("pre").str.extract_groups(PRE), tsp=pl.col("ts").str.split_exact(".", 1),
-        ).unnest("m").with_columns(
-            sec=pl.col("tsp").struct.field("field_0"), frac=pl.col("tsp").struct.field("field_1"),
-            rest=pl.col("rest").str.strip_chars_start())
-        cols = h.columns + ["comm", "pid", "tid", "cpu", "sec", "frac", "rest"]
-        timed = timed.select(cols)
-        untimed = h.filter(pl.col("p").is_null())
-        if len(untimed):
-            untimed = untimed.with_columns(m=line.str.extract_groups(HDR_NOTIME)).unnest("m").with_columns(
-                sec=pl.lit(None, pl.String), frac=pl.lit(None, pl.String)).select(cols)
-            t = pl.concat([timed, untimed], how="vertical")
-        else:
-            t = timed
-        # rest = "[period] event: payload"; the event ends at the first ':' before a blank
-        rest = pl.col("rest").fill_null("")
-        t = t.with_columns(q=rest.str.find(r":(?:\s|$)")).with_columns(
-            ev=rest.str.slice(0, pl.col("q")).str.strip_chars(),
-            payload=rest.str.slice(pl.col("q") + 1).str.strip_chars_start(),
-        ).with_columns(e=pl.col("ev").str.extract_groups(EVENT)).unnest("e").drop("q", "ev")
+            pre=_cut(line, 0, pl.col("p")),
+            tp=_cut(line, pl.col("p")).str.slice(1).str.splitn(":", 2).struct.rename_fields(["ts", "rest"]),
+        ).unnest("tp").with_columns(
+            tsp=pl.col("ts").str.split_exact(".", 1).struct.rename_fields(["sec", "frac"])).unnest("tsp")
+        who = timed.select(pl.col("pre").unique()).with_columns(
+            m=pl.col("pre").str.extract_groups(PRE)).unnest("m").with_columns(_WHO)
+        cols = ["lineno", "line", "rec", "comm", "pid", "tid", "cpu", "sec", "frac", "rest"]
+        t = timed.join(who, on="pre", how="left", maintain_order="left").select(cols)
+        if h["p"].null_count():
+            untimed = h.filter(pl.col("p").is_null()).with_columns(
+                m=line.str.extract_groups(HDR_NOTIME)).unnest("m").with_columns(
+                _WHO, sec=pl.lit(None, pl.String), frac=pl.lit(None, pl.String)).select(cols)
+            t = pl.concat([t, untimed], how="vertical")
+        # (a header without a rest gets no event from the join: it is a bad line)
+        t = t.join(_rests(t["rest"].unique()), on="rest", how="left", maintain_order="left")
         # a header whose numbers do not fit (a corrupted 30-digit pid or time) is a bad line too
         sec = pl.col("sec").cast(pl.Int64, strict=False)
-        fits = (pl.col("pid").cast(pl.Int64, strict=False).is_not_null()
-                & (pl.col("sec").is_null() | (sec < MAX_SECONDS).fill_null(False)))
-        unparsed = t.filter(pl.col("event").is_null() | pl.col("pid").is_null() | ~fits)
-        for lineno, line in unparsed.head(200).select("lineno", "line").iter_rows():
-            self.sink.issue("bad_line", "not a perf script record header or stack frame", lineno, line)
-        if len(unparsed) > 200:
-            self.sink.issues_total += len(unparsed) - 200
-        t = t.filter(pl.col("event").is_not_null() & pl.col("pid").is_not_null() & fits)
-        t = t.with_columns(
-            comm=pl.col("comm").str.strip_chars(),
-            pid=pl.col("pid").cast(pl.Int64),
-            tid=pl.col("tid").cast(pl.Int64, strict=False),
-            cpu=pl.col("cpu").cast(pl.Int32, strict=False),
+        fits = pl.col("pid").is_not_null() & (pl.col("sec").is_null() | (sec < MAX_SECONDS).fill_null(False))
+        ok = t.select(pl.col("event").is_not_null() & fits).to_series()
+        if not ok.all():
+            unparsed = t.filter(~ok)
+            for lineno, line in unparsed.head(200).select("lineno", "line").iter_rows():
+                self.sink.issue("bad_line", "not a perf script record header or stack frame", lineno, line)
+            if len(unparsed) > 200:
+                self.sink.issues_total += len(unparsed) - 200
+            t = t.filter(ok)
+        # `pid/tid` -> both; a single number is the thread id (perf's default field)
+        pid = pl.lit(None, pl.Int64)
+        if t["tid"].null_count() < len(t):
+            pid = pl.when(pl.col("tid").is_not_null() & pl.col("line").str.contains(r"\d/\d")).then(pl.col("pid"))
+        return t.with_columns(
             ts_raw_ns=sec * NS + pl.col("frac").str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64),
-            period=pl.col("period").cast(pl.Int64, strict=False),
-            tracepoint=pl.col("event").str.contains(TRACEPOINT)
-            & ~pl.col("event").str.split(":").list.last().str.contains(HW_MODIFIERS.pattern),
-        ).with_columns(
-            # `pid/tid` -> both; a single number is the thread id (perf's default field)
-            tid=pl.coalesce("tid", "pid"),
-            pid=pl.when(pl.col("tid").is_not_null() & pl.col("line").str.contains(r"\d/\d")).then(pl.col("pid")),
-        )
-        # the frame printed on the header line itself (no call chain recorded); the bulk
-        # scheduler tracepoints always print __schedule there, which tells nothing
-        maybe = pl.col("payload").str.ends_with(")") | pl.col("payload").str.contains(r"(?:^|\s)[0-9a-f]{4,16} \S+$")
-        maybe = maybe & ~pl.col("event").is_in(list(BULK_TRACEPOINTS))
-        idx = t.select(pl.arg_where(maybe.fill_null(False))).to_series()
-        empty = {"ip": pl.String, "fsym": pl.String, "fdso": pl.String}
-        t = t.with_columns(**{k: pl.lit(None, v) for k, v in empty.items()})
-        if len(idx):
-            got = t[idx].select(pl.col("payload").str.extract_groups(INLINE_FRAME)).unnest("payload")
-            t = t.with_columns(**{k: t[k].scatter(idx, got[k]) for k in empty})
-        return t
+            tid=pl.coalesce("tid", "pid"), pid=pid)
 
     def _frames(self, f: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
-        """rec -> leaf stack id, for records with frame lines or an inline frame.
+        """rec -> leaf stack id, for records with frame lines or an inline frame."""
+        parts = self._frame_lines(f) if len(f) else pl.DataFrame(
+            schema={"rec": pl.Int64, "lineno": pl.Int64, "fid": pl.Int64})
+        # single-line stacks: the frame printed on the header line itself
+        inline = heads.filter(pl.col("fsym").is_not_null()).select(
+            "rec", "lineno",
+            text=pl.col("fsym") + pl.when(pl.col("fdso").is_not_null()).then(" (" + pl.col("fdso") + ")")
+            .otherwise(pl.lit("")))
+        if len(inline):
+            inline = inline.join(parts.select("rec").unique(), on="rec", how="anti")
+        if len(inline):
+            inline = inline.select("rec", "lineno", fid=self._fids(inline["text"]).cast(pl.Int64))
+            allf = pl.concat([parts, inline]).sort("lineno")   # (rec grows with lineno)
+        else:
+            allf = parts
+        if allf.is_empty():
+            return pl.DataFrame({"rec": [], "stack_id": []}, schema={"rec": pl.Int64, "stack_id": pl.Int64})
+        per = allf.group_by("rec", maintain_order=True).agg(pl.col("fid"))
+        distinct = per.select("fid").unique(maintain_order=True)   # stack ids in first-seen order (the same every run)
+        leaf_of = [self.stacks.leaf(list(reversed(fids))) for fids in distinct["fid"].to_list()]
+        distinct = distinct.with_columns(stack_id=pl.Series(leaf_of, dtype=pl.Int64))
+        return per.join(distinct, on="fid", how="left").select("rec", "stack_id")
+
+    def _frame_lines(self, f: pl.DataFrame) -> pl.DataFrame:
+        """Frame lines -> (rec, lineno, frame id).
 
         Frame lines repeat a lot (one distinct line per return address): they are keyed by a
         64-bit hash of the whole line, only one line per hash is split and parsed, and the
@@ -459,27 +506,8 @@ class _State:
                 self.sink.issue("bad_line", "unreadable stack frame", lineno, line)
             self.sink.issues_total += max(0, len(hits) - 50)
         reps = reps.filter(ok).select("h", fid=self._fids(reps.filter(ok)["text"]))
-        parts = f.select("rec", "lineno", "h").join(reps, on="h", how="inner", maintain_order="left").select(
+        return f.select("rec", "lineno", "h").join(reps, on="h", how="inner", maintain_order="left").select(
             "rec", "lineno", pl.col("fid").cast(pl.Int64))
-        # single-line stacks: the frame printed on the header line itself
-        inline = heads.filter(pl.col("fsym").is_not_null()).select(
-            "rec", "lineno",
-            text=pl.col("fsym") + pl.when(pl.col("fdso").is_not_null()).then(" (" + pl.col("fdso") + ")")
-            .otherwise(pl.lit("")))
-        if len(inline):
-            inline = inline.join(parts.select("rec").unique(), on="rec", how="anti")
-        if len(inline):
-            inline = inline.select("rec", "lineno", fid=self._fids(inline["text"]).cast(pl.Int64))
-            allf = pl.concat([parts, inline]).sort("rec", "lineno")
-        else:
-            allf = parts
-        if allf.is_empty():
-            return pl.DataFrame({"rec": [], "stack_id": []}, schema={"rec": pl.Int64, "stack_id": pl.Int64})
-        per = allf.group_by("rec", maintain_order=True).agg(pl.col("fid"))
-        distinct = per.select("fid").unique(maintain_order=True)   # stack ids in first-seen order (the same every run)
-        leaf_of = [self.stacks.leaf(list(reversed(fids))) for fids in distinct["fid"].to_list()]
-        distinct = distinct.with_columns(stack_id=pl.Series(leaf_of, dtype=pl.Int64))
-        return per.join(distinct, on="fid", how="left").select("rec", "stack_id")
 
     def _fids(self, texts: pl.Series) -> pl.Series:
         """Frame texts ('sym+0x1b (dso)') -> frame ids (distinct texts parsed once)."""
@@ -511,7 +539,11 @@ class _State:
             self.sink.add_frame("samples", samples.select(
                 "pid", "tid", "cpu", "comm", "ts_raw_ns", "event",
                 pl.col("period").fill_null(1), "stack_id"))
-        tps = t.filter(pl.col("tracepoint"))
+        # (header rest, stack id) as one number: rests are numbered per chunk and stack ids per
+        # file, both far below 2**31
+        key = pl.col("rid") * (1 << 32) + pl.col("stack_id").fill_null(-1) + 1
+        tps = t.select("event", "payload", "stack_id", "pid", "tid", "cpu", "ts_raw_ns", "lineno", "line",
+                       "tracepoint", key=key).filter(pl.col("tracepoint"))
         if len(tps):
             self._tracepoints(tps)
 
@@ -519,37 +551,44 @@ class _State:
         for (event,), g in tps.group_by("event", maintain_order=True):
             self.events[event] = self.events.get(event, 0) + len(g)
             spec = TRACEPOINTS.get(event)
-            payload = pl.col("payload").fill_null("")
+            # A payload's fields are parsed once per distinct (header rest, stack id): the same
+            # switches between the same threads recur all through a recording.
+            d = g.select("key", "stack_id", pl.col("payload").fill_null("")).unique("key")
+            payload = pl.col("payload")
             cols = []
+            keep = []
             if event == "sched:sched_switch":
-                g = g.with_columns(_switch_fields(payload))
+                d = d.with_columns(_switch_fields(payload))
                 fields = TRACEPOINTS[event][1]
                 for n, typ in fields:
                     c = pl.col(f"f_{n}")
                     cols.append((c.cast(pl.Int64, strict=False) if typ is int else c).alias(n))
                 attrs = pl.struct(cols + [pl.col("stack_id")]).struct.json_encode()
-                pid = pl.col("pid")
+                spid = pl.lit(None, pl.Int64)
+                keep = [pl.col("f_next_pid").cast(pl.Int64, strict=False), "f_next_comm"]   # (for _oncpu)
             elif spec:
                 pattern, fields = spec
-                g = g.with_columns(f=payload.str.extract_groups("^" + pattern)).unnest("f")
+                d = d.with_columns(f=payload.str.extract_groups("^" + pattern)).unnest("f")
                 names = [str(i) for i in range(1, len(fields) + 1)]
-                g = g.rename(dict(zip(names, [f"f_{n}" for n, _ in fields])))
+                d = d.rename(dict(zip(names, [f"f_{n}" for n, _ in fields])))
                 for n, typ in fields:
                     c = pl.col(f"f_{n}")
                     cols.append((c.cast(pl.Int64, strict=False) if typ is int else c).alias(n))
                 attrs = pl.struct(cols + [pl.col("stack_id")]).struct.json_encode()
                 subject = SUBJECT_PID.get(event)
-                pid = pl.col(f"f_{subject}").cast(pl.Int64, strict=False) if subject else pl.col("pid")
+                spid = pl.col(f"f_{subject}").cast(pl.Int64, strict=False) if subject else pl.lit(None, pl.Int64)
             else:
                 attrs = pl.struct(payload.alias("payload"), pl.col("stack_id")).struct.json_encode()
-                pid = pl.col("pid")
+                spid = pl.lit(None, pl.Int64)
+            d = d.select("key", *keep, attrs=attrs, spid=spid)
+            g = g.join(d, on="key", how="left", maintain_order="left")
             cat = "sched" if event.startswith("sched:") else "tracepoint"
             # Frequent tracepoints keep only their line number: the evidence text is read back
             # from the file when it is shown. Rare ones (exits, forks, execs) keep their text.
             text = pl.lit(None, pl.String) if event in BULK_TRACEPOINTS else pl.col("line")
-            out = g.select(pid=pl.coalesce(pid, pl.col("pid")), tid="tid", ts_raw_ns="ts_raw_ns",
+            out = g.select(pid=pl.coalesce("spid", "pid"), tid="tid", ts_raw_ns="ts_raw_ns",
                            category=pl.lit(cat), name=pl.lit(event), line="lineno", text=text,
-                           attrs=attrs)
+                           attrs="attrs")
             self.sink.add_frame("events", out)
             if event == "sched:sched_switch" and spec:
                 self._oncpu(g)
@@ -557,12 +596,12 @@ class _State:
     def _oncpu(self, g: pl.DataFrame) -> None:
         """On-CPU intervals: on each CPU, next_pid runs from its switch-in to the next switch."""
         sw = g.filter(pl.col("cpu").is_not_null() & pl.col("ts_raw_ns").is_not_null()).select(
-            "cpu", "ts_raw_ns", pl.col("f_next_pid").cast(pl.Int64, strict=False).alias("tid"),
+            "cpu", "ts_raw_ns", pl.col("f_next_pid").alias("tid"),
             pl.col("f_next_comm").alias("comm"), pl.col("lineno"))
         if sw.is_empty():
             return
         if getattr(self.ctx, "byte_range", None) is not None:
-            for cpu, ts in sw.group_by("cpu").agg(pl.col("ts_raw_ns").min()).iter_rows():
+            for cpu, ts in sw.group_by("cpu", maintain_order=True).agg(pl.col("ts_raw_ns").min()).iter_rows():
                 self.first_switch.setdefault(cpu, ts)
         if self.switch_carry is not None:
             sw = pl.concat([self.switch_carry, sw])

@@ -182,3 +182,76 @@ def test_relative_times_are_refused_clearly(tmp_path):
     p.write_text(rel)
     r, t = parse(tmp_path, p)
     assert r.clock_domain == "none" and "relative" in r.attrs["time_note"] and r.status == "partial"
+
+
+def test_repeated_header_pieces_keep_each_records_values(tmp_path):
+    """Headers that repeat the same comm/pid/cpu and the same tracepoint payload (parsed once per
+    distinct value) still give each record its own time, line and stack; space-only lines are
+    blank and space-indented frame lines belong to their record."""
+    switch = ("sched:sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> "
+              "next_comm=app next_pid=5 next_prio=120")
+    text = "\n".join([
+        f"         swapper     0 [000]   100.000001:          1 {switch}",
+        "\tffffffff81000001 schedule ([kernel.kallsyms])",
+        "\tffffffff81000002 worker+0x1b ([kernel.kallsyms])",
+        "",
+        f"         swapper     0 [000]   100.000002:          1 {switch}",
+        "\tffffffff81000001 schedule+0x4 ([kernel.kallsyms])",
+        "\tffffffff81000003 idle ([kernel.kallsyms])",
+        "   ",
+        f"         swapper     0 [000]   100.000003:          1 {switch}",
+        " \u3000",
+        "             app     5 [001]   100.000004:     250000 cpu-clock: ",
+        "    ffffffff81000001 schedule ([kernel.kallsyms])",
+        "    ffffffff81000002 worker ([kernel.kallsyms])",
+        "",
+    ])
+    p = tmp_path / "repeat.perf.txt"
+    p.write_text(text)
+    r, t = parse(tmp_path, p)
+    assert r.format == "perf_script" and r.status == "parsed" and "parse_issues" not in t
+    nodes = {row["stack_id"]: row for row in t["stacks"].iter_rows(named=True)}
+
+    def path(sid):
+        out = []
+        while sid is not None:
+            out.append(nodes[sid]["frame"])
+            sid = nodes[sid]["parent_id"]
+        return out[::-1]
+
+    sw = t["events"].filter(pl.col("name") == "sched:sched_switch").sort("line")
+    assert sw["line"].to_list() == [1, 5, 9]
+    assert sw["ts_raw_ns"].to_list() == [100_000_001_000, 100_000_002_000, 100_000_003_000]
+    attrs = [json.loads(a) for a in sw["attrs"]]
+    assert [a["next_pid"] for a in attrs] == [5, 5, 5]
+    assert [path(a["stack_id"]) if a["stack_id"] is not None else None for a in attrs] == \
+        [["worker", "schedule"], ["idle", "schedule"], None]
+    oncpu = t["events"].filter(pl.col("name") == "oncpu").sort("ts_raw_ns")
+    assert oncpu["tid"].to_list() == [5, 5] and oncpu["dur_ns"].to_list() == [1000, 1000]
+    (s,) = t["samples"].rows(named=True)
+    assert (s["comm"], s["tid"], s["cpu"], s["period"]) == ("app", 5, 1, 250000)
+    assert path(s["stack_id"]) == ["worker", "schedule"]
+
+
+def test_non_ascii_commands_are_cut_where_their_fields_end(tmp_path):
+    """A command name with non-ASCII text (comms are bytes the process chose; a thread named in
+    Japanese, an accented script name) leaves the header's and the payload's fields where they
+    are: the cuts are at byte offsets of the separators, not at that many characters."""
+    switch = ("sched:sched_switch: prev_comm=データ処理 prev_pid=7 prev_prio=120 prev_state=S ==> "
+              "next_comm=trainé next_pid=8 next_prio=120")
+    text = "\n".join([
+        f"    データ処理     7/7     [003]   71.180677:          1 {switch}",
+        "       trainé     8/8     [003]   71.180680:     250000 cpu-clock: ",
+        "\tffffffff81000001 schedule ([kernel.kallsyms])",
+        "",
+    ])
+    p = tmp_path / "utf8.perf.txt"
+    p.write_text(text, encoding="utf-8")
+    r, t = parse(tmp_path, p)
+    assert r.status == "parsed" and "parse_issues" not in t
+    (sw,) = t["events"].filter(pl.col("name") == "sched:sched_switch").rows(named=True)
+    a = json.loads(sw["attrs"])
+    assert (sw["tid"], sw["ts_raw_ns"]) == (7, 71_180_677_000)
+    assert (a["prev_comm"], a["prev_pid"], a["next_comm"], a["next_pid"]) == ("データ処理", 7, "trainé", 8)
+    (s,) = t["samples"].rows(named=True)
+    assert (s["comm"], s["pid"], s["tid"], s["cpu"], s["ts_raw_ns"]) == ("trainé", 8, 8, 3, 71_180_680_000)
