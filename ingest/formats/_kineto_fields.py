@@ -7,6 +7,7 @@ key that changes its spelling in a new PyTorch release is added here once.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -99,6 +100,7 @@ C10D_NOT_COLLECTIVE = frozenset({"wait", "work", "abort", "shutdown", "allreduce
 DERIVED_NAMES = r"^(?:ProfilerStep#|Optimizer\.step#|c10d::|record_param_comms$|(?:gloo|nccl|ucc|mpi|xccl):|(?:void )?nccl)"
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_collective(raw: str | None) -> str | None:
     """'c10d::_allgather_base_' / 'all_to_all' / 'AllReduce' -> 'allgather' / 'alltoall' / 'allreduce'."""
     if not raw:

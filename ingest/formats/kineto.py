@@ -10,10 +10,11 @@ What is read (reference: shared/reference/FORMATS.md section 2)
   kept: about 50 bytes per flow event). Per chunk the work is vectorised: one Polars frame
   of the event fields, ``attrs`` as one Arrow string array built from the joined raw
   ``args`` bytes, and once the events fill a row group the Parquet parts are written on a
-  second thread (:class:`_SinkThread`) while the next chunk is decoded. A chunk of fewer
-  than :data:`SMALL_CHUNK` events (a small file, such as the per-rank traces of a large job)
-  is read one event at a time instead, to the same rows: the fixed cost of the vectorised
-  queries would be most of its parse.
+  second thread (:class:`_SinkThread`) while the next chunk is decoded. Chunks of fewer
+  than :data:`SMALL_CHUNK` events (a small file, such as the per-rank traces of a large job,
+  whose last event is a chunk of its own) are read together, with Python lists and a few
+  Arrow arrays instead of Polars queries, to the same rows: the fixed cost of the vectorised
+  queries would be most of their parse.
 * Time. Every ``ts`` becomes **wall-clock epoch nanoseconds** in ``ts_raw_ns`` (clock
   domain ``wall``):
 
@@ -64,9 +65,12 @@ import bisect
 import json
 import io
 import math
+import operator
 import re
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
+from array import array
+from itertools import accumulate, chain, compress, repeat
 from pathlib import PurePosixPath
 from typing import get_args
 
@@ -98,14 +102,20 @@ PHASES = frozenset(get_args(Phase)) - {""}    # every phase of the Chrome trace 
 WORKER_FILE = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\.\d{13,19}\.pt\.trace\.json"
                          r"(?:\.gz)?(?:\.tmp)?$")
 _EVENT_PHASES = ("X", "i", "I")
+_EVENT_PHASE_SET = frozenset(_EVENT_PHASES)
+_EVENT_COLUMNS = ("pid", "tid", "ts_raw_ns", "dur_ns", "category", "name", "attrs")
+_ALIAS = CATEGORY_ALIASES.get
 _FLOW_PHASES = ("s", "t", "f")
-# Chunks of fewer events are read one event at a time (see _State._small_chunk): below this
+# Chunks of fewer events are read with Python lists (see _State._small_chunk): below this
 # size the fixed cost of the vectorised path's queries is larger than the per-event work.
 SMALL_CHUNK = 3000
+DETECT_BYTES = 16 << 10         # detect() reads the first events from this much of the head first
+_KEEP_PIDS = 1 << 20            # small chunks' pids kept for counting at the end, at most (then counted)
 # The prefilter of derived rows in Python's re: it lets through every name that Polars' regex
 # engine does (its ``$`` also matches before a final newline), and _derived checks each name
 # it gets.
 _DERIVED = re.compile(DERIVED_NAMES)
+_DERIVED_NAME: dict[str, bool] = {}    # name -> whether _DERIVED lets it through (names recur in every file)
 
 
 def _coerce(v) -> Ev | None:
@@ -159,23 +169,20 @@ def _args(e: Ev) -> dict:
     return a if isinstance(a, dict) else {}
 
 
-def _attrs(evs: list) -> pa.Array:
-    """``events.attrs``: each event's raw ``args`` JSON text (null without args), as one Arrow
-    string array made from the joined raw bytes (no Python string per event). A raw newline
-    can only be whitespace between JSON tokens (newlines inside strings are escaped), so the
-    indentation of pretty-printed files is dropped safely."""
-    raws = [e.args for e in evs]
-    lens = [0]
-    lens += map(len, raws)
+def _attrs(raws: list) -> pa.Array:
+    """``events.attrs``: each event's raw ``args`` JSON text (``raws``: the events' ``args``;
+    null without args), as one Arrow string array made from the joined raw bytes (no Python
+    string per event). A raw newline can only be whitespace between JSON tokens (newlines
+    inside strings are escaped), so the indentation of pretty-printed files is dropped safely."""
+    lens = list(map(len, raws))
     data = b"".join(raws)
     big = len(data) >> 31
-    offsets = pc.cumulative_sum(pa.array(lens, type=pa.int64() if big else pa.int32()))
+    offsets = array("q" if big else "i", list(accumulate(lens, initial=0)))
     valid = None                     # null where the event had no args
-    if 0 in lens[1:]:
-        has = pc.not_equal(offsets[1:], offsets[:-1])
-        valid = (has if has.offset == 0 else pa.array([n > 0 for n in lens[1:]])).buffers()[1]
+    if 0 in lens:
+        valid = pa.array(list(map(bool, lens)), pa.bool_()).buffers()[1]
     arr = pa.Array.from_buffers(pa.large_string() if big else pa.string(), len(raws),
-                                [valid, offsets.buffers()[1], pa.py_buffer(data)])
+                                [valid, pa.py_buffer(offsets), pa.py_buffer(data)])
     try:
         if not data.isascii():      # ASCII is valid UTF-8 (the common case: a fast check)
             arr.validate(full=True)
@@ -197,39 +204,127 @@ def _ints(values: list) -> pl.Series:
     return pl.Series(values, dtype=pl.Int64, strict=False)
 
 
-def _us_to_ns(ts: float) -> int:
-    """``floor(ts) * 1000 + round(frac(ts) * 1000)`` (half to even), as the vectorised path does."""
-    whole = math.floor(ts)
-    return whole * 1000 + round((ts - whole) * 1000)
+_I64 = pa.int64()
+_NULL_I64 = pa.scalar(None, _I64)         # (made once: making a scalar costs more than using it)
+_UNNAMED = pa.scalar("(unnamed)", pa.string())
+_GPU_SET = pc.SetLookupOptions(pa.array(sorted(GPU_CATEGORIES), pa.string()))
+_STR_OR_NONE = frozenset({str, type(None)})
+_INT_OF: dict = {}          # str -> what _ints reads it as (a label such as "Spans" recurs in every file)
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_NOT_SEEN = object()
 
 
-def _round_int64(x: float) -> int | None:
-    """x rounded half to even, or None where Polars' non-strict cast to Int64 gives null."""
-    if not math.isfinite(x):
-        return None
-    r = round(x)
-    return r if -(1 << 63) <= r < (1 << 63) else None
+def _text_values(values: list) -> list:
+    """``_texts(values).to_list()``; names are nearly always text already, which it keeps as it is."""
+    if set(map(type, values)) <= _STR_OR_NONE:
+        return values
+    return _texts(values).to_list()
 
 
-def _pair_flows(src: pl.DataFrame, dst: pl.DataFrame) -> pa.Table:
-    """The flows of a few flow ends: the rows of the full join of the start ends ``src`` with the
-    other ends ``dst`` on (category, flow_id), nulls equal (the join the vectorised path makes,
-    for which no row order is promised either)."""
-    key = 2                                   # (category, flow_id) lead both frames
-    starts, ends = src.rows(), dst.rows()
+def _int_values(values: list) -> list:
+    """``_ints(values).to_list()`` without a Series for the ints that are already Int64.
+
+    Polars casts each value on its own, so only the others (a str pid such as "Spans", an
+    int beyond 64 bits, a float from an untyped chunk) go through ``_ints``, once per distinct
+    value, and every other int keeps its value. The mapping from those values to their casts
+    leaves such an int as it is: no str equals an int, and an int that equals a float key is
+    that float's cast (an integral float casts to itself when it fits 64 bits, else to null)."""
+    odd = [v for v in set(values) if v is not None and (type(v) is not int or not _I64_MIN <= v <= _I64_MAX)]
+    if not odd:
+        return values
+    conv, new = {}, []
+    for v in odd:
+        c = _INT_OF.get(v, _NOT_SEEN) if type(v) is str else _NOT_SEEN
+        if c is _NOT_SEEN:
+            new.append(v)
+        else:
+            conv[v] = c
+    if new:
+        got = _ints(new).to_list()
+        conv.update(zip(new, got))
+        if len(_INT_OF) > 4096:
+            _INT_OF.clear()
+        _INT_OF.update((v, c) for v, c in zip(new, got) if type(v) is str)
+    return list(map(conv.get, values, values))
+
+
+def _usable(t) -> bool:
+    """A ts that is a time: a number with ``|ts| < MAX_TS_US`` (not NaN)."""
+    return t is not None and -MAX_TS_US < t < MAX_TS_US
+
+
+def _us_to_ns(ts: list, off: int) -> list:
+    """float µs -> int ns, ``floor(ts) * 1000 + round(frac(ts) * 1000) + off`` (half to even), as
+    the vectorised path does; None where ``ts`` is no time (the test of :func:`_usable`, inline)."""
+    floor = math.floor
+    return [(w := floor(t)) * 1000 + round((t - w) * 1000) + off if t is not None and -MAX_TS_US < t < MAX_TS_US
+            else None for t in ts]
+
+
+def _dur_to_ns(dur: list) -> list:
+    """``dur * 1000`` rounded half to even; None where Polars' non-strict cast to Int64 gives null:
+    not finite, or outside the Int64 range (for a float x, ``round(x)`` is in that range exactly
+    when ``-2**63 <= x < 2**63``: the floats near those bounds are integers)."""
+    return [round(x) if d is not None and -9223372036854775808.0 <= (x := d * 1000) < 9223372036854775808.0
+            else None for d in dur]
+
+
+def _int64_array(values: list) -> pa.Array:
+    """Python ints (no None) as an Arrow int64 array, through the array module (a faster conversion)."""
+    return pa.Array.from_buffers(_I64, len(values), [None, pa.py_buffer(array("q", values))])
+
+
+_FLOW_END = ("category", "flow_id", "pid", "tid", "ts_raw_ns")
+
+
+def _flow_rows(parts: list) -> list[tuple]:
+    """The rows of flow ends kept per chunk (a Polars frame, or the small path's tuples)."""
+    rows = []
+    for p in parts:
+        rows += p.rows() if isinstance(p, pl.DataFrame) else p
+    return rows
+
+
+def _flow_frame(parts: list, side: str) -> pl.DataFrame:
+    """The flow ends of one side as one Polars frame (category, flow_id, <side>_pid, ...)."""
+    schema = {("" if c in ("category", "flow_id") else f"{side}_") + c: pl.String if c == "category" else pl.Int64
+              for c in _FLOW_END}
+    return pl.concat([p if isinstance(p, pl.DataFrame) else pl.DataFrame(p, schema=schema, orient="row")
+                      for p in parts])
+
+
+def _pair_flows(starts: list[tuple], ends: list[tuple]) -> pa.Table:
+    """The flows of a few flow ends: the rows of the full join of the start ends with the
+    other ends on (category, flow_id), nulls equal (the join the vectorised path makes, for
+    which no row order is promised either). A row is (category, flow_id, pid, tid, ts_raw_ns)."""
+    key = 2                                   # (category, flow_id) lead both sides
     by_key: dict[tuple, list[tuple]] = {}
     for d in ends:
         by_key.setdefault(d[:key], []).append(d)
     rows = []
     for s in starts:
         got = by_key.get(s[:key])
-        rows += [s + d[key:] for d in got] if got else [s + (None,) * (dst.width - key)]
+        rows += [s + d[key:] for d in got] if got else [s + (None,) * (len(_FLOW_END) - key)]
     paired = {s[:key] for s in starts}
-    rows += [d[:key] + (None,) * (src.width - key) + d[key:] for d in ends if d[:key] not in paired]
-    names = src.columns + dst.columns[key:]
+    rows += [d[:key] + (None,) * (len(_FLOW_END) - key) + d[key:] for d in ends if d[:key] not in paired]
+    names = ["category", "flow_id"] + [f"{side}_{c}" for side in ("src", "dst") for c in _FLOW_END[key:]]
+    n = len(rows)
     cols = list(zip(*rows)) if rows else [()] * len(names)
-    return pa.table([pa.array(c, pa.string() if n == "category" else pa.int64()) for n, c in zip(names, cols)],
+    ints = pa.array(list(chain.from_iterable(cols[1:])), _I64)     # (the integer columns one after the other)
+    return pa.table([pa.array(cols[0], pa.string())] + [ints.slice(k * n, n) for k in range(len(names) - 1)],
                     names=names)
+
+
+def _count_pids(parts: list) -> Counter:
+    """The events per CPU-side pid, from the parts :class:`_State` keeps: {pid: events}, or the
+    pids and categories of a small chunk's events. As in the vectorised path, an event of a GPU
+    category or without a category is not counted as CPU-side."""
+    counts: Counter = Counter()
+    for p in parts:
+        if isinstance(p, tuple):
+            p = (pid for pid, c in zip(*p) if pid is not None and c is not None and c not in GPU_CATEGORIES)
+        counts.update(p)
+    return counts
 
 
 def _nelems(dims) -> int | None:
@@ -334,11 +429,17 @@ class KinetoParser(Parser):
         data = head.data.lstrip(b"\xef\xbb\xbf").lstrip()
         if not data[:1] in (b"{", b"["):
             return False
-        reader = EventReader(io.BufferedReader(io.BytesIO(data)), block=len(data) + 1)
-        events = []
-        for chunk in reader:
-            events.extend(chunk.events[:50])
-            if len(events) >= 50:
+        # The first 50 events decide. They are read from the head's first DETECT_BYTES when those
+        # hold them (a prefix is cut into the complete events at its start, as the whole head is),
+        # else from the whole head.
+        for part in (data[:DETECT_BYTES], data):
+            reader = EventReader(io.BufferedReader(io.BytesIO(part)), block=len(part) + 1)
+            events = []
+            for chunk in reader:
+                events.extend(chunk.events[:50])
+                if len(events) >= 50:
+                    break
+            if len(events) >= 50 or len(part) == len(data):
                 break
         out = reader.outcome
         ok = 0
@@ -384,18 +485,23 @@ class _State:
         self.time_base: str | None = None
         self.pending_rebase = False
         self.phases: Counter = Counter()
-        self.flow_src: list[pl.DataFrame] = []     # s ends of flows, per chunk
-        self.flow_dst: list[pl.DataFrame] = []     # t/f ends
+        self.flow_src: list = []     # s ends of flows, per chunk: a Polars frame, or a list of row tuples
+        self.flow_dst: list = []     # t/f ends
         self.steps: list[dict] = []
         self.colls: list[dict] = []
         self.param_comms: dict[tuple, list] = {}
-        self.cpu_pids: Counter = Counter()
+        # CPU-side pids, per chunk in order: {pid: events} (vectorised) or (pids, categories) of the
+        # events (small chunks); counted only when no process label or file name gives the pid
+        self.cpu_pids: list = []
+        self.cpu_pids_kept = 0               # events in the small chunks' parts of cpu_pids
         self.labelled_cpu: set[int] = set()
-        self.kineto_cats = 0
+        self.kineto_cats = 0                 # events of a Kineto category (the small path: 1 once there is one)
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.slow_chunks = 0
         self.optimizer_steps: Counter = Counter()
+        self.small: list[Chunk] = []         # typed chunks of few events not read yet
+        self.small_events = 0
 
     # -- per chunk -----------------------------------------------------------------
     def _time_base(self, out: Outcome, tmin: float | None) -> None:
@@ -415,6 +521,14 @@ class _State:
 
     def chunk(self, chunk: Chunk, out: Outcome) -> None:
         evs = chunk.events
+        if chunk.typed and len(evs) < SMALL_CHUNK:
+            # read with the next ones while they stay few (a file's last event is a chunk of its own)
+            if self.small_events + len(evs) >= SMALL_CHUNK:
+                self.read_small(out)
+            self.small.append(chunk)
+            self.small_events += len(evs)
+            return
+        self.read_small(out)
         if not chunk.typed:
             self.slow_chunks += 1
             typed = []
@@ -430,7 +544,7 @@ class _State:
         if not evs:
             return
         if len(evs) < SMALL_CHUNK:
-            self._small_chunk(evs, chunk.offset, out)
+            self._small_chunk(evs, [(0, chunk.offset)], out)
             return
         df = pl.DataFrame({
             "ph": pl.Series([e.ph for e in evs], dtype=pl.String),
@@ -477,94 +591,153 @@ class _State:
         for row in df.filter(pl.col("ph") == "M").iter_rows(named=True):
             self._meta(row, evs[row["i"]])
 
-    def _small_chunk(self, evs: list, offset: int, out: Outcome) -> None:
-        """:meth:`chunk` for a chunk of few events (a small file, the last events of a large one),
-        one event at a time: the same rows and sink calls in the same order, without the fixed
-        cost of a dozen Polars queries, which is most of the parse of a small file. The values
-        are converted as in :meth:`chunk` (names, pids and flow ids by the same Polars casts;
-        ``ts`` and ``dur`` rounded half to even like Polars' ``round``)."""
+    def read_small(self, out: Outcome) -> None:
+        """Read the gathered chunks of few events, together (see :meth:`_small_chunk`)."""
+        if not self.small:
+            return
+        chunks, self.small, self.small_events = self.small, [], 0
+        evs, segments = [], []
+        for c in chunks:
+            segments.append((len(evs), c.offset))
+            evs += c.events
+        self._small_chunk(evs, segments, out)
+
+    def _small_chunk(self, evs: list, segments: list[tuple[int, int]], out: Outcome) -> None:
+        """:meth:`chunk` for chunks of few events (a small file, the last events of a large one),
+        read together: the same rows and sink calls as :meth:`chunk` makes for each, without the
+        fixed cost of a dozen Polars queries, which is most of the parse of a small file.
+
+        ``evs`` are the events of the chunks one after the other; ``segments`` says where each
+        chunk starts in ``evs`` and at which byte offset of the stream. The columns are Python
+        lists, made once for all the chunks (``ts`` and ``dur`` by :func:`_us_to_ns` and
+        :func:`_dur_to_ns`; names, pids and flow ids by the same Polars casts as in :meth:`chunk`,
+        through :func:`_text_values` and :func:`_int_values`), and the events' columns Arrow
+        arrays made from them. (Arrow kernels for ``ts``/``dur`` cost as much as the list
+        comprehensions at these sizes, once their fixed cost per call is counted.) What depends
+        on the chunk is done per chunk, in the order :meth:`chunk` does it: the time base comes
+        from the first chunk with a usable ts, and the issues (at most 100 bad events per chunk,
+        at the chunk's offset) and metrics of a chunk come before those of the next."""
         n = len(evs)
+        bounds = [(lo, hi, off) for (lo, off), (hi, _) in zip(segments, segments[1:] + [(n, None)])]
         ph = [e.ph for e in evs]
-        cat = [e.cat for e in evs]
-        name = _texts([e.name for e in evs]).to_list()
-        pid = _ints([e.pid for e in evs]).to_list()
-        tid = _ints([e.tid for e in evs]).to_list()
-        ts = [t if t is not None and abs(t) < MAX_TS_US else None for t in (e.ts for e in evs)]
-        if self.offset is None:
-            self._time_base(out, min((t for t in ts if t is not None), default=None))
-        off = self.offset or 0
-        ts_ns = [None if t is None else _us_to_ns(t) + off for t in ts]
-        dur_ns = [None if e.dur is None else _round_int64(e.dur * 1000) for e in evs]
-        category = [CATEGORY_ALIASES.get(c, c) for c in cat]
         phases = Counter(ph)
         self.phases.update(phases)
+        dur = [e.dur for e in evs]
+        for p in ("i", "I"):                 # an instant has no duration, whatever it says
+            i = -1
+            for _ in range(phases[p]):
+                i = ph.index(p, i + 1)
+                dur[i] = None
+        ts = [e.ts for e in evs]
+        if self.offset is None and _base_ns(out.header.get("baseTimeNanoseconds")) is not None:
+            self._time_base(out, None)           # (from the header: no ts needed)
+        if self.offset is None:
+            for lo, hi, _ in bounds:
+                self._time_base(out, min(filter(_usable, ts[lo:hi]), default=None))
+                if self.offset is not None:
+                    break
+        ts_ns = _us_to_ns(ts, self.offset or 0)
+        dur_ns = _dur_to_ns(dur)
+        name = _text_values([e.name for e in evs])
+        pid = _int_values([e.pid for e in evs])
+        tid = _int_values([e.tid for e in evs])
+        cat = [e.cat for e in evs]
+        category = list(map(_ALIAS, cat, cat))
 
         def row(i: int) -> dict:
-            return dict(i=i, ph=ph[i], cat=cat[i], name=name[i], pid=pid[i], tid=tid[i], ts=ts[i],
-                        dur=evs[i].dur, ts_ns=ts_ns[i], dur_ns=dur_ns[i], category=category[i])
+            return dict(ph=ph[i], cat=cat[i], name=name[i], pid=pid[i], tid=tid[i], ts_ns=ts_ns[i], dur_ns=dur_ns[i],
+                        category=category[i])
 
         # spans and instants -> events
-        ev = [i for i in range(n) if ph[i] in _EVENT_PHASES]
-        bad = [i for i in ev if ts[i] is None]
-        for i in bad[:100]:
-            self.sink.issue("bad_event", f"{ph[i]} event without a numeric ts", text=str(name[i])[:200],
-                            byte_offset=offset)
-        if len(bad) > 100:
-            self.sink.more_issues(len(bad) - 100)
-        if bad:
-            ev = [i for i in ev if ts[i] is not None]
+        only_events = phases.keys() <= _EVENT_PHASE_SET
+        is_event = None if only_events else list(map(_EVENT_PHASE_SET.__contains__, ph))
+        keep = is_event                      # the event rows (None: every row)
+        bad: list[int] = []
+        if None in ts_ns:
+            valid = list(map(operator.is_not, ts_ns, repeat(None)))
+            bad = [i for i in range(n) if not valid[i] and (only_events or is_event[i])]
+            keep = valid if only_events else list(map(operator.and_, is_event, valid))
+        ev = range(n) if keep is None else list(compress(range(n), keep))
+        attrs = None
+        mem: list[int] = []
         if ev:
-            gpu = [category[i] in GPU_CATEGORIES for i in ev]
-            attrs = _attrs(evs if len(ev) == n else [evs[i] for i in ev])
-            names = ["(unnamed)" if name[i] is None else name[i] for i in ev]
-            self.sink.add_frame("events", pa.table({
-                "pid": pa.array([None if g else pid[i] for i, g in zip(ev, gpu)], pa.int64()),
-                "tid": pa.array([None if g else tid[i] for i, g in zip(ev, gpu)], pa.int64()),
-                "ts_raw_ns": pa.array([ts_ns[i] for i in ev], pa.int64()),
-                "dur_ns": pa.array([dur_ns[i] if ph[i] == "X" else None for i in ev], pa.int64()),
-                "category": pa.array([category[i] for i in ev], pa.string()),
-                "name": pa.array(names, pa.string()),
-                "attrs": attrs,
-            }))
-            lo, hi = min(ts_ns[i] for i in ev), max(ts_ns[i] for i in ev)
+            def sub(values: list) -> list:          # the event rows of a column
+                return values if keep is None else list(compress(values, keep))
+
+            ev_ts = sub(ts_ns)
+            m = len(ev_ts)
+            ints = pa.array(sub(pid) + sub(tid) + sub(dur_ns), _I64)    # (one conversion for three columns)
+            cols = [ints.slice(0, m), ints.slice(m, m), _int64_array(ev_ts), ints.slice(2 * m, m)]
+            ev_category = sub(category)
+            texts = pa.array(ev_category + sub(name), pa.string())
+            category_a, name_a = texts.slice(0, m), texts.slice(m, m)
+            if not GPU_CATEGORIES.isdisjoint(ev_category):
+                gpu = pc.is_in(category_a, options=_GPU_SET)
+                cols[0], cols[1] = pc.if_else(gpu, _NULL_I64, cols[0]), pc.if_else(gpu, _NULL_I64, cols[1])
+            raws = [e.args for e in evs]
+            attrs = _attrs(sub(raws))
+            self.sink.add_frame("events", pa.Table.from_arrays(
+                cols + [category_a, name_a.fill_null(_UNNAMED) if name_a.null_count else name_a, attrs],
+                names=_EVENT_COLUMNS))
+            lo, hi = min(ev_ts), max(ev_ts)
             self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
             self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
-            self.kineto_cats += sum(cat[i] in KINETO_CATS for i in ev)
-            # (as in the vectorised path, an event without a category is not counted as CPU-side)
-            self.cpu_pids.update(pid[i] for i, g in zip(ev, gpu)
-                                 if not g and category[i] is not None and pid[i] is not None)
-            for i in ev:
-                if name[i] is not None and _DERIVED.match(name[i]):
-                    self._derived(row(i), evs[i])
-            mem = [j for j, v in enumerate(names) if v == "[memory]"]
+            if not self.kineto_cats:         # (only whether there is one is read)
+                self.kineto_cats = int(any(map(KINETO_CATS.__contains__, cat if keep is None else compress(cat, keep))))
+            self.cpu_pids.append((sub(pid), ev_category))
+            self.cpu_pids_kept += m
+            if self.cpu_pids_kept > _KEEP_PIDS:      # (memory stays bounded on a file of many small chunks)
+                self.cpu_pids, self.cpu_pids_kept = [dict(_count_pids(self.cpu_pids))], 0
+            hits = set()
+            for v in set(name):
+                if v is not None:
+                    h = _DERIVED_NAME.get(v)
+                    if h is None:
+                        h = _DERIVED.match(v) is not None
+                        if len(_DERIVED_NAME) > 65536:
+                            _DERIVED_NAME.clear()
+                        _DERIVED_NAME[v] = h
+                    if h:
+                        hits.add(v)
+            if hits:
+                for i in compress(range(n), map(hits.__contains__, name)):
+                    if keep is None or keep[i]:
+                        self._derived(row(i), evs[i])
+            if "[memory]" in name:
+                mem = [j for j, i in enumerate(ev) if name[i] == "[memory]"]
+        counters = [i for i in range(n) if ph[i] == "C"] if phases["C"] else []
+        for lo, hi, offset in bounds:
+            # per chunk: its issues (bad events, counters) and metrics (memory, counters) in order
+            seg_bad = bad[bisect.bisect_left(bad, lo):bisect.bisect_left(bad, hi)]
+            for i in seg_bad[:100]:
+                self.sink.issue("bad_event", f"{ph[i]} event without a numeric ts", text=str(name[i])[:200],
+                                byte_offset=offset)
+            if len(seg_bad) > 100:
+                self.sink.more_issues(len(seg_bad) - 100)
             if mem:
-                self._memory(pl.DataFrame({
-                    "ts_raw_ns": pl.Series([ts_ns[ev[j]] for j in mem], dtype=pl.Int64),
-                    "attrs": pl.from_arrow(attrs.take(pa.array(mem, pa.int64()))),
-                }))
-        if phases.keys() <= set(_EVENT_PHASES):
-            return
-        # counters -> metrics
-        for i in range(n):
-            if ph[i] == "C":
+                seg_mem = [j for j in mem if lo <= ev[j] < hi]
+                if seg_mem:
+                    self._memory(pl.DataFrame({
+                        "ts_raw_ns": pl.Series([ts_ns[ev[j]] for j in seg_mem], dtype=pl.Int64),
+                        "attrs": pl.from_arrow(attrs.take(pa.array(seg_mem, pa.int64()))),
+                    }))
+            for i in counters[bisect.bisect_left(counters, lo):bisect.bisect_left(counters, hi)]:
                 self._counter(row(i), evs[i], offset)
+        if only_events:
+            return
+        other = list(compress(range(n), map(operator.not_, is_event)))
         # flows
-        fl = [i for i in range(n) if ph[i] in _FLOW_PHASES]
+        fl = [i for i in other if ph[i] in _FLOW_PHASES]
         if fl:
-            ids = _ints([evs[i].id for i in fl]).to_list()
-            for ends, side, keep in ((self.flow_src, "src", True), (self.flow_dst, "dst", False)):
-                end = [(i, f) for i, f in zip(fl, ids) if (ph[i] == "s") == keep]
-                ends.append(pl.DataFrame({
-                    "category": pl.Series([cat[i] for i, _ in end], dtype=pl.String),
-                    "flow_id": pl.Series([f for _, f in end], dtype=pl.Int64),
-                    f"{side}_pid": pl.Series([pid[i] for i, _ in end], dtype=pl.Int64),
-                    f"{side}_tid": pl.Series([tid[i] for i, _ in end], dtype=pl.Int64),
-                    f"{side}_ts_raw_ns": pl.Series([ts_ns[i] for i, _ in end], dtype=pl.Int64),
-                }))
+            ids = _int_values([evs[i].id for i in fl])
+            ends = [(cat[i], f, pid[i], tid[i], ts_ns[i]) for i, f in zip(fl, ids)]
+            self.flow_src.append([e for i, e in zip(fl, ends) if ph[i] == "s"])
+            self.flow_dst.append([e for i, e in zip(fl, ends) if ph[i] != "s"])
         # metadata -> facts
-        for i in range(n):
-            if ph[i] == "M":
-                self._meta(row(i), evs[i])
+        if phases["M"]:
+            for i in other:
+                if ph[i] == "M":
+                    self._meta({"name": name[i], "pid": pid[i]}, evs[i])
 
     def _events(self, ev: pl.DataFrame, evs: list, offset: int) -> None:
         """X spans and i/I instants (rows ``ev`` of the chunk's ``evs``) -> events, and the
@@ -589,7 +762,7 @@ class _State:
             category=pl.col("category"),
             name=pl.col("name").fill_null("(unnamed)"),
         )
-        attrs = _attrs(evs if len(ev) == len(evs) else [evs[i] for i in ev["i"].to_list()])
+        attrs = _attrs([e.args for e in evs] if len(ev) == len(evs) else [evs[i].args for i in ev["i"].to_list()])
         self.sink.add_frame("events", frame.to_arrow().append_column("attrs", attrs))
         st = ev.select(lo=pl.col("ts_ns").min(), hi=pl.col("ts_ns").max(),
                        kineto=pl.col("cat").is_in(list(KINETO_CATS)).sum(),
@@ -599,7 +772,7 @@ class _State:
         self.kineto_cats += st["kineto"]
         cpu = ev.select(pl.col("pid").filter(~gpu & pl.col("pid").is_not_null()))
         if len(cpu):
-            self.cpu_pids.update(dict(cpu["pid"].value_counts().iter_rows()))
+            self.cpu_pids.append(dict(cpu["pid"].value_counts().iter_rows()))
         # derived rows: steps, collectives
         for row in ev.filter(pl.col("name").str.contains(DERIVED_NAMES)).iter_rows(named=True):
             self._derived(row, evs[row["i"]])
@@ -730,11 +903,12 @@ class _State:
         for s in sorted(self.steps, key=lambda s: s["ts_raw_ns"]):
             self.sink.add("steps", **s)
         if self.flow_src:
-            src, dst = pl.concat(self.flow_src), pl.concat(self.flow_dst)
+            src, dst = self.flow_src, self.flow_dst
             self.flow_src, self.flow_dst = [], []
-            if len(src) + len(dst) < SMALL_CHUNK:
-                self.sink.add_frame("flows", _pair_flows(src, dst))
+            if sum(map(len, src)) + sum(map(len, dst)) < SMALL_CHUNK:
+                self.sink.add_frame("flows", _pair_flows(_flow_rows(src), _flow_rows(dst)))
             else:
+                src, dst = _flow_frame(src, "src"), _flow_frame(dst, "dst")
                 pairs = src.join(dst, on=["category", "flow_id"], how="full", coalesce=True, nulls_equal=True)
                 del src, dst
                 # in parts of a sink batch: converting and encoding one part at a time keeps memory low
@@ -766,6 +940,7 @@ class _State:
             bg.close(check)
 
     def finish(self, out: Outcome) -> None:
+        self.read_small(out)
         self.sink_done()
         ctx, sink = self.ctx, self.sink
         if out.layout == "not_json":
@@ -816,8 +991,8 @@ class _State:
             ctx.pid = next(iter(self.labelled_cpu))
         elif wm:
             ctx.pid = int(wm.group("pid"))
-        elif self.cpu_pids:
-            ctx.pid = self.cpu_pids.most_common(1)[0][0]
+        elif cpu_pids := _count_pids(self.cpu_pids):
+            ctx.pid = cpu_pids.most_common(1)[0][0]
         if wm and ctx.pid is not None and int(wm.group("pid")) != ctx.pid:
             ctx.attrs["file_name_pid"] = int(wm.group("pid"))
         if wm and isinstance(host, str) and host and wm.group("host") != host:

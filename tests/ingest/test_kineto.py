@@ -471,3 +471,55 @@ def test_small_chunks_read_event_by_event_give_the_vectorised_rows(name, tmp_pat
         tables = got[0][4]
         assert {t for t in tables if tables[t]} >= {"events", "metrics", "flows", "steps", "collectives", "facts",
                                                    "parse_issues"}
+
+
+def _chunked_variants() -> dict[str, object]:
+    """Traces whose per-chunk results differ with the chunking: bad events (at most 100 stored per
+    chunk, at the chunk's offset), counters and memory instants (metrics in chunk order), and a
+    time base decided by the first chunk with a usable ts."""
+    bad = dict(_AWKWARD, traceEvents=[{"ph": "X", "cat": "cpu_op", "name": f"no ts {i}", "pid": 7, "tid": 8}
+                                      for i in range(150)] + _AWKWARD["traceEvents"] + [{"ph": "X", "name": "last"}])
+    straddle = {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": 7, "tid": 8},
+        dict(_AWKWARD["traceEvents"][1], ts=1.7e15 + 10),
+        dict(_AWKWARD["traceEvents"][7], ts=1.7e15 + 11)] + _AWKWARD["traceEvents"][2:]}
+    return {"awkward": _AWKWARD, "many_bad": bad, "straddle": straddle, "bare": _AWKWARD["traceEvents"]}
+
+
+@pytest.mark.parametrize("name", sorted(_chunked_variants()))
+@pytest.mark.parametrize("block", [64, 700])
+def test_small_chunks_read_together_give_each_chunks_rows(name, block, tmp_path, monkeypatch):
+    # consecutive chunks of few events are read together (a file's last event is a chunk of its
+    # own); the rows must be those of reading each chunk on its own, in order (the vectorised
+    # path with SMALL_CHUNK 0 reads every chunk alone)
+    import ingest.formats.kineto as kineto
+    from ingest.formats._kineto_stream import EventReader
+    monkeypatch.setattr(EventReader.__init__, "__defaults__", (block,))
+    path = tmp_path / f"{name}.pt.trace.json"
+    path.write_text(json.dumps(_chunked_variants()[name], indent=1))
+    got = {}
+    for small in (0, 3000):
+        monkeypatch.setattr(kineto, "SMALL_CHUNK", small)
+        res = parse_file(ParseJob(str(path), path.name, str(tmp_path / f"out{small}")))
+        tables = {t: rows(res, t) for t in res.parts}
+        tables["flows"] = sorted(tables.get("flows", []), key=lambda r: json.dumps(r, sort_keys=True))
+        got[small] = (res.status, res.error, res.pid, res.clock_domain, res.attrs, tables)
+    assert got[0] == got[3000]
+    if name == "many_bad":
+        assert got[0][4]["time_base"] == "baseTimeNanoseconds" and res.issues > 150
+
+
+@pytest.mark.parametrize("size", [1, 200, 4096])
+def test_detect_reads_a_prefix_of_the_head_to_the_same_answer(size, monkeypatch):
+    import ingest.formats.kineto as kineto
+    heads = [Head.read(DATA / name, name) for name, _ in REAL]
+    heads += [Head.from_bytes(f"{k}.json", json.dumps(v).encode()) for k, v in _chunked_variants().items()]
+    big = [{"ph": "X", "name": "x" * 500, "ts": i, "pid": 1, "tid": 1} for i in range(60)]
+    heads += [Head.from_bytes("big.json", json.dumps(big).encode()),
+              Head.from_bytes("mixed.json", json.dumps(big[:46] + [1, 2, 3, 4, 5] + big).encode()),
+              Head.from_bytes("cut.json", json.dumps({"traceEvents": big}).encode()[:9000]),
+              Head.from_bytes("x.json", b'{"job": "x", "hosts": {"node-3": {"paths": ["node-3/"]}}}')]
+    want = [KinetoParser.detect(h) for h in heads]
+    monkeypatch.setattr(kineto, "DETECT_BYTES", size)
+    assert [KinetoParser.detect(h) for h in heads] == want
+    assert want.count(True) >= len(REAL) + 4
