@@ -22,6 +22,7 @@ Conventions
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -82,6 +83,12 @@ class Column:
         return _ARROW[self.type]
 
 
+@functools.lru_cache(maxsize=None)
+def _arrow_schema(table: "Table", parser_side: bool) -> pa.Schema:
+    cols = table.parser_columns if parser_side else table.columns
+    return pa.schema([pa.field(c.name, c.arrow_type) for c in cols])
+
+
 @dataclass(frozen=True)
 class Table:
     name: str
@@ -106,8 +113,8 @@ class Table:
         return tuple(c for c in self.columns if not c.added_by_loader)
 
     def arrow_schema(self, parser_side: bool = True) -> pa.Schema:
-        cols = self.parser_columns if parser_side else self.columns
-        return pa.schema([pa.field(c.name, c.arrow_type) for c in cols])
+        # (asked for every frame and every flush a parser writes: built once per table and side)
+        return _arrow_schema(self, parser_side)
 
     def ddl(self) -> str:
         parts = []

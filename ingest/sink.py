@@ -127,7 +127,7 @@ class RowSink:
                     # distinct names on millions of rows) is written as it is (see _write)
                     c = c.cast(_DICT_STRING)
                     f = pa.field(f.name, _DICT_STRING, f.nullable)
-                else:
+                elif c.type != f.type:
                     c = c.cast(f.type)
                 cols.append(c)
             else:
@@ -179,6 +179,8 @@ class RowSink:
         """The column's values as Arrow; a number that does not fit the column's type (a
         corrupted line with a 30-digit pid) is dropped from its row and counted as an issue."""
         values = buf[f.name]
+        if values[0] is None and values.count(None) == len(values):   # (a column no row set)
+            return pa.nulls(len(values), f.type)
         try:
             return pa.array(values, type=f.type)
         except (OverflowError, pa.ArrowInvalid):
