@@ -138,14 +138,16 @@ def _steps_store(tmp_path_factory, by_rank):
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(ranks())
 def test_peer_medians(tmp_path_factory, by_rank):
-    # the peers' median read by index from each step's sorted times (in SQL), and NaN steps taken
-    # as they come, against statistics.median over the other ranks' times
-    got = straggler._steps(_steps_store(tmp_path_factory, by_rank), "i")
+    # the peers' median read by index from each step's sorted times (two ranks: the other's time),
+    # and NaN steps taken as they come, against statistics.median over the other ranks' times
+    t, _ = straggler._steps(_steps_store(tmp_path_factory, by_rank), "i")
+    got: dict[int, list[tuple[int, float]]] = {}
+    for r, n, med in zip(*(t.column(k).to_pylist() for k in ("rank", "step", "med"))):
+        got.setdefault(r, []).append((n, med))
     for r, steps in by_rank.items():
         if not steps:
             assert r not in got
             continue
-        c = got[r]
-        assert c["step"] == sorted(steps)
-        for n, med in zip(c["step"], c["med"]):
+        assert [n for n, _ in got[r]] == sorted(steps)
+        for n, med in got[r]:
             assert _same(med, ref_peer_median(by_rank, r, n)), (r, n)
