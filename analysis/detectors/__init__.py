@@ -20,15 +20,16 @@ from analysis.links import Link
 
 from . import (cpu_throttle, foreign_memory, freezer, memory_growth, oom_events, pressure, snapshot_counters,
                step_slowdown, straggler)
-from ._series import time_zone
+from ._series import shared_reads, time_zone
 
 
 def run(store, incident_id: str, existing: list[Link]) -> list[Link]:
     """``existing`` findings plus what the metric detectors find (OOM counters merged in)."""
     zone = time_zone(store, incident_id)
     found: list[Link] = []
-    for mod in (cpu_throttle, pressure, memory_growth, foreign_memory, freezer, step_slowdown, straggler,
-                snapshot_counters):
-        found += mod.detect(store, incident_id, zone)
+    with shared_reads():
+        for mod in (cpu_throttle, pressure, memory_growth, foreign_memory, freezer, step_slowdown, straggler,
+                    snapshot_counters):
+            found += mod.detect(store, incident_id, zone)
     new, updated = oom_events.detect(store, incident_id, zone, existing)
     return updated + found + new

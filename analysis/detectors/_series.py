@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import statistics
 from bisect import bisect_left, bisect_right
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -74,7 +76,7 @@ _STEP_ROWS = f"""
     FROM metrics m WHERE {_STEP_ROWS_WHERE}"""
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepLines:
     """The rows of STEP_LINES that have a rank and a step value, as Arrow columns in (host, rank,
     ts, path) order (each line once: those four are its key): rank, host and path (codes into
@@ -85,7 +87,34 @@ class StepLines:
     paths: list
 
 
+# What several detectors of one run read: filled inside ``shared_reads`` (one analysis, one
+# thread: a context variable, so that concurrent analyses in a server never see each other's).
+_SHARED: ContextVar[dict | None] = ContextVar("detector_reads", default=None)
+
+
+@contextmanager
+def shared_reads():
+    """Within this block, what several detectors read from the store (the step lines) is read
+    once: the store does not change while the detectors run."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def step_lines(store, incident_id: str) -> StepLines:
+    """:func:`read_step_lines`, once per ``shared_reads`` block."""
+    shared = _SHARED.get()
+    if shared is None:
+        return read_step_lines(store, incident_id)
+    key = ("step_lines", incident_id)
+    if key not in shared:
+        shared[key] = read_step_lines(store, incident_id)
+    return shared[key]
+
+
+def read_step_lines(store, incident_id: str) -> StepLines:
     """STEP_LINES as columns, sorted, without grouping the rows in SQL where they need none.
 
     A step line is one ``step`` row and (mostly) one ``step_time`` row with the same (rank, host,

@@ -282,3 +282,25 @@ def test_the_references_see_findings(tmp_path_factory):
     assert ref_straggler(_store(tmp_path_factory, two_runs)) == []
     one_run = _log({0: [0.5] * 16, 1: [0.5] * 3 + [1.0] * 3 + [0.5] + [1.0] * 3 + [0.5] * 6})
     assert [x.attr("steps") for x in ref_straggler(_store(tmp_path_factory, one_run))] == [6]
+
+
+def test_one_run_reads_the_step_lines_once(tmp_path_factory, monkeypatch):
+    """Within one run of the detectors the step lines are read once and shared (by both step
+    detectors); outside it every call reads them, and the findings are the same."""
+    from analysis import detectors
+    from analysis.detectors import _series
+    store = _store(tmp_path_factory, _log({0: [0.5] * 20, 1: [0.5] * 8 + [2.0] * 12}, tee=True))
+    reads = []
+    real = _series.read_step_lines
+    monkeypatch.setattr(_series, "read_step_lines", lambda *a: reads.append(a) or real(*a))
+    alone = straggler.detect(store, "i") + step_slowdown.detect(store, "i")
+    assert len(reads) == 2
+    reads.clear()
+    with _series.shared_reads():
+        shared = straggler.detect(store, "i") + step_slowdown.detect(store, "i")
+        assert _series.step_lines(store, "i") is _series.step_lines(store, "i")
+    assert len(reads) == 1 and shared == alone
+    reads.clear()
+    found = detectors.run(store, "i", [])
+    steps = [l for l in found if l.kind in (LinkKind.STRAGGLER, LinkKind.STEP_SLOWDOWN)]
+    assert len(reads) == 1 and sorted(steps, key=lambda l: l.kind.value) == sorted(alone, key=lambda l: l.kind.value)
