@@ -49,6 +49,7 @@ class ParseJob:
     unwrap: tuple[str, ...] = ()   # wrapper layers peeled off every line (ingest.unwrap)
     from_line: int = 0             # where the format's lines begin after a preamble (0: at the top)
     text_reason: str | None = None  # kept as plain text: why no parser claimed it
+    inline_rows: int = 0           # tables of at most this many rows come back in the result, not as parts
 
 
 @dataclass
@@ -71,6 +72,7 @@ class SourceResult:
     parts: dict[str, list[str]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     parse_s: float = 0.0
+    inline: dict[str, Any] = field(default_factory=dict)   # table -> its rows (Arrow) where not a part
 
 
 def detect_file(path: str, rel: str, registry: Registry | None = None):
@@ -110,7 +112,8 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
 
     res.kind, res.format, res.clock_domain = parser_cls.kind, parser_cls.name, parser_cls.clock_domain
     # (parts moved to a shared Parquet location stay there: compressed; others only travel to the store)
-    sink = RowSink(job.out_dir, on_part=on_part, compression=COMPRESSION if job.parts_root else TEMP_COMPRESSION)
+    sink = RowSink(job.out_dir, on_part=on_part, compression=COMPRESSION if job.parts_root else TEMP_COMPRESSION,
+                   inline_rows=0 if job.parts_root or job.byte_range else job.inline_rows)
     if job.byte_range:
         ctx = RangeContext(p, job.rel, sink, job.byte_range, time_zone=job.time_zone)
     else:
@@ -153,6 +156,7 @@ def parse_file(job: ParseJob, registry: Registry | None = None,
         return res
     res.counts = counts
     res.records = sink.records
+    res.inline = sink.inline
     parts: dict[str, list[str]] = {}
     for f in sink.files:
         parts.setdefault(f.name.split(".")[0], []).append(str(f))

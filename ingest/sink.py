@@ -46,6 +46,11 @@ ROW_GROUP = 122_880    # DuckDB's row group size: frames are written in parts of
 SMALL_PART = 1024      # parts of fewer rows are written without dictionary encoding
 _DICT_STRING = pa.dictionary(pa.int32(), pa.string())
 MAX_TEXT = 4000        # longest evidence text kept per row (chars)
+# A table of at most this many rows, of a file parsed in a worker process, travels to the loader
+# with the parse's result instead of as a Parquet part: for the few dozen rows most tables of a
+# small file hold, writing a part, reading it back and removing it costs more than the rows.
+INLINE_ROWS = 4096
+_NEVER_INLINE = ("parse_issues",)      # (read back from its part for the source's status line)
 MAX_ISSUE_TEXT = 200   # longest excerpt kept per parse issue
 
 
@@ -58,8 +63,10 @@ def _clip(s: str | None, n: int) -> str | None:
 class RowSink:
     def __init__(self, out_dir: str | os.PathLike, batch_rows: int = 65536,
                  max_issues: int = 10000, on_part: Callable[[str, Path], None] | None = None,
-                 compression: str = COMPRESSION):
+                 compression: str = COMPRESSION, inline_rows: int = 0):
         self.out_dir = Path(out_dir)
+        self.inline_rows = inline_rows
+        self.inline: dict[str, pa.Table] = {}     # tables kept in memory at close (see INLINE_ROWS)
         self.compression = compression
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.batch_rows = batch_rows
@@ -246,11 +253,32 @@ class RowSink:
     def close(self, announce: bool = True) -> dict[str, int]:
         """Write what is buffered and announce held parts (not when ``announce`` is false:
         the parse failed and its rows are dropped)."""
+        if self.inline_rows and announce:
+            self._keep_inline()
         self.flush()
         held, self._held = self._held or [], None
         for table, path in held if announce else ():
             self._announce(table, path)
         return dict(self.counts)
+
+    def _keep_inline(self) -> None:
+        """Move the tables with no part written and at most ``inline_rows`` rows to ``inline``
+        (their frames, then their rows: the order a flush writes them in)."""
+        for table in [t for t in {**self._frames, **self._buf} if t not in _NEVER_INLINE]:
+            buf = self._buf.get(table)
+            n_rows = len(next(iter(buf.values()))) if buf else 0
+            n = self._frame_rows.get(table, 0) + n_rows
+            if self._parts[table] or not 0 < n <= self.inline_rows:
+                continue
+            schema = TABLES[table].arrow_schema()
+            pieces = self._frames.pop(table, [])
+            self._frame_rows[table] = 0
+            if n_rows:
+                pieces.append(pa.table([self._array(table, buf, f) for f in schema], schema=schema))
+                for v in buf.values():
+                    v.clear()
+            pieces = [x.cast(schema) if x.schema != schema else x for x in pieces]
+            self.inline[table] = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
 
     @property
     def records(self) -> int:

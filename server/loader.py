@@ -51,6 +51,7 @@ from .store import ATTACHED_TABLES, Store
 
 BATCH_BYTES = 32 << 20      # Parquet bytes gathered per table before an insert
 BATCH_FILES = 400
+BATCH_ROWS = 200_000        # inline rows (small tables sent with a parse's result) gathered before an insert
 BIG_PART = 1 << 20       # a part this large is inserted at once (a large file's rows load while it is parsed)
 KEEP_PARTS = ("facts", "parse_issues")     # read again after the parse (time zone, first bad line)
 
@@ -71,6 +72,8 @@ class IncidentLoad:
         self._open = True
         self._pending: dict[str, list[tuple[str, int]]] = {}   # table -> [(part, source id)], load thread only
         self._pending_bytes = 0
+        self._rows: dict[str, list[tuple[object, int]]] = {}   # table -> [(Arrow rows, source id)], load thread only
+        self._pending_rows = 0
         self._submit(self._begin)
 
     # -- what callers queue -----------------------------------------------------
@@ -84,6 +87,14 @@ class IncidentLoad:
             files = parts.get(table)
             if files:
                 self._submit(self._gather, table, list(files), source_id)
+
+    def tables(self, source_id: int, tables: dict) -> None:
+        """Insert the small tables a finished parse sent with its result (Arrow tables, see
+        ``ingest.sink.INLINE_ROWS``), gathered with the parts."""
+        for table in PARSER_TABLES:
+            rows = tables.get(table)
+            if rows is not None and rows.num_rows:
+                self._submit(self._gather_rows, table, rows, source_id)
 
     def announcer(self, source_id: int) -> Callable[[str, Path], None]:
         """An ``on_part`` callback for ``parse_file`` that loads into ``source_id``."""
@@ -162,9 +173,21 @@ class IncidentLoad:
         if big or self._pending_bytes >= BATCH_BYTES or sum(map(len, self._pending.values())) >= BATCH_FILES:
             self._flush()
 
+    def _gather_rows(self, table: str, rows, source_id: int) -> None:
+        if self.root is not None and table in ATTACHED_TABLES:
+            raise ValueError(f"{table}: an attached incident's rows are Parquet partitions, not inline rows")
+        self._rows.setdefault(table, []).append((rows, source_id))
+        self._pending_rows += rows.num_rows
+        if self._pending_rows >= BATCH_ROWS:
+            self._flush()
+
     def _flush(self) -> None:
         pending, self._pending, self._pending_bytes = self._pending, {}, 0
+        rows, self._rows, self._pending_rows = self._rows, {}, 0
         for table in PARSER_TABLES:
+            if rows.get(table):
+                self.store.load_tables(table, [t for t, _ in rows[table]], [sid for _, sid in rows[table]],
+                                       self.incident_id)
             items = pending.get(table)
             if items:
                 self.store.load_batch(table, [f for f, _ in items], [sid for _, sid in items], self.incident_id)

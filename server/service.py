@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -36,6 +36,7 @@ from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_ful
                            store_raw, store_stream)
 from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, merge_ranges, parse_file, split_job
+from ingest.sink import INLINE_ROWS
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
@@ -469,8 +470,8 @@ class Service(Queries, Shares, Exports):
             if ranges:
                 split[job.rel] = (job, ranges, {})
                 tasks += ranges
-            else:
-                tasks.append(job)
+            else:       # (a small file's small tables come back with its result: see INLINE_ROWS)
+                tasks.append(job if job.parts_root else replace(job, inline_rows=INLINE_ROWS))
         tasks.sort(key=lambda j: -(j.byte_range[1] - j.byte_range[0] if j.byte_range
                                    else Path(j.path).stat().st_size))
         executor = self._executor(workers)
@@ -490,6 +491,7 @@ class Service(Queries, Shares, Exports):
                                      error=f"{job.rel}: parser process failed: {r!r}")
                 results[job.rel] = r
                 load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
+                load.tables(sid_of[job.rel], r.inline)
                 if r.status == STATUS_FAILED and job.parts_root:
                     load.drop_source(sid_of[job.rel])  # (a worker that died mid-way)
                 done += 1
@@ -527,8 +529,11 @@ class Service(Queries, Shares, Exports):
             return manifests.time_zone, "manifest"
         zones, offsets = [], []
         for r in host_results:
-            for f in r.parts.get("facts", []):
-                for row in pq.read_table(f, columns=["key", "value"]).to_pylist():
+            facts = [pq.read_table(f, columns=["key", "value"]) for f in r.parts.get("facts", [])]
+            if "facts" in r.inline:
+                facts.append(r.inline["facts"].select(["key", "value"]))
+            for t in facts:
+                for row in t.to_pylist():
                     if row["key"] == "time_zone":
                         zones.append((row["value"], r.rel))
                     elif row["key"] == "utc_offset":

@@ -279,6 +279,31 @@ class Store:
         if files:
             self.load_batch(table, files, [source_id] * len(files), incident_id)
 
+    def load_tables(self, table: str, tables: list, source_ids: list[int], incident_id: str) -> None:
+        """Bulk-insert Arrow tables of a table's parser columns (``source_ids[i]`` owns
+        ``tables[i]``) in one statement."""
+        import pyarrow as pa
+        t = TABLES[table]
+        schema = t.arrow_schema()
+        rows = pa.concat_tables([(x.cast(schema) if x.schema != schema else x).append_column(
+            "_sid", pa.array([int(sid)] * x.num_rows, pa.int32())) for x, sid in zip(tables, source_ids)])
+        sel = []
+        for c in t.columns:
+            if c.name == "incident_id":
+                sel.append("$inc AS incident_id")
+            elif c.name == "source_id":
+                sel.append("p._sid AS source_id")
+            elif c.added_by_loader:
+                sel.append(f"CAST(NULL AS {c.type}) AS {c.name}")
+            else:
+                sel.append(f"p.{c.name}")
+        cur = self.cursor()
+        cur.register("_inline_rows", rows)
+        try:
+            cur.execute(f"INSERT INTO main.{table} SELECT {', '.join(sel)} FROM _inline_rows p", {"inc": incident_id})
+        finally:
+            cur.unregister("_inline_rows")
+
     def load_batch(self, table: str, files: list[str], source_ids: list[int], incident_id: str) -> None:
         """Bulk-insert Parquet parts of many sources (``source_ids[i]`` owns ``files[i]``) in one
         statement: a bundle of hundreds of small files loads in a few inserts, not thousands."""

@@ -67,7 +67,7 @@ def _parts_rows(parts: dict[str, list[str]]) -> dict[str, list]:
 
 def _result_fields(r) -> dict:
     d = dict(vars(r))
-    d.pop("parts"), d.pop("parse_s")
+    d.pop("parts"), d.pop("parse_s"), d.pop("inline")
     return d
 
 
@@ -90,6 +90,28 @@ def test_local_executor_gives_what_the_in_process_parse_gives(tmp_path):
         assert _result_fields(a) == _result_fields(b)
         assert _parts_rows(a.parts) == _parts_rows(b.parts)
         assert all(f.startswith(str(tmp_path / "b")) for fs in b.parts.values() for f in fs)
+
+
+def test_small_tables_come_back_with_the_result_as_the_parts_rows(tmp_path):
+    """A job parsed in a worker with ``inline_rows`` sends its small tables back with its result
+    (Arrow, pickled by the pool) instead of writing Parquet parts: the same rows, in the same
+    order; the large tables stay parts, and parse_issues is always a part."""
+    from dataclasses import replace
+    inproc = {j.rel: parse_file(j) for j in _jobs(tmp_path / "a")}
+    with LocalExecutor(2) as ex:
+        pooled = {job.rel: r for job, r in
+                  ex.map_unordered(parse_file, [replace(j, inline_rows=4096) for j in _jobs(tmp_path / "b")])}
+    inlined = 0
+    for rel in FILES:
+        a, b = inproc[rel], pooled[rel]
+        assert not set(b.inline) & set(b.parts) and "parse_issues" not in b.inline
+        assert all(t.num_rows <= 4096 for t in b.inline.values())
+        inlined += len(b.inline)
+        rows = _parts_rows(b.parts)
+        rows.update({t: tab.to_pylist() for t, tab in b.inline.items()})
+        assert rows == _parts_rows(a.parts), rel
+        assert b.counts == a.counts and b.status == a.status
+    assert inlined >= 3        # (facts at least, in each)
 
 
 def test_local_executor_returns_the_exception_of_a_failed_call(tmp_path):
