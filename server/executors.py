@@ -68,7 +68,9 @@ class LocalExecutor:
                     res = fut.result()
                 except Exception as e:   # the worker itself died (BrokenProcessPool) or fn raised
                     res = e
-                yield futs[fut], res
+                # (a finished future keeps its result: the caller's copy is the only one kept)
+                yield futs.pop(fut), res
+                del fut, res
 
     def close(self) -> None:
         pass

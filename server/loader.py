@@ -51,7 +51,7 @@ from .store import ATTACHED_TABLES, Store
 
 BATCH_BYTES = 32 << 20      # Parquet bytes gathered per table before an insert
 BATCH_FILES = 400
-BATCH_ROWS = 200_000        # inline rows (small tables sent with a parse's result) gathered before an insert
+BATCH_ROWS = 200_000       # inline rows (small tables sent with a parse's result) gathered before an insert
 BIG_PART = 1 << 20       # a part this large is inserted at once (a large file's rows load while it is parsed)
 KEEP_PARTS = ("facts", "parse_issues")     # read again after the parse (time zone, first bad line)
 

@@ -42,7 +42,7 @@ from ingest.timeparse import tzinfo_for
 
 from .executors import Executor, make_executor
 from .exports import Exports
-from .loader import IncidentLoad
+from .loader import KEEP_PARTS, IncidentLoad
 from .queries import Queries
 from .settings import Settings
 from .shares import Shares
@@ -492,6 +492,9 @@ class Service(Queries, Shares, Exports):
                 results[job.rel] = r
                 load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
                 load.tables(sid_of[job.rel], r.inline)
+                # (the rows are the loader's now; the facts are read again after the parse, as
+                # their parts are: the time zone of the host snapshots)
+                r.inline = {t: v for t, v in r.inline.items() if t in KEEP_PARTS}
                 if r.status == STATUS_FAILED and job.parts_root:
                     load.drop_source(sid_of[job.rel])  # (a worker that died mid-way)
                 done += 1

@@ -286,7 +286,8 @@ class Store:
         t = TABLES[table]
         schema = t.arrow_schema()
         rows = pa.concat_tables([(x.cast(schema) if x.schema != schema else x).append_column(
-            "_sid", pa.array([int(sid)] * x.num_rows, pa.int32())) for x, sid in zip(tables, source_ids)])
+            "_sid", pa.array([int(sid)] * x.num_rows, pa.int32())) for x, sid in zip(tables, source_ids)]
+        ).combine_chunks()     # (one chunk: DuckDB stores a chunk of a few hundred rows in its own vectors)
         sel = []
         for c in t.columns:
             if c.name == "incident_id":
