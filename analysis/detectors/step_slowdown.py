@@ -134,6 +134,16 @@ def _gaps(ts: pa.Array) -> pa.Array:
     return pc.divide(pc.cast(d, pa.float64(), safe=False), 1e9)
 
 
+def summary(rank, slow: float, med: float, step, start: int, n: int, to_end: bool) -> str:
+    """The finding's sentence: the slow steps' median ``slow`` against the baseline ``med`` (s),
+    from step ``step`` (began at ``start``, UTC ns), over ``n`` steps (``to_end``: up to the last)."""
+    text = (f"Training steps of rank {rank} slowed down: a median {slow:.3g} s per step from step "
+            f"{step} (began ~{hms(start)}) against {med:.3g} s before ({slow / med:.0f}x)" if med > 0 else
+            f"Training steps of rank {rank} slowed down to {slow:.3g} s from step {step}")
+    text += f", over {n} step{'s' if n > 1 else ''}"
+    return text + (" up to its last reported step" if to_end else "")
+
+
 def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
     found = []
     for (host, rank), rows in _series(store, incident_id).items():
@@ -164,13 +174,7 @@ def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
         first = rows.row(a)
         start = first["ts"] - int(vals[a].as_py() * 1e9)
         before = rows.row(a - 1) if a > 0 else None
-        text = (f"Training steps of rank {rank} slowed down: a median {slow:.3g} s per step from step "
-                f"{first['step']} (began ~{hms(start)}) against {med:.3g} s before "
-                f"({slow / med:.0f}x)" if med > 0 else
-                f"Training steps of rank {rank} slowed down to {slow:.3g} s from step {first['step']}")
-        text += f", over {b - a + 1} step{'s' if b > a else ''}"
-        if b == len(vals) - 1:
-            text += " up to its last reported step"
+        text = summary(rank, slow, med, first["step"], start, b - a + 1, b == len(vals) - 1)
         # The change came during the last normal step (which it made only a little slower) or
         # during the first slow step (which it made slow): between the start of the one and the
         # end of the other.

@@ -210,13 +210,7 @@ def ref_step_slowdown(store) -> list[Link]:
         slow = statistics.median(vals[a:b + 1])
         first, before = rs[a], (rs[a - 1] if a > 0 else None)
         start = first["ts"] - int(vals[a] * 1e9)
-        text = (f"Training steps of rank {rank} slowed down: a median {slow:.3g} s per step from step "
-                f"{first['step']} (began ~{hms(start)}) against {med:.3g} s before "
-                f"({slow / med:.0f}x)" if med > 0 else
-                f"Training steps of rank {rank} slowed down to {slow:.3g} s from step {first['step']}")
-        text += f", over {b - a + 1} step{'s' if b > a else ''}"
-        if b == len(vals) - 1:
-            text += " up to its last reported step"
+        text = S.summary(rank, slow, med, first["step"], start, b - a + 1, b == len(vals) - 1)    # (the wording)
         window = ()
         if before is not None:
             window = (("ts_lo_ns", before["ts"] - int(vals[a - 1] * 1e9)), ("ts_hi_ns", first["ts"]),
