@@ -17,7 +17,11 @@ it is written, so the pipeline can load it into the store while the parse goes o
 parser that may still rewrite its parts (Kineto's time base after the event array) calls
 :meth:`RowSink.hold` first; held parts are announced by :meth:`RowSink.close`.
 
-Partitions: with a shared Parquet location (issue 15) a finished source's parts are moved to
+Inline tables: with ``inline_rows`` (a file parsed in a worker process), a table that has no
+part written and at most that many rows at :meth:`RowSink.close` is kept in ``inline`` as one
+Arrow table instead, and travels to the loader with the parse's result (:data:`INLINE_ROWS`).
+
+Partitions: with a shared Parquet location a finished source's parts are moved to
 :func:`partition_path` (``<run>/<table>/kind=<kind>/host=<host>/<source id>-<n>.parquet``,
 hive style; the values escaped by :func:`partition_value`).
 """

@@ -19,6 +19,10 @@ DuckDB row group at a time) is inserted at once, with what was gathered before i
 those would hold a 232 MB trace's whole load back until its parse ends (2.9 s instead of 5.1 s
 into the store for that file, see ``bench/results/kineto.md``).
 
+The small tables of a file parsed in a worker come with its result as Arrow tables
+(``ingest.sink.INLINE_ROWS``): :meth:`IncidentLoad.tables` gathers them like parts, up to
+:data:`BATCH_ROWS` rows, and inserts each table's in one statement.
+
 Every call is queued and runs in the order it was made. A failed insert is raised by
 :meth:`IncidentLoad.commit`, which then rolls the transaction back; so does
 :meth:`IncidentLoad.abort`. A source whose parse failed after some of its parts were
