@@ -211,7 +211,6 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
     """
     out: list[Link] = []
     merged_ev: dict[int, _Evidence] = {}      # index in out -> the evidence of its copies so far
-    wins: dict[int, tuple[int, int] | None] = {}   # index in out -> its window (Link.timing_ns)
     # Copies share (kind, host, rank, summary): each such group is searched on its own, its kept
     # findings by the order they were first kept (the order of ``out``).
     groups: dict[tuple, _Kept] = {}
@@ -231,17 +230,15 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
         slot = g.first(w, l.pid or None)
         if slot is None:
             g.add(len(out), w, l.pid or None)
-            wins[len(out)] = w
             out.append(l)
         else:
-            m, b_best = _merge_head(out[slot], l, wins[slot], w)
+            m, b_best = _merge_head(out[slot], l)
             ev = merged_ev.get(slot)
             if ev is None:
                 ev = merged_ev[slot] = _Evidence(out[slot].evidence)
             ev.merge(l.evidence, b_best)
             out[slot] = m
-            wins[slot] = m.timing_ns()
-            g.update(slot, wins[slot], m.pid or None)
+            g.update(slot, m.timing_ns(), m.pid or None)
     for slot, ev in merged_ev.items():
         out[slot] = dataclasses.replace(out[slot], evidence=ev.result())
     return out
@@ -383,7 +380,6 @@ class _Kept:
 
 
 _INF = float("inf")
-_UNSET = object()
 
 
 def _merge_pair(a: Link, b: Link) -> Link:
@@ -401,11 +397,9 @@ def _merge_pair(a: Link, b: Link) -> Link:
     return dataclasses.replace(m, evidence=tuple(ev))
 
 
-def _merge_head(a: Link, b: Link, wa=_UNSET, wb=_UNSET) -> tuple[Link, bool]:
-    """:func:`_merge_pair` less the evidence (left empty), and whether ``b`` is the better copy
-    (``wa``, ``wb``: the copies' windows where the caller has them)."""
-    wa = a.timing_ns() if wa is _UNSET else wa
-    wb = b.timing_ns() if wb is _UNSET else wb
+def _merge_head(a: Link, b: Link) -> tuple[Link, bool]:
+    """:func:`_merge_pair` less the evidence (left empty), and whether ``b`` is the better copy."""
+    wa, wb = a.timing_ns(), b.timing_ns()
     best = a
     if wa is not None and (wb[1] - wb[0]) < (wa[1] - wa[0]):
         best = b

@@ -113,12 +113,21 @@ class Link:
         """(earliest, latest) UTC ns this link may have happened: clock uncertainty, a time
         interpolated between two timestamped lines (``ts_lo_ns``/``ts_hi_ns``), a coarse
         resolution (``ts_resolution_ns``: a launcher's whole seconds), all widened in."""
+        # (computed once per link: a link never changes, and the chain search asks for the
+        # windows of both ends of every candidate edge)
+        try:
+            return self.__dict__["_window"]
+        except KeyError:
+            w = self._window_ns()
+            object.__setattr__(self, "_window", w)
+            return w
+
+    def _window_ns(self) -> tuple[int, int] | None:
         if self.ts_ns is None:
             return None
         u = self.uncertainty_ns or 0
         lo, hi = self.ts_ns - u, self.ts_ns + u
-        # (the four keys in one pass over the attrs, each its first value as ``attr`` reads it:
-        # the merge of many copies asks every copy's window several times)
+        # (the four keys in one pass over the attrs, each its first value as ``attr`` reads it)
         got: dict = {}
         for k, v in self.attrs:
             if k in _TIMING_KEYS and k not in got:
