@@ -158,6 +158,22 @@ def _close_quietly(con) -> None:
         pass
 
 
+def _loaded_columns(t, source_id: str) -> str:
+    """The SELECT list that loads parser rows (aliased ``p``) into table ``t``: the incident
+    (``$inc``), the source id (the SQL ``source_id``), the columns the loader adds as nulls."""
+    sel = []
+    for c in t.columns:
+        if c.name == "incident_id":
+            sel.append("$inc AS incident_id")
+        elif c.name == "source_id":
+            sel.append(f"{source_id} AS source_id")
+        elif c.added_by_loader:
+            sel.append(f"CAST(NULL AS {c.type}) AS {c.name}")
+        else:
+            sel.append(f"p.{c.name}")
+    return ", ".join(sel)
+
+
 class Store:
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = str(path)
@@ -288,20 +304,11 @@ class Store:
         rows = pa.concat_tables([(x.cast(schema) if x.schema != schema else x).append_column(
             "_sid", pa.array([int(sid)] * x.num_rows, pa.int32())) for x, sid in zip(tables, source_ids)]
         ).combine_chunks()     # (one chunk: DuckDB stores a chunk of a few hundred rows in its own vectors)
-        sel = []
-        for c in t.columns:
-            if c.name == "incident_id":
-                sel.append("$inc AS incident_id")
-            elif c.name == "source_id":
-                sel.append("p._sid AS source_id")
-            elif c.added_by_loader:
-                sel.append(f"CAST(NULL AS {c.type}) AS {c.name}")
-            else:
-                sel.append(f"p.{c.name}")
         cur = self.cursor()
         cur.register("_inline_rows", rows)
         try:
-            cur.execute(f"INSERT INTO main.{table} SELECT {', '.join(sel)} FROM _inline_rows p", {"inc": incident_id})
+            cur.execute(f"INSERT INTO main.{table} SELECT {_loaded_columns(t, 'p._sid')} FROM _inline_rows p",
+                        {"inc": incident_id})
         finally:
             cur.unregister("_inline_rows")
 
@@ -310,18 +317,8 @@ class Store:
         statement: a bundle of hundreds of small files loads in a few inserts, not thousands."""
         if not files:
             return
-        t = TABLES[table]
-        sel = []
-        for c in t.columns:
-            if c.name == "incident_id":
-                sel.append("$inc AS incident_id")
-            elif c.name == "source_id":
-                sel.append("CAST(m.sid AS INTEGER) AS source_id" if len(set(source_ids)) > 1 else
-                           f"CAST({int(source_ids[0])} AS INTEGER) AS source_id")
-            elif c.added_by_loader:
-                sel.append(f"CAST(NULL AS {c.type}) AS {c.name}")
-            else:
-                sel.append(f"p.{c.name}")
+        sid = "m.sid" if len(set(source_ids)) > 1 else str(int(source_ids[0]))
+        sel = _loaded_columns(TABLES[table], f"CAST({sid} AS INTEGER)")
         if len(set(source_ids)) > 1:
             src = ("read_parquet($files, filename = true, hive_partitioning = false) p JOIN "
                    "(SELECT unnest($files) AS f, unnest($sids) AS sid) m ON p.filename = m.f")
@@ -329,7 +326,7 @@ class Store:
         else:
             src = "read_parquet($files, hive_partitioning = false) p"   # (partitions: kind=/host= are no columns)
             params = {"inc": incident_id, "files": files}
-        self.cursor().execute(f"INSERT INTO main.{table} SELECT {', '.join(sel)} FROM {src}", params)
+        self.cursor().execute(f"INSERT INTO main.{table} SELECT {sel} FROM {src}", params)
 
     # -- attached incidents (Parquet partitions read in place) ---------------------------------
     def attached(self) -> dict[str, tuple[str | None, tuple[str, ...]]]:
