@@ -236,9 +236,9 @@ def _walk(src: Path):
     return sha, entries
 
 
-def _scan(src: Path):
+def _scan(src: Path, on_entry: Callable[[str], None] | None = None):
     """:func:`_walk`'s listing hash and entries, and whether a regular file among them has other
-    names (hard links).
+    names (hard links). ``on_entry`` is called with each entry's path as it joins the entries.
 
     The order is that of ``os.walk(src)`` without following links: a folder's files by name, then
     its links to folders by name, then each of its sub-folders by name, depth first. One
@@ -266,6 +266,8 @@ def _scan(src: Path):
                 target = os.readlink(full)
                 entries.append(("L", rel, full, 0, target))
                 listing.update(f"L\0{rel}\0{target}\n".encode("utf-8", "surrogateescape"))
+                if on_entry:
+                    on_entry(rel)
             elif stat.S_ISREG(st.st_mode):
                 h = hashlib.sha256()
                 try:
@@ -277,9 +279,13 @@ def _scan(src: Path):
                 shared = shared or st.st_nlink > 1
                 entries.append(("F", rel, full, st.st_size, None))
                 listing.update(f"F\0{rel}\0{st.st_size}\0{h.hexdigest()}\n".encode("utf-8", "surrogateescape"))
+                if on_entry:
+                    on_entry(rel)
             else:
                 entries.append(("S", rel, full, 0, None))
                 listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
+                if on_entry:
+                    on_entry(rel)
         todo.extend((base + d, prefix + d + "/") for d in reversed(subdirs))
     return listing.hexdigest(), entries, shared
 
@@ -312,18 +318,52 @@ def _list_folder(folder: str) -> tuple[list[str], list[str]] | None:
     return files + dir_links, subdirs
 
 
-def _tar_with_tool(src: Path, entries, tmp: Path) -> bool:
-    """Pack ``entries`` with the system's tar (much faster than tarfile for many small files)."""
-    tool = shutil.which("tar")
-    if tool is None:
-        return False
-    names = b"".join(e[1].encode("utf-8", "surrogateescape") + b"\0" for e in entries)
-    try:
-        r = subprocess.run([tool, "--format=gnu", "--no-recursion", "--null", "-C", str(src), "-cf", str(tmp),
-                            "-T", "-"], input=names, capture_output=True, timeout=3600)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
+class _TarFeed:
+    """The system's tar packing a folder while it is scanned (much faster than tarfile for many
+    small files, and on another core than the hashing): each entry's name is handed to it as the
+    scan lists it, in the scan's order, so the tar holds exactly the entries."""
+
+    def __init__(self, src: Path, tmp: Path):
+        self.proc: subprocess.Popen | None = None
+        tool = shutil.which("tar")
+        if tool is None:
+            return
+        self.errors = tempfile.TemporaryFile()      # (not a pipe: a tar blocked on it would stop reading names)
+        try:
+            self.proc = subprocess.Popen([tool, "--format=gnu", "--no-recursion", "--null", "-C", str(src), "-cf",
+                                          str(tmp), "-T", "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stderr=self.errors)
+        except OSError:
+            self.errors.close()
+
+    def add(self, rel: str) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.write(rel.encode("utf-8", "surrogateescape") + b"\0")
+        except OSError:         # tar stopped (a full disk): packed in Python instead, see finish
+            self.stop()
+
+    def finish(self) -> bool:
+        """Whether tar packed every name it was given."""
+        if self.proc is None:
+            return False
+        try:
+            self.proc.stdin.close()
+            return self.proc.wait(timeout=3600) == 0
+        except (OSError, subprocess.SubprocessError):
+            self.stop()
+            return False
+        finally:
+            if self.proc is not None:
+                self.errors.close()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+            self.errors.close()
 
 
 def _tar_with_python(entries, tmp: Path) -> None:
@@ -349,27 +389,34 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
     tree always gets the same id, whatever the tar's own bytes (times, order) are.
     """
     bundles.mkdir(parents=True, exist_ok=True)
-    sha, entries, shared = _scan(src)
-    files = [e for e in entries if e[0] == "F"]
-    if not files:
-        raise IntakeError(f"{src}: the directory holds no readable files")
-    dest = bundles / f"{sha}.tar"
-    if not dest.exists():
-        fd, tmpname = tempfile.mkstemp(prefix=".dir-", suffix=".tar", dir=bundles)
-        os.close(fd)
-        tmp = Path(tmpname)
+    fd, tmpname = tempfile.mkstemp(prefix=".dir-", suffix=".tar", dir=bundles)
+    os.close(fd)
+    tmp = Path(tmpname)
+    try:
+        feed = _TarFeed(src, tmp)     # (the listing hash, the bundle's id, is known at the end)
         try:
-            by_tool = _tar_with_tool(src, entries, tmp)
+            sha, entries, shared = _scan(src, feed.add)
+        except BaseException:
+            feed.stop()
+            raise
+        by_tool = feed.finish()
+        files = [e for e in entries if e[0] == "F"]
+        if not files:
+            raise IntakeError(f"{src}: the directory holds no readable files")
+        dest = bundles / f"{sha}.tar"
+        if dest.exists():           # the same tree was stored before
+            tmp.unlink()
+        else:
             if not by_tool:
                 _tar_with_python(entries, tmp)
-        except BaseException as e:
-            tmp.unlink(missing_ok=True)
-            if is_disk_full(e):
-                raise disk_full(f"{src}: not stored") from None
-            raise
-        os.replace(tmp, dest)
-        if _packed_as_listed(entries, shared, by_tool):
-            _remember_packed(dest, entries)
+            os.replace(tmp, dest)
+            if _packed_as_listed(entries, shared, by_tool):
+                _remember_packed(dest, entries)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(e):
+            raise disk_full(f"{src}: not stored") from None
+        raise
     raw = RawBundle(sha, src.name, "tar", dest, sum(e[3] for e in files), None)
     raw.from_dir = True
     return raw

@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import io
 import os
+import shutil
 import stat
 import tarfile
 import zipfile
@@ -792,6 +793,24 @@ def test_folder_packed_without_the_tar_tool_is_the_same_bundle(tmp_path, monkeyp
         outs.append(sorted((m.path, m.status, m.size) for m in ex.members))
     assert outs[0] == outs[1]
     assert ("link", "refused", 0) in outs[0] and ("a/b/f.txt", "ok", 6) in outs[0]
+
+
+def test_folder_packed_when_the_tar_tool_fails_midway_and_stored_again(tmp_path, monkeypatch):
+    import ingest.bundle as B
+    src = tmp_path / "src"
+    for i in range(300):        # names enough to fill the pipe to a tool that stopped reading
+        (src / f"d{i % 7}").mkdir(parents=True, exist_ok=True)
+        (src / f"d{i % 7}" / f"{'n' * 230}{i}.log").write_text(f"{i}\n")
+    one = B.store_raw(src, tmp_path / "b")
+    false = shutil.which("false")
+    monkeypatch.setattr(B.shutil, "which", lambda name: false)
+    two = B.store_raw(src, tmp_path / "b2")     # tar exits at once: packed in Python instead
+    again = B.store_raw(src, tmp_path / "b")    # the same tree: the stored tar is kept
+    assert one.sha256 == two.sha256 == again.sha256 and again.raw_path == one.raw_path
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [f"{one.sha256}.tar"]   # no temporary left
+    rows = [sorted((m.path, m.status, m.size) for m in B.extract(raw, tmp_path / d).members)
+            for raw, d in ((one, "x1"), (two, "x2"))]
+    assert rows[0] == rows[1] and len(rows[0]) == 300
 
 
 # ---------------------------------------------------------------------------
