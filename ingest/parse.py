@@ -75,9 +75,18 @@ class SourceResult:
     inline: dict[str, Any] = field(default_factory=dict)   # table -> its rows (Arrow) where not a part
 
 
-def detect_file(path: str, rel: str, registry: Registry | None = None):
+def detect_files(files: list[tuple[str, str]], registry: Registry | None = None) -> list:
+    """The detect stage for a batch of ``(path on disk, path in the bundle)``: each file's
+    :class:`~ingest.registry.Detection`, or the message of what stopped it (unreadable, damaged
+    compression). The pipeline runs batches in its worker pool when there are many files."""
     registry = registry or default_registry()
-    return registry.sniff(path, rel)
+    out: list = []
+    for path, rel in files:
+        try:
+            out.append(registry.sniff(path, rel))
+        except Exception as e:
+            out.append(str(e))
+    return out
 
 
 def parse_file(job: ParseJob, registry: Registry | None = None,

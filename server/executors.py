@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
@@ -50,19 +51,31 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """A pool of ``workers`` fresh (spawned) processes on this machine; one pool per map."""
+    """A pool of ``workers`` fresh (spawned) processes on this machine, started by the first map
+    (no more workers than its jobs) and kept for the next maps until :meth:`close`: the detect
+    stage and the parse share one pool, so its start-up is paid once."""
     name = "local"
 
     def __init__(self, workers: int):
         self.workers = max(1, int(workers))
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _submit(self, n_jobs: int, fn, job):
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=min(self.workers, n_jobs), mp_context=get_context("spawn"))
+        try:
+            return self._pool.submit(fn, job)
+        except BrokenProcessPool:      # a worker of an earlier map died: a new pool for this one
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+            return self._submit(n_jobs, fn, job)
 
     def map_unordered(self, fn, jobs):
         jobs = list(jobs)
         if not jobs:
             return
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs)),
-                                 mp_context=get_context("spawn")) as pool:
-            futs = {pool.submit(fn, job): job for job in jobs}
+        futs = {self._submit(len(jobs), fn, job): job for job in jobs}
+        try:
             for fut in as_completed(futs):
                 try:
                     res = fut.result()
@@ -71,9 +84,14 @@ class LocalExecutor:
                 # (a finished future keeps its result: the caller's copy is the only one kept)
                 yield futs.pop(fut), res
                 del fut, res
+        finally:                         # the caller stopped early (its load failed): drop the rest
+            for fut in futs:
+                fut.cancel()
 
     def close(self) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def __enter__(self):
         return self

@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow.parquet as pq
 
@@ -35,7 +35,7 @@ from ingest import attribution
 from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_full, extract, is_disk_full, sniff_kind,
                            store_raw, store_stream)
 from ingest.model import STATUS_FAILED, STATUS_PARSED
-from ingest.parse import ParseJob, SourceResult, merge_ranges, parse_file, split_job
+from ingest.parse import ParseJob, SourceResult, detect_files, merge_ranges, parse_file, split_job
 from ingest.sink import INLINE_ROWS
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
@@ -75,6 +75,11 @@ def _noop(stage: str, done: int, total: int) -> None:
 
 
 # The pipeline's stages (the ``progress`` callback's first argument), as the page says them
+# The detect stage of a bundle of many files runs in batches of this many files on the executor
+# (from this many batches on, where the parse is pooled too).
+DETECT_BATCH = 512
+DETECT_POOLED_BATCHES = 4
+
 STAGES = {"start": "starting", "extract": "unpacking the bundle", "detect": "recognising the files",
           "parse": "parsing the files", "store": "storing the rows",
           "analyze": "aligning the clocks and finding the chain"}
@@ -344,35 +349,38 @@ class Service(Queries, Shares, Exports):
             man = write_group_manifest(g, work_dir / f"group{n:05d}.json")
             jobs.append(ParseJob(man, g.rel, max_bytes=self.settings.limits.max_member_bytes, parser=parser.name,
                                  **where(g.rel, work_dir / f"group{n:05d}")))
-        for i, m in enumerate(ok):
-            progress("detect", i, len(ok))
-            try:
-                det = self.registry.sniff(m.file, m.path)
-            except Exception as e:  # unreadable / damaged compression
-                results[m.path] = SourceResult(m.path, status=STATUS_FAILED,
-                                               error=f"{m.path}: cannot be read: {e}", bytes=m.size)
-                continue
-            if det.reader is None or (not det.recognized and m.path in manifests.paths):
-                results[m.path] = SourceResult(m.path, error=det.reason, bytes=m.file.stat().st_size)
-                continue
-            job = ParseJob(str(m.file), m.path, max_bytes=self.settings.limits.max_member_bytes,
-                           parser=det.reader.name, unwrap=det.unwrap, from_line=det.from_line,
-                           text_reason=None if det.recognized else det.reason,
-                           **where(m.path, work_dir / f"{len(jobs) + len(host_jobs):06d}"))
-            (host_jobs if det.reader.kind == "host_info" else jobs).append(job)
-        progress("detect", len(ok), len(ok))
-        # Host info first: it tells the bundle's time zone for local-time strings.
-        for job in host_jobs:
-            results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
-        tz, tz_from = self._time_zone(manifests, [results[j.rel] for j in host_jobs])
-        tz_ok = tzinfo_for(tz) is not None
-        if not tz_ok:
-            notes.append(f"time zone {tz!r} ({tz_from}) is not known; local times were read as UTC")
-        for job in jobs:
-            job.time_zone = tz if tz_ok else "UTC"
-        if root:       # the partitions' host: as attributed from paths, the manifest, host-info files
-            self._partition_hosts(jobs, host_jobs, results, manifests.hosts)
-        self._parse_all(jobs, results, progress, sid_of, load)
+        executor = None
+        try:
+            dets, executor = self._detect_all(ok, progress)
+            for m in ok:
+                det = dets[m.path]
+                if isinstance(det, str):    # unreadable / damaged compression
+                    results[m.path] = SourceResult(m.path, status=STATUS_FAILED,
+                                                   error=f"{m.path}: cannot be read: {det}", bytes=m.size)
+                    continue
+                if det.reader is None or (not det.recognized and m.path in manifests.paths):
+                    results[m.path] = SourceResult(m.path, error=det.reason, bytes=m.file.stat().st_size)
+                    continue
+                job = ParseJob(str(m.file), m.path, max_bytes=self.settings.limits.max_member_bytes,
+                               parser=det.reader.name, unwrap=det.unwrap, from_line=det.from_line,
+                               text_reason=None if det.recognized else det.reason,
+                               **where(m.path, work_dir / f"{len(jobs) + len(host_jobs):06d}"))
+                (host_jobs if det.reader.kind == "host_info" else jobs).append(job)
+            # Host info first: it tells the bundle's time zone for local-time strings.
+            for job in host_jobs:
+                results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
+            tz, tz_from = self._time_zone(manifests, [results[j.rel] for j in host_jobs])
+            tz_ok = tzinfo_for(tz) is not None
+            if not tz_ok:
+                notes.append(f"time zone {tz!r} ({tz_from}) is not known; local times were read as UTC")
+            for job in jobs:
+                job.time_zone = tz if tz_ok else "UTC"
+            if root:   # the partitions' host: as attributed from paths, the manifest, host-info files
+                self._partition_hosts(jobs, host_jobs, results, manifests.hosts)
+            self._parse_all(jobs, results, progress, sid_of, load, executor)
+        finally:
+            if executor is not None:
+                executor.close()
         for r in results.values():   # a full disk is not the file's fault: the analysis stops
             if r.status == STATUS_FAILED and r.error and is_disk_full(Exception(r.error)):
                 raise disk_full(f"parsing {r.rel}")
@@ -434,6 +442,40 @@ class Service(Queries, Shares, Exports):
         for j in jobs:
             j.host = host_of.get(j.rel) or j.host
 
+    def _pooled(self, n: int, total: int) -> bool:
+        """Whether ``n`` files of ``total`` bytes are worth the executor (else: this process)."""
+        if total < self.settings.inline_bytes:
+            return False
+        return min(self.settings.parse_workers, n) > 1 if self.settings.executor == "local" else n > 1
+
+    def _detect_all(self, members: list, progress: Progress) -> tuple[dict[str, Any], Executor | None]:
+        """Each member's detection (:func:`ingest.parse.detect_files`), by path in the bundle.
+        Many files are detected in batches on the executor, which is returned for the parse to
+        go on with (its workers already started); a few in this process."""
+        files = [(str(m.file), m.path) for m in members]
+        batches = [files[i:i + DETECT_BATCH] for i in range(0, len(files), DETECT_BATCH)]
+        progress("detect", 0, len(files))
+        out: dict[str, Any] = {}
+        executor = None
+        if len(batches) >= DETECT_POOLED_BATCHES and self._pooled(len(files), sum(m.size for m in members)):
+            executor = self._executor(min(self.settings.parse_workers, len(batches)))
+            done = 0
+            try:
+                for batch, dets in executor.map_unordered(detect_files, batches):
+                    if isinstance(dets, BaseException):   # the worker died: these files in this process
+                        dets = detect_files(batch, self.registry)
+                    out.update(zip((rel for _, rel in batch), dets))
+                    done += len(batch)
+                    progress("detect", done, len(files))
+            except BaseException:
+                executor.close()
+                raise
+        else:
+            for i, batch in enumerate(batches):
+                out.update(zip((rel for _, rel in batch), detect_files(batch, self.registry)))
+                progress("detect", min(len(files), (i + 1) * DETECT_BATCH), len(files))
+        return out, executor
+
     def _parse_one(self, job: ParseJob, sid: int, load: IncidentLoad) -> SourceResult:
         """Parse in this process, loading each part as soon as it is written (to partitions:
         loading the small tables once the parts are in place)."""
@@ -446,7 +488,7 @@ class Service(Queries, Shares, Exports):
         return r
 
     def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress,
-                   sid_of: dict[str, int], load: IncidentLoad) -> None:
+                   sid_of: dict[str, int], load: IncidentLoad, executor: Executor | None = None) -> None:
         """Small bundles and single files in this process (parts load as they are written);
         the rest on the executor of the settings: a local process pool or Ray
         (:mod:`server.executors`), each file one task (a large perf script text: one task per
@@ -455,8 +497,7 @@ class Service(Queries, Shares, Exports):
         n = len(jobs)
         progress("parse", 0, n)
         workers = min(self.settings.parse_workers, n)
-        pooled = workers > 1 if self.settings.executor == "local" else n > 1
-        if not pooled or total < self.settings.inline_bytes:
+        if not self._pooled(n, total):
             for i, job in enumerate(jobs):
                 results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
                 progress("parse", i + 1, n)
@@ -474,7 +515,9 @@ class Service(Queries, Shares, Exports):
                 tasks.append(job if job.parts_root else replace(job, inline_rows=INLINE_ROWS))
         tasks.sort(key=lambda j: -(j.byte_range[1] - j.byte_range[0] if j.byte_range
                                    else Path(j.path).stat().st_size))
-        executor = self._executor(workers)
+        own = executor is None
+        if own:
+            executor = self._executor(workers)
         done = 0
         try:
             for task, r in executor.map_unordered(parse_file, tasks):
@@ -500,7 +543,8 @@ class Service(Queries, Shares, Exports):
                 done += 1
                 progress("parse", done, n)
         finally:
-            executor.close()
+            if own:
+                executor.close()
 
     def _executor(self, workers: int) -> Executor:
         if self.settings.executor == "ray":    # one connection per Service: starting Ray costs seconds

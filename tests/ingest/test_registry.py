@@ -8,7 +8,7 @@ import pytest
 
 from ingest.formats.dmesg import DmesgCtimeParser, DmesgRawParser
 from ingest.formats.host_info import HostInfoParser
-from ingest.parse import detect_file
+from ingest.parse import detect_files
 from ingest.reader import Head
 from ingest.registry import Parser, Registry, default_registry
 
@@ -103,8 +103,12 @@ def test_gzipped_trace_head_is_the_decompressed_json():
 
 
 def test_detect_file_helper(reg):
-    assert detect_file(str(DATA / "dmesg" / RAW_DMESG[0]), "x").parser is DmesgRawParser
-    assert detect_file(str(DATA / "negative" / "kepler-159_v2_root_cpu.stat"), "x").parser is None
+    raw, negative, missing = detect_files([(str(DATA / "dmesg" / RAW_DMESG[0]), "x"),
+                                           (str(DATA / "negative" / "kepler-159_v2_root_cpu.stat"), "y"),
+                                           (str(DATA / "no-such-file"), "z")])
+    assert raw.parser is DmesgRawParser
+    assert negative.parser is None
+    assert isinstance(missing, str) and "no-such-file" in missing
 
 
 @pytest.mark.parametrize("name", HOST_INFO)

@@ -115,10 +115,27 @@ def test_small_tables_come_back_with_the_result_as_the_parts_rows(tmp_path):
 
 
 def test_local_executor_returns_the_exception_of_a_failed_call(tmp_path):
-    out = list(LocalExecutor(2).map_unordered(os.stat, [str(tmp_path / "missing"), str(tmp_path)]))
-    got = dict(out)
+    with LocalExecutor(2) as ex:
+        got = dict(ex.map_unordered(os.stat, [str(tmp_path / "missing"), str(tmp_path)]))
     assert isinstance(got[str(tmp_path / "missing")], FileNotFoundError)
     assert not isinstance(got[str(tmp_path)], BaseException)
+
+
+def test_local_executor_keeps_its_workers_across_maps_until_closed():
+    with LocalExecutor(2) as ex:
+        first = {r for _, r in ex.map_unordered(_pid, range(8))}
+        again = {r for _, r in ex.map_unordered(_pid, range(8))}
+        assert again <= first and os.getpid() not in first     # (the detect stage's workers parse)
+        # a worker that dies breaks its pool: the next map gets a new one
+        died = dict(ex.map_unordered(os._exit, [3]))
+        assert isinstance(died[3], BaseException)
+        after = {r for _, r in ex.map_unordered(_pid, range(4))}
+        assert after and not after & first
+    assert ex._pool is None
+
+
+def _pid(_):
+    return os.getpid()
 
 
 def test_settings_choose_the_executor(tmp_path, monkeypatch):

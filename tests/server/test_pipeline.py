@@ -2,8 +2,11 @@
 import gzip
 from pathlib import Path
 
+import pytest
+
 from ingest.formats import PARSERS
 from ingest.registry import Parser, Registry
+import server.service as service_mod
 from server.service import Service
 
 RAW = "[ {:>4}.000000] line {}\n"
@@ -18,8 +21,12 @@ def _bundle(root, n_files=6, lines=200):
     return root
 
 
-def test_parallel_and_inline_give_the_same_rows(tmp_path, settings):
+@pytest.mark.parametrize("detect_batch", [512, 1], ids=["detect-here", "detect-pooled"])
+def test_parallel_and_inline_give_the_same_rows(tmp_path, settings, monkeypatch, detect_batch):
     b = _bundle(tmp_path / "b")
+    (b / "node-0" / "broken.log.gz").write_bytes(gzip.compress(b"[ 1.0] x\n" * 5000)[:200])
+    (b / "node-1" / "notes.bin").write_bytes(bytes(range(256)) * 4)
+    monkeypatch.setattr(service_mod, "DETECT_BATCH", detect_batch)   # (pooled from 4 batches on)
     par = Service(settings.with_(workers=2, inline_bytes=0))
     sub = par.submit_path(b)
     rep_par = par.analyze(sub.incident_id)
@@ -28,10 +35,12 @@ def test_parallel_and_inline_give_the_same_rows(tmp_path, settings):
     seq = Service(settings.with_(home=tmp_path / "h2", db_path=tmp_path / "h2" / "db.duckdb", workers=1))
     sub2 = seq.submit_path(b)
     rep_seq = seq.analyze(sub2.incident_id)
-    assert n_par == 6 * 200
+    assert n_par >= 6 * 200
     assert seq.store.query("SELECT count(*) AS n FROM events")[0]["n"] == n_par
-    assert [(s["path"], s["status"], s["records"], s["host"]) for s in rep_par["sources"]] == \
-           [(s["path"], s["status"], s["records"], s["host"]) for s in rep_seq["sources"]]
+    assert [(s["path"], s["status"], s["records"], s["host"], s["error"]) for s in rep_par["sources"]] == \
+           [(s["path"], s["status"], s["records"], s["host"], s["error"]) for s in rep_seq["sources"]]
+    statuses = {s["path"]: s["status"] for s in rep_par["sources"]}
+    assert statuses["node-1/notes.bin"] == "unrecognized" and statuses["node-0/broken.log.gz"] != "parsed"
 
 
 class Crashing(Parser):
