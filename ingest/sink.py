@@ -72,7 +72,7 @@ class RowSink:
         self.inline_rows = inline_rows
         self.inline: dict[str, pa.Table] = {}     # tables kept in memory at close (see INLINE_ROWS)
         self.compression = compression
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_made = False         # (made by the first write: a file whose rows all travel inline writes none)
         self.batch_rows = batch_rows
         self.max_issues = max_issues
         self._buf: dict[str, dict[str, list]] = {}
@@ -227,6 +227,9 @@ class RowSink:
     def _write(self, table: str, tbl: pa.Table) -> None:
         n = self._parts[table]
         self._parts[table] = n + 1
+        if not self._dir_made:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._dir_made = True
         path = self.out_dir / f"{table}.{n:05d}.parquet"
         # dictionary-encode only the columns that repeat (names, kinds); text and JSON do not. A small
         # part is written plain: setting up the dictionaries costs more than it saves there.

@@ -103,3 +103,17 @@ def test_categorical_text_is_written_dictionary_encoded_and_read_as_text(tmp_pat
         assert pl.read_parquet(f).schema["metric"] == pl.String
         assert duckdb.connect().execute(f"select list(metric) from '{f}'").fetchone()[0] == want
     assert pq.read_table(only).schema.field("value").type == pa.float64()
+
+
+def test_a_sink_whose_rows_all_travel_inline_makes_no_folder(tmp_path):
+    s = RowSink(tmp_path / "small", inline_rows=10)
+    s.event(name="x", line=1)
+    s.fact("k", "v")
+    s.close()
+    assert set(s.inline) == {"events", "facts"} and not s.files
+    assert not (tmp_path / "small").exists()
+    big = RowSink(tmp_path / "big", inline_rows=1)
+    big.event(name="x", line=1)
+    big.event(name="y", line=2)
+    big.close()
+    assert [f.name for f in big.files] == ["events.00000.parquet"] and (tmp_path / "big").is_dir()
