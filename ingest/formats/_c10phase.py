@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from itertools import accumulate
 
 SEC = 1_000_000_000
 BINS = 10_000                  # 0.1 ms
@@ -255,16 +256,14 @@ def _rules_out(bins, arcs) -> bool:
 
 
 def _counts(pairs) -> list[int]:
-    diff = [0] * (BINS + 1)
+    """How many pairs rule out each bin (a difference array, summed up)."""
+    diff = [0] * BINS
     for _, _, bins, *_ in pairs:
         for i, j in bins:
             diff[i] += 1
-            diff[j] -= 1
-    counts, run = [], 0
-    for k in range(BINS):
-        run += diff[k]
-        counts.append(run)
-    return counts
+            if j < BINS:
+                diff[j] -= 1
+    return list(accumulate(diff))
 
 
 def _arcs(counts: list[int], least: int) -> list[list[int]] | None:

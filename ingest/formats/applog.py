@@ -1738,6 +1738,8 @@ def _feed_phase(base: pl.DataFrame, ph: Phase) -> None:
     rows = new.filter(c10 | (pl.col("stream").is_in(streams) & pl.col("body").str.contains(_PHASE_EXACT)))
     for lineno, stream, body in rows.select("lineno", "stream", "body").iter_rows():
         ph.feed(lineno, stream or "", body)
+        if ph.pairs >= MAX_PHASE_PAIRS:
+            break
 
 
 def _finish(ctx: ParseContext, st: _State) -> None:
