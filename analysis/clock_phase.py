@@ -1,7 +1,7 @@
 """The boot clock narrowed by the phase of the wall clock's second on CLOCK_MONOTONIC.
 
 c10's log stamps carry the wall clock's second and CLOCK_MONOTONIC's fraction; their order
-pins ``g = frac(wall - monotonic)`` to a few milliseconds (:mod:`ingest.formats._c10phase`,
+pins ``g = frac(wall - monotonic)`` to a few milliseconds (:mod:`ingest.formats.logs.c10phase`,
 fact ``wall_monotonic_phase`` of each log that has them). That is the offset of the boot clock
 modulo one second. Any window for the offset narrower than about a second then holds at most
 one offset with that phase, and the offset is known as well as the phase is.
@@ -98,7 +98,7 @@ def log_steps(store, incident_id: str, hosts: set[str]) -> dict[str, list[LogSte
     The fact gives the two lines' times in the phase reader's own reckoning (month, day and time
     of one fixed year); the log's timed events of the same form nearest each line (the parser
     gave them the year and the zone) shift them to UTC."""
-    from ingest.formats._c10phase import reading
+    from ingest.formats.logs.c10phase import reading
     rows = store.query(
         """SELECT COALESCE(s.host, '') AS host, s.path, s.source_id, f.value
            FROM facts f JOIN sources s USING (incident_id, source_id)

@@ -235,7 +235,7 @@ def stages(path: Path, work: Path) -> str:
     """CPU seconds per stage on the first chunk of ``path`` (see the module doc)."""
     import io
 
-    from ingest.formats import kernel as K
+    from ingest.formats.kernel import engine as K
     from ingest.lines import CHUNK_BYTES, line_frames
     from ingest.reader import Head
     from ingest.registry import ParseContext, default_registry

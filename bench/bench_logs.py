@@ -12,7 +12,7 @@ Inputs, concatenated from real files to the target size:
   :func:`train_log`) to the target size, and its crash (ChildFailedError) once at the end.
 
 Rows written: ``events`` (meaningful lines one each; repetitive NCCL INFO lines, step lines and
-plain log lines collapsed to one event per process/device or rank, see ``ingest.formats.applog``)
+plain log lines collapsed to one event per process/device or rank, see ``ingest.formats.logs.engine``)
 and ``metrics`` (one row per step line and value: step, loss, step_time).
 
 The comparison is what a user would run instead: a plain Python loop over the lines that

@@ -2,6 +2,8 @@
 
 Every module in this package that defines a ``PARSERS`` tuple contributes
 those parser classes to the registry: adding a format is adding a module.
+Formats that share an engine form a subpackage whose ``__init__`` gathers their
+``PARSERS`` (``logs``: training, launcher and NCCL logs; ``kernel``: kernel logs).
 """
 from __future__ import annotations
 

@@ -39,8 +39,9 @@ import polars as pl
 from ..model import CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext
-from .applog import parse_log
-from .kernel import KernelLogParser, frame, wall_ns
+from .logs.engine import parse_log
+from .kernel.engine import KernelLogParser
+from .kernel.frames import frame, wall_ns
 
 # a wall-clock stamp at the start of a line (after at most a bracket or two of punctuation)
 _STAMP = (r"^\W{0,3}(\d{4}[-/]\d\d[-/]\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?"

@@ -318,7 +318,7 @@ def test_wrapper_split_fast_path_equals_the_wrap_grammar():
     # torchrun's "[defaultN]:" alone is cut without the WRAP regex; every other wrapper (and a tee
     # prefix followed by an srun task or "[rankN]: ") takes WRAP: both give what WRAP gives.
     import polars as pl
-    from ingest.formats.applog import WRAP, _wrap, extract_prefix
+    from ingest.formats.logs.engine import WRAP, _wrap, extract_prefix
     lines = ["[default0]:hello", "[default12]:3: x", "[default1]:[rank1]: Traceback", "[default1]:[rank1]:[I1129 x",
              "> > [default0]:a", "(Worker pid=12, ip=1.2.3.4) [default0]:x [repeated 3x across cluster]",
              "[1,3]<stdout>:[default2]:y", "12: foo", "[rank3]: bar", "[default]:x", "[default0]x",
@@ -355,7 +355,7 @@ def test_dated_prefix_by_position_equals_the_family_regex():
     # Python logging's default layout is cut by position (no capture regex) when the line passes
     # applog._FAST["dated"]; on every line it must give what the "dated" regex gives, in row order.
     import polars as pl
-    from ingest.formats.applog import FAMILIES, _FAST, _family_prefix, extract_prefix
+    from ingest.formats.logs.engine import FAMILIES, _FAST, _family_prefix, extract_prefix
     test, rx = FAMILIES["dated"]
     lines = ["2026-11-29 13:40:47,674 INFO [rank0] train: step=0 loss=2.4",
              "2026-11-29 13:40:47,674 WARNING :| - msg", "2026-11-29 13:40:47,674 WARN msg",
@@ -393,7 +393,7 @@ def test_step_values_equal_the_step_grammar():
     # the step-line numbers are read without capture regexes (applog._NOCAP): on every text they
     # equal the groups of the STEP, LOSS and STEP_TIME regexes
     import polars as pl
-    from ingest.formats.applog import LOSS, STEP, STEP_TIME, _LOSS_ASCII, _LOWER, _step_match, _step_values
+    from ingest.formats.logs.engine import LOSS, STEP, STEP_TIME, _LOSS_ASCII, _LOWER, _step_match, _step_values
     low = pl.col("t")
     for texts in (STEP_TEXTS, [t for t in STEP_TEXTS if t.isascii()]):
         df = pl.DataFrame({"t": texts})

@@ -1,11 +1,11 @@
-"""The wall clock's phase on CLOCK_MONOTONIC from c10's log stamps (ingest/formats/_c10phase.py)."""
+"""The wall clock's phase on CLOCK_MONOTONIC from c10's log stamps (ingest/formats/logs/c10phase.py)."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
-from ingest.formats import _c10phase as ph
+from ingest.formats.logs import c10phase as ph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_nccl_log import facts, parse  # noqa: E402

@@ -499,7 +499,7 @@ def _records(parser_cls, lines: list[str]):
 def test_iso_constant_columns_equal_per_row_columns():
     """One --decode width and one UTC offset per chunk: fields at constant columns. A chunk that mixes
     them takes the per-row path; the rows both share must come out the same."""
-    from ingest.formats.dmesg import DmesgIsoParser
+    from ingest.formats.kernel.dmesg import DmesgIsoParser
     same = ["kern  :info  : 2026-11-29T13:38:49,486513+01:00 Linux version 5.15.0",
             "kern  :err   : 2026-02-30T13:38:49,000001+01:00 feb 30 still reads",
             "kern  :warn  : 2026-11-29T24:00:00,000002+01:00  two spaces, one kept",
@@ -523,7 +523,7 @@ def test_iso_constant_columns_equal_per_row_columns():
 def test_raw_stamp_fields():
     """Seconds as one float where the fraction has 6 digits, integer fields otherwise (ns printk);
     the one optional space after "]"; <N> and --decode prefixes."""
-    from ingest.formats.dmesg import DmesgRawParser
+    from ingest.formats.kernel.dmesg import DmesgRawParser
     rec = _records(DmesgRawParser, [
         "[    0.000001] a", "[1234567.999999]b", "[    1.000000123]  ns", "<6>[ 4294967.295000] c",
         "kern  :warn  : [   12.500000] d", "+[    2.000000] e", "[    3.000000]", "garbage"])
@@ -537,7 +537,7 @@ def test_subsystem_equals_the_capture():
     """kernel.subsystem answers per distinct 42-character head; SUBSYS's capture is the reference."""
     import polars as pl
 
-    from ingest.formats.kernel import SUBSYS, subsystem
+    from ingest.formats.kernel.engine import SUBSYS, subsystem
     msgs = ["pcieport 0000:00:1c.1: AER: x", "pci 0000:d7: on NUMA node 5", "NVRM: Xid", "sched: RT",
             "eth0 (unregistering): link down", "systemd[1]: started", "nvidia-modeset[42]: x",
             "w\u00e4rme (x): thermal", "\u00e9l\u00e8ve: x", "a" * 39 + ": 39", "a" * 40 + ": 40",
@@ -552,7 +552,8 @@ def test_subsystem_and_prefixes_survive_a_hash_collision(monkeypatch):
     path gives the same answers (here every head gets one hash)."""
     import polars as pl
 
-    from ingest.formats.kernel import SUBSYS, extract_distinct, subsystem
+    from ingest.formats.kernel.engine import SUBSYS, subsystem
+    from ingest.formats.kernel.frames import extract_distinct
     msgs = pl.Series("msg", ["NVRM: x", "sched: a", None, "", "eth0 (x): y", "NVRM: x", "x[1]: y", "plain"] * 2)
     pre = pl.Series("line", ["kern  :info  : ", None, "<6>", "user  :err   : ", "kern  :info  : "])
     want = subsystem(msgs).to_list(), extract_distinct(pre, r"(info|err)\s*: $").to_list()
@@ -565,7 +566,7 @@ def test_subsystem_and_prefixes_survive_a_hash_collision(monkeypatch):
 def test_raw_plain_chunks_equal_the_general_path(monkeypatch):
     """A chunk whose records are all "[ s.micros]" without a prefix takes the short path; the frame is
     the one the general path builds (forced here by a RAW_PLAIN that matches nothing)."""
-    from ingest.formats import dmesg
+    from ingest.formats.kernel import dmesg
     lines = ["[    0.000001] a", "[1234567.999999]b", "[    3.000000]", "[   12.500000]  two spaces",
              "garbage", "   indented", "[99999999999999999999.000000] too large", "", "[ x] no", "[   5.1] short"]
     fast = _records(dmesg.DmesgRawParser, lines)
@@ -580,7 +581,7 @@ def test_oom_parts_are_tested_from_the_first_report_start():
     on (and with a report open) the column is the full test's."""
     import polars as pl
 
-    from ingest.formats.kernel import candidates
+    from ingest.formats.kernel.engine import candidates
     msgs = ["memory: usage 1kB, limit 2kB, failcnt 3", "NVRM: Xid (PCI:0000:3b:00): 13, x",
             "python invoked oom-killer: gfp_mask=0x0", "memory: usage 1kB, limit 2kB, failcnt 3",
             "[  pid  ]   uid  tgid total_vm", "Memory cgroup stats for /x:"]
@@ -607,7 +608,7 @@ def test_raw_layout_rows_equal_the_per_row_path(monkeypatch, extra):
     """Lines with the layout of the chunk's first or last record ("]" at a fixed column, one space after
     it) are read without per-row finds: all of a chunk with constant slices, else the finds run on the
     other lines only. The frame is the one the per-row path builds (forced here by finding no layout)."""
-    from ingest.formats import dmesg
+    from ingest.formats.kernel import dmesg
     same = ["[99998.000001] pci 0000:00:01.0: a", "[99999.999999] b", "[100000.000000] c: d",
             "[100001.500000] Linux version 5.15.0", "[100002.000002]  e"]
     for lines in (same[:2] + extra, same + extra, extra + same, same[:2] + extra + same[2:]):
@@ -623,7 +624,7 @@ def test_raw_layout_rows_equal_the_per_row_path(monkeypatch, extra):
 
 def test_raw_layout_chunks_take_constant_slices(monkeypatch):
     """A chunk of nothing but layout lines (one or two widths) is read by ``_records_const``."""
-    from ingest.formats import dmesg
+    from ingest.formats.kernel import dmesg
     seen = []
     const = dmesg.DmesgRawParser._records_const
     monkeypatch.setattr(dmesg.DmesgRawParser, "_records_const",
@@ -653,7 +654,7 @@ def test_iso_layout_rows_equal_the_per_row_path(monkeypatch, extra):
     """Lines with the layout of the chunk's first record (--decode widths, UTC offset, a space) skip the
     grammar, --decode and prefix tests (all of them in a chunk of such lines and blank ones); the frame
     is the one the per-row path builds (forced here by finding no layout)."""
-    from ingest.formats import dmesg
+    from ingest.formats.kernel import dmesg
     same = ["kern  :info  : 2026-11-29T13:38:49,486513+00:00 Linux version 5.15.0",
             "kern  :err   : 2026-11-29T13:38:50,000001+00:00 pci 0000:00:01.0: x",
             "user  :notice: 2026-11-29T13:38:51,000004+00:00  two spaces, one kept",
@@ -672,7 +673,7 @@ def test_boot_attrs_per_number_equal_per_row():
     """The plain events' boot attrs, made once per boot number, are the per-row text."""
     import polars as pl
 
-    from ingest.formats.kernel import _boot_attrs
+    from ingest.formats.kernel.engine import _boot_attrs
     boot = pl.Series([0, 0, 1, 1, 1, 2, 1000, 1000, 12345678])
     new = pl.Series([False, False, True, False, False, True, True, False, True])
     want = [None, None, '{"boot":1,"boot_restart":true}', '{"boot":1}', '{"boot":1}',
@@ -691,7 +692,7 @@ def test_report_bodies_walked_from_the_heads_equal_the_forward_fill():
 
     import polars as pl
 
-    from ingest.formats import kernel as K
+    from ingest.formats.kernel import engine as K
 
     class _P:
         clock_domain, untimed, name, per_line_host = "boot", False, "dmesg_raw", False
@@ -723,23 +724,23 @@ def test_report_bodies_walked_from_the_heads_equal_the_forward_fill():
 
 
 def test_head_codes_number_the_distinct_values_or_step_aside(monkeypatch):
-    """_head_codes numbers the distinct values in order of first appearance, nulls left null (or
+    """head_codes numbers the distinct values in order of first appearance, nulls left null (or
     answers None: no pl.Categories); subsystem gives the capture's values on both paths."""
     import polars as pl
 
-    from ingest.formats import kernel as K
+    from ingest.formats.kernel import engine as K, frames as F
     s = pl.Series("k", ["b", "a", "b", "", "c", "a"])
-    heads, code = K._head_codes(s)
+    heads, code = F.head_codes(s)
     if heads is not None:
         assert heads.gather(code).to_list() == s.to_list() and heads.n_unique() == len(heads)
-    heads, code = K._head_codes(pl.Series("k", [None, "a", None, "b", "a"]))
+    heads, code = F.head_codes(pl.Series("k", [None, "a", None, "b", "a"]))
     if heads is not None:
         assert heads.to_list() == ["a", "b"] and code.to_list() == [None, 0, None, 1, 0]
     msgs = pl.Series("msg", ["NVRM: x", "sched: a", "", "eth0 (x): y", "NVRM: x", "x[1]: y", "plain"] * 2)
     want = msgs.str.extract(K.SUBSYS, 1).to_list()
     assert K.subsystem(msgs).to_list() == want
-    monkeypatch.setattr(K, "_CATEGORIES", None)
-    assert K._head_codes(s) == (None, None) and K.subsystem(msgs).to_list() == want
+    monkeypatch.setattr(F, "_CATEGORIES", None)
+    assert F.head_codes(s) == (None, None) and K.subsystem(msgs).to_list() == want
 
 
 def test_syslog_years_vectorised_equal_the_line_loop():
@@ -749,7 +750,7 @@ def test_syslog_years_vectorised_equal_the_line_loop():
 
     import polars as pl
 
-    from ingest.formats.journal import SyslogParser
+    from ingest.formats.kernel.journal import SyslogParser
 
     def loop(p, months):
         out = []
@@ -817,7 +818,7 @@ def _journal_json_variants() -> list[str]:
 
 def _per_field(lines: list[str]) -> list[tuple]:
     import polars as pl
-    from ingest.formats.journal import _J
+    from ingest.formats.kernel.journal import _J
     return pl.DataFrame({"line": lines}).select(
         **{k: pl.col("line").str.json_path_match(p) for k, p in _J.items()}).rows()
 
@@ -829,7 +830,7 @@ def test_journal_json_one_pass_decode_equals_per_field_path(extra):
     path; invalid JSON that looks like an object makes the chunk's decode fail (a retry without raw
     control characters, else the per-field path for the chunk)."""
     import polars as pl
-    from ingest.formats.journal import _json_fields
+    from ingest.formats.kernel.journal import _json_fields
     lines = _journal_json_variants()
     lines = lines[:30] + extra + lines[30:] + extra
     got = _json_fields(pl.Series("line", lines, dtype=pl.String))
@@ -843,7 +844,7 @@ def test_journal_json_a_broken_line_leaves_the_rest_of_the_chunk_decoded_in_one_
     the lines that take the per-field path anyway (the whole chunk did), and the fields equal the
     per-field path's on every line."""
     import polars as pl
-    import ingest.formats.journal as J
+    import ingest.formats.kernel.journal as J
     lines = _journal_json_variants()
     lines = lines + lines
     real = J._fields_slow
@@ -889,7 +890,7 @@ def test_journal_json_anchor_medians_and_ties(tmp_path):
         best = min(ps, key=lambda q: q[0])
         unc = max(1_000_000, int(statistics.median(q[0] for q in ps) - best[0]))
         want.append((key[0], best[1], best[1] + best[0], best[2], unc))
-    import ingest.formats.kernel as KM
+    import ingest.formats.kernel.engine as KM
     for chunk in (None, 50_000):
         saved = KM.records_ahead.__defaults__, KM.line_frames_to_the_cut.__defaults__
         if chunk:

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from analysis.links import LinkKind
-from ingest.formats import kernel_signatures as ks
+from ingest.formats.kernel import signatures as ks
 
 
 @pytest.mark.parametrize("sig", ks.SIGNATURES, ids=lambda s: s.id)
@@ -29,7 +29,7 @@ def test_ids_unique_and_version_stated():
 
 
 @pytest.mark.parametrize("text,sig_id,attrs", [
-    # real lines (sources in kernel_signatures.py / tests/data/kernel/PROVENANCE.md)
+    # real lines (sources in ingest/formats/kernel/signatures.py / tests/data/kernel/PROVENANCE.md)
     ("Memory cgroup out of memory: Killed process 29133 (python3) total-vm:78072kB, anon-rss:65280kB, "
      "file-rss:6640kB, shmem-rss:0kB, UID:0 pgtables:184kB oom_score_adj:0", "oom.kill",
      {"scope_text": "Memory cgroup out of memory", "victim_pid": 29133, "victim_comm": "python3",

@@ -8,8 +8,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.formats.applog import AppLogParser
-from ingest.formats.nccl import NcclLogParser, warn_class
+from ingest.formats.logs.applog import AppLogParser
+from ingest.formats.logs.nccl import NcclLogParser
+from ingest.formats.logs.nccl_grammar import warn_class
 from ingest.parse import ParseJob, SourceResult, parse_file
 from ingest.reader import Head
 from ingest.registry import default_registry
@@ -360,7 +361,7 @@ def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path)
     import re
 
     import polars as pl
-    from ingest.formats import applog, nccl
+    from ingest.formats.logs import engine as applog, nccl_grammar as nccl
     from ingest.lines import line_frames
     import gzip
     with gzip.open(NCCL / "timez-zx__nccl-tests_nccl.log.gz", "rb") as f:     # (COLL, tuning, proxy lines)
@@ -393,7 +394,7 @@ def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path)
     ev = pl.concat([f for f in fams if f["category"][0] == "nccl"], how="diagonal_relaxed")
     seen = 0
     for msg, name, attrs in ev.select("msg", "name", "attrs").iter_rows():
-        entry = next((e for e in nccl.INFO_GRAMMAR if e[1] in (msg or "")), None)
+        entry = next((e for e in nccl.INFO_GRAMMAR if e.literal in (msg or "")), None)
         if entry is None or name in ("nccl_warn", "nccl_trace", "nccl_call"):
             continue
         g = re.search(entry[2], msg)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats.dmesg import DmesgCtimeParser, DmesgRawParser
+from ingest.formats.kernel.dmesg import DmesgCtimeParser, DmesgRawParser
 from ingest.formats.host_info import HostInfoParser
 from ingest.parse import detect_files
 from ingest.reader import Head

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..timeparse import NS, offset_to_seconds, tzinfo_for
+from ...timeparse import NS, offset_to_seconds, tzinfo_for
 
 MONTH_NUM = {m: str(i) for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1)}

@@ -27,7 +27,7 @@ Untimed indented lines after a record are its continuation (stack frames
 printed without a timestamp, kmsg ``SUBSYSTEM=`` / ``DEVICE=`` lines). A diff
 marker (``+``/``-``/space) directly before ``[`` is accepted in raw dmesg, so a
 pasted ``diff`` of two dmesg snapshots still reads; its ``---``/``+++``/``@@``
-lines count as bad lines. The shared engine (``kernel.py``) does the rest:
+lines count as bad lines. The shared engine (:mod:`.engine`) does the rest:
 boots, signatures, reports.
 """
 from __future__ import annotations
@@ -36,11 +36,11 @@ import re
 
 import polars as pl
 
-from ..model import CLOCK_BOOT, CLOCK_KERNEL_WALL
-from ..registry import ParseContext
-from ..timeparse import MONTH_RE, WEEKDAY_RE
-from .kernel import (DECODE_LEVELS, MAX_SECONDS, NS, KernelLogParser, _scatter, days_from_civil, extract_distinct,
-                     frame, null_strings, sec_usec_ns, wall_ns)
+from ...model import CLOCK_BOOT, CLOCK_KERNEL_WALL
+from ...registry import ParseContext
+from ...timeparse import MAX_SECONDS, MONTH_RE, WEEKDAY_RE
+from .engine import DECODE_LEVELS, KernelLogParser
+from .frames import NS, days_from_civil, extract_distinct, frame, null_strings, scatter, sec_usec_ns, wall_ns
 
 _DECODE = rf"(?:(\w+)\s*:\s*({DECODE_LEVELS})\s*: )?"
 RAW = rf"^[+ -]?(?:<(\d{{1,3}})>)?{_DECODE}\[\s*(\d+)\.(\d{{6,9}})\] ?(.*)$"
@@ -129,7 +129,7 @@ class DmesgRawParser(KernelLogParser):
         if other.any():
             sec = line.str.slice(lb + 1, dot - lb - 1).str.strip_chars_start()
             frac = line.str.slice(dot + 1, rb - dot - 1)
-            df = df.with_columns(_scatter(other, df["_ts"], lambda sub: sub.select(sec_usec_ns(sec, frac)).to_series(),
+            df = df.with_columns(scatter(other, df["_ts"], lambda sub: sub.select(sec_usec_ns(sec, frac)).to_series(),
                                           df))
         msg = pl.col("_msg")
         pre = df["_lb"] > 0
@@ -357,7 +357,7 @@ class DmesgIsoParser(KernelLogParser):
             num = lambda a, n: _num(line, c + a, n)  # noqa: E731
             civil = (days_from_civil(num(0, 4), num(5, 2), num(8, 2)) * 86400 + num(11, 2) * 3600
                      + num(14, 2) * 60 + num(17, 2)) * NS
-            df = df.with_columns(_scatter(miss, df["_wall"], lambda sub: sub.select(civil).to_series(), df))
+            df = df.with_columns(scatter(miss, df["_wall"], lambda sub: sub.select(civil).to_series(), df))
         if bool(df["_dec"].any()):
             lvl = extract_distinct(df.select(pl.when(pl.col("_dec")).then(line.str.slice(0, c)))["line"],
                                    rf"({DECODE_LEVELS})\s*: $")
@@ -394,7 +394,7 @@ class DmesgIsoParser(KernelLogParser):
             _off_s=pl.when(pl.col("_off").str.slice(0, 1) == "-").then(-1).otherwise(1)
             * (_num(pl.col("_off"), 1, 2) * 3600 + pl.when(pl.col("_colon")).then(_num(pl.col("_off"), 4, 2))
                .otherwise(_num(pl.col("_off"), 3, 2)) * 60)).drop("_colon")
-        df = df.with_columns(_scatter(miss, df["_wall"], lambda sub: sub.select(civil).to_series(), df),
+        df = df.with_columns(scatter(miss, df["_wall"], lambda sub: sub.select(civil).to_series(), df),
                              _lvl=extract_distinct(df["_pre"], rf"({DECODE_LEVELS})\s*: $"))
         df = df.join(offs, on="_off", how="left", maintain_order="left", nulls_equal=True)
         ts = pl.col("_wall") - pl.col("_off_s") * NS + pl.col("_us") * 1000

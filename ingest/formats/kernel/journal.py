@@ -41,15 +41,15 @@ therefore never make an anchor unless nothing better exists in their window.
 from __future__ import annotations
 
 import os
-import statistics
 from datetime import datetime, timezone
 
 import polars as pl
 
-from ..model import CLOCK_BOOT, CLOCK_WALL
-from ..registry import ParseContext
-from ..timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
-from .kernel import NS, KernelEngine, KernelLogParser, frame, sec_usec_ns, wall_ns
+from ...model import CLOCK_BOOT, CLOCK_WALL
+from ...registry import ParseContext
+from ...timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
+from .engine import KernelEngine, KernelLogParser
+from .frames import NS, frame, sec_usec_ns, wall_ns
 
 # busybox syslogd (without -S) writes the facility.priority between the host and the tag
 # (``format_message``: "%s %.64s %s %s", timestamp, hostname, "kern.err", msg), or "<N>" when

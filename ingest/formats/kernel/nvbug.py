@@ -29,12 +29,13 @@ import re
 
 import polars as pl
 
-from ..model import CLOCK_BOOT
-from ..reader import Head
-from ..registry import ParseContext
+from ...model import CLOCK_BOOT
+from ...reader import Head
+from ...registry import ParseContext
 from .dmesg import RAW
 from .journal import SHORT, ISO as SYSLOG_ISO
-from .kernel import KernelEngine, KernelLogParser, frame, line_frames_to_the_cut, sec_usec_ns
+from .engine import KernelEngine, KernelLogParser, line_frames_to_the_cut
+from .frames import frame, sec_usec_ns
 from .dmesg import _prio_sev
 
 SEPARATOR = "_" * 44

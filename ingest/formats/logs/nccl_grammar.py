@@ -1,4 +1,4 @@
-"""NCCL debug logs (NCCL_DEBUG=VERSION/WARN/INFO/TRACE, NCCL_DEBUG_FILE, or stdout captures).
+"""The NCCL line grammar (NCCL_DEBUG=VERSION/WARN/INFO/TRACE, NCCL_DEBUG_FILE, or stdout captures).
 
 Line grammar (NVIDIA/nccl src/debug.cc, every version; FORMATS.md §3.1)::
 
@@ -32,24 +32,23 @@ chain of a process that passes through ``init.cc``/``bootstrap.cc`` (creating th
 communicator) or ``transport.cc`` (connecting its ranks) is typed ``nccl_init_failure``.
 
 Repetitive INFO lines are not one event each (see :func:`collapse_info` and the
-"Collapsed" list in :mod:`.applog`): per (host, pid, cudaDev), the COLL lines, the
+"Collapsed" list in :mod:`.engine`): per (host, pid, cudaDev), the COLL lines, the
 per-operation tuning/proxy lines and the other INFO lines (topology: channels, rings,
 trees, connections) are each one event on their last line, counting the others.
 
-The parser itself is the shared log engine in :mod:`.applog`: a file holding
-NCCL lines *and* launcher/training lines is read line by line by the same code,
-whichever of the two source kinds claimed it. This module claims a file
-(``nccl_log``) when NCCL lines make up a real part of its head.
+The lines are read by the shared log engine (:mod:`.engine`): a file holding NCCL lines *and*
+launcher/training lines is read line by line by the same code, whichever of the two formats
+claimed it; :mod:`.nccl` claims a file (``nccl_log``) when NCCL lines make up a real part of its
+head.
 """
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import polars as pl
 
-from ..model import CLOCK_WALL
-from ..reader import Head
-from ..registry import ParseContext, Parser
+from .frames import extract_prefix
 
 _TS = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
 # The header, found anywhere in the line (lazy junk before it).
@@ -68,64 +67,78 @@ HEADER_TAIL = (r"^(?:\[(?P<dev>\d+)\])?(?: ?(?P<trace_ms>\d+\.\d+))?(?: ?(?P<src
 SPLICE_MARK = r":\d+:\d+ (?:\[\d+\] )?(?:[\w./\-]+:\d+ )?NCCL (?:INFO|WARN) "
 BARE_VERSION = r"^NCCL version (?P<version>[\w.+\-]+)"
 
+class InfoFact(NamedTuple):
+    """An INFO line that says a fact: lines whose message contains ``literal`` are matched
+    against ``regex`` (named groups: the fields, ``ints`` of them integers); the event is ``name``."""
+    name: str
+    literal: str
+    regex: str
+    ints: tuple[str, ...]
+
+
+class WarnClass(NamedTuple):
+    """A class of WARN lines: the first whose ``regex`` is found in the message."""
+    cls: str
+    regex: str
+
+
 _P = r"0x[0-9a-fA-F]+"
-# (name, literal that must occur, regex with named groups, integer fields)
-INFO_GRAMMAR: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("nccl_version", "NCCL version", r"^NCCL version (?P<version>\d+\.\d+\.\d+(?:[+-][a-z]+[\d.]*)?)", ()),
-    ("nccl_comm_init", " - Init ",
+INFO_GRAMMAR: tuple[InfoFact, ...] = (
+    InfoFact("nccl_version", "NCCL version", r"^NCCL version (?P<version>\d+\.\d+\.\d+(?:[+-][a-z]+[\d.]*)?)", ()),
+    InfoFact("nccl_comm_init", " - Init ",
      r"^(?:\[Rank (?P<global_rank>\d+)\] )?(?:(?P<api>\w+) )?comm (?P<comm>" + _P + r") rank (?P<rank>\d+) "
      r"nranks (?P<nranks>\d+) cudaDev (?P<cuda_dev>\d+)(?: nvmlDev (?P<nvml_dev>\d+))? "
      r"busId (?P<bus_id>[0-9a-fA-F]+)(?: commId (?P<comm_id>" + _P + r"))?"
      r"(?: parent (?P<parent>" + _P + r"))?.*?- Init (?P<phase>START|COMPLETE)",
      ("global_rank", "rank", "nranks", "cuda_dev", "nvml_dev")),
-    ("nccl_comm_end", " COMPLETE",
+    InfoFact("nccl_comm_end", " COMPLETE",
      r"^comm (?P<comm>" + _P + r") rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cuda_dev>\d+) "
      r"busId (?P<bus_id>[0-9a-fA-F]+) - (?P<phase>Destroy|Abort) COMPLETE",
      ("rank", "nranks", "cuda_dev")),
-    ("nccl_comm_topology", "nNodes",
+    InfoFact("nccl_comm_topology", "nNodes",
      r"^comm (?P<comm>" + _P + r") rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
      r"localRanks (?P<local_ranks>\d+) localRank (?P<local_rank>\d+)",
      ("rank", "nranks", "nnodes", "local_ranks", "local_rank")),
-    ("nccl_init_timings", "Init timings",
+    InfoFact("nccl_init_timings", "Init timings",
      r"^Init timings(?: - (?P<api>\w+))?: rank (?P<rank>\d+) nranks (?P<nranks>\d+) total (?P<total_s>[\d.]+)",
      ("rank", "nranks")),
-    ("nccl_connection", " via ",
+    InfoFact("nccl_connection", " via ",
      r"^Channel (?P<channel>\d+)(?:/\d+)? : (?P<from_rank>\d+)\[(?P<from_dev>[0-9a-fA-F]+)\] -> "
      r"(?P<to_rank>\d+)\[(?P<to_dev>[0-9a-fA-F]+)\](?: \[(?P<direction>send|receive)\])? "
      r"via (?P<transport>[\w/]+)", ("channel", "from_rank", "to_rank")),
-    ("nccl_ring", "Channel ", r"^Channel (?P<channel>\d+)/(?P<nchannels>\d+) :\s+(?P<ring>[\d ]+?)\s*$",
+    InfoFact("nccl_ring", "Channel ", r"^Channel (?P<channel>\d+)/(?P<nchannels>\d+) :\s+(?P<ring>[\d ]+?)\s*$",
      ("channel", "nchannels")),
-    ("nccl_trees", "Trees", r"^Trees (?P<trees>.*)$", ()),
-    ("nccl_channels", " coll channels",
+    InfoFact("nccl_trees", "Trees", r"^Trees (?P<trees>.*)$", ()),
+    InfoFact("nccl_channels", " coll channels",
      r"^(?P<coll_channels>\d+) coll channels,(?: (?P<collnet_channels>\d+) collnet channels,)?"
      r"(?: (?P<nvls_channels>\d+) nvls channels,)? (?P<p2p_channels>\d+) p2p channels",
      ("coll_channels", "collnet_channels", "nvls_channels", "p2p_channels")),
-    ("nccl_connected", "Connected all ", r"^Connected all (?P<connected>rings|trees)", ()),
-    ("nccl_net", "NET/", r"^NET/(?P<net>\w+)\s*: (?P<net_info>.*)$", ()),
-    ("nccl_network", "Using network ", r"^Using network (?P<network>\w+)", ()),
-    ("nccl_bootstrap", "Bootstrap", r"^Bootstrap ?: Using (?P<bootstrap_if>.*)$", ()),
-    ("nccl_cuda_driver", "cudaDriverVersion", r"^cudaDriverVersion (?P<cuda_driver>\d+)", ("cuda_driver",)),
-    ("nccl_coll", "opCount",
+    InfoFact("nccl_connected", "Connected all ", r"^Connected all (?P<connected>rings|trees)", ()),
+    InfoFact("nccl_net", "NET/", r"^NET/(?P<net>\w+)\s*: (?P<net_info>.*)$", ()),
+    InfoFact("nccl_network", "Using network ", r"^Using network (?P<network>\w+)", ()),
+    InfoFact("nccl_bootstrap", "Bootstrap", r"^Bootstrap ?: Using (?P<bootstrap_if>.*)$", ()),
+    InfoFact("nccl_cuda_driver", "cudaDriverVersion", r"^cudaDriverVersion (?P<cuda_driver>\d+)", ("cuda_driver",)),
+    InfoFact("nccl_coll", "opCount",
      r"^(?P<coll>\w+): opCount (?P<op_count>[0-9a-f]+) sendbuff (?P<sendbuff>\S+) recvbuff (?P<recvbuff>\S+) "
      r"count (?P<count>\d+) datatype (?P<datatype>\d+) op (?P<op>\d+) root (?P<root>-?\d+) "
      r"comm (?P<comm>" + _P + r")(?: \[nranks=(?P<nranks>\d+)\])?",
      ("count", "datatype", "op", "root", "nranks")),
-    ("nccl_error_return", " -> ",
+    InfoFact("nccl_error_return", " -> ",
      r"^(?P<err_src>[\w./\-]+):(?P<err_line>\d+) -> (?P<err_code>\d+)(?: \[(?P<err_thread>[^\]]+)\])?",
      ("err_line", "err_code")),
 )
 
-# WARN classification: (class, regex on the message); first match wins.
-WARN_CLASSES: tuple[tuple[str, str], ...] = (
-    ("remote_closed", r"(?i)connection closed by (?:remote )?peer|connection reset by peer|remote process exited"
+# WARN classification: the first class whose regex is found in the message
+WARN_CLASSES: tuple[WarnClass, ...] = (
+    WarnClass("remote_closed", r"(?i)connection closed by (?:remote )?peer|connection reset by peer|remote process exited"
                       r"|peer .*(?:closed|exited)"),
-    ("plugin", r"(?i)plugin"),
-    ("network_ib", r"NET/IB|(?i:\bibv_|infiniband|\bmlx5|roce|completion .*error|\bqp\b)"),
-    ("socket", r"(?i)socket|connect to .* failed|bind|address already in use|\binterface\b|NET/Socket"),
-    ("timeout", r"(?i)timeout|timed out"),
-    ("memory", r"(?i)alloc|out of memory|\bmmap|\bmunmap|register|cuMem|\bshm\b|/dev/shm"),
-    ("cuda", r"(?i)\bcuda|\bnvml|\bcu[A-Z]\w+ failed|driver"),
-    ("system_error", r"(?i)system ?error|errno|\bfailed\b"),
+    WarnClass("plugin", r"(?i)plugin"),
+    WarnClass("network_ib", r"NET/IB|(?i:\bibv_|infiniband|\bmlx5|roce|completion .*error|\bqp\b)"),
+    WarnClass("socket", r"(?i)socket|connect to .* failed|bind|address already in use|\binterface\b|NET/Socket"),
+    WarnClass("timeout", r"(?i)timeout|timed out"),
+    WarnClass("memory", r"(?i)alloc|out of memory|\bmmap|\bmunmap|register|cuMem|\bshm\b|/dev/shm"),
+    WarnClass("cuda", r"(?i)\bcuda|\bnvml|\bcu[A-Z]\w+ failed|driver"),
+    WarnClass("system_error", r"(?i)system ?error|errno|\bfailed\b"),
 )
 WARN_LABELS = {
     "remote_closed": "remote peer closed the connection", "plugin": "network plugin problem",
@@ -159,29 +172,6 @@ def nccl_line_count(lines: list[str]) -> int:
     return sum(1 for ln in lines if _DETECT.search(ln) or _DETECT_VERSION.match(ln))
 
 
-class NcclLogParser(Parser):
-    name = "nccl_log"
-    kind = "nccl_log"
-    priority = 35
-    clock_domain = CLOCK_WALL
-    description = "NCCL debug log (NCCL_DEBUG / NCCL_DEBUG_FILE), alone or inside a job's stdout"
-
-    @classmethod
-    def detect(cls, head: Head) -> bool:
-        lines = head.nonblank(2000)
-        if not lines:
-            return False
-        n = nccl_line_count(lines)
-        # NCCL lines are unmistakable; a few of them inside a training log still make it an NCCL
-        # log when they are a real part of it (else the app_log parser takes the file; both read
-        # every line family).
-        return n >= 3 and n / len(lines) >= 0.2 or (n >= 1 and n == len(lines))
-
-    def parse(self, ctx: ParseContext) -> None:
-        from .applog import parse_log
-        parse_log(ctx)
-
-
 # -- collapsed INFO lines -----------------------------------------------------------------------
 # INFO lines that stay one event each: a literal of INFO_GRAMMAR (less the per-channel entries),
 # or an error return ``file.cc:123 -> 3``. Every other INFO line is repetitive (one per
@@ -202,7 +192,7 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     A group is (class, header text ``host:pid:tid [dev]``). Its first line (for the first time)
     and its last line (the last activity) go on through the parser with ``_cls`` set; the lines
     between are dropped here and added up in ``pending[last line]`` (count, transports and
-    channel numbers of topology lines), which :mod:`.applog` folds into the one event per
+    channel numbers of topology lines), which :mod:`.engine` folds into the one event per
     (class, process, device). Lines with their own time (``[time] host:...``), spliced lines
     and lines at or before ``floor`` (the previous chunk's context row) are never dropped.
     Returns the chunk with ``_cls`` and the mask of the rows kept (None: all).
@@ -280,7 +270,6 @@ def nccl_frame(base: pl.DataFrame) -> pl.DataFrame:
 
     (The repetitive INFO lines were collapsed before, by :func:`collapse_info`.)
     """
-    from .applog import extract_prefix
     cand = base.filter(pl.col("body").str.contains("NCCL ", literal=True))
     if cand.is_empty():
         return cand
@@ -344,5 +333,3 @@ def nccl_frame(base: pl.DataFrame) -> pl.DataFrame:
         pl.col("nts").str.extract(r"\.(\d+)$").alias("nts_frac"))
     return g
 
-
-PARSERS = (NcclLogParser,)

@@ -47,7 +47,7 @@ Algorithm (per chunk of lines, memory bounded by a few chunks)
    "not a body line" (each non-body line opens a run); only runs opened by a
    stack head are kept. An open run is carried into the next chunk.
 4. Only candidate rows reach Python, in line order, through a small state
-   machine: signature classification (``kernel_signatures.classify``), OOM
+   machine: signature classification (``signatures.classify``), OOM
    report assembly from ``invoked oom-killer`` to ``Killed process`` (victim,
    RSS, memcg path and usage, constraint, oom_score_adj, the task table, the
    triggering task, the report's span as ``dur_ns``), stack capture for
@@ -76,15 +76,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ..lines import CHUNK_BYTES
-from ..lines import line_frames as _line_frames
-from ..model import CLOCK_BOOT
-from ..reader import Head
-from ..timeparse import MAX_SECONDS
-from ..registry import ParseContext, Parser
-from . import kernel_signatures as ks
+from ...lines import CHUNK_BYTES
+from ...lines import line_frames as _line_frames
+from ...model import CLOCK_BOOT
+from ...reader import Head
+from ...registry import ParseContext, Parser
+from . import signatures as ks
+from .frames import NS, frame, head_codes, head_groups, scatter
 
-NS = 1_000_000_000
 BOOT_DROP_NS = 10 * NS          # printk time restarting by more than this = a reboot
 MAX_STACK = 64                   # frames kept per report
 MAX_TASKS = 200                  # task-table rows kept per OOM report
@@ -153,35 +152,9 @@ def grammar_detect(head: Head, pattern: re.Pattern, min_ratio: float = 0.6, min_
     return n > 0 and hits >= min_hits and hits / n >= min_ratio
 
 
-def _scatter(mask: pl.Series, base: pl.Series, fn, values: pl.Series | pl.DataFrame) -> pl.Series:
-    """``base`` with its ``mask`` rows replaced by ``fn(values[mask])``: a costly step on a few rows only."""
-    idx = mask.arg_true()
-    if len(idx) == 0:
-        return base
-    return base.clone().scatter(idx, fn(values[idx]))
-
-
 def _keep(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
     """``df.filter(mask)``, without copying when every row stays (the common case)."""
     return df if mask.all() else df.filter(mask)
-
-
-def extract_distinct(s: pl.Series, pattern: str) -> pl.Series:
-    """``s.str.extract(pattern, 1)``, run once per distinct value (for short, repetitive text such as
-    ``--decode`` prefixes: capture extraction is the slow part; the values are numbered by
-    ``_head_codes``, or grouped by hash, ``_head_groups``)."""
-    if s.null_count() == len(s):
-        return null_strings(len(s), s.name)
-    heads, code = _head_codes(s)
-    if heads is None:
-        first, code = _head_groups(s)
-        heads = s.gather(first)
-    return heads.str.extract(pattern, 1).gather(code).alias(s.name)
-
-
-def null_strings(n: int, name: str = "") -> pl.Series:
-    """A String series of ``n`` nulls (without a Python list of ``n`` Nones)."""
-    return pl.repeat(None, n, dtype=pl.String, eager=True).alias(name)
 
 
 def subsystem(msg: pl.Series) -> pl.Series:
@@ -193,14 +166,14 @@ def subsystem(msg: pl.Series) -> pl.Series:
     full ``SUBSYS`` capture runs on the rows whose head may hold "(...)", "[pid]" or non-ASCII names.
     The heads are grouped by a 64-bit hash (integer work, about half the cost of hashing the text
     twice for ``unique`` and ``replace_strict``); every row's head is then compared with its group's
-    first head, and a chunk where two heads share a hash takes the text path (``_head_groups``).
+    first head, and a chunk where two heads share a hash takes the text path (``head_groups``).
     Where Polars has ``pl.Categories`` the heads are numbered by a Categorical cast instead
-    (``_head_codes``: exact, about half the cost of the hash path).
+    (``head_codes``: exact, about half the cost of the hash path).
     """
     key = msg.str.slice(0, 42)
-    heads, code = _head_codes(key)
+    heads, code = head_codes(key)
     if heads is None:
-        first, code = _head_groups(key)
+        first, code = head_groups(key)
         heads = key.gather(first)
     m = pl.col("k")
     simple = m.str.contains(_SUBSYS_ASCII)
@@ -210,47 +183,7 @@ def subsystem(msg: pl.Series) -> pl.Series:
         .when(m.str.contains(_SUBSYS_OTHER)).then(pl.lit(_OTHER)).alias("v"))["v"]
     name = v.gather(code)
     other = (name == _OTHER).fill_null(False)
-    return _scatter(other, name, lambda x: x.str.extract(SUBSYS, 1), msg).alias("subsys")
-
-
-_CATEGORIES = getattr(pl, "Categories", None)    # Polars >= 1.32 (marked unstable there)
-
-
-def _head_codes(key: pl.Series) -> tuple[pl.Series | None, pl.Series | None]:
-    """(the distinct values, each row's number into them: null for a null) of a String series, by
-    a cast to a Categorical with categories of its own (``pl.Categories.random()``: numbered 0, 1,
-    ... in order of first appearance, exact, freed with the series); (None, None) where this Polars
-    has no ``pl.Categories`` or the numbering is not the expected one (the caller then takes
-    ``_head_groups``)."""
-    if _CATEGORIES is None:
-        return None, None
-    try:
-        cats = _CATEGORIES.random()
-        cat = key.cast(pl.Categorical(cats))
-        heads = cats.to_series()      # (while ``cat`` lives: the categories are freed with it)
-        code = cat.to_physical()
-    except Exception:  # noqa: BLE001 - an API that may change: the hash path gives the same answers
-        return None, None
-    top = code.max()
-    if code.null_count() != key.null_count() or len(heads) != (0 if top is None else int(top) + 1):
-        return None, None
-    return heads, code
-
-
-def _head_groups(key: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """(index of the first row of each distinct value, each row's group number into it): the rows
-    grouped by ``key``'s hash, checked exactly (each row's value equals its group's first value);
-    on a hash collision the groups are the distinct values themselves (``unique``, text hashing)."""
-    h = key.hash()
-    first = h.arg_unique()
-    groups = pl.DataFrame({"h": h.gather(first), "i": pl.int_range(len(first), eager=True, dtype=pl.UInt32)})
-    code = h.to_frame("h").join(groups, on="h", how="left", maintain_order="left")["i"]
-    if key.eq_missing(key.gather(first).gather(code)).all():
-        return first, code
-    k = key.to_frame("k").with_row_index("r")    # (never seen: two of a chunk's heads with one hash)
-    firsts = k.group_by("k", maintain_order=True).agg(pl.col("r").first())
-    code = k.join(firsts.with_row_index("i"), on="k", how="left", maintain_order="left", nulls_equal=True)["i"]
-    return firsts["r"], code
+    return scatter(other, name, lambda x: x.str.extract(SUBSYS, 1), msg).alias("subsys")
 
 
 def candidates(rec: pl.DataFrame, oom_open: bool = True) -> pl.DataFrame:
@@ -273,7 +206,7 @@ def candidates(rec: pl.DataFrame, oom_open: bool = True) -> pl.DataFrame:
         tail = rec.slice(at).select(part.alias("oom_part"))["oom_part"]
         rec = rec.with_columns(pl.repeat(False, at, eager=True, dtype=pl.Boolean).append(tail).alias("oom_part"))
     # stack heads are hits with a stack signature's needle: tested on the hit rows only
-    return rec.with_columns(_scatter(hit, hit, lambda m: m.str.contains_any(list(STACK_NEEDLES)), rec["msg"])
+    return rec.with_columns(scatter(hit, hit, lambda m: m.str.contains_any(list(STACK_NEEDLES)), rec["msg"])
                             .alias("stack_head"))
 
 
@@ -350,7 +283,7 @@ class KernelEngine:
         # the blank-line test only where a line is neither record, continuation nor meta (rare)
         is_bad = ~df["ok"] & ~df["cont"] & ~df["meta"]
         if is_bad.any():
-            is_bad = _scatter(is_bad, is_bad, lambda lines: ~lines.str.contains(r"^\s*$"), df["line"])
+            is_bad = scatter(is_bad, is_bad, lambda lines: ~lines.str.contains(r"^\s*$"), df["line"])
         flagged = is_bad | df["bad_utf8"]
         if flagged.any():
             issues = df.filter(flagged).with_columns(_bad=is_bad.filter(flagged))
@@ -383,7 +316,7 @@ class KernelEngine:
             # (the text test on the rows of a first second only)
             early = (rec["ts"] < NS).fill_null(False)
             if early.any():
-                banner = _scatter(early, early, lambda m: m.str.starts_with("Linux version "), rec["msg"])
+                banner = scatter(early, early, lambda m: m.str.starts_with("Linux version "), rec["msg"])
                 starts = starts | (banner & (pl.col("ts") < NS) & (prev >= pl.col("ts")).fill_null(False))
         else:
             starts = starts | pl.col("msg").str.starts_with("Linux version ")
@@ -936,62 +869,6 @@ def records_ahead(ctx: ParseContext, records, chunk_bytes: int = CHUNK_BYTES):
             except BaseException:     # noqa: BLE001 - the consumer's error is the one that counts
                 pass
             frames.close()
-
-
-def frame(df: pl.DataFrame, ok, ts, msg, sev=None, cont=None, meta=None, kern=None, host=None,
-          ident=None, ipid=None, boot_mark=None) -> pl.DataFrame:
-    """Build the record frame from expressions (see module doc); missing parts get defaults."""
-    none_s = pl.lit(None, pl.String)
-    if cont is None:   # the default continuation test runs on the lines that are not records only
-        df = df.with_columns(ok.fill_null(False).alias("_ok_"))
-        not_ok = ~df["_ok_"]
-        cont = _scatter(not_ok, pl.repeat(False, len(df), eager=True),
-                        lambda lines: lines.str.contains(r"^\s+\S").fill_null(False), df["line"])
-        df = df.with_columns(_cont_=cont)
-        ok, cont = pl.col("_ok_"), pl.col("_cont_")
-    return df.select(
-        pl.col("lineno"), pl.col("line"), pl.col("bad_utf8"),
-        ok.fill_null(False).alias("ok"),
-        cont.fill_null(False).alias("cont"),
-        (meta if meta is not None else pl.lit(False)).fill_null(False).alias("meta"),
-        ts.cast(pl.Int64, strict=False).alias("ts"),      # (a number too large for a time: untimed)
-        (sev if sev is not None else none_s).cast(pl.String).alias("sev"),
-        pl.coalesce(msg, pl.col("line")).alias("msg"),
-        (kern if kern is not None else pl.lit(True)).fill_null(True).alias("kern"),
-        (host if host is not None else none_s).alias("host"),
-        (ident if ident is not None else none_s).alias("ident"),
-        (ipid if ipid is not None else pl.lit(None, pl.Int64)).cast(pl.Int64, strict=False).alias("ipid"),
-        (boot_mark if boot_mark is not None else pl.lit(False)).fill_null(False).alias("boot_mark"),
-    )
-
-
-def sec_usec_ns(sec: pl.Expr, frac: pl.Expr) -> pl.Expr:
-    """'1234' + '567890' (or 9 digits) -> ns."""
-    f = frac.str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64, strict=False)
-    s = sec.cast(pl.Int64, strict=False)
-    return pl.when(s < MAX_SECONDS).then(s * NS + f)    # (more digits than a clock has: no time)
-
-
-def days_from_civil(y: pl.Expr, m: pl.Expr, d: pl.Expr) -> pl.Expr:
-    """Days since 1970-01-01 of a proleptic Gregorian date, vectorised (H. Hinnant's algorithm:
-    shift the year to start in March so the leap day is last, count 400-year eras, then days)."""
-    y = y - (m <= 2).cast(pl.Int64)
-    era = y // 400
-    yoe = y - era * 400
-    mp = (m + 9) % 12
-    doy = (153 * mp + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-def wall_ns(text: pl.Expr, fmt: str, zone: str | None) -> pl.Expr:
-    """Local wall-clock strings -> UTC epoch ns in ``zone`` (DST gaps become null)."""
-    dt = text.str.to_datetime(fmt, strict=False, time_unit="ns")
-    if zone and zone not in ("UTC", "Etc/UTC", "GMT", "Z"):
-        dt = dt.dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
-    else:
-        dt = dt.dt.replace_time_zone("UTC")
-    return dt.dt.epoch("ns")
 
 
 # -- a kernel log with no timestamps at all (printk.time=0, console captures, pasted reports) --------

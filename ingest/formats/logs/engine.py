@@ -1,8 +1,7 @@
-"""Training and launcher logs: PyTorch c10/c10d, torchrun/elastic, Python logging, tracebacks.
-
-This module is also the shared log *engine*: NCCL lines (:mod:`.nccl`) and the
-families below are read by the same code, line by line, so a job's stdout that
-interleaves everything is handled whichever source kind claimed the file.
+"""The log engine: training and launcher logs (PyTorch c10/c10d, torchrun/elastic, Python
+logging, tracebacks) and NCCL lines, read by the same code line by line, so a job's stdout that
+interleaves everything is handled whichever format (:mod:`.applog`, :mod:`.nccl`) claimed the
+file. The NCCL line grammar is :mod:`.nccl_grammar`.
 
 Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
 
@@ -11,7 +10,7 @@ Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
    ``srun --label`` ``12: `` (task = rank), OpenMPI ``[1,3]<stdout>:``, Ray
    ``(Actor pid=N) ... [repeated 15x across cluster]`` and markdown quotes.
 2. Every line goes to the first line family that matches (``FAMILIES``):
-   ``nccl`` (see :mod:`.nccl`), ``c10`` (``[rank3]:[E1218 20:27:21.426415540
+   ``nccl`` (see :mod:`.nccl_grammar`), ``c10`` (``[rank3]:[E1218 20:27:21.426415540
    File.cpp:629] msg`` and the old ``[E ProcessGroupNCCL.cpp:414] msg``),
    ``elastic`` (torch logging ``E0724 20:47:36.140000 1237 path.py:986] msg``),
    ``usdt`` (Kineto ``USDT:2026-11-29 13:28:48 pid:tid File.cpp:52] msg``),
@@ -36,7 +35,7 @@ Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
    failure (time, host, rank, local_rank, exitcode, signal, pid, error file,
    traceback, ``root_cause``) typed ``signal_kill`` (exitcode < 0) or
    ``process_exit``.
-5. Times: see :mod:`._logtime` (local zone, year inference, c10 seconds, and the
+5. Times: see :mod:`.logtime` (local zone, year inference, c10 seconds, and the
    interpolation of untimed lines with its uncertainty).
 6. Ranks: stated on the line (``[rank3]:``, ``[Rank 3]``, ``rank=3``, srun
    task), else the rank stated elsewhere on the same stream (``[default0]`` is
@@ -78,17 +77,18 @@ import re
 import signal as _signal
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 import polars as pl
 
-from ..model import CLOCK_NONE, CLOCK_WALL
-from ..reader import Head
-from ..registry import ParseContext, Parser
-from ._c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
-from ._logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
-from .kernel_signatures import Unknown
-from .nccl import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT, WARN_LABELS,
-                   collapse_info, nccl_frame, nccl_line_count, warn_class)
+from ...model import CLOCK_NONE
+from ...registry import ParseContext
+from ..kernel.signatures import Unknown
+from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
+from .frames import extract_prefix
+from .logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
+from .nccl_grammar import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT,
+                           WARN_LABELS, collapse_info, nccl_frame, warn_class)
 
 NS = 1_000_000_000
 MAX_CARRY_ROWS = 200_000
@@ -105,26 +105,33 @@ TEE = r"^\[default(\d+)\]:"                    # (WRAP's tee group alone)
 TEE_MORE = r"^(?:\d{1,6}: |\[rank\d+\]: )"    # (what WRAP may take after a tee prefix)
 
 # ---------------------------------------------------------------------------------------------
-# 2. line families: (name, anchored test, extraction regex)
+# 2. line families
+class Family(NamedTuple):
+    """A line family: a line belongs to the first family whose ``test`` matches its body, and
+    ``extract`` (an anchored prefix regex, see :func:`extract_prefix`) reads its header fields."""
+    test: str
+    extract: str
+
+
 _MD = r"(?P<mo_d>\d{3,4})"
-FAMILIES = {
-    "c10": (r"^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{3,4} \d\d:| \w)",
+FAMILIES: dict[str, Family] = {
+    "c10": Family(r"^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{3,4} \d\d:| \w)",
             r"^(?:\[rank(?P<rank>\d+)\]:)?\[(?P<sev>[FEWIV])(?:" + _MD +
             r" (?P<hms>\d\d:\d\d:\d\d)\.(?P<mono>\d{6,9}))? (?P<file>[^\s:\]]+):(?P<fline>\d+)\] ?"),
-    "elastic": (r"^(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ",
+    "elastic": Family(r"^(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ",
                 r"^(?:\[rank(?P<rank>\d+)\]:)?(?P<sev>[DIWEC])" + _MD +
                 r" (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) (?P<pid>\d+) (?P<file>\S+?):(?P<fline>\d+)\] ?"),
-    "usdt": (r"^USDT:\d{4}-",
+    "usdt": Family(r"^USDT:\d{4}-",
              r"^USDT:(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d) (?P<pid>\d+):(?P<tid>\d+) "
              r"(?P<file>[^\s:\]]+):(?P<fline>\d+)\] ?"),
-    "dated": (r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d",
+    "dated": Family(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d",
               r"^\[?(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
               r"(?P<off>Z|[+-]\d\d:?\d\d)?\]?[ :|-]*(?:\[?(?P<sev>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|NOTICE)\]?)?"
               r"[ :|-]*"),
-    "syslog": (r"^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d \S+ ",
+    "syslog": Family(r"^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d \S+ ",
                r"^(?P<mon>\w{3}) (?P<day>[ \d]\d) (?P<hms>\d\d:\d\d:\d\d) (?P<host>\S+) "
                r"(?P<prog>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ?"),
-    "pylog": (r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:",
+    "pylog": Family(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:",
               r"^(?P<sev>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]*):"),
 }
 SEVERITY = {"F": "crit", "E": "error", "W": "warning", "I": "info", "V": "debug", "D": "debug", "C": "crit",
@@ -148,167 +155,179 @@ _SACCT_ROW = (r"^\s*(?P<job_id>\d+(?:_(?:\d+|\[[^\]]*\]))?(?:\.[\w+\-]+)?)(?:\s|
 _MPI_SIGNAL = (r"(?P<mpi_launcher>mpirun|mpiexec|prterun) noticed that process rank (?P<mpi_rank>\d+)"
                r"(?: with PID \d+)?(?: on node (?P<node>\S+))?\s+exited\s+on signal (?P<signal_no>{}) \((?P<signal>[^)]+)\)")
 
-MESSAGES: tuple[tuple[str, str | None, str, str, tuple[str, ...]], ...] = (
-    ("watchdog_timeout", "collective_timeout", "Watchdog caught collective operation timeout",
+class Message(NamedTuple):
+    """A message the engine recognises in a line's text: lines that contain ``literal`` are
+    matched against ``regex`` (named groups: the event's fields, ``ints`` of them integers); the
+    first entry that matches names the event ``name`` and types it ``kind`` (None: an event that
+    is no finding by itself)."""
+    name: str
+    kind: str | None
+    literal: str
+    regex: str
+    ints: tuple[str, ...]
+
+
+MESSAGES: tuple[Message, ...] = (
+    Message("watchdog_timeout", "collective_timeout", "Watchdog caught collective operation timeout",
      r"Watchdog caught collective operation timeout: " + _WORK + r" ran for (?P<ran_ms>\d+) milliseconds",
      ("seq", "numel_in", "numel_out", "timeout_ms", "ran_ms")),
-    ("blocking_wait_timeout", "collective_timeout", "timed out in blocking wait",
+    Message("blocking_wait_timeout", "collective_timeout", "timed out in blocking wait",
      r"Work " + _WORK + r" timed out in blocking wait", ("seq", "numel_in", "numel_out", "timeout_ms")),
-    ("watchdog_exception", None, "detected by watchdog at work",
+    Message("watchdog_exception", None, "detected by watchdog at work",
      r"detected by watchdog at work: (?P<seq>-?\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), "
      r"last completed NCCL work: (?P<last_completed>-?\d+)", ("seq", "last_enqueued", "last_completed")),
-    ("async_exception", None, "raised the following async exception",
+    Message("async_exception", None, "raised the following async exception",
      r"Collective " + _WORK + r" raised the following async exception: (?P<error>.*)$",
      ("seq", "numel_in", "numel_out", "timeout_ms")),
-    ("nccl_ops_failed", None, "Some NCCL operations have failed or timed out",
+    Message("nccl_ops_failed", None, "Some NCCL operations have failed or timed out",
      r"(?P<what>Some NCCL operations have failed or timed out)", ()),
-    ("heartbeat_timeout", "collective_timeout", "Heartbeat monitor timed out",
+    Message("heartbeat_timeout", "collective_timeout", "Heartbeat monitor timed out",
      r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<pending_works>\d+))?",
      ("pending_works",)),
-    ("watchdog_stuck", "collective_timeout", "watchdog got stuck for",
+    Message("watchdog_stuck", "collective_timeout", "watchdog got stuck for",
      r"watchdog got stuck for (?P<stuck_s>\d+) seconds", ("stuck_s",)),
-    ("desync_not_joined", "collective_mismatch", "but didn't join collective",
+    Message("desync_not_joined", "collective_mismatch", "but didn't join collective",
      r"(?P<ranks>\[[\d, ]*\]) finished collective #(?P<seq>\d+), but didn't join collective #(?P<next_seq>\d+)",
      ("seq", "next_seq")),
-    ("desync_not_finished", "collective_mismatch", "joined but didn't finish collective",
+    Message("desync_not_finished", "collective_mismatch", "joined but didn't finish collective",
      r"(?P<ranks>\[[\d, ]*\]) joined but didn't finish collective #(?P<seq>\d+)", ("seq",)),
-    ("desync_lagging", "collective_mismatch", "are the lagging ranks",
+    Message("desync_lagging", "collective_mismatch", "are the lagging ranks",
      r"ranks (?P<ranks>\[[\d, ]*\]) are the lagging ranks", ()),
-    ("collective_mismatch", "collective_mismatch", "Detected mismatch between collectives",
+    Message("collective_mismatch", "collective_mismatch", "Detected mismatch between collectives",
      r"Detected mismatch between collectives on ranks\. Rank (?P<rank_a>\d+) is running collective: "
      r"CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), OpType=(?P<op_type>\w+)"
      r"(?:.*?Rank (?P<rank_b>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq_b>\d+), "
      r"OpType=(?P<op_type_b>\w+))?", ("rank_a", "seq", "rank_b", "seq_b")),
-    ("flight_recorder", None, "Flight Recorder",
+    Message("flight_recorder", None, "Flight Recorder",
      r"(?P<fr_msg>(?:Finished writing|Writing|Error \w+) [^:]*Flight Recorder[^:]*?)(?: to (?P<fr_path>\S+))?$", ()),
-    ("flight_recorder", None, "FlightRecorder is disabled", r"(?P<fr_msg>FlightRecorder is disabled)", ()),
-    ("gloo_timeout", "collective_timeout", "Timed out waiting ",
+    Message("flight_recorder", None, "FlightRecorder is disabled", r"(?P<fr_msg>FlightRecorder is disabled)", ()),
+    Message("gloo_timeout", "collective_timeout", "Timed out waiting ",
      r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?Timed out waiting (?P<wait_ms>\d+)ms for (?P<gloo_op>\w+) operation",
      ("wait_ms",)),
     # c10d's TCPStore: a rank waited for keys its peers never wrote (at start: a peer that never
     # joined), or could not reach the store at all
-    ("store_wait_timeout", None, "timeout after",
+    Message("store_wait_timeout", None, "timeout after",
      r"wait timeout after (?P<wait_ms>\d+)ms, keys: (?P<store_keys>\S+(?:, \S+)*)", ("wait_ms",)),
-    ("store_connect_timeout", None, "has timed out after",
+    Message("store_connect_timeout", None, "has timed out after",
      r"The client socket has timed out after (?P<wait_ms>\d+)ms while trying to connect to "
      r"\((?P<store_host>[^,()]+), (?P<store_port>\d+)\)", ("wait_ms", "store_port")),
-    ("gloo_peer_closed", None, "by peer",
+    Message("gloo_peer_closed", None, "by peer",
      r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?(?P<gloo_error>Connection closed by peer|Read error|"
      r"Connection reset by peer)(?: \[(?P<peer>[^\]]+)\]:?(?P<peer_port>\d+)?)?", ()),
-    ("worker_failed", None, "failed (exitcode:",
+    Message("worker_failed", None, "failed (exitcode:",
      r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<worker_pid>\d+)\)"
      r"(?: of binary: (?P<binary>.*))?", ("exitcode", "local_rank", "worker_pid")),
-    ("closing_signal", None, "closing signal",
+    Message("closing_signal", None, "closing signal",
      r"Sending process (?P<worker_pid>\d+) closing signal (?P<signal>SIG\w+)", ("worker_pid",)),
     # the grace period ran out: torchrun sends the kill signal (numbers, as `via 15 ... via 9`)
-    ("closing_signal", None, "forcefully exiting via",
+    Message("closing_signal", None, "forcefully exiting via",
      r"Unable to shutdown process (?P<worker_pid>\d+) via (?P<ignored_signal>\S+), forcefully exiting via "
      r"(?P<signal>\S+)", ("worker_pid",)),
     # what a rank's input pipeline or checkpoint writer says when it runs out of room
-    ("shm_exhausted", "shm_exhausted", "shared memory",
+    Message("shm_exhausted", "shm_exhausted", "shared memory",
      r"(?P<io_error>unable to allocate shared memory\(shm\)[^\n]*|Unexpected bus error encountered in worker[^\n]*"
      r"insufficient shared memory[^\n]*)", ()),
-    ("dataloader_worker_killed", "dataloader_worker_killed", "DataLoader worker (pid",
+    Message("dataloader_worker_killed", "dataloader_worker_killed", "DataLoader worker (pid",
      r"DataLoader worker \(pid\(?s?\)? ?(?P<worker_pids>[\d, ]+)\) (?:is killed by signal: (?P<worker_signal>[^.\n]+)|"
      r"exited unexpectedly)", ()),
-    ("dataloader_timeout", None, "DataLoader timed out after",
+    Message("dataloader_timeout", None, "DataLoader timed out after",
      r"DataLoader timed out after (?P<loader_wait_s>\d+(?:\.\d+)?) seconds", ()),
     # Slurm: srun reports each task that ended badly; slurmstepd the OOM kills its cgroup counted
-    ("srun_task_exit", "process_exit", "srun: error:",
+    Message("srun_task_exit", "process_exit", "srun: error:",
      r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Exited with exit code (?P<exitcode>\d+)",
      ("exitcode",)),
-    ("srun_task_killed", "signal_kill", "srun: error:",
+    Message("srun_task_killed", "signal_kill", "srun: error:",
      r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<signal>Killed|Terminated|Aborted|"
      r"Out Of Memory)", ()),
-    ("srun_task_segfault", "segfault", "srun: error:",
+    Message("srun_task_segfault", "segfault", "srun: error:",
      r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Segmentation fault", ()),
-    ("slurm_oom_kill", "oom_kill", "kill event",
+    Message("slurm_oom_kill", "oom_kill", "kill event",
      r"Detected (?P<oom_kills>\d+) oom[_-]kill events?(?:\(s\))? in (?P<step>\S+?)\.?(?:\s|$)", ("oom_kills",)),
-    ("slurm_cancelled", "job_failure", "CANCELLED AT",
+    Message("slurm_cancelled", "job_failure", "CANCELLED AT",
      r"\*\*\* (?P<slurm_unit>STEP|JOB) (?P<step>\S+) ON (?P<node>\S+) CANCELLED AT (?P<cancelled_at>\S+)"
      r"(?: DUE TO (?P<reason>[^*]+?))? \*\*\*", ()),
     # PBS/Torque: the server's or the MOM's account of a job it ended (job e-mail, the job's .e/.o file)
-    ("pbs_killed", "job_failure", "PBS: job killed:",
+    Message("pbs_killed", "job_failure", "PBS: job killed:",
      r"PBS: job killed: (?P<pbs_limit>\w+) (?P<pbs_used>\d+\S*) exceeded limit (?P<pbs_max>\d+\S*)", ()),
-    ("pbs_aborted", "job_failure", "Aborted by PBS Server", r"(?P<pbs_msg>Aborted by PBS Server)", ()),
-    ("pbs_exit_status", "job_failure", "Exit_status=", r"(?:^|\s)Exit_status=(?P<exitcode>-?[1-9]\d*)\b", ("exitcode",)),
+    Message("pbs_aborted", "job_failure", "Aborted by PBS Server", r"(?P<pbs_msg>Aborted by PBS Server)", ()),
+    Message("pbs_exit_status", "job_failure", "Exit_status=", r"(?:^|\s)Exit_status=(?P<exitcode>-?[1-9]\d*)\b", ("exitcode",)),
     # a child process a launcher or script waited for, as Python's subprocess reports it
-    ("child_died_segfault", "segfault", "died with <Signals.SIG",
+    Message("child_died_segfault", "segfault", "died with <Signals.SIG",
      r"died with <Signals\.(?P<signal>SIGSEGV|SIGBUS): \d+>", ()),
-    ("child_died_signal", "signal_kill", "died with <Signals.SIG",
+    Message("child_died_signal", "signal_kill", "died with <Signals.SIG",
      r"died with <Signals\.(?P<signal>SIG\w+): \d+>", ()),
-    ("child_exit_status", "process_exit", "returned non-zero exit status",
+    Message("child_exit_status", "process_exit", "returned non-zero exit status",
      r"returned non-zero exit status (?P<exitcode>\d+)", ("exitcode",)),
-    ("watchdog_terminated", "nccl_warn", "watchdog thread terminated with exception",
+    Message("watchdog_terminated", "nccl_warn", "watchdog thread terminated with exception",
      r"NCCL watchdog thread terminated with exception: (?P<error>.*)$", ()),
     # a Kubeflow training operator's account of a replica's end
-    ("pod_exit", "process_exit", "exited with code",
+    Message("pod_exit", "process_exit", "exited with code",
      r"Pod: (?P<pod>\S+?) exited with code (?P<exitcode>\d+)", ("exitcode",)),
     # an uncaught C++ exception ends the process in abort() (SIGABRT)
-    ("cpp_terminate", "signal_kill", "terminate called after throwing",
+    Message("cpp_terminate", "signal_kill", "terminate called after throwing",
      r"terminate called after throwing an instance of '(?P<cpp_exception>[^']+)'", ()),
     # a container runtime's account of how the container ended (docker inspect, kubectl describe)
-    ("container_oom_killed", "oom_kill", "OOMKilled", r"(?P<container_state>Reason:\s+OOMKilled|\"OOMKilled\":\s*true)",
+    Message("container_oom_killed", "oom_kill", "OOMKilled", r"(?P<container_state>Reason:\s+OOMKilled|\"OOMKilled\":\s*true)",
      ()),
-    ("container_exit_signal", "signal_kill", '"ExitCode":',
+    Message("container_exit_signal", "signal_kill", '"ExitCode":',
      r"\"ExitCode\":\s*(?P<exitcode>129|1[3-5]\d)\b", ("exitcode",)),
-    ("container_exit_signal", "signal_kill", "Exit Code:", r"Exit Code:\s+(?P<exitcode>129|1[3-5]\d)\b",
+    Message("container_exit_signal", "signal_kill", "Exit Code:", r"Exit Code:\s+(?P<exitcode>129|1[3-5]\d)\b",
      ("exitcode",)),
-    ("container_exit", "process_exit", "Exit Code:", r"Exit Code:\s+(?P<exitcode>[1-9]\d*)\b", ("exitcode",)),
+    Message("container_exit", "process_exit", "Exit Code:", r"Exit Code:\s+(?P<exitcode>[1-9]\d*)\b", ("exitcode",)),
     # Kubernetes: the kubelet restarting a container that keeps exiting (an event), a pod's row in
     # `kubectl get pods`, and what `kubectl describe pod` says of a pod that failed
-    ("k8s_backoff", "process_exit", "Back-off restarting failed container",
+    Message("k8s_backoff", "process_exit", "Back-off restarting failed container",
      r"(?P<k8s_event>Back-off restarting failed container)(?: (?P<container>[\w.\-]+) in pod (?P<pod>[\w.\-]+))?",
      ()),
-    ("k8s_pod_status", "process_exit", "CrashLoopBackOff", _POD_ROW.format("(?:Init:)?CrashLoopBackOff"),
+    Message("k8s_pod_status", "process_exit", "CrashLoopBackOff", _POD_ROW.format("(?:Init:)?CrashLoopBackOff"),
      ("restarts",)),
-    ("k8s_pod_status", "process_exit", "Error", _POD_ROW.format("(?:Init:)?Error"), ("restarts",)),
-    ("k8s_pod_status", "oom_kill", "OOMKilled", _POD_ROW.format("OOMKilled"), ("restarts",)),
-    ("k8s_pod_status", "job_failure", "Evicted", _POD_ROW.format("Evicted"), ("restarts",)),
-    ("k8s_pod_failed", "job_failure", "Status:", r"^\s*Status:\s+(?P<pod_phase>Failed)\s*$", ()),
-    ("k8s_pod_evicted", "job_failure", "Reason:", r"^\s*Reason:\s+(?P<pod_reason>Evicted)\s*$", ()),
-    ("k8s_node_pressure", "memory_pressure", "The node was low on resource",
+    Message("k8s_pod_status", "process_exit", "Error", _POD_ROW.format("(?:Init:)?Error"), ("restarts",)),
+    Message("k8s_pod_status", "oom_kill", "OOMKilled", _POD_ROW.format("OOMKilled"), ("restarts",)),
+    Message("k8s_pod_status", "job_failure", "Evicted", _POD_ROW.format("Evicted"), ("restarts",)),
+    Message("k8s_pod_failed", "job_failure", "Status:", r"^\s*Status:\s+(?P<pod_phase>Failed)\s*$", ()),
+    Message("k8s_pod_evicted", "job_failure", "Reason:", r"^\s*Reason:\s+(?P<pod_reason>Evicted)\s*$", ()),
+    Message("k8s_node_pressure", "memory_pressure", "The node was low on resource",
      r"The node was low on resource: (?P<resource>memory)", ()),
-    ("k8s_node_pressure", "disk_full", "The node was low on resource",
+    Message("k8s_node_pressure", "disk_full", "The node was low on resource",
      r"The node was low on resource: (?P<resource>ephemeral-storage)", ()),
     # Slurm's accounting (`sacct`, fixed width or --parsable): a job or step's State, then its
     # ExitCode "status:signal"
-    ("sacct_state", "oom_kill", "OUT_OF_ME", _SACCT_ROW.format("OUT_OF_ME(?:MORY)?"), ("exit_status", "exit_signal")),
-    ("sacct_state", "job_failure", "FAILED", _SACCT_ROW.format("FAILED"), ("exit_status", "exit_signal")),
-    ("sacct_state", "job_failure", "TIMEOUT", _SACCT_ROW.format("TIMEOUT"), ("exit_status", "exit_signal")),
-    ("sacct_state", "job_failure", "NODE_FAIL", _SACCT_ROW.format("NODE_FAIL"), ("exit_status", "exit_signal")),
-    ("sacct_state", "job_failure", "CANCELLED", _SACCT_ROW.format("CANCELLED"), ("exit_status", "exit_signal")),
+    Message("sacct_state", "oom_kill", "OUT_OF_ME", _SACCT_ROW.format("OUT_OF_ME(?:MORY)?"), ("exit_status", "exit_signal")),
+    Message("sacct_state", "job_failure", "FAILED", _SACCT_ROW.format("FAILED"), ("exit_status", "exit_signal")),
+    Message("sacct_state", "job_failure", "TIMEOUT", _SACCT_ROW.format("TIMEOUT"), ("exit_status", "exit_signal")),
+    Message("sacct_state", "job_failure", "NODE_FAIL", _SACCT_ROW.format("NODE_FAIL"), ("exit_status", "exit_signal")),
+    Message("sacct_state", "job_failure", "CANCELLED", _SACCT_ROW.format("CANCELLED"), ("exit_status", "exit_signal")),
     # IBM LSF's job report: why it killed the job, and how the job ended (exit code 128 + N: signal N)
-    ("lsf_term", "oom_kill", "TERM_MEMLIMIT",
+    Message("lsf_term", "oom_kill", "TERM_MEMLIMIT",
      r"(?P<lsf_term>TERM_MEMLIMIT): job killed after reaching LSF memory usage limit", ()),
-    ("lsf_term", "job_failure", "TERM_", r"^(?P<lsf_term>TERM_[A-Z_]+): (?P<lsf_why>job killed[^.]*)", ()),
-    ("lsf_exit", "signal_kill", "Exited with exit code", r"^Exited with exit code (?P<exitcode>129|1[3-5]\d)\.",
+    Message("lsf_term", "job_failure", "TERM_", r"^(?P<lsf_term>TERM_[A-Z_]+): (?P<lsf_why>job killed[^.]*)", ()),
+    Message("lsf_exit", "signal_kill", "Exited with exit code", r"^Exited with exit code (?P<exitcode>129|1[3-5]\d)\.",
      ("exitcode",)),
-    ("lsf_exit", "process_exit", "Exited with exit code", r"^Exited with exit code (?P<exitcode>[1-9]\d*)\.",
+    Message("lsf_exit", "process_exit", "Exited with exit code", r"^Exited with exit code (?P<exitcode>[1-9]\d*)\.",
      ("exitcode",)),
     # DeepSpeed's launcher, when a worker ended badly: it kills the others and exits with that code
     # (negative: the worker was killed by that signal)
-    ("deepspeed_exit", "signal_kill", "exits with return code =", r"exits with return code = (?P<exitcode>-\d+)",
+    Message("deepspeed_exit", "signal_kill", "exits with return code =", r"exits with return code = (?P<exitcode>-\d+)",
      ("exitcode",)),
-    ("deepspeed_exit", "process_exit", "exits with return code =",
+    Message("deepspeed_exit", "process_exit", "exits with return code =",
      r"exits with return code = (?P<exitcode>[1-9]\d*)", ("exitcode",)),
     # Open MPI's mpirun/mpiexec: a rank that ended badly ends the job
-    ("mpi_job_aborted", "job_failure", "terminated normally, but",
+    Message("mpi_job_aborted", "job_failure", "terminated normally, but",
      r"Primary job\s+terminated normally, but (?P<mpi_failed>\d+) process(?:es)? returned", ("mpi_failed",)),
-    ("mpi_job_aborted", "job_failure", "exited with non-zero status",
+    Message("mpi_job_aborted", "job_failure", "exited with non-zero status",
      r"(?P<mpi_launcher>mpirun|mpiexec|prterun) detected that one or more processes exited with non-zero status", ()),
-    ("mpi_rank_signal", "segfault", "noticed that process rank", _MPI_SIGNAL.format("11|7"), ("mpi_rank", "signal_no")),
-    ("mpi_rank_signal", "signal_kill", "noticed that process rank", _MPI_SIGNAL.format(r"\d+"), ("mpi_rank", "signal_no")),
-    ("mpi_exit_code", "process_exit", "Exit code:", r"^\s*Exit code:\s+(?P<exitcode>[1-9]\d*)\s*$", ("exitcode",)),
+    Message("mpi_rank_signal", "segfault", "noticed that process rank", _MPI_SIGNAL.format("11|7"), ("mpi_rank", "signal_no")),
+    Message("mpi_rank_signal", "signal_kill", "noticed that process rank", _MPI_SIGNAL.format(r"\d+"), ("mpi_rank", "signal_no")),
+    Message("mpi_exit_code", "process_exit", "Exit code:", r"^\s*Exit code:\s+(?P<exitcode>[1-9]\d*)\s*$", ("exitcode",)),
     # Ray Jobs: the job's end as `ray job submit` reports it, and the entrypoint's exit code
-    ("ray_job_failed", "job_failure", "' failed", r"Job '(?P<ray_job>[^']+)' failed", ()),
-    ("ray_entrypoint_exit", "process_exit", "Job entrypoint command failed",
+    Message("ray_job_failed", "job_failure", "' failed", r"Job '(?P<ray_job>[^']+)' failed", ()),
+    Message("ray_entrypoint_exit", "process_exit", "Job entrypoint command failed",
      r"Job entrypoint command failed with exit code (?P<exitcode>\d+)", ("exitcode",)),
-    ("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
-    ("checkpoint_write_failed", "disk_full", "inline_container.cc",
+    Message("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
+    Message("checkpoint_write_failed", "disk_full", "inline_container.cc",
      r"(?P<io_error>\[enforce fail at inline_container\.cc:\d+\] \. (?:unexpected pos \d+ vs \d+|"
      r"PytorchStreamWriter failed writing[^\n]*))", ()),
-    ("nccl_error", None, "NCCL error",
+    Message("nccl_error", None, "NCCL error",
      r"NCCL error(?: in: (?P<where>[^,]*))?, (?P<nccl_error>[^,]+?)(?:, NCCL version (?P<nccl_version>[\w.+\-]+))?(?:$|\n|\s{2})",
      ()),
 )
@@ -391,11 +410,11 @@ RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
 # (TensorFlow 1.x names the error raised out of a session "AbortedError (see above for traceback): ...")
 EXC_LINE = (r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?:\([\w.]+\))?)"
             r"(?: \(see above for traceback\))?(?:: ?(?P<exc_msg>.*))?$")
-_MESSAGE_ANY = "|".join(re.escape(m[2]) for m in MESSAGES)
+_MESSAGE_ANY = "|".join(re.escape(m.literal) for m in MESSAGES)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
                "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")
 # (an untimed line that holds any message of the grammar says something too)
-PLAIN_HINTS = tuple(dict.fromkeys(PLAIN_HINTS + tuple(m[2] for m in MESSAGES)))
+PLAIN_HINTS = tuple(dict.fromkeys(PLAIN_HINTS + tuple(m.literal for m in MESSAGES)))
 
 # INFO_GRAMMAR literal -> entry number (the first entry whose literal occurs in a line wins)
 _INFO_ENTRY = {lit: i for i, (_n, lit, _rx, _ints) in enumerate(INFO_GRAMMAR)}
@@ -628,15 +647,6 @@ def _family_prefix(m: pl.DataFrame, fam: str, rx: str) -> pl.DataFrame:
     order = pl.concat([hit.arg_true(), (~hit).arg_true()])
     return g.with_columns(order.alias("_o")).sort("_o").drop("_o")
 
-
-def extract_prefix(df: pl.DataFrame, col: str, rx: str, msg: str = "msg") -> pl.DataFrame:
-    """Named groups of an anchored *prefix* regex, plus ``msg`` = the rest of the line.
-
-    The regexes stop at the end of the prefix (no ``.*$`` capture): capturing the whole line
-    is what makes regex extraction slow, slicing the rest off is nearly free.
-    """
-    g = df.with_columns(pl.col(col).str.extract_groups(f"^(?P<whole>{rx.lstrip('^')})").alias("_g")).unnest("_g")
-    return g.with_columns(pl.col(col).str.slice(pl.col("whole").str.len_chars()).alias(msg)).drop("whole")
 
 
 def _timed_family(g: pl.DataFrame, fam: str) -> pl.DataFrame:
@@ -1072,7 +1082,7 @@ def _walk_fatal(bodies: list[str], i: int):
 # ---------------------------------------------------------------------------------------------
 def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
     """Event dicts for the grouped blocks (ChildFailedError entries included)."""
-    from ..timeparse import local_ns
+    from ...timeparse import local_ns
     rows = []
     for b in blocks:
         rank = int(b["wrank"]) if b.get("wrank") is not None else None
@@ -1727,7 +1737,7 @@ _PHASE_EXACT = r"^(?:(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ |\[
 
 
 def _feed_phase(base: pl.DataFrame, ph: Phase) -> None:
-    """c10 stamps and the exactly timed lines of the same streams, to :class:`._c10phase.Phase`."""
+    """c10 stamps and the exactly timed lines of the same streams, to :class:`.c10phase.Phase`."""
     if ph.pairs >= MAX_PHASE_PAIRS:
         return
     new = base.filter(pl.col("lineno") > ph.upto)
@@ -1794,57 +1804,3 @@ def _finish(ctx: ParseContext, st: _State) -> None:
         ctx.attrs["garbage_lines"] = st.garbage
     if st.pending:      # (dropped NCCL lines whose standing-in line never became an event)
         ctx.attrs["nccl_collapsed_unattributed"] = sum(p["n"] for p in st.pending.values())
-
-
-# ---------------------------------------------------------------------------------------------
-_DET = {f: re.compile(FAMILIES[f][0]) for f in ("c10", "elastic", "usdt", "pylog")}
-_DET_DATED = re.compile(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?"
-                        r"[ :|-]*\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
-_DET_WRAP = re.compile(WRAP)
-_DET_STRONG = ("Traceback (most recent call last):", "ChildFailedError", "Root Cause (first observed failure)",
-               "torch.distributed", "Watchdog caught collective operation timeout", "ProcessGroupNCCL",
-               "ProcessGroupGloo", "NCCL error", "CUDA out of memory")
-
-
-def app_log_score(lines: list[str]) -> tuple[int, int, int]:
-    """(grammar lines, strong signals, lines) of a head: the app_log dry run."""
-    hits = strong = 0
-    for ln in lines:
-        m = _DET_WRAP.match(ln)
-        body = ln[m.end():] if m else ln
-        if any(r.match(body) for r in _DET.values()) or _DET_DATED.match(body):
-            hits += 1
-        if any(s in ln for s in _DET_STRONG):
-            strong += 1
-    return hits, strong, len(lines)
-
-
-class AppLogParser(Parser):
-    name = "app_log"
-    kind = "app_log"
-    priority = 30
-    clock_domain = CLOCK_WALL
-    description = ("training / launcher log: torchrun/elastic, PyTorch c10d, Python logging and tracebacks "
-                   "(NCCL lines inside are read too)")
-
-    @classmethod
-    def detect(cls, head: Head) -> bool:
-        lines = head.nonblank(2000)
-        if not lines:
-            return False
-        if lines[0].lstrip().startswith(("{", "[{", '["')):
-            return False          # JSON (torchrun's error.json, traces): not a line log
-        hits, strong, n = app_log_score(lines)
-        if nccl_line_count(lines):
-            hits += 1
-        # A training log: its own grammar on a fair share of the lines, or at least one line of
-        # it next to the launcher's unmistakable strings (a short excerpt, a crash tail). Source
-        # code that merely mentions those strings has no log line of any family.
-        return hits >= 1 and ((hits >= 3 and hits / n >= 0.1) or hits / n >= 0.5 or strong >= 2 or (
-            strong >= 1 and n <= 20))
-
-    def parse(self, ctx: ParseContext) -> None:
-        parse_log(ctx)
-
-
-PARSERS = (AppLogParser,)
