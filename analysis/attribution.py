@@ -35,6 +35,7 @@ the holders would belong to two ranks and the growth would stay the cgroup's.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Hashable, Iterable, NamedTuple
 
 from .links import Link, LinkKind as K
 
@@ -129,10 +130,48 @@ def descendants(children: dict[int, set[int]], roots: set[int]) -> set[int]:
     return out
 
 
+class HostView(NamedTuple):
+    """The ranks a pid on one host can be: pids are per host, and the ranks of a job on many
+    machines (in containers most of all) often have the same ones."""
+    rank_pids: dict[int, int]     # rank -> pid: the ranks on the host, or of unknown host
+    by_pid: dict[int, int]        # pid -> rank, where the pid is one rank's
+    owner: dict[int, int]         # pid -> rank: each rank's processes and what they started
+
+
+def host_views(rank_pids: dict[int, int], rank_hosts: dict[int, str | None] | None,
+               children: dict[int, set[int]]) -> Callable[[str | None], HostView]:
+    """``view(host)``: the :class:`HostView` of the ranks that can be on ``host``, those on it and
+    those whose host is unknown (every rank, where ``host`` is unknown). A pid that two of those
+    ranks have (or that descends from both) names neither."""
+    hosts = {r: h for r, h in (rank_hosts or {}).items() if h}
+    cache: dict[str | None, HostView] = {}
+
+    def view(host: str | None) -> HostView:
+        if host not in cache:
+            rp = {r: p for r, p in rank_pids.items() if not host or hosts.get(r) in (None, host)}
+            cache[host] = HostView(rp, one_rank((p, r) for r, p in rp.items()),
+                                   one_rank((d, r) for r, p in rp.items() for d in descendants(children, {p})))
+        return cache[host]
+    return view
+
+
+def one_rank(pairs: Iterable[tuple[Hashable, int]]) -> dict:
+    """pid -> rank of ``(pid, rank)`` pairs (a pid or any key of a process), without the pids of
+    more than one rank."""
+    out: dict = {}
+    both: set = set()
+    for pid, r in pairs:
+        if out.setdefault(pid, r) != r:
+            both.add(pid)
+    for pid in both:
+        del out[pid]
+    return out
+
+
 def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, int], jp: set[int],
-             children: dict[int, set[int]]) -> list[Link]:
+             children: dict[int, set[int]], rank_hosts: dict[int, str | None] | None = None) -> list[Link]:
     table = memberships(store, incident_id)
-    by_pid = {p: r for r, p in rank_pids.items()}
+    view = host_views(rank_pids, rank_hosts, children)
     # hosts whose snapshots cover a single cgroup: that one is the job's
     cgs: dict[str, set[str]] = {}
     for l in links:
@@ -145,22 +184,22 @@ def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, in
             continue
         inside = members_of(l.entity, l.host or "", table)
         attrs = dict(l.attrs)
+        here = view(l.host)
         if inside:
             mine = sorted(inside & jp)
-            ranks = tuple(sorted(by_pid[p] for p in mine if p in by_pid))
+            ranks = tuple(sorted({here.by_pid[p] for p in mine if p in here.by_pid}))
             attrs.update(members=tuple(sorted(inside)), job_pids=tuple(mine), ranks=ranks,
                          outside=not mine, membership="read")
             if len(ranks) == 1 and l.rank is None and l.pid is None:
                 # a group that holds one rank of the job (a per-rank cgroup): the finding is that rank's
                 out.append(dataclasses.replace(l, rank=ranks[0], pid=rank_pids[ranks[0]], attrs=tuple(attrs.items())))
                 continue
-        elif len(cgs.get(l.host or "", ())) == 1 and rank_pids:
-            attrs.update(job_pids=tuple(sorted(rank_pids.values())), ranks=tuple(sorted(rank_pids)),
+        elif len(cgs.get(l.host or "", ())) == 1 and here.rank_pids:
+            attrs.update(job_pids=tuple(sorted(set(here.rank_pids.values()))), ranks=tuple(sorted(here.rank_pids)),
                          outside=False, membership="assumed")
         out.append(dataclasses.replace(l, attrs=tuple(attrs.items())))
-    owner = {d: r for r, p in rank_pids.items() for d in descendants(children, {p})}
-    out = grower(foreign_tasks(out, jp), jp, by_pid, owner, rank_pids)
-    return faulters(store, incident_id, out, owner, rank_pids)
+    out = grower(foreign_tasks(out, jp), jp, view=view)
+    return faulters(store, incident_id, out, view=view)
 
 
 # the kernel's page-fault path: a process whose memory grows faults the new pages in
@@ -169,20 +208,28 @@ FAULT_FRAMES = ("handle_mm_fault", "__handle_mm_fault", "exc_page_fault", "asm_e
 FAULT_MIN_SAMPLES = 10      # fewer page-fault samples in the growth say nothing about who grew
 
 
-def faulters(store, incident_id: str, links: list[Link], owner: dict[int, int],
-             rank_pids: dict[int, int]) -> list[Link]:
+def faulters(store, incident_id: str, links: list[Link], owner: dict[int, int] | None = None,
+             rank_pids: dict[int, int] | None = None,
+             view: Callable[[str | None], HostView] | None = None) -> list[Link]:
     """A cgroup's growth that no OOM report names (:func:`grower`) is the rank whose processes
     perf caught faulting pages in during it: more than half of the samples of the group's job
     processes whose call chain passes through the kernel's page-fault path, between the growth's
-    start and end, and at least ``FAULT_MIN_SAMPLES`` of them (``owner = sampled``)."""
+    start and end, and at least ``FAULT_MIN_SAMPLES`` of them (``owner = sampled``). ``view``
+    (:func:`host_views`) gives the ranks and owners of each finding's host, else ``owner`` and
+    ``rank_pids`` hold for every host."""
     from .progress import stacks_through_sql
     todo = [l for l in links if l.kind == K.MEMORY_GROWTH and l.entity and l.pid is None
             and l.ts_ns is not None and not l.attr("outside") and l.attr("job_pids")]
-    if not todo or not rank_pids:
+    if not todo:
         return links
     out = []
     for l in links:
         if l not in todo:
+            out.append(l)
+            continue
+        if view is not None:
+            rank_pids, owner = view(l.host).rank_pids, view(l.host).owner
+        if not rank_pids:
             out.append(l)
             continue
         until = l.attr("until_ns") or l.ts_ns
@@ -248,23 +295,29 @@ def foreign_tasks(links: list[Link], jp: set[int]) -> list[Link]:
     return out
 
 
-def grower(links: list[Link], jp: set[int], rank_of: dict[int, int], owner: dict[int, int] | None = None,
-           rank_pids: dict[int, int] | None = None) -> list[Link]:
+def grower(links: list[Link], jp: set[int], rank_of: dict[int, int] | None = None,
+           owner: dict[int, int] | None = None, rank_pids: dict[int, int] | None = None,
+           view: Callable[[str | None], HostView] | None = None) -> list[Link]:
     """Which process a cgroup's growth was: when an OOM report of that cgroup (or one above it)
     right after the growth lists one job process holding more than half of what the cgroup
     holds, the growth is that process's (its rank and pid are set, the cgroup stays the entity);
     else, when the processes of one rank (the rank and what it started: ``owner`` maps each pid
     to its rank) hold more than half, the growth is that rank's. A leak in one rank, or in its
-    DataLoader workers, is named, not only the group it ran in."""
-    owner = owner or {}
+    DataLoader workers, is named, not only the group it ran in. ``view`` (:func:`host_views`)
+    gives the ranks of each finding's host, else ``rank_of``, ``owner`` and ``rank_pids`` hold for
+    every host."""
     ooms = [l for l in links if l.kind == K.OOM_KILL and l.attr("tasks") and l.ts_ns is not None]
     out = []
     for l in links:
         if l.kind != K.MEMORY_GROWTH or not l.entity or l.ts_ns is None or l.pid is not None:
             out.append(l)
             continue
+        if view is not None:
+            rank_pids, rank_of, owner = view(l.host)
+        owner, rank_of = owner or {}, rank_of or {}
         until = l.attr("until_ns") or l.ts_ns
-        o = next((o for o in ooms if _may_follow(o, l, until + 60 * 10**9)
+        o = next((o for o in ooms if (o.host == l.host or not o.host or not l.host)
+                  and _may_follow(o, l, until + 60 * 10**9)
                   and within(l.entity, o.attr("oom_memcg") or o.attr("memcg") or "/")), None)
         if o is None:
             out.append(l)

@@ -56,13 +56,15 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     links = progress.job_end(store, incident_id, ranks, links)
     progress.attach_ended(ranks, links)      # the ranks' terminal findings as now marked
     pids = {r: p.pid for r, p in ranks.items() if p.pid is not None}
-    rank_of = {(ranks[r].host, p): r for r, p in pids.items()}
+    # (a pid that two ranks of one host have, or two ranks of unknown host, names neither)
+    rank_of = attribution.one_rank(((ranks[r].host, p), r) for r, p in pids.items())
     links = [dataclasses.replace(l, rank=rank_of.get((l.host, l.pid), rank_of.get((None, l.pid))))
              if l.rank is None and l.pid is not None and ((l.host, l.pid) in rank_of or (None, l.pid) in rank_of)
              else l for l in links]
     children = attribution.named_children(links, pids, attribution.children_of(store, incident_id))
     job = attribution.job_pids(store, incident_id, pids, children)
-    links = attribution.annotate(store, incident_id, links, pids, job, children)
+    links = attribution.annotate(store, incident_id, links, pids, job, children,
+                                 {r: ranks[r].host for r in pids})
     links = links + progress.stalled_links(ranks, links)
     links = links + progress.observed_end(store, incident_id, ranks, links, children)
     links = links + contention.detect(store, incident_id, links, pids, job)

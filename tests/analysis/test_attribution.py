@@ -109,3 +109,30 @@ def test_perf_names_the_rank_that_faulted_the_growth_in(tmp_path):
     # the samples of the other rank alone say nothing about who grew
     (same,) = attribution.faulters(svc.store, sub.incident_id, [bare], {ranks[0]: 0}, ranks)
     assert same.rank is None and json.dumps(same.attrs, default=str).count("sampled") == 0
+
+
+def test_ranks_of_two_machines_with_the_same_pids_are_told_apart_by_host():
+    """Containers on two machines: rank 0 on node-a and rank 1 on node-b are both pid 7, their
+    DataLoader workers both pid 30. Node-b's job cgroup grows and its OOM report lists pid 7
+    holding most of it: the growth is rank 1's (the rank on node-b), whatever order the ranks come
+    in; node-a's own OOM report, at the same time, says nothing about node-b."""
+    ranks, hosts = {0: 7, 1: 7}, {0: "node-a", 1: "node-b"}
+
+    def on(host, l):
+        return dataclasses.replace(l, host=host)
+
+    tasks_b = ((7, 500_000, "python3"), (30, 20_000, "pt_data_worker"))
+    tasks_a = ((30, 400_000, "pt_data_worker"), (7, 100_000, "python3"))
+    growth = on("node-b", _growth())
+    oom_a = on("node-a", link(K.OOM_KILL, T0 + 2 * S, pid=30, oom_memcg="/train_job", memcg="/train_job",
+                              tasks=tasks_a))
+    oom_b = on("node-b", link(K.OOM_KILL, T0 + 2 * S, pid=7, oom_memcg="/train_job", memcg="/train_job",
+                              tasks=tasks_b))
+    for order in (ranks, dict(reversed(ranks.items()))):
+        view = attribution.host_views(order, hosts, {7: {30}})
+        assert view("node-b").rank_pids == {1: 7} and view("node-b").owner == {7: 1, 30: 1}
+        assert view(None).by_pid == {} and view(None).owner == {}    # (pid 7 is both ranks': neither)
+        for ooms in ([oom_a, oom_b], [oom_b, oom_a]):
+            (g,) = [l for l in attribution.grower([growth, *ooms], {7, 30}, view=view) if l.kind == K.MEMORY_GROWTH]
+            assert (g.rank, g.pid) == (1, 7), (order, ooms)
+            assert "rank 1 (pid 7)" in g.summary
