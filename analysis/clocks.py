@@ -1417,7 +1417,7 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     return entries
 
 
-_KERNEL_PLACED = f"""SELECT e.source_id, e.line, e.ts_utc_ns, {{unc}} AS unc
+_KERNEL_PLACED = """SELECT e.source_id, e.line, e.ts_utc_ns, {unc} AS unc
               FROM events e JOIN sources s USING (incident_id, source_id)
               LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                    AND c.domain = s.clock_domain

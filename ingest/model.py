@@ -588,14 +588,3 @@ PARSER_TABLES = ("events", "samples", "stacks", "metrics", "parse_issues", "anch
 # Tables holding per-incident rows that are replaced when an incident is analysed again.
 INCIDENT_TABLES = ("sources",) + PARSER_TABLES + ("clock_map", "clock_segments", "row_times", "tracks", "track_spans", "track_bins",
                                                    "metric_bins")
-
-
-def describe() -> str:
-    """The schema as Markdown (used by docs and `aftertrace schema`)."""
-    out = []
-    for t in TABLES.values():
-        out.append(f"### {t.name}\n\n{t.doc}\n\n| column | type | unit | meaning |\n|---|---|---|---|")
-        for c in t.columns:
-            out.append(f"| {c.name} | {c.type} | {c.unit} | {c.doc} |")
-        out.append("")
-    return "\n".join(out)

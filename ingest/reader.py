@@ -12,7 +12,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 GZIP_MAGIC = b"\x1f\x8b"
 HEAD_BYTES = 64 * 1024
@@ -302,6 +302,3 @@ def iter_lines(stream, on_undecodable=None):
                 on_undecodable(i, raw)
         yield i, s.rstrip("\n").rstrip("\r")
 
-
-def file_size(path: str | os.PathLike) -> int:
-    return Path(path).stat().st_size

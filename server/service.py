@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 
 from analysis import clocks, report as report_mod, rootcause, timeline
 from ingest import attribution
-from ingest.bundle import (DiskFull, Extracted, IntakeError, RawBundle, disk_full, extract, is_disk_full, sniff_kind,
-                           store_raw, store_stream)
+from ingest.bundle import (DiskFull, RawBundle, disk_full, extract, is_disk_full, sniff_kind, store_raw,
+                           store_stream)
 from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, detect_files, merge_ranges, parse_file, split_job
 from ingest.sink import INLINE_ROWS

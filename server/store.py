@@ -478,10 +478,6 @@ class Store:
         names = [d[0] for d in res.description]
         return [dict(zip(names, row)) for row in res.fetchall()]
 
-    def query_pl(self, sql: str, params: Any = None):
-        import polars as pl
-        return pl.from_arrow(self.cursor().sql(sql, params=params or None).to_arrow_table())
-
 
 def partition_glob(root: str | Path, table: str) -> str:
     """Every Parquet partition of one table under a run folder (``<table>/kind=*/host=*/*``)."""

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ...timeparse import MAX_SECONDS
-
-NS = 1_000_000_000
+from ...timeparse import MAX_SECONDS, NS
 
 
 _CATEGORIES = getattr(pl, "Categories", None)    # Polars >= 1.32 (marked unstable there)

@@ -83,6 +83,7 @@ import polars as pl
 
 from ...model import CLOCK_NONE
 from ...registry import ParseContext
+from ...timeparse import NS
 from ..kernel.signatures import Unknown
 from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
 from .frames import extract_prefix
@@ -90,7 +91,6 @@ from .logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpol
 from .nccl_grammar import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT,
                            WARN_LABELS, collapse_info, nccl_frame, warn_class)
 
-NS = 1_000_000_000
 MAX_CARRY_ROWS = 200_000
 MAX_BLOCK_LINES = 400
 
