@@ -78,43 +78,117 @@ def members_of(cg: str, host: str, table: dict[tuple[str, str], set[int]]) -> se
     return found
 
 
-def job_pids(store, incident_id: str, rank_pids: dict[int, int], children: dict[int, set[int]]) -> set[int]:
-    """The ranks' pids, the launcher's, and their descendants as far as the bundle tells."""
-    roots = set(rank_pids.values())
+class Children(dict):
+    """pid -> the processes and threads it started, as every host's records say (pids are per
+    host: a merge of all of them), and :meth:`on` one host's."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_host: dict[str, dict[int, set[int]]] = {}
+
+    def add(self, host: str | None, parent: int, kids) -> None:
+        self.setdefault(parent, set()).update(kids)
+        self.by_host.setdefault(host or "", {}).setdefault(parent, set()).update(kids)
+
+    def on(self, host: str | None) -> dict[int, set[int]]:
+        """What the records of ``host`` say, with those of unknown host (all of it, where ``host``
+        is unknown)."""
+        if not host:
+            return self
+        mine, anywhere = self.by_host.get(host, {}), self.by_host.get("", {})
+        out = {p: set(k) for p, k in mine.items()}
+        for p, k in anywhere.items():
+            out.setdefault(p, set()).update(k)
+        return out
+
+    @classmethod
+    def of(cls, children: dict[int, set[int]]) -> "Children":
+        """``children`` as they are (a :class:`Children`), or a plain mapping as records of unknown host."""
+        if isinstance(children, Children):
+            return children
+        out = cls()
+        for p, kids in children.items():
+            out.add(None, p, kids)
+        return out
+
+
+class JobPids(frozenset):
+    """Every pid of the job, over all hosts (as a set), and :meth:`on` one host's: a process on
+    one machine is not the job's because a pid of the job on another machine is the same number."""
+    per_host: dict[str, frozenset]
+
+    def __new__(cls, per_host: dict[str, set[int]]):
+        self = super().__new__(cls, set().union(*per_host.values()) if per_host else ())
+        self.per_host = {h: frozenset(v) for h, v in per_host.items()}
+        return self
+
+    def __reduce__(self):
+        return JobPids, ({h: set(v) for h, v in self.per_host.items()},)
+
+    def on(self, host: str | None) -> frozenset:
+        """The job's pids on ``host``, with those of unknown host (all of them, where ``host`` is unknown)."""
+        if not host:
+            return self
+        return self.per_host.get(host, frozenset()) | self.per_host.get("", frozenset())
+
+
+def job_on(jp: set[int], host: str | None) -> set[int]:
+    """The job's pids that can be on ``host`` (``jp`` a :class:`JobPids`, else the same everywhere)."""
+    return jp.on(host) if isinstance(jp, JobPids) else jp
+
+
+def job_pids(store, incident_id: str, rank_pids: dict[int, int], children: dict[int, set[int]],
+             rank_hosts: dict[int, str | None] | None = None) -> JobPids:
+    """The ranks' pids, the launcher's, and their descendants as far as the bundle tells, host by
+    host (:class:`JobPids`)."""
+    roots: dict[str, set[int]] = {}
+    for r, p in rank_pids.items():
+        roots.setdefault((rank_hosts or {}).get(r) or "", set()).add(p)
     for r in store.query(
-            """SELECT pid FROM events WHERE incident_id = ? AND name = 'closing_signal'""", [incident_id]):
+            """SELECT COALESCE(e.host, s.host, '') AS host, e.pid FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND e.name = 'closing_signal'""", [incident_id]):
         if r["pid"] is not None:
-            roots.add(int(r["pid"]))       # the launcher printed it
-    return descendants(children, roots)
+            roots.setdefault(r["host"], set()).add(int(r["pid"]))       # the launcher printed it
+    children = Children.of(children)
+    return JobPids({h: descendants(children.on(h), pids) for h, pids in roots.items()})
 
 
-def children_of(store, incident_id: str) -> dict[int, set[int]]:
-    """pid -> the processes and threads it started (perf fork events, ``PPid`` of status copies)."""
-    children: dict[int, set[int]] = {}
+def children_of(store, incident_id: str) -> Children:
+    """pid -> the processes and threads it started (perf fork events, ``PPid`` of status copies), by host."""
+    children = Children()
     for r in store.query(
-            """SELECT TRY_CAST(json_extract_string(attrs, '$.pid') AS BIGINT) AS parent,
-                      TRY_CAST(json_extract_string(attrs, '$.child_pid') AS BIGINT) AS child
-               FROM events WHERE incident_id = ? AND name LIKE '%sched_process_fork'""", [incident_id]):
+            """SELECT COALESCE(e.host, s.host, '') AS host,
+                      TRY_CAST(json_extract_string(e.attrs, '$.pid') AS BIGINT) AS parent,
+                      TRY_CAST(json_extract_string(e.attrs, '$.child_pid') AS BIGINT) AS child
+               FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND e.name LIKE '%sched_process_fork'""", [incident_id]):
         if r["parent"] is not None and r["child"] is not None:
-            children.setdefault(int(r["parent"]), set()).add(int(r["child"]))
+            children.add(r["host"], int(r["parent"]), (int(r["child"]),))
     for r in store.query(
-            """SELECT DISTINCT pid, TRY_CAST(json_extract_string(attrs, '$.ppid') AS BIGINT) AS ppid
-               FROM events WHERE incident_id = ? AND name = 'proc_state' AND pid IS NOT NULL""", [incident_id]):
+            """SELECT DISTINCT COALESCE(e.host, s.host, '') AS host, e.pid,
+                      TRY_CAST(json_extract_string(e.attrs, '$.ppid') AS BIGINT) AS ppid
+               FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND e.name = 'proc_state' AND e.pid IS NOT NULL""", [incident_id]):
         if r["ppid"] is not None:
-            children.setdefault(int(r["ppid"]), set()).add(int(r["pid"]))
+            children.add(r["host"], int(r["ppid"]), (int(r["pid"]),))
     return children
 
 
-def named_children(links: list[Link], rank_pids: dict[int, int], children: dict[int, set[int]]) -> dict[int, set[int]]:
+def named_children(links: list[Link], rank_pids: dict[int, int], children: dict[int, set[int]],
+                   rank_hosts: dict[int, str | None] | None = None) -> Children:
     """``children`` with the DataLoader workers a rank named in its own log (a rank only reports
-    the death of its own workers) added under the rank's pid."""
-    out = {p: set(c) for p, c in children.items()}
+    the death of its own workers) added under the rank's pid, on the rank's host."""
+    src = Children.of(children)
+    out = Children()
+    for h, m in src.by_host.items():
+        for p, kids in m.items():
+            out.add(h, p, kids)
     for l in links:
         if l.kind != K.DATALOADER_WORKER_KILLED or l.rank not in rank_pids:
             continue
         for w in str(l.attr("worker_pids") or "").replace(",", " ").split():
             if w.isdigit() and int(w) != rank_pids[l.rank]:
-                out.setdefault(rank_pids[l.rank], set()).add(int(w))
+                out.add((rank_hosts or {}).get(l.rank) or l.host, rank_pids[l.rank], (int(w),))
     return out
 
 
@@ -149,8 +223,9 @@ def host_views(rank_pids: dict[int, int], rank_hosts: dict[int, str | None] | No
     def view(host: str | None) -> HostView:
         if host not in cache:
             rp = {r: p for r, p in rank_pids.items() if not host or hosts.get(r) in (None, host)}
+            kids = Children.of(children).on(host)
             cache[host] = HostView(rp, one_rank((p, r) for r, p in rp.items()),
-                                   one_rank((d, r) for r, p in rp.items() for d in descendants(children, {p})))
+                                   one_rank((d, r) for r, p in rp.items() for d in descendants(kids, {p})))
         return cache[host]
     return view
 
@@ -186,7 +261,7 @@ def annotate(store, incident_id: str, links: list[Link], rank_pids: dict[int, in
         attrs = dict(l.attrs)
         here = view(l.host)
         if inside:
-            mine = sorted(inside & jp)
+            mine = sorted(inside & job_on(jp, l.host))
             ranks = tuple(sorted({here.by_pid[p] for p in mine if p in here.by_pid}))
             attrs.update(members=tuple(sorted(inside)), job_pids=tuple(mine), ranks=ranks,
                          outside=not mine, membership="read")
@@ -279,7 +354,7 @@ def foreign_tasks(links: list[Link], jp: set[int]) -> list[Link]:
             out.append(l)
             continue
         o = near[0]
-        tasks = [t for t in o.attr("tasks") if t[0] not in jp and t[0] != o.pid]
+        tasks = [t for t in o.attr("tasks") if t[0] not in job_on(jp, o.host or l.host) and t[0] != o.pid]
         if not tasks:
             out.append(l)
             continue
@@ -345,7 +420,7 @@ def grower(links: list[Link], jp: set[int], rank_of: dict[int, int] | None = Non
                                         f"({names}) holding {held:.2f} GiB of the {total * 4096 / 2**30:.2f} GiB "
                                         f"its tasks held" + also))
                 continue
-        if top is None or top[0] not in jp or top[1] * 2 < total:
+        if top is None or top[0] not in job_on(jp, l.host) or top[1] * 2 < total:
             out.append(l)
             continue
         rank = rank_of.get(top[0])

@@ -131,7 +131,7 @@ class Context:
 
     def in_job(self, l: Link) -> bool:
         return l.rank is not None or l.kind in (LinkKind.JOB_FAILURE, LinkKind.RENDEZVOUS_FAILURE) or (
-            l.pid is not None and (l.pid in self.pids.values() or l.pid in self.job))
+            l.pid is not None and (l.pid in self.pids.values() or l.pid in attribution.job_on(self.job, l.host)))
 
 
 def _entity(rule: Rule, c: Link, e: Link, ctx: Context) -> float | None:
@@ -313,7 +313,8 @@ def find_chains(links: list[Link], failure: Link | None, pids: dict[int, int] | 
              and l.timing_ns()[1] >= fw[0] - NEIGHBOURHOOD_NS and l.timing_ns()[0] <= fw[1] + NEIGHBOURHOOD_NS]
     if not any(l is failure for l in nodes):
         nodes.append(failure)
-    ctx = Context(dict(pids or {}), {l.host for l in links if l.host}, frozenset(job))
+    ctx = Context(dict(pids or {}), {l.host for l in links if l.host},
+                  job if isinstance(job, attribution.JobPids) else frozenset(job))
     incoming = build_graph(nodes, ctx)
     outgoing: dict[int, list[Edge]] = {}
     for eds in incoming.values():

@@ -25,6 +25,7 @@ import statistics
 
 from ingest.timeparse import fmt_hms
 
+from .attribution import job_on
 from .links import Evidence, Link, LinkKind, Provenance
 
 BEFORE_NS = 20 * 10**9
@@ -105,7 +106,7 @@ def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job
             continue
         mine_pre = sum(r["n"] for r in pre if r["tid"] == pid) / n_pre
         mine_post = sum(r["n"] for r in busy if r["tid"] == pid) / n_post
-        others = [r for r in busy if r["tid"] not in job and r["tid"] != pid]
+        others = [r for r in busy if r["tid"] not in job_on(job, l.host) and r["tid"] != pid]
         if not others:
             continue
         top = max(others, key=lambda r: r["n"])

@@ -61,10 +61,10 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     links = [dataclasses.replace(l, rank=rank_of.get((l.host, l.pid), rank_of.get((None, l.pid))))
              if l.rank is None and l.pid is not None and ((l.host, l.pid) in rank_of or (None, l.pid) in rank_of)
              else l for l in links]
-    children = attribution.named_children(links, pids, attribution.children_of(store, incident_id))
-    job = attribution.job_pids(store, incident_id, pids, children)
-    links = attribution.annotate(store, incident_id, links, pids, job, children,
-                                 {r: ranks[r].host for r in pids})
+    hosts = {r: ranks[r].host for r in pids}
+    children = attribution.named_children(links, pids, attribution.children_of(store, incident_id), hosts)
+    job = attribution.job_pids(store, incident_id, pids, children, hosts)
+    links = attribution.annotate(store, incident_id, links, pids, job, children, hosts)
     links = links + progress.stalled_links(ranks, links)
     links = links + progress.observed_end(store, incident_id, ranks, links, children)
     links = links + contention.detect(store, incident_id, links, pids, job)

@@ -136,3 +136,25 @@ def test_ranks_of_two_machines_with_the_same_pids_are_told_apart_by_host():
             (g,) = [l for l in attribution.grower([growth, *ooms], {7, 30}, view=view) if l.kind == K.MEMORY_GROWTH]
             assert (g.rank, g.pid) == (1, 7), (order, ooms)
             assert "rank 1 (pid 7)" in g.summary
+
+
+def test_a_pid_of_the_job_on_one_machine_is_not_the_jobs_on_another():
+    """Rank 0's DataLoader worker is pid 30 on node-a; on node-b, pid 30 is a backup process
+    outside the job. Node-b's growth, its OOM report showing pid 30 holding most, is not the
+    job's doing there: neither is it pinned on pid 30 as a job process, nor on any rank."""
+    ranks, hosts = {0: 7, 1: 7}, {0: "node-a", 1: "node-b"}
+    died = dataclasses.replace(link(K.DATALOADER_WORKER_KILLED, T0 + 3 * S, rank=0, pid=7, worker_pids="30"),
+                               host="node-a")
+    children = attribution.named_children([died], ranks, attribution.Children(), hosts)
+    assert children.on("node-a") == {7: {30}} and children.on("node-b") == {} and children == {7: {30}}
+    jp = attribution.JobPids({h: attribution.descendants(children.on(h), {7}) for h in ("node-a", "node-b")})
+    assert jp.on("node-a") == {7, 30} and jp.on("node-b") == {7} and set(jp) == {7, 30}
+    growth = dataclasses.replace(_growth(), host="node-b")
+    oom = dataclasses.replace(link(K.OOM_KILL, T0 + 2 * S, pid=30, oom_memcg="/train_job", memcg="/train_job",
+                                   tasks=((30, 500_000, "backup"), (7, 50_000, "python3"))), host="node-b")
+    view = attribution.host_views(ranks, hosts, children)
+    (g,) = [l for l in attribution.grower([growth, oom], jp, view=view) if l.kind == K.MEMORY_GROWTH]
+    assert (g.rank, g.pid) == (None, None)
+    # with one set of pids for every machine, 30 passed for the job's on node-b
+    (old,) = [l for l in attribution.grower([growth, oom], set(jp), view=view) if l.kind == K.MEMORY_GROWTH]
+    assert old.pid == 30
