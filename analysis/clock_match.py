@@ -182,10 +182,11 @@ def _exits(store, incident_id: str) -> dict[tuple[str, int], dict]:
     """(host, tid) -> the thread's exit on perf's clock, else its last sample (``exact`` False)."""
     out: dict[tuple[str, int], dict] = {}
     for r in store.query(
-            f"""SELECT COALESCE(s.host, '') AS host, e.pid AS tid, min(e.ts_raw_ns) AS ts, any_value(s.path) AS path,
-                      arg_min(e.line, e.ts_raw_ns) AS line,
-                      arg_min(json_extract_string(e.attrs, '$.group_dead'), e.ts_raw_ns) AS group_dead,
-                      any_value({_PERF_CLOCK}) AS clk
+            f"""SELECT COALESCE(s.host, '') AS host, e.pid AS tid, min(e.ts_raw_ns) AS ts,
+                      arg_min(s.path, (e.ts_raw_ns, s.path, e.line)) AS path,
+                      arg_min(e.line, (e.ts_raw_ns, s.path, e.line)) AS line,
+                      arg_min(json_extract_string(e.attrs, '$.group_dead'), (e.ts_raw_ns, s.path, e.line)) AS group_dead,
+                      arg_min({_PERF_CLOCK}, (e.ts_raw_ns, s.path, e.line)) AS clk
                FROM events e JOIN sources s USING (incident_id, source_id)
                WHERE e.incident_id = ? AND s.format = 'perf_script' AND s.clock_domain = 'boot'
                  AND e.name = 'sched:sched_process_exit' AND e.pid IS NOT NULL AND e.ts_raw_ns IS NOT NULL
@@ -201,8 +202,8 @@ def _last_samples(store, incident_id: str, want: set[tuple[str, int]]) -> dict[t
     tids = sorted({t for _, t in want})
     out = {}
     for r in store.query(
-            f"""SELECT COALESCE(s.host, '') AS host, x.tid, max(x.ts_raw_ns) AS ts, any_value(s.path) AS path,
-                       any_value({_PERF_CLOCK}) AS clk
+            f"""SELECT COALESCE(s.host, '') AS host, x.tid, max(x.ts_raw_ns) AS ts,
+                       arg_max(s.path, (x.ts_raw_ns, s.path)) AS path, arg_max({_PERF_CLOCK}, (x.ts_raw_ns, s.path)) AS clk
                 FROM samples x JOIN sources s USING (incident_id, source_id)
                 WHERE x.incident_id = ? AND s.clock_domain = 'boot' AND x.tid IN ({','.join('?' * len(tids))})
                 GROUP BY 1, 2""", [incident_id, *tids]):
@@ -299,8 +300,8 @@ def _forks(store, incident_id: str) -> dict[tuple[str, int], dict]:
     for r in store.query(
             f"""SELECT COALESCE(s.host, '') AS host,
                        TRY_CAST(json_extract_string(e.attrs, '$.child_pid') AS BIGINT) AS child,
-                       min(e.pid) AS parent, min(e.ts_raw_ns) AS ts, any_value(s.path) AS path,
-                       min(e.line) AS line, any_value({_PERF_CLOCK}) AS clk
+                       min(e.pid) AS parent, min(e.ts_raw_ns) AS ts, arg_min(s.path, (e.ts_raw_ns, s.path)) AS path,
+                       min(e.line) AS line, arg_min({_PERF_CLOCK}, (e.ts_raw_ns, s.path)) AS clk
                 FROM events e JOIN sources s USING (incident_id, source_id)
                 WHERE e.incident_id = ? AND s.format = 'perf_script' AND s.clock_domain = 'boot'
                   AND e.name = 'sched:sched_process_fork' AND e.ts_raw_ns IS NOT NULL
@@ -506,7 +507,7 @@ def bounds(store, incident_id: str, lines: list[dict]) -> list[Bound]:
     :func:`launcher_lines`."""
     exits = _exits(store, incident_id)
     perf_clock = {r["host"]: r["clk"] for r in store.query(
-        f"""SELECT COALESCE(s.host, '') AS host, any_value({_PERF_CLOCK}) AS clk FROM sources s
+        f"""SELECT COALESCE(s.host, '') AS host, min({_PERF_CLOCK}) AS clk FROM sources s
             WHERE s.incident_id = ? AND s.format = 'perf_script' AND s.clock_domain = 'boot' GROUP BY 1""",
         [incident_id])}
     hosts = {h for h, _ in exits} or set(perf_clock)

@@ -216,8 +216,9 @@ def _pid_deaths(store, incident_id: str, launcher: list[dict] | None = None) -> 
     """
     rows = store.query(
         r"""WITH k AS (
-              SELECT COALESCE(s.host, '') AS host, e.pid, min(e.ts_raw_ns) AS raw_ns, any_value(s.path) AS path,
-                     any_value(e.line) AS line
+              SELECT COALESCE(s.host, '') AS host, e.pid, min(e.ts_raw_ns) AS raw_ns,
+                     arg_min(s.path, (e.ts_raw_ns, s.path, e.line)) AS path,
+                     arg_min(e.line, (e.ts_raw_ns, s.path, e.line)) AS line
               FROM events e JOIN sources s USING (incident_id, source_id)
               WHERE e.incident_id = ? AND s.clock_domain = 'boot' AND e.pid IS NOT NULL
                 AND (e.kind = 'oom_kill' OR e.name = 'sched:sched_process_exit') AND e.ts_raw_ns IS NOT NULL

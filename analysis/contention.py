@@ -36,18 +36,21 @@ STARVED = 0.9             # a rank left less than this much of its CPU can still
 SLOWED = (LinkKind.STEP_SLOWDOWN, LinkKind.STRAGGLER, LinkKind.RANK_STALLED)
 
 
-def _before(store, incident_id: str, cands: list[tuple[int, int, int]]) -> dict[int, list[dict]]:
-    """Per candidate (index, pid, change time): its main thread's samples per CPU in the
-    ``BEFORE_NS`` before the change. One query for every candidate (a job of hundreds of slowed
-    ranks asked one query each)."""
-    out: dict[int, list[dict]] = {i: [] for i, _, _ in cands}
+def _before(store, incident_id: str, cands: list[tuple[int, int, int, str | None]]) -> dict[int, list[dict]]:
+    """Per candidate (index, pid, change time, host): its main thread's samples per CPU in the
+    ``BEFORE_NS`` before the change, on its host (or on no stated host: pids are per host). One
+    query for every candidate (a job of hundreds of slowed ranks asked one query each)."""
+    out: dict[int, list[dict]] = {c[0]: [] for c in cands}
     for r in store.query(
             """SELECT q.i, s.cpu, count(*) AS n
-               FROM (SELECT unnest(?) AS i, unnest(?) AS pid, unnest(?) AS lo, unnest(?) AS hi) q
+               FROM (SELECT unnest(?) AS i, unnest(?) AS pid, unnest(?) AS lo, unnest(?) AS hi,
+                            unnest(?::VARCHAR[]) AS host) q
                JOIN samples s ON s.incident_id = ? AND s.tid = q.pid AND s.ts_utc_ns BETWEEN q.lo AND q.hi
+               JOIN sources src ON src.incident_id = s.incident_id AND src.source_id = s.source_id
+               WHERE q.host IS NULL OR COALESCE(s.host, src.host) = q.host OR COALESCE(s.host, src.host) IS NULL
                GROUP BY ALL ORDER BY q.i, s.cpu NULLS LAST""",
             [[c[0] for c in cands], [c[1] for c in cands], [c[2] - BEFORE_NS for c in cands],
-             [c[2] for c in cands], incident_id]):
+             [c[2] for c in cands], [c[3] for c in cands], incident_id]):
         out[r["i"]].append(r)
     return out
 
@@ -62,8 +65,8 @@ def _windows(store, incident_id: str, asks: list[tuple[int, str, int, int, int, 
         return out
     cols = list(zip(*asks))
     for r in store.query(
-            """SELECT q.i, q.w, s.cpu, COALESCE(s.pid, s.tid) AS tid, any_value(s.comm) AS comm, count(*) AS n,
-                      min(s.ts_utc_ns) AS first, any_value(src.path) AS path
+            """SELECT q.i, q.w, s.cpu, COALESCE(s.pid, s.tid) AS tid, min(s.comm) AS comm, count(*) AS n,
+                      min(s.ts_utc_ns) AS first, min(src.path) AS path
                FROM (SELECT unnest(?) AS i, unnest(?) AS w, unnest(?) AS cpu, unnest(?) AS lo, unnest(?) AS hi,
                             unnest(?::VARCHAR[]) AS host) q
                JOIN samples s ON s.incident_id = ? AND s.cpu = q.cpu AND s.ts_utc_ns BETWEEN q.lo AND q.hi
@@ -82,7 +85,7 @@ def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job
     if not cands:
         return []
     starts = {i: l.timing_ns()[0] for i, l in cands}
-    before = _before(store, incident_id, [(i, pids[l.rank], starts[i]) for i, l in cands])
+    before = _before(store, incident_id, [(i, pids[l.rank], starts[i], l.host) for i, l in cands])
     cpus_of: dict[int, list[int]] = {}
     for i, _ in cands:
         total_before = sum(r["n"] for r in before[i])
