@@ -517,7 +517,8 @@ def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> l
     rows = store.query(
         """SELECT s.source_id, s.path, COALESCE(f.host, s.host, '') AS host, f.key, f.value, f.line
            FROM facts f JOIN sources s USING (incident_id, source_id)
-           WHERE f.incident_id = ? AND f.key LIKE 'reading.%'""", [incident_id])
+           WHERE f.incident_id = ? AND f.key LIKE 'reading.%'
+           ORDER BY s.path, f.line, f.key, f.value""", [incident_id])   # (the first reading of a file, the first file of a tie)
     per: dict[int, dict] = {}
     for r in rows:
         d = per.setdefault(r["source_id"], {"path": r["path"], "host": r["host"], "boot": [], "wall": [],

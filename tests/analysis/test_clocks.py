@@ -293,3 +293,26 @@ def test_kernel_wall_docstring_example():
     alone = solve_kernel_wall("vm", None, [], {"dmesg_ctime"})
     assert (alone.offset_ns, alone.uncertainty_ns) == (750_000_000, 1_250_000_000)
     assert "no raw kernel log" in alone.method
+
+
+def test_paired_readings_do_not_depend_on_the_order_rows_come_in(tmp_path):
+    """An uptime file beside two date files of the same resolution, read 6 ms apart: the pair is
+    made with the first date file by path, whichever order the store holds the facts in (a query
+    without an order gave either, so one boot offset in a few moved between runs)."""
+    from analysis.clocks import _paired_readings
+    from server.store import Store
+    store = Store(tmp_path / "s.duckdb")
+    srcs = [(1, "vm/host/start/proc_uptime", [("reading.boottime_ns", "1608000000000"), ("reading.tag", "start")]),
+            (2, "vm/host/start/date", [("reading.wall_ns", "1796163261006000000"), ("reading.wall_res_ns", "1000000"),
+                                       ("reading.tag", "start")]),
+            (3, "vm/host/start/date_iso", [("reading.wall_ns", "1796163261000000000"),
+                                           ("reading.wall_res_ns", "1000000"), ("reading.tag", "start")])]
+    got = []
+    for iid, order in (("a", srcs), ("b", srcs[::-1])):
+        store.insert_rows("sources", [{"incident_id": iid, "source_id": sid, "path": path, "host": "vm",
+                                       "kind": "host_info", "status": "parsed"} for sid, path, _ in order])
+        store.insert_rows("facts", [{"incident_id": iid, "source_id": sid, "host": None, "key": k, "value": v,
+                                     "line": 1} for sid, _, facts in order for k, v in reversed(facts)])
+        got.append([(a.local_ns, a.wall_ns, a.source) for a in _paired_readings(store, iid, set())])
+    assert got[0] == got[1] == [(1608000000000, 1796163261006000000 + 500_000,
+                                 "vm/host/start/proc_uptime + vm/host/start/date")]
