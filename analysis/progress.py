@@ -79,6 +79,7 @@ class RankProgress:
     last_collective: str | None = None
     last_collective_ns: int | None = None
     last_cpu_ns: int | None = None
+    last_cpu_unc_ns: int = 0                # how far the placed time of that sample may be off (its clock's)
     last_trace_ns: int | None = None
     step_time_s: float | None = None       # median of its reported step times
     stuck_ns: int | None = None            # first status snapshot showing it stopped/blocked
@@ -265,12 +266,17 @@ def _perf_life(store, incident_id: str, pids: dict[int, RankProgress]) -> None:
     # down (a SIGKILLed process spends its last tenths of a second in exit_mmap), not its progress
     for r in store.query(
             "WITH RECURSIVE " + stacks_through_sql("dying") + """
-               SELECT COALESCE(pid, tid) AS pid, list(ts_utc_ns ORDER BY ts_utc_ns) AS ts FROM samples
-               WHERE incident_id = ? AND tid IN (SELECT unnest(?)) AND ts_utc_ns IS NOT NULL
-                 AND (pid IS NULL OR pid = tid)
-                 AND (source_id, stack_id) NOT IN (SELECT (source_id, stack_id) FROM dying)
+               SELECT COALESCE(x.pid, x.tid) AS pid, list(x.ts_utc_ns ORDER BY x.ts_utc_ns) AS ts,
+                      max(COALESCE(c.uncertainty_ns, 0)) AS unc
+               FROM samples x JOIN sources s USING (incident_id, source_id)
+               LEFT JOIN clock_map c ON c.incident_id = x.incident_id AND c.host = COALESCE(s.host, '')
+                    AND c.domain = s.clock_domain
+               WHERE x.incident_id = ? AND x.tid IN (SELECT unnest(?)) AND x.ts_utc_ns IS NOT NULL
+                 AND (x.pid IS NULL OR x.pid = x.tid)
+                 AND (x.source_id, x.stack_id) NOT IN (SELECT (source_id, stack_id) FROM dying)
                GROUP BY 1""", [incident_id, list(EXIT_FRAMES), incident_id, incident_id, list(pids)]):
         ts = r["ts"]
+        pids[r["pid"]].last_cpu_unc_ns = int(r["unc"] or 0)
         end = exits.get(r["pid"])
         pids[r["pid"]].exit_ns = end
         if end is not None and ts:
@@ -554,6 +560,11 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
     first bound the bundle gives: a peer's stated wait, a stuck status, the hung-task watchdog;
     without one, a few steps after it was last seen alive."""
     lo = p.last_progress_ns or p.last_alive_ns
+    if p.last_progress_ns is None and lo is not None and lo == p.last_cpu_ns:
+        # the last CPU sample is only placed on the wall clock within its clock's uncertainty:
+        # it ran until at least the earliest time that sample can have, not its middle
+        others = [t for t in (p.last_trace_ns, p.running_ns) if t is not None]
+        lo = max([lo - p.last_cpu_unc_ns] + others)
     cad = _cadence_ns(p)
     bounds: list[tuple[int, str]] = []
     for l in waits:

@@ -102,3 +102,17 @@ def test_a_stated_wait_out_of_any_range_bounds_nothing():
     p0.ended = [timeout]
     (stall,) = progress.stalled_links({0: p0, 1: p1}, [timeout])
     assert stall.ts_ns == at(0) and "waited" not in stall.summary
+
+
+def test_a_stall_seen_only_by_cpu_samples_starts_as_early_as_the_last_sample_can_be():
+    """A rank whose last sign of life is a perf sample on a boot clock placed within ±300 ms: it
+    may have stopped as early as 300 ms before that sample's placed time (a stale-lock wait the
+    recording dated 14 ms before the sample fell outside a window that started at the sample)."""
+    from analysis.progress import RankProgress, _stall_window
+    t = 1_796_174_431_302_682_200
+    p = RankProgress(1, "vm", 27496, last_cpu_ns=t, last_cpu_unc_ns=300_000_000)
+    lo, hi, _ = _stall_window(p, [], [])
+    assert lo == t - 300_000_000 and hi > t
+    # a sign of progress is the bound as it stands (it was placed with the rows it came from)
+    q = RankProgress(1, "vm", 27496, last_cpu_ns=t, last_cpu_unc_ns=300_000_000, last_line_ns=t - 10**9)
+    assert _stall_window(q, [], [])[0] == t - 10**9
