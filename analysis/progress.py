@@ -563,8 +563,7 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
     if p.last_progress_ns is None and lo is not None and lo == p.last_cpu_ns:
         # the last CPU sample is only placed on the wall clock within its clock's uncertainty:
         # it ran until at least the earliest time that sample can have, not its middle
-        others = [t for t in (p.last_trace_ns, p.running_ns) if t is not None]
-        lo = max([lo - p.last_cpu_unc_ns] + others)
+        lo = max(lo - p.last_cpu_unc_ns, p.running_ns or 0)
     cad = _cadence_ns(p)
     bounds: list[tuple[int, str]] = []
     for l in waits:
