@@ -52,6 +52,14 @@ Scenarios (the rank at fault is ``--rank``, default 1):
                  (RT throttling off, as on some HPC nodes): the rank gets no CPU (on kernels with
                  the fair deadline server, 6.12 and later, it still gets 5 %: its steps slow
                  twentyfold but its peer does not time out, and the job runs to the deadline)
+  rt-hog         a busy loop outside the job (a plain python3 started by the recorder, in no job
+                 cgroup) is pinned (taskset) to the one CPU the rank is bound to and made real-time
+                 (chrt -f 50); RT throttling stays on (refused if sched_rt_runtime_us is -1), so the
+                 rank keeps about 5 % of its CPU; the other ranks have the other CPUs. The job's steps
+                 are heavy for it (hidden 4096, batch 12288: ~8 s a step here, a third of it between
+                 two of the rank's gradient all-reduces), so that at 5 % the rank's peer waits longer
+                 than the process group's timeout and fails in gloo. The hog is killed when the job
+                 has ended, or after the timeout + 60 s
   launcher-kill  SIGKILL to torchrun and the ranks at once (a scheduler ending the job)
   sigterm        SIGTERM to the rank from outside (a preemption), not from the launcher
   worker-kill    batches come from 2 DataLoader workers per rank; SIGKILL to one of the rank's workers
@@ -99,7 +107,8 @@ CG = "/sys/fs/cgroup"
 SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
-             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang", "abort")
+             "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang", "abort",
+             "rt-hog")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -452,6 +461,76 @@ def _kill(p: subprocess.Popen) -> None:
         pass
 
 
+def rt_throttling() -> tuple[int, int]:
+    """(sched_rt_runtime_us, sched_rt_period_us): a real-time busy loop is only safe while RT
+    throttling leaves the other tasks some of the CPU (runtime not -1, less than the period)."""
+    rt = int(Path("/proc/sys/kernel/sched_rt_runtime_us").read_text())
+    period = int(Path("/proc/sys/kernel/sched_rt_period_us").read_text())
+    if rt < 0 or rt >= period:
+        raise SystemExit(f"record: sched_rt_runtime_us is {rt} (period {period}): RT throttling is off, and a "
+                         "SCHED_FIFO busy loop could freeze the machine; refusing")
+    return rt, period
+
+
+def pin_rank(pid: int, cpu: int) -> list[int]:
+    """Every thread of the rank bound to ``cpu`` (threads started later inherit it); the tids."""
+    tids = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+            tids.append(int(tid))
+        except OSError:
+            pass
+    return sorted(tids)
+
+
+def fault_rt_hog(r: Recording, rank: int, pids: dict) -> None:
+    cpu = r.rank_cpu[rank]
+    # threads the rank started since it was pinned inherited its CPU; bind again all the same
+    tids = pin_rank(pids[rank], cpu)
+    off = [t for t in tids if os.sched_getaffinity(t) != {cpu}]
+    if off:
+        raise SystemExit(f"record: threads {off} of rank {rank} are not bound to CPU {cpu}")
+    rt, period = rt_throttling()
+    cmd = ["taskset", "-c", str(cpu), "chrt", "-f", "50", SYS_PY, "-c", "while True:\n    pass\n"]
+    t0 = r.ev("rt_hog_starting", cpu=cpu, command=cmd, rank=rank, rank_pid=pids[rank], rank_tids=tids,
+              sched_rt_runtime_us=rt, sched_rt_period_us=period)
+    p = r.spawn(cmd, cg=None)      # the recorder's own cgroups: none of the job's
+    # running once taskset and chrt have exec'd the busy loop: SCHED_FIFO 50, bound to the CPU
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        try:
+            ok = (os.readlink(f"/proc/{p.pid}/exe") == os.path.realpath(SYS_PY)
+                  and os.sched_getscheduler(p.pid) == os.SCHED_FIFO
+                  and os.sched_getparam(p.pid).sched_priority == 50 and os.sched_getaffinity(p.pid) == {cpu})
+        except OSError:
+            ok = False
+        if ok:
+            break
+        time.sleep(0.001)
+    else:
+        _kill(p)
+        raise SystemExit("record: the hog did not become a SCHED_FIFO task bound to the CPU")
+    t1 = r.ev("rt_hog_running", pid=p.pid, command=cmd, comm=Path(f"/proc/{p.pid}/comm").read_text().strip(),
+              cpu=cpu, policy="SCHED_FIFO", priority=50,
+              cgroup=Path(f"/proc/{p.pid}/cgroup").read_text().split())
+    r.rt_hog = p
+    r.truth["origin"] = {"kinds": ["cpu_contention"], "rank": rank, "pid": pids[rank], "cpu": cpu,
+                         "hog_pid": p.pid, "hog_command": cmd, "start_ns": [t0, t1],
+                         "what": f"a busy loop outside the job (pid {p.pid}, python3), made SCHED_FIFO 50 and "
+                                 f"bound to CPU {cpu}, the one CPU rank {rank} is bound to: with RT throttling "
+                                 f"({rt} of {period} us) the rank keeps about 5 % of it"}
+
+    def bounded() -> None:
+        if p.poll() is None:
+            _kill(p)
+            p.wait()
+            r.ev("rt_hog_killed", pid=p.pid, why=f"bounded: {r.a.pg_timeout + 60:.0f} s after it started")
+    tm = threading.Timer(r.a.pg_timeout + 60, bounded)
+    tm.daemon = True
+    tm.start()
+
+
 FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_sigkill,
           "launcher-kill": fault_launcher_kill, "exception": fault_flag, "mismatch": fault_flag,
           "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
@@ -459,7 +538,7 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
           "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
           "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag,
-          "worker-hang": fault_flag, "abort": fault_flag}
+          "worker-hang": fault_flag, "abort": fault_flag, "rt-hog": fault_rt_hog}
 
 
 # ---------------------------------------------------------------- decoys
@@ -520,6 +599,11 @@ def main() -> int:
     r = Recording(a, torch_py)
     r.snap_extra = []
     r.rt_runtime = Path("/proc/sys/kernel/sched_rt_runtime_us").read_text().strip()
+    r.rt_hog = None
+    if a.scenario == "rt-hog":
+        rt_throttling()            # refused before anything starts when RT throttling is off
+        if (os.cpu_count() or 1) < 2:
+            raise SystemExit("record: rt-hog needs 2 CPUs (one for the rank at fault, one for the others)")
     try:
         return record(r)
     finally:
@@ -569,6 +653,10 @@ def record(r: Recording) -> int:
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
         env.update(AFTERTRACE_LEAK_MB="256", AFTERTRACE_BATCH="512")
+    if a.scenario == "rt-hog":
+        # heavy steps (~8 s here): at the 5 % RT throttling leaves, the gap between two of the
+        # rank's all-reduces outlasts the peer's timeout; Kineto every 4 steps, as there are few
+        env.update(AFTERTRACE_HIDDEN="4096", AFTERTRACE_BATCH="12288", AFTERTRACE_PROFILE_EVERY="4")
     wrap: list[str] = []
     if a.scenario == "hung-io":
         img = r.work / "metrics.img"
@@ -604,6 +692,13 @@ def record(r: Recording) -> int:
     if a.scenario == "cpu-hog":
         # ranks pinned one per CPU, as launchers do with --bind / numactl
         r.rank_cpu = {k: k % os.cpu_count() for k in range(a.nproc)}
+    if a.scenario == "rt-hog":
+        # the rank at fault alone on its CPU; the others share the rest
+        ncpu = os.cpu_count()
+        mine = a.rank % ncpu
+        rest = [c for c in range(ncpu) if c != mine]
+        others = [k for k in range(a.nproc) if k != a.rank]
+        r.rank_cpu = {a.rank: mine, **{k: rest[i % len(rest)] for i, k in enumerate(others)}}
     job_py = str(HERE / "incident_job.py")
     torchrun = [r.torchrun, "--standalone", "--nnodes=1", f"--nproc_per_node={a.nproc}",
                 "--log-dir", str(r.work / "torchrun_logs" if a.via == "collect" else host_dir / "logs" / "torchrun_log_dir"),
@@ -668,6 +763,9 @@ def record(r: Recording) -> int:
             for tid in os.listdir(f"/proc/{p}/task"):
                 subprocess.run(["taskset", "-p", "-c", str(r.rank_cpu[k]), tid], capture_output=True)
         r.ev("ranks_pinned", cpus=r.rank_cpu)
+    if a.scenario == "rt-hog":
+        tids = {k: pin_rank(p, r.rank_cpu[k]) for k, p in pids.items()}
+        r.ev("ranks_pinned", cpus=r.rank_cpu, tids=tids)
     t_fault = a.baseline
     t0 = time.monotonic()
     for d in a.decoy:
@@ -692,6 +790,10 @@ def record(r: Recording) -> int:
             time.sleep(5)
     rc = r.job.wait()
     r.ev("job_end", exit_code=rc)
+    if r.rt_hog is not None and r.rt_hog.poll() is None:
+        _kill(r.rt_hog)
+        r.rt_hog.wait()
+        r.ev("rt_hog_killed", pid=r.rt_hog.pid, why="the job has ended")
     for p in r.helpers:            # tenants and decoys stop with the job (their kills are not the story)
         _kill(p)
     logf.close()
