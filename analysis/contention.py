@@ -7,16 +7,23 @@ at least a third of its main thread's samples in the ``BEFORE_NS`` before the ch
 or thread they started: :func:`analysis.attribution.job_pids`; the idle task aside) holding at
 least ``SHARE`` of those CPUs' samples — and less than half of that before: a newcomer — while the
 rank's own share of them fell to less than half of what it was, took the CPU from it. The
-finding names that task (pid, command), the CPU and the shares (``starved`` when the task held at least ``STARVED`` of them and the rank almost none:
-only then can it explain a rank that stopped, not just slowed), and is stamped at the task's
+finding names that task (pid, command), the CPU and the shares, and is stamped at the task's
 first sample on that CPU from ``LEAD_NS`` before the change on (the sampling period before that
-sample is its window: it may have started running just before).
+sample is its window: it may have started running just before). The shares it states are those of
+the ``AFTER_NS`` from that first sample on (or from the change, when the task came before it): a
+stall is only bounded below by the rank's last sign of progress, which may come well before the
+task did. It is ``starved`` when the task held at least ``STARVED`` of the CPU there and the rank
+kept at most ``STARVED_LEFT`` of its former share — a tenfold slowdown, which a peer waiting in a
+collective cannot tell from a stop: only then can it explain a rank that stopped, not just slowed.
+(A real-time task leaves the others 5 % of its CPU — the kernel's RT throttling —, so an absolute
+"almost nothing" would not be met by the commonest thief of all. A rank that stopped on its own
+leaves its CPU idle or shared among whatever else runs: no one task holds nearly all of it.)
 
 Worked example (``tests/analysis/test_contention.py``): rank 1 (pid 101) ran on CPU 1 with 58 of
 the 60 samples there in the 20 s before its steps slowed at 10:00:20; a ``python3`` (pid 555,
-not the job's) runs there from 10:00:19.98 on, and in the 20 s from 10:00:20 it takes 95 of the
-100 samples of CPU 1, rank 1 only 5: cpu_contention for rank 1, pid 555 ``python3`` on CPU 1,
-95 %, starved (5 % left), stamped at 10:00:19.98 with the window [10:00:19.946, 10:00:19.98]
+not the job's) runs there from 10:00:19.98 on, and in the 20 s from 10:00:20 (the change: it came
+just before) it takes 95 of the 100 samples of CPU 1, rank 1 only 5: cpu_contention for rank 1, pid 555 ``python3`` on CPU 1, 95 %,
+starved (5 % left of 97 %), stamped at 10:00:19.98 with the window [10:00:19.946, 10:00:19.98]
 (one 29 Hz period before).
 """
 from __future__ import annotations
@@ -32,7 +39,8 @@ BEFORE_NS = 20 * 10**9
 AFTER_NS = 20 * 10**9
 LEAD_NS = 2 * 10**9        # how long before the change the newcomer's first sample may be
 SHARE = 0.5
-STARVED = 0.9             # a rank left less than this much of its CPU can still run: slowed, not stopped
+STARVED = 0.9             # starved: the newcomer holds at least this much of the CPU,
+STARVED_LEFT = 0.1        # and the rank kept at most this part of its former share (a tenfold slowdown)
 SLOWED = (LinkKind.STEP_SLOWDOWN, LinkKind.STRAGGLER, LinkKind.RANK_STALLED)
 
 
@@ -124,7 +132,6 @@ def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job
                WHERE s.incident_id = ? AND s.cpu = ? AND COALESCE(s.pid, s.tid) = ? AND s.ts_utc_ns BETWEEN ? AND ?
                  AND (?::VARCHAR IS NULL OR COALESCE(s.host, src.host) = ? OR COALESCE(s.host, src.host) IS NULL)""",
             [incident_id, top["cpu"], top["tid"], t, t + AFTER_NS, l.host, l.host])[0]["ts"] or []
-        starved = share >= STARVED and mine_post <= 0.05
         gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
         period = int(statistics.median(gaps)) if gaps else 10**9 // 29
         # it may have begun a little before the change showed in the rank's steps
@@ -132,18 +139,30 @@ def detect(store, incident_id: str, links: list[Link], pids: dict[int, int], job
                                 AND cpu IN (SELECT unnest(?)) AND ts_utc_ns BETWEEN ? AND ?""",
                            [incident_id, top["tid"], cpus, t - LEAD_NS, t + AFTER_NS])
         first = near[0]["t"] if near and near[0]["t"] is not None else top["first"]
+        # The shares while the newcomer ran: the window from the rank's change on may begin well
+        # before it came (a stall is only bounded below by the rank's last sign of progress), and
+        # the rank's own samples from before the newcomer would hide how little it got after.
+        since = max(t, first)
+        held = [r for r in _windows(store, incident_id, [(0, "on", c, since, since + AFTER_NS, l.host) for c in cpus])
+                .get((0, "on"), []) if r["tid"] not in (0, None)]
+        n_on = sum(r["n"] for r in held)
+        if n_on:
+            share = sum(r["n"] for r in held if r["tid"] == top["tid"]) / n_on
+            mine_post = sum(r["n"] for r in held if r["tid"] == pid) / n_on
+        starved = share >= STARVED and mine_post <= STARVED_LEFT * mine_pre
         summary = (f"{top['comm']} (pid {top['tid']}), not a process of the job, took {share:.0%} of the samples of "
                    f"CPU{'s' if len(cpus) > 1 else ''} {', '.join(map(str, cpus))} from {fmt_hms(first)}, where rank "
                    f"{l.rank} (pid {pid}) had run ({mine_pre:.0%} of its samples before, {mine_post:.0%} after)")
         ev = (Evidence(top["path"], None, f"perf: {top['n']} samples of {top['comm']}/{top['tid']} on CPU "
                                           f"{','.join(map(str, cpus))} between {fmt_hms(t - 2 * 10**9)} and "
-                                          f"{fmt_hms(t + AFTER_NS)}; rank {l.rank}: {mine_post:.0%}"),)
+                                          f"{fmt_hms(since + AFTER_NS)}; rank {l.rank}: {mine_post:.0%} from "
+                                          f"{fmt_hms(since)}"),)
         out.append(Link(kind=LinkKind.CPU_CONTENTION, ts_ns=first, summary=summary, source=top["path"], host=l.host,
                         rank=l.rank, pid=pid, evidence=ev, provenance=Provenance.INFERRED, confidence=0.9,
                         entity=f"pid {top['tid']}",
                         attrs=(("ts_lo_ns", first - period), ("ts_hi_ns", first), ("ts_bound", "between"),
                                ("hog", f"{top['comm']} (pid {top['tid']})"), ("hog_pid", top["tid"]),
                                ("cpus", tuple(cpus)), ("share", round(share, 3)), ("starved", starved),
-                               ("until_ns", t + AFTER_NS), ("outside", True))))
+                               ("until_ns", since + AFTER_NS), ("outside", True))))
         done.add(l.rank)
     return out

@@ -49,6 +49,42 @@ def test_worked_example():
     assert "python3 (pid 555), not a process of the job, took 95%" in c.summary
 
 
+def test_shares_are_read_from_the_newcomers_arrival_when_the_stall_is_bounded_earlier():
+    # A rank stalls: its last progress at 10:00:20 is only the stall's lower bound. A real-time task
+    # comes at 10:00:22.3 and the kernel leaves the rank 5 % of the CPU from then on. Over the 20 s
+    # from 10:00:20 the rank still has 16 % (its 2.3 s alone first), over the 20 s from the
+    # arrival 5 %: a tenfold slowdown and more, starved.
+    st = Store()
+    st.add(101, "python3", 1, spread(58, T0, T0 + 20 * S))
+    st.add(77, "kworker/1:1", 1, spread(2, T0, T0 + 20 * S))
+    st.add(101, "python3", 1, spread(66, T0 + 20 * S, T0 + 22_300_000_000))
+    hog0 = T0 + 22_300_000_000
+    st.add(555, "python3", 1, [hog0 + k * PERIOD for k in range(551)])     # 19 s at 29 Hz, 95 %
+    st.add(101, "python3", 1, spread(29, hog0, hog0 + 20 * S))
+    stall = Link(kind=K.RANK_STALLED, ts_ns=T0 + 20 * S, summary="stopped", source="log", host="vm", rank=1,
+                 attrs=(("ts_lo_ns", T0 + 20 * S), ("ts_hi_ns", T0 + 44 * S), ("ts_bound", "between")))
+    (c,) = contention.detect(st, "i", [stall], {1: 101}, {101})
+    assert c.ts_ns == hog0 and c.attr("starved") is True and c.attr("share") == 0.95
+    assert "took 95%" in c.summary and "97% of its samples before, 5% after" in c.summary
+    # a task that leaves the rank a third of what it had only slowed it
+    st2 = Store()
+    st2.add(101, "python3", 1, spread(60, T0, T0 + 20 * S))
+    st2.add(555, "python3", 1, spread(120, T0 + 20 * S, T0 + 40 * S))
+    st2.add(101, "python3", 1, spread(20, T0 + 20 * S, T0 + 40 * S))
+    slow = Link(kind=K.STEP_SLOWDOWN, ts_ns=T0 + 20 * S, summary="slow", source="log", host="vm", rank=1)
+    (c2,) = contention.detect(st2, "i", [slow], {1: 101}, {101})
+    assert c2.attr("starved") is False and c2.attr("share") == 0.857
+    # a rank that stopped on its own: its CPU idles or goes to whatever runs; a task that takes 60 %
+    # of it came after, not before
+    st3 = Store()
+    st3.add(101, "python3", 1, spread(60, T0, T0 + 20 * S))
+    st3.add(555, "python", 1, spread(60, T0 + 20 * S, T0 + 40 * S))
+    st3.add(77, "kworker/1:1", 1, spread(40, T0 + 20 * S, T0 + 40 * S))
+    stop = Link(kind=K.RANK_STALLED, ts_ns=T0 + 20 * S, summary="stopped", source="log", host="vm", rank=1)
+    (c3,) = contention.detect(st3, "i", [stop], {1: 101}, {101})
+    assert c3.attr("starved") is False and c3.attr("share") == 0.6
+
+
 def test_a_process_that_was_there_before_or_of_the_job_is_no_newcomer():
     st = Store()
     st.add(101, "python3", 1, spread(30, T0, T0 + 20 * S))
