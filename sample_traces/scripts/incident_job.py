@@ -26,6 +26,11 @@ Faults that happen *inside* the job start when the recorder creates the flag fil
               AFTERTRACE_LOADER_WORKERS)
   deadlock    the rank takes a lock it already holds: its main thread sleeps forever (state S,
               no CPU, nothing printed) and wakes for no signal but a fatal one
+  worker_segv one of the rank's DataLoader workers (``AFTERTRACE_LOADER_WORKERS``), the first to
+              load a sample once the flag exists, reads through a null pointer in native code
+              (``ctypes.string_at(0)``) inside ``__getitem__``; once, in that worker only. Its
+              SIGSEGV disposition is the default when it reads (see ``Samples.crash``), so the
+              kernel logs ``segfault at 0`` for it and the rank's DataLoader raises
 
 Faults from outside (SIGSTOP, the freezer cgroup, SIGKILL, CPU quota, other tenants) need
 nothing from the job. Other settings: AFTERTRACE_PG_TIMEOUT_S (collective timeout, default
@@ -35,10 +40,12 @@ every ``AFTERTRACE_PROFILE_EVERY`` steps; unset: no profiler), AFTERTRACE_MAX_ST
 
 import ctypes
 import datetime
+import faulthandler
 import fcntl
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -67,9 +74,9 @@ class Samples(torch.utils.data.Dataset):
     came from). Each worker's batch travels through shared memory. Once ``long_flag`` exists,
     the payloads are long (the part of the data set with long sequences)."""
 
-    def __init__(self, n, dim, classes, long_flag, leak_flag="", hang_flag=""):
+    def __init__(self, n, dim, classes, long_flag, leak_flag="", hang_flag="", segv_flag=""):
         self.n, self.dim, self.classes, self.long_flag, self.leak_flag = n, dim, classes, long_flag, leak_flag
-        self.hang_flag = hang_flag
+        self.hang_flag, self.segv_flag = hang_flag, segv_flag
         self.kept = []
 
     def __len__(self):
@@ -86,15 +93,44 @@ class Samples(torch.utils.data.Dataset):
                 side("fault", what="the rank's DataLoader workers block reading a sample",
                      rank=int(os.environ.get("RANK", "-1")), pid=os.getppid(), worker_pid=os.getpid(), step=-1)
             threading.Event().wait()
+        if self.segv_flag and os.path.exists(self.segv_flag):
+            self.crash()
         if self.leak_flag and os.path.exists(self.leak_flag):
             self.kept.append(b"\x5a" * (8 << 20))     # a per-sample cache in the worker, never freed
         return torch.randn(self.dim, generator=g), int(torch.randint(0, self.classes, (1,), generator=g)), payload
 
 
-def batches(batch, dim, classes, long_flag, leak_flag="", hang_flag=""):
+    def crash(self):
+        """A null-pointer read in native code (a decoder or extension with a bad pointer), in the one
+        worker that claims the fault first (an O_EXCL file beside the side files), once.
+
+        The worker's SIGSEGV disposition is made the default first: a forked worker inherits the
+        rank's faulthandler (torchrun's ``@record`` enables it) and torch's worker loop installs its
+        own handler, which prints ``ERROR: Unexpected segmentation fault encountered in worker.`` and
+        re-raises; the kernel logs ``segfault at`` only for a fault no handler catches. Either way the
+        worker dies of SIGSEGV."""
+        d = os.environ.get("AFTERTRACE_SIDE_DIR", "")
+        if not d:
+            return
+        try:
+            os.close(os.open(os.path.join(d, "worker_segv.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return                                   # another worker crashed already
+        faulthandler.disable()
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+        with open("/proc/self/status") as f:
+            caught = int(next(l for l in f if l.startswith("SigCgt:")).split()[1], 16)
+        side("fault", what="a DataLoader worker of the rank reads through a null pointer in native code",
+             rank=int(os.environ.get("RANK", "-1")), pid=os.getppid(), worker_pid=os.getpid(),
+             faulthandler=faulthandler.is_enabled(), sigsegv_caught=bool(caught & (1 << (signal.SIGSEGV - 1))),
+             step=-1)
+        ctypes.string_at(0)      # SIGSEGV in C, in the worker
+
+
+def batches(batch, dim, classes, long_flag, leak_flag="", hang_flag="", segv_flag=""):
     workers = int(os.environ.get("AFTERTRACE_LOADER_WORKERS", "0"))
     if workers:
-        ds = Samples(10**9, dim, classes, long_flag, leak_flag, hang_flag)
+        ds = Samples(10**9, dim, classes, long_flag, leak_flag, hang_flag, segv_flag)
         dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
                                          prefetch_factor=int(os.environ.get("AFTERTRACE_PREFETCH", "4")),
                                          persistent_workers=True,
@@ -157,7 +193,8 @@ def main():
             on_trace_ready=torch.profiler.tensorboard_trace_handler(prof_dir, use_gzip=True))
         prof.start()
     data = batches(batch, dim, classes, flag if fault == "loader" and mine else "",
-                   flag if fault == "worker_leak" and mine else "", flag if fault == "worker_hang" and mine else "")
+                   flag if fault == "worker_leak" and mine else "", flag if fault == "worker_hang" and mine else "",
+                   flag if fault == "worker_segv" and mine else "")
     fired = False
     step = 0
     max_steps = int(os.environ.get("AFTERTRACE_MAX_STEPS", "1000000"))

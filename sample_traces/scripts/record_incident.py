@@ -78,6 +78,12 @@ Scenarios (the rank at fault is ``--rank``, default 1):
                  out at start (a rendezvous failure)
   worker-oom     the rank's DataLoader workers keep 8 MiB per sample until the job's memory cgroup
                  (2.5 GiB) OOM-kills one
+  worker-segv    batches come from 2 DataLoader workers per rank; at the flag, the first of the rank's
+                 workers to load a sample reads through a null pointer in native code
+                 (ctypes.string_at(0) in the dataset's __getitem__), once; its SIGSEGV disposition is
+                 the default then (faulthandler disabled, torch's worker handler replaced), so the kernel
+                 logs `segfault at 0` for the worker (needs /proc/sys/debug/exception-trace 1: set for
+                 the recording, restored after); the rank's DataLoader raises, the job fails
   abort          a native library's check fails in the rank: abort() (SIGABRT), no Python traceback
 
 Decoys (``--decoy``, any number, each started at about a third of the baseline):
@@ -108,7 +114,7 @@ SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
              "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang", "abort",
-             "rt-hog")
+             "rt-hog", "worker-segv")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -381,6 +387,16 @@ def fault_worker_leak(r: Recording, rank: int, pids: dict) -> None:
                          "what": "the rank's DataLoader workers start keeping 8 MiB per sample"}
 
 
+def fault_worker_segv(r: Recording, rank: int, pids: dict) -> None:
+    # the workers that may take the fault (the one that does writes its pid and time to the side)
+    kids = _children(pids[rank])
+    if not kids:
+        raise SystemExit("record: the rank has no DataLoader workers")
+    t = r.ev("fault_flag", rank=rank, workers=kids)
+    r.flag.touch()
+    r.truth["flag_ns"] = t
+
+
 def fault_launcher_kill(r: Recording, rank: int, pids: dict) -> None:
     # as a scheduler ends a job step: SIGKILL to the launcher and every worker at once
     lp = r.side_json("rank0")["ppid"]
@@ -538,7 +554,8 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
           "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
           "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag,
-          "worker-hang": fault_flag, "abort": fault_flag, "rt-hog": fault_rt_hog}
+          "worker-hang": fault_flag, "abort": fault_flag, "rt-hog": fault_rt_hog,
+          "worker-segv": fault_worker_segv}
 
 
 # ---------------------------------------------------------------- decoys
@@ -642,13 +659,20 @@ def record(r: Recording) -> int:
     r.mkcg("freezer", cg)
     write("/proc/sys/kernel/hung_task_timeout_secs", "10")
     r.cleanups.append(lambda: write("/proc/sys/kernel/hung_task_timeout_secs", "120"))
+    if a.scenario == "worker-segv":
+        # the kernel's `segfault at` line for an unhandled fault is printed only with exception-trace on
+        et = Path("/proc/sys/debug/exception-trace").read_text().strip()
+        if et != "1":
+            write("/proc/sys/debug/exception-trace", "1")
+            r.cleanups.append(lambda: write("/proc/sys/debug/exception-trace", et))
+        r.ev("exception_trace", was=et, now=Path("/proc/sys/debug/exception-trace").read_text().strip())
 
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="INFO",
                AFTERTRACE_SIDE_DIR=str(r.side), AFTERTRACE_FAULT_FLAG=str(r.flag),
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"abort": "abort", "worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"worker-segv": "worker_segv", "abort": "abort", "worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -673,7 +697,7 @@ def record(r: Recording) -> int:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", r.ckpt_mount], check=True)
         r.mounts.append(r.ckpt_mount)
         env.update(AFTERTRACE_CKPT_DIR=r.ckpt_mount, AFTERTRACE_CKPT_EVERY="10")
-    if a.scenario in ("worker-kill", "worker-oom", "worker-hang"):
+    if a.scenario in ("worker-kill", "worker-oom", "worker-hang", "worker-segv"):
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="4")
     if a.scenario == "worker-hang":
         env["AFTERTRACE_LOADER_TIMEOUT"] = "10"
@@ -858,6 +882,14 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
         if b and x:
             t["origin"] = {"kinds": ["disk_full", "python_exception"], "rank": 0, "pid": pids[0],
                            "start_ns": [b["ts_ns"], x["ts_ns"]], "what": f"checkpoint {b.get('path')} failed"}
+    if a.scenario == "worker-segv":
+        f = side.get("fault")
+        if f:
+            t["origin"] = {"kinds": ["dataloader_worker_killed", "segfault"], "rank": f["rank"], "pid": f["pid"],
+                           "pids": [f["worker_pid"]], "worker_pid": f["worker_pid"],
+                           "start_ns": [f["ts_ns"], f["ts_ns"]],
+                           "what": f"DataLoader worker {f['worker_pid']} of the rank reads through a null pointer in "
+                                   "native code (ctypes.string_at(0) in __getitem__): SIGSEGV, no handler"}
     if a.scenario == "shm":
         first = side.get(f"exit_rank{a.rank}")
         if first:
