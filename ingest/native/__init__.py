@@ -1,4 +1,5 @@
-"""aftertrace's line engine: compiled single passes over a text chunk (``scan.c``), as Arrow arrays.
+"""aftertrace's line engine: compiled single passes over text (``scan.c``), as Arrow arrays: the
+lines of a chunk (:func:`split_lines`) and the numbers of step lines (:func:`step_values`).
 
 The library is plain C loaded with ctypes (no Python headers, no ABI to match): the wheel ships
 it built (``hatch_build.py``); a checkout or an editable install builds it on first use when
@@ -11,9 +12,11 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
+from typing import NamedTuple
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import build as _build
 
@@ -41,6 +44,8 @@ def library() -> ctypes.CDLL:
             lib.at_count_newlines.restype = _I64
             lib.at_split_lines.argtypes = [_P, _I64, ctypes.c_int, ctypes.c_int, _P, _I64, _P, _P, _P, _I64P, _I64P]
             lib.at_split_lines.restype = _I64
+            lib.at_step_values.argtypes = [_P, _P, _P, _I64] + [_P] * 9
+            lib.at_step_values.restype = _I64
             _lib = lib
     return _lib
 
@@ -79,3 +84,51 @@ def split_lines(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> 
                                  null_count=nulls.value)
     flags = pa.Array.from_buffers(pa.uint8(), count, [None, bad])
     return text, flags, used.value
+
+
+# -- step lines (scan.c: at_step_values) -----------------------------------------------------
+UNSURE = 255      # a row the compiled reader leaves to the regexes
+
+
+def _line_buffers(lines: pa.Array) -> tuple[int, int, int]:
+    """(offsets, data, validity or 0) addresses of a large_string array, its slice offset applied."""
+    if lines.type != pa.large_string():
+        raise TypeError(f"lines must be large_string, not {lines.type}")
+    valid, offs, data = lines.buffers()
+    if lines.offset and valid is not None:
+        lines = pa.concat_arrays([lines])      # (a bitmap that does not start at a byte: a fresh copy)
+        valid, offs, data = lines.buffers()
+    return (offs.address + 8 * lines.offset, data.address if data is not None else 0,
+            valid.address if valid is not None and lines.null_count else 0)
+
+
+class Steps(NamedTuple):
+    """What :func:`step_values` read: ``code`` (uint8: 0 not a step line, 1 a step line, UNSURE
+    where the regexes decide) and the values as nullable arrays: ``step``, ``total`` (int64),
+    ``loss``, ``stime`` (float64, s); ``unsure``: how many rows were left."""
+    code: pa.Array
+    step: pa.Array
+    total: pa.Array
+    loss: pa.Array
+    stime: pa.Array
+    unsure: int
+
+
+def step_values(msgs: pa.Array) -> Steps:
+    """The step, total, loss and step time of each message of a ``large_string`` array that is a
+    step line (see ``at_step_values`` in scan.c)."""
+    lib = library()
+    n = len(msgs)
+    offs, data, valid = _line_buffers(msgs)
+    code = pa.allocate_buffer(max(n, 1))
+    vals = [pa.allocate_buffer(max(8 * n, 1)) for _ in range(4)]
+    oks = [pa.allocate_buffer(max(n, 1)) for _ in range(4)]
+    unsure = lib.at_step_values(offs, data, valid, n, code.address, vals[0].address, oks[0].address,
+                                vals[1].address, oks[1].address, vals[2].address, oks[2].address,
+                                vals[3].address, oks[3].address) if n else 0
+    out = []
+    for v, ok, typ in zip(vals, oks, (pa.int64(), pa.int64(), pa.float64(), pa.float64())):
+        mask = pa.Array.from_buffers(pa.uint8(), n, [None, ok]).cast(pa.bool_())
+        arr = pa.Array.from_buffers(typ, n, [None, v])
+        out.append(pc.if_else(mask, arr, pa.nulls(n, typ)))
+    return Steps(pa.Array.from_buffers(pa.uint8(), n, [None, code]), *out, unsure)

@@ -2,8 +2,8 @@
 
 Run by the wheel build (``hatch_build.py``) and, in a checkout or an editable install, by the
 loader when the library for the present source is missing. The library's file name carries the
-first 16 hex digits of the source's SHA-256, so a library built from other source is never
-loaded by mistake (the dynamic loader caches libraries by name: a rebuilt file under the old
+first 16 hex digits of the SHA-256 of the source and the flags, so a library built otherwise is
+never loaded by mistake (the dynamic loader caches libraries by name: a rebuilt file under the old
 name would not be read again in a running process).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("scan.c")
 PREFIX = "_scan-"
-FLAGS = ("-O2", "-std=c99", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")
+FLAGS = ("-O3", "-std=c99", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")
 
 
 class BuildError(RuntimeError):
@@ -26,7 +26,8 @@ class BuildError(RuntimeError):
 
 
 def source_hash(src: Path = SOURCE) -> str:
-    return hashlib.sha256(src.read_bytes()).hexdigest()
+    """SHA-256 of the source and the flags it is compiled with (either makes another library)."""
+    return hashlib.sha256(src.read_bytes() + "\0".join(FLAGS).encode()).hexdigest()
 
 
 def library_name(src: Path = SOURCE) -> str:

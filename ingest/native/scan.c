@@ -10,7 +10,9 @@
  * sequence (Unicode's recommended practice, which Python's "replace" error handler and Rust's
  * from_utf8_lossy follow): "\xE2\x82" is one U+FFFD, "\xC0\x80" two.
  */
+#define _GNU_SOURCE      /* memmem */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The build writes the SHA-256 of this file here (-DAT_SOURCE_HASH), so the loader can tell a
@@ -155,4 +157,296 @@ int64_t at_split_lines(const uint8_t *buf, int64_t n, int complete, int blank_as
     *used = p - buf;
     *nulls = null_count;
     return overflow ? -o : count;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Step lines: the values the log engine's STEP, LOSS and STEP_TIME regexes read from a message
+ * (ingest/formats/logs/engine.py: _messages, _step_values), read in one pass. A message that holds
+ * "step" or "iteration" in any case is lowercased; the leftmost STEP match gives the step (its
+ * first run of digits) and the total (its second); the leftmost LOSS match's number is the loss;
+ * the leftmost STEP_TIME match's first run of digits and dots is the step time, in s (ms for
+ * "elapsed time per iteration (ms):"). The regexes follow Rust's semantics: leftmost-first,
+ * greedy; their \d, \s and \b and their case-insensitive matching are Unicode's. Only ASCII
+ * messages are read here, where those are the ASCII ones: the others are left to the regexes.
+ */
+enum { NO = 0, MATCH = 1 };
+
+typedef struct { const uint8_t *p; int64_t n; } line_t;
+
+/* the byte at i, or -1 past the end */
+static inline int at(line_t l, int64_t i) { return i < l.n ? l.p[i] : -1; }
+static inline int is_d(int c) { return c >= '0' && c <= '9'; }
+static inline int is_s(int c) { return c == ' ' || (c >= 9 && c <= 13); }   /* \s's ASCII members */
+
+static inline line_t line_of(const int64_t *offs, const uint8_t *data, int64_t i) {
+    line_t l = {data + offs[i], offs[i + 1] - offs[i]};
+    return l;
+}
+
+static inline int is_valid(const uint8_t *valid, int64_t i) {
+    return valid == NULL || (valid[i >> 3] >> (i & 7)) & 1;
+}
+
+static inline int w_ascii(int c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+/* The readers below work on the lowercased message (l); every test the regexes make there is
+ * a test of ASCII bytes. */
+
+/* \b before a letter at i: i is a word start */
+static inline int word_start(line_t l, int64_t i) { return i == 0 || !w_ascii(l.p[i - 1]); }
+/* \b after a letter ending at i */
+static inline int word_end(line_t l, int64_t i) { return !w_ascii(at(l, i)); }
+
+static inline int64_t skip_s(line_t l, int64_t i) { while (is_s(at(l, i))) i++; return i; }
+static inline int64_t skip_d(line_t l, int64_t i) { while (is_d(at(l, i))) i++; return i; }
+
+/* the next occurrence of needle (length k) at or after i, or -1 */
+static inline int64_t find(line_t l, int64_t i, const char *needle, size_t k) {
+    if (i >= l.n) return -1;
+    const uint8_t *q = memmem(l.p + i, (size_t)(l.n - i), needle, k);
+    return q ? q - l.p : -1;
+}
+
+static inline int starts(line_t l, int64_t i, const char *s, size_t k) {
+    return i >= 0 && i + (int64_t)k <= l.n && memcmp(l.p + i, s, k) == 0;
+}
+
+/* the int64 of the digits [a, b), or 0 with *ok = 0 when it does not fit */
+static int64_t digits_i64(line_t l, int64_t a, int64_t b, int *ok) {
+    int64_t v = 0;
+    for (int64_t i = a; i < b; i++) {
+        int d = l.p[i] - '0';
+        if (v > (INT64_MAX - d) / 10) { *ok = 0; return 0; }
+        v = v * 10 + d;
+    }
+    *ok = 1;
+    return v;
+}
+
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14,
+                               1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* the double of the text [a, b), which must be all of a decimal number (Polars' cast: else null).
+ * A number of at most 15 significant digits and a power of ten within 10^22 is exactly m x 10^k
+ * or m / 10^-k of two exact doubles, one correctly rounded operation (Clinger's fast path, what
+ * strtod itself gives); any other goes to strtod. */
+static double text_f64(line_t l, int64_t a, int64_t b, int *ok) {
+    const uint8_t *p = l.p + a, *end = l.p + b;
+    *ok = 0;
+    if (a >= b) return 0;
+    int neg = 0, digits = 0, frac = 0, seen = 0;
+    uint64_t m = 0;
+    if (*p == '-' || *p == '+') { neg = *p == '-'; p++; }
+    for (; p < end && *p >= '0' && *p <= '9'; p++, seen++) {
+        if (m || *p != '0') { m = m * 10 + (uint64_t)(*p - '0'); digits++; }
+        if (digits > 15) break;
+    }
+    if (digits <= 15 && p < end && *p == '.') {
+        for (p++; p < end && *p >= '0' && *p <= '9'; p++, seen++) {
+            if (m || *p != '0') { if (digits == 15) break; m = m * 10 + (uint64_t)(*p - '0'); digits++; }
+            frac++;
+        }
+    }
+    if (digits <= 15 && seen && p == end) {
+        double v = (double)m;
+        if (frac <= 22) {
+            v = frac ? v / POW10[frac] : v;
+            *ok = 1;
+            return neg ? -v : v;
+        }
+    }
+    char small[128], *buf = small;
+    int64_t n = b - a;
+    if (n >= (int64_t)sizeof(small) && !(buf = (char *)malloc((size_t)n + 1))) return 0;
+    memcpy(buf, l.p + a, (size_t)n);
+    buf[n] = 0;
+    char *e;
+    double v = strtod(buf, &e);
+    *ok = e == buf + n;
+    if (buf != small) free(buf);
+    return v;
+}
+
+/* STEP's alternative 1 at q (after "step" or "global_step"): \s*[=:]\s*\d+ */
+static int step_eq(line_t l, int64_t q, int64_t *s0, int64_t *s1) {
+    int64_t r = skip_s(l, q);
+    if (at(l, r) != '=' && at(l, r) != ':') return NO;
+    r = skip_s(l, r + 1);
+    int64_t e = skip_d(l, r);
+    if (e == r) return NO;
+    *s0 = r; *s1 = e;
+    return MATCH;
+}
+
+/* STEP's alternatives 2 and 3 at a (after "iteration" or "step"): \s+\d+\s*[/]\s*\d+ */
+static int step_of(line_t l, int64_t a, int64_t *s0, int64_t *s1, int64_t *t0, int64_t *t1) {
+    int64_t r = skip_s(l, a);
+    if (r == a) return NO;
+    int64_t e = skip_d(l, r);
+    if (e == r) return NO;
+    int64_t u = skip_s(l, e);
+    if (at(l, u) != '/') return NO;
+    u = skip_s(l, u + 1);
+    int64_t v = skip_d(l, u);
+    if (v == u) return NO;
+    *s0 = r; *s1 = e; *t0 = u; *t1 = v;
+    return MATCH;
+}
+
+/* STEP: \b(?:global_step|step)\s*[=:]\s*\d+ | \biteration\s+\d+\s*[/]\s*\d+ | \bstep\s+\d+\s*[/]\s*\d+
+ * The leftmost position where an alternative matches, the first alternative there. Every match
+ * starts at an occurrence of "step" (alternatives 1 and 3; "global_step" at 7 before one) or of
+ * "iteration" (2), taken in the order of their starts (st, it: the first of each, -1 for none).
+ * The match's first and second digit runs: (s0, s1) and (t0, t1), t0 = -1 when there is none. */
+static int find_step(line_t l, int64_t st, int64_t it, int64_t *s0, int64_t *s1, int64_t *t0, int64_t *t1) {
+    while (st >= 0 || it >= 0) {
+        /* the start of the candidate at this "step": "global_step" begins 7 before it */
+        int64_t gs = (st >= 7 && starts(l, st - 7, "global_", 7)) ? st - 7 : -1;
+        int64_t sp = gs >= 0 && word_start(l, gs) ? gs : st;
+        if (st >= 0 && (it < 0 || sp < it)) {
+            if (sp == gs) {                              /* "global_step": alternative 1 only */
+                if (step_eq(l, st + 4, s0, s1) == MATCH) { *t0 = *t1 = -1; return MATCH; }
+                /* (not a match there: "step" 7 on is inside a word) */
+            } else if (word_start(l, st)) {
+                if (step_eq(l, st + 4, s0, s1) == MATCH) { *t0 = *t1 = -1; return MATCH; }
+                if (step_of(l, st + 4, s0, s1, t0, t1) == MATCH) return MATCH;
+            }
+            st = find(l, st + 1, "step", 4);
+        } else {
+            if (word_start(l, it) && step_of(l, it + 9, s0, s1, t0, t1) == MATCH) return MATCH;
+            it = find(l, it + 1, "iteration", 9);
+        }
+    }
+    return NO;
+}
+
+/* LOSS: \b(?:lm )?loss\b\s*[=:]?\s*[-+]?\d+\.?\d*(?:[ee][-+]?\d+)? , leftmost: the number's span.
+ * Every match ends its words at an occurrence of "loss" ("lm " may stand 3 before it); both
+ * readings of one occurrence go on alike after it, so it matches or not as a whole (q: the first
+ * occurrence, -1 for none). */
+static int find_loss(line_t l, int64_t q, int64_t *a, int64_t *b) {
+    for (; q >= 0; q = find(l, q + 1, "loss", 4)) {
+        int lm = q >= 3 && starts(l, q - 3, "lm ", 3) && word_start(l, q - 3);
+        if ((!lm && !word_start(l, q)) || !word_end(l, q + 4)) continue;
+        /* \s*[=:]?\s* then the number: every way of taking the spaces leads to one number start */
+        int64_t r = skip_s(l, q + 4);
+        if (at(l, r) == '=' || at(l, r) == ':') r = skip_s(l, r + 1);
+        int64_t n0 = r;
+        if (at(l, r) == '-' || at(l, r) == '+') r++;
+        int64_t e = skip_d(l, r);
+        if (e == r) continue;
+        if (at(l, e) == '.') e = skip_d(l, e + 1);
+        if (at(l, e) == 'e') {
+            int64_t x = e + 1;
+            if (at(l, x) == '-' || at(l, x) == '+') x++;
+            int64_t y = skip_d(l, x);
+            if (y > x) e = y;
+        }
+        *a = n0; *b = e;
+        return MATCH;
+    }
+    return NO;
+}
+
+static const char ITER_MS[] = "elapsed time per iteration (ms):";
+
+/* STEP_TIME: step_time\s*[=:]\s*[\d.]+\s*s | elapsed time per iteration \(ms\):\s*[\d.]+ , leftmost:
+ * the value's span and its unit (1: s, 1000: ms); st, el: the first occurrence of each, -1 for none */
+static int find_step_time(line_t l, int64_t st, int64_t el, int64_t *a, int64_t *b, double *unit) {
+    while (st >= 0 || el >= 0) {
+        if (st >= 0 && (el < 0 || st < el)) {
+            int64_t r = skip_s(l, st + 9);
+            if (at(l, r) == '=' || at(l, r) == ':') {
+                r = skip_s(l, r + 1);
+                int64_t e = r;
+                while (is_d(at(l, e)) || at(l, e) == '.') e++;
+                if (e > r && at(l, skip_s(l, e)) == 's') { *a = r; *b = e; *unit = 1.0; return MATCH; }
+            }
+            st = find(l, st + 1, "step_time", 9);
+        } else {
+            int64_t r = skip_s(l, el + (int64_t)sizeof ITER_MS - 1), e = r;
+            while (is_d(at(l, e)) || at(l, e) == '.') e++;
+            if (e > r) { *a = r; *b = e; *unit = 1000.0; return MATCH; }
+            el = find(l, el + 1, ITER_MS, sizeof ITER_MS - 1);
+        }
+    }
+    return NO;
+}
+
+/* The first occurrence of each word the readers start from, in one pass over the message (-1: none). */
+typedef struct { int64_t step, iteration, loss, step_time, iter_ms; } firsts_t;
+
+static firsts_t first_words(line_t l) {
+    firsts_t f = {-1, -1, -1, -1, -1};
+    for (int64_t i = 0; i < l.n; i++) {
+        switch (l.p[i]) {
+        case 's':
+            if (f.step < 0 && starts(l, i, "step", 4)) {
+                f.step = i;
+                if (f.step_time < 0) f.step_time = find(l, i, "step_time", 9);
+            }
+            break;
+        case 'i':
+            if (f.iteration < 0 && starts(l, i, "iteration", 9)) f.iteration = i;
+            break;
+        case 'l':
+            if (f.loss < 0 && starts(l, i, "loss", 4)) f.loss = i;
+            break;
+        case 'e':
+            if (f.iter_ms < 0 && starts(l, i, ITER_MS, sizeof ITER_MS - 1)) f.iter_ms = i;
+            break;
+        default:
+            break;
+        }
+    }
+    return f;
+}
+
+/* For messages [0, n) (valid: bitmap or NULL): code[i] 0 (not a step line), 1 (a step line; the
+ * values below) or 255 (not ASCII: left to the regexes). step/total (int64), loss/stime (double),
+ * each with a byte that says whether it has a value. Returns the number left to the regexes, or
+ * -1 when memory ran out. */
+int64_t at_step_values(const int64_t *offs, const uint8_t *data, const uint8_t *valid, int64_t n,
+                       uint8_t *code, int64_t *step, uint8_t *step_ok, int64_t *total, uint8_t *total_ok,
+                       double *loss, uint8_t *loss_ok, double *stime, uint8_t *stime_ok) {
+    int64_t left = 0, cap = 0;
+    uint8_t *low = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        step_ok[i] = total_ok[i] = loss_ok[i] = stime_ok[i] = 0;
+        step[i] = total[i] = 0;
+        loss[i] = stime[i] = 0;
+        code[i] = 0;
+        if (!is_valid(valid, i)) continue;
+        line_t m = line_of(offs, data, i);
+        if (!is_ascii(m.p, m.n)) { code[i] = 255; left++; continue; }
+        if (m.n > cap) {
+            uint8_t *grown = (uint8_t *)realloc(low, (size_t)(m.n > 256 ? m.n : 256));
+            if (!grown) { free(low); return -1; }
+            low = grown;
+            cap = m.n > 256 ? m.n : 256;
+        }
+        for (int64_t k = 0; k < m.n; k++) {
+            uint8_t c = m.p[k];
+            low[k] = (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c;
+        }
+        line_t l = {low, m.n};
+        firsts_t f = first_words(l);
+        if (f.step < 0 && f.iteration < 0) continue;
+        int64_t s0, s1, t0, t1, a, b;
+        if (find_step(l, f.step, f.iteration, &s0, &s1, &t0, &t1) != MATCH) continue;
+        code[i] = 1;
+        int ok;
+        step[i] = digits_i64(l, s0, s1, &ok); step_ok[i] = (uint8_t)ok;
+        if (t0 >= 0) { total[i] = digits_i64(l, t0, t1, &ok); total_ok[i] = (uint8_t)ok; }
+        if (find_loss(l, f.loss, &a, &b) == MATCH) { loss[i] = text_f64(l, a, b, &ok); loss_ok[i] = (uint8_t)ok; }
+        double unit;
+        if (find_step_time(l, f.step_time, f.iter_ms, &a, &b, &unit) == MATCH) {
+            double v = text_f64(l, a, b, &ok);
+            if (ok) { stime[i] = v / unit; stime_ok[i] = 1; }
+        }
+    }
+    free(low);
+    return left;
 }

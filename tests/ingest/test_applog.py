@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 import pytest
@@ -393,27 +394,69 @@ def test_step_values_equal_the_step_grammar():
     # the step-line numbers are read without capture regexes (applog._NOCAP): on every text they
     # equal the groups of the STEP, LOSS and STEP_TIME regexes
     import polars as pl
-    from ingest.formats.logs.engine import LOSS, STEP, STEP_TIME, _LOSS_ASCII, _LOWER, _step_match, _step_values
+    from ingest.formats.logs.engine import LOSS, STEP, STEP_TIME, _LOWER, _step_match, _step_values
     low = pl.col("t")
     for texts in (STEP_TEXTS, [t for t in STEP_TEXTS if t.isascii()]):
         df = pl.DataFrame({"t": texts})
-        ascii_ = all(t.isascii() for t in texts)
         s = low.str.extract_groups(_LOWER[STEP])
         st = low.str.extract_groups(_LOWER[STEP_TIME])
         want = df.select(
             pl.coalesce(s.struct.field("step"), s.struct.field("iter"), s.struct.field("step2"))
             .cast(pl.Int64, strict=False).alias("_step"),
             pl.coalesce(s.struct.field("total"), s.struct.field("total2")).cast(pl.Int64, strict=False).alias("_total"),
-            low.str.extract(_LOSS_ASCII if ascii_ else _LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
+            low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
             pl.coalesce(st.struct.field("step_time_s").cast(pl.Float64, strict=False),
                         st.struct.field("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime"),
             s.struct.field("step").is_not_null() | s.struct.field("iter").is_not_null()
             | s.struct.field("step2").is_not_null())
-        got = _step_values(df.with_columns(_step_match(low).alias("m")), "t", "m", ascii_).select(
+        got = _step_values(df.with_columns(_step_match(low).alias("m")), "t", "m").select(
             "_step", "_total", "_loss", "_stime", pl.col("m").is_not_null())
         assert got.rows() == want.rows()
         assert got["_step"].drop_nulls().len() >= 10 and got["_loss"].drop_nulls().len() >= 10
 
+
+
+def test_compiled_step_reader_equals_the_step_grammar():
+    # ingest.native.step_values reads the step lines' numbers in one pass; on every ASCII message
+    # it gives what the STEP, LOSS and STEP_TIME regexes give (a step line: the STEP regex matches
+    # a message holding "step" or "iteration" in any case); other messages are left to the regexes
+    import polars as pl
+    from ingest import native
+    from ingest.formats.logs.engine import LOSS, STEP, STEP_TIME, _LOWER
+    more = ["STEP=5 LOSS=1E5", "Iteration 3 / 4", "xstep=1 step=2", "global_step=3", "global_stepx=1 step=4",
+            "lm losses=1 lm loss=2", "loss :  -7e-3x step=1", "step_time=1.5 S step=1", "step=5loss=3",
+            "Elapsed Time Per Iteration (ms): 12 iteration 1/2", "step\t=\t7", "step 5/ x step=6", "step=1 loss=1e+",
+            "step=1 loss=1.e5 step_time=5.s", "step=0009 loss=00.50", "step 1 / 2", "steps 1/2 iteration 3 /4",
+            "step=1 loss=" + "9" * 200, "step=1 step_time=" + "1" * 300 + "s", "iteration 5/6 elapsed time per "
+            "iteration (ms): . step_time=2s", "step: 9223372036854775807 / 9223372036854775808", "stepstep=1",
+            "step = 3 loss = - 2", "step=4 loss=+.5", "_step=5 step=6", "a-step=7", "step=8 lm  loss=1", ""]
+    texts = STEP_TEXTS + more
+    for p in sorted(APP.glob("*.log")):
+        texts += [ln for ln in p.read_text(errors="replace").splitlines() if "step" in ln.lower()][:200]
+    got = native.step_values(pa.array(texts, pa.large_string()))
+    low = pl.col("t").str.to_lowercase()
+    df = pl.DataFrame({"t": texts})
+    s = low.str.extract_groups(_LOWER[STEP])
+    st = low.str.extract_groups(_LOWER[STEP_TIME])
+    flag = pl.col("t").str.contains("(?i)step|iteration") & (
+        s.struct.field("step").is_not_null() | s.struct.field("iter").is_not_null() | s.struct.field("step2").is_not_null())
+    want = df.select(
+        flag.alias("f"),
+        pl.coalesce(s.struct.field("step"), s.struct.field("iter"), s.struct.field("step2"))
+        .cast(pl.Int64, strict=False).alias("_step"),
+        pl.coalesce(s.struct.field("total"), s.struct.field("total2")).cast(pl.Int64, strict=False).alias("_total"),
+        low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
+        pl.coalesce(st.struct.field("step_time_s").cast(pl.Float64, strict=False),
+                    st.struct.field("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime")).rows()
+    codes = got.code.to_pylist()
+    vals = list(zip(got.step.to_pylist(), got.total.to_pylist(), got.loss.to_pylist(), got.stime.to_pylist()))
+    for t, c, v, w in zip(texts, codes, vals, want):
+        if not t.isascii():
+            assert c == native.UNSURE, t
+            continue
+        assert c == (1 if w[0] else 0), t
+        assert v == (w[1:] if w[0] else (None,) * 4), t
+    assert codes.count(1) >= 40 and got.unsure == sum(not t.isascii() for t in texts) >= 3
 
 
 def test_store_timeout_before_the_rank_is_known(tmp_path):

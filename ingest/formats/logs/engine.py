@@ -80,7 +80,9 @@ from datetime import datetime, timezone
 from typing import NamedTuple
 
 import polars as pl
+import pyarrow as pa
 
+from ... import native
 from ...model import CLOCK_NONE
 from ...registry import ParseContext
 from ...timeparse import NS
@@ -387,7 +389,6 @@ LOSS = r"(?i)\b(?:lm )?loss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?
 STEP_TIME = (r"(?i)(?:step_time\s*[=:]\s*(?P<step_time_s>[\d.]+)\s*s|elapsed time per iteration \(ms\):\s*"
              r"(?P<iter_ms>[\d.]+))")
 _LOWER = {rx: rx.removeprefix("(?i)") for rx in (STEP, LOSS, STEP_TIME)}
-_LOSS_ASCII = _LOWER[LOSS].replace(r"\b", r"(?-u:\b)")
 
 
 def _nocap(rx: str) -> str:
@@ -395,7 +396,8 @@ def _nocap(rx: str) -> str:
     return re.sub(r"\(\?P<\w+>", "(?:", rx)
 
 
-# Numbers read from a message without a capture regex. Polars runs an unanchored regex with
+# Numbers read from a message without a capture regex (the step lines the compiled reader leaves:
+# ingest.native.step_values reads the ASCII ones, exactly as these do). Polars runs an unanchored regex with
 # capture groups several times slower per line than one without (a DFA finds the match; the
 # groups need a second engine on every line): the step-line patterns below take the whole match
 # (group 0, no captures) and then the numbers inside it, which these patterns place without
@@ -403,7 +405,7 @@ def _nocap(rx: str) -> str:
 # runs are step and total; STEP_TIME: the first run of digits and dots is the value; LOSS: the
 # value is the match's tail, and nothing before it is a sign or digit).
 _NOCAP = {rx: _nocap(_LOWER[rx]) for rx in (STEP, STEP_TIME)}
-_LOSS_NOCAP = {True: _nocap(_LOSS_ASCII), False: _nocap(_LOWER[LOSS])}    # (by: is the text ASCII)
+_LOSS_NOCAP = _nocap(_LOWER[LOSS])
 _LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
 # (Ray names a remote error with its cause: ``ray.exceptions.RayTaskError(RuntimeError): ...``)
@@ -740,6 +742,14 @@ def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.Da
 
 
 # ---------------------------------------------------------------------------------------------
+def _large(col: pl.Series) -> pa.Array:
+    """A string column as one Arrow ``large_string`` array (what the compiled readers read)."""
+    a = col.to_arrow()
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    return a if a.type == pa.large_string() else a.cast(pa.large_string())
+
+
 def _messages(ev: pl.DataFrame) -> pl.DataFrame:
     """Apply MESSAGES + step/rank extraction to the non-NCCL message texts.
 
@@ -784,26 +794,29 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         out["_n"] = _scatter(n, said, pl.concat(names))
         out["_k"] = _scatter(n, said, pl.concat(kinds))
         out["_fa"] = _scatter(n, said, pl.concat(fas))
-    # steps / progress (rows no message matched)
-    cand = narrow.filter(m.str.contains(r"(?i)step|iteration"))
-    if idx and not cand.is_empty():
-        cand = cand.filter(~pl.col("_i").is_in(said.implode()))
-    step_i = None
-    if not cand.is_empty():
-        # (the case-insensitive patterns run as case-sensitive ones on the lowercased text: faster)
-        cand = cand.with_columns(m.str.to_lowercase().alias("_low"))    # (once, not per pattern)
-        low = pl.col("_low")
-        x = cand.with_columns(_step_match(low).alias("_g0")).filter(pl.col("_g0").is_not_null())
-        if not x.is_empty():
-            # (on ASCII text an ASCII word boundary is the same test; Unicode ones keep the regex
-            # crate from using its DFA for the unanchored search)
-            ascii_ = x.select((low.str.len_bytes() == low.str.len_chars()).all()).item()
-            # step lines are collapsed (see _collapse_rows): the values stay columns, the attrs
-            # object is only written for the line that remains an event
-            x = _step_values(x.select("_i", "_low", "_g0"), "_low", "_g0", ascii_)
-            step_i = x["_i"]
-            for c in ("_step", "_total", "_loss", "_stime"):
-                out[c] = _scatter(n, step_i, x[c])
+    # steps / progress (rows no message matched): the compiled reader reads the step lines' values
+    # as the regexes below do; the messages it leaves (not ASCII) take the regexes
+    sv = native.step_values(_large(narrow["_m"]))
+    code = pl.Series("_sc", sv.code)
+    got = pl.DataFrame([narrow["_i"], pl.Series("_step", sv.step), pl.Series("_total", sv.total),
+                        pl.Series("_loss", sv.loss), pl.Series("_stime", sv.stime)]).filter(code == 1)
+    if sv.unsure:
+        cand = narrow.filter(code == native.UNSURE).filter(m.str.contains(r"(?i)step|iteration"))
+        if not cand.is_empty():
+            # (the case-insensitive patterns run as case-sensitive ones on the lowercased text: faster)
+            cand = cand.with_columns(m.str.to_lowercase().alias("_low"))    # (once, not per pattern)
+            low = pl.col("_low")
+            x = cand.with_columns(_step_match(low).alias("_g0")).filter(pl.col("_g0").is_not_null())
+            if not x.is_empty():
+                x = _step_values(x.select("_i", "_low", "_g0"), "_low", "_g0")
+                got = pl.concat([got, x.select(got.columns)])
+    if idx and not got.is_empty():
+        got = got.filter(~pl.col("_i").is_in(said.implode()))
+    if not got.is_empty():
+        # step lines are collapsed (see _collapse_rows): the values stay columns, the attrs
+        # object is only written for the line that remains an event
+        for c in ("_step", "_total", "_loss", "_stime"):
+            out[c] = _scatter(n, got["_i"], got[c])
     if not out:
         return ev.filter(cat.fill_null("") != "plain").with_columns(
             pl.when((cat != "nccl") & (pl.col("sev").is_null() | pl.col("sev").is_in(["info", "debug", "notice"])))
@@ -834,7 +847,7 @@ def _step_match(low: pl.Expr) -> pl.Expr:
     return low.str.extract(_NOCAP[STEP], 0)
 
 
-def _step_values(df: pl.DataFrame, low: str, match: str, ascii_: bool) -> pl.DataFrame:
+def _step_values(df: pl.DataFrame, low: str, match: str) -> pl.DataFrame:
     """``_step``, ``_total``, ``_loss`` and ``_stime`` (s) of lowercased step lines (column ``low``;
     ``match``: their :func:`_step_match`), as the groups of STEP, LOSS and STEP_TIME give them,
     without capture regexes (see :data:`_NOCAP`); ``df``'s other columns are kept."""
@@ -846,7 +859,7 @@ def _step_values(df: pl.DataFrame, low: str, match: str, ascii_: bool) -> pl.Dat
     return df.with_columns(
         nums.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False).alias("_step"),
         nums.list.get(1, null_on_oob=True).cast(pl.Int64, strict=False).alias("_total"),
-        pl.col(low).str.extract(_LOSS_NOCAP[ascii_], 0).str.extract(_LOSS_VALUE, 0)
+        pl.col(low).str.extract(_LOSS_NOCAP, 0).str.extract(_LOSS_VALUE, 0)
         .cast(pl.Float64, strict=False).alias("_loss"),
         (st_v / pl.when(stm.str.starts_with("step_time")).then(1.0).otherwise(1000.0)).alias("_stime"),
     ).drop("_nums", "_stm")
