@@ -1,5 +1,6 @@
 """aftertrace's line engine: compiled single passes over text (``scan.c``), as Arrow arrays: the
-lines of a chunk (:func:`split_lines`) and the numbers of step lines (:func:`step_values`).
+lines of a chunk (:func:`split_lines`), the numbers of step lines (:func:`step_values`) and the
+rank a message states (:func:`rank_said`).
 
 The library is plain C loaded with ctypes (no Python headers, no ABI to match): the wheel ships
 it built (``hatch_build.py``); a checkout or an editable install builds it on first use when
@@ -46,6 +47,8 @@ def library() -> ctypes.CDLL:
             lib.at_split_lines.restype = _I64
             lib.at_step_values.argtypes = [_P, _P, _P, _I64] + [_P] * 9
             lib.at_step_values.restype = _I64
+            lib.at_rank_said.argtypes = [_P, _P, _P, _I64] + [_P] * 7
+            lib.at_rank_said.restype = _I64
             _lib = lib
     return _lib
 
@@ -117,18 +120,44 @@ class Steps(NamedTuple):
 def step_values(msgs: pa.Array) -> Steps:
     """The step, total, loss and step time of each message of a ``large_string`` array that is a
     step line (see ``at_step_values`` in scan.c)."""
-    lib = library()
+    code, cols, unsure = _read(library().at_step_values, msgs, (pa.int64(), pa.int64(), pa.float64(), pa.float64()))
+    return Steps(code, *cols, unsure)
+
+
+def _read(fn, msgs: pa.Array, types: tuple) -> tuple[pa.Array, list[pa.Array], int]:
+    """Call a reader of scan.c over the messages: its code per row, its nullable value columns (of
+    ``types``, 8-byte values) and how many rows it left to the regexes."""
     n = len(msgs)
     offs, data, valid = _line_buffers(msgs)
     code = pa.allocate_buffer(max(n, 1))
-    vals = [pa.allocate_buffer(max(8 * n, 1)) for _ in range(4)]
-    oks = [pa.allocate_buffer(max(n, 1)) for _ in range(4)]
-    unsure = lib.at_step_values(offs, data, valid, n, code.address, vals[0].address, oks[0].address,
-                                vals[1].address, oks[1].address, vals[2].address, oks[2].address,
-                                vals[3].address, oks[3].address) if n else 0
-    out = []
-    for v, ok, typ in zip(vals, oks, (pa.int64(), pa.int64(), pa.float64(), pa.float64())):
-        mask = pa.Array.from_buffers(pa.uint8(), n, [None, ok]).cast(pa.bool_())
-        arr = pa.Array.from_buffers(typ, n, [None, v])
-        out.append(pc.if_else(mask, arr, pa.nulls(n, typ)))
-    return Steps(pa.Array.from_buffers(pa.uint8(), n, [None, code]), *out, unsure)
+    vals = [pa.allocate_buffer(max(8 * n, 1)) for _ in types]
+    oks = [pa.allocate_buffer(max(n, 1)) for _ in types]
+    unsure = fn(offs, data, valid, n, code.address,
+                *(a for v, ok in zip(vals, oks) for a in (v.address, ok.address))) if n else 0
+    if unsure < 0:
+        raise MemoryError(f"{fn.__name__}: out of memory")
+    return (pa.Array.from_buffers(pa.uint8(), n, [None, code]),
+            [_nullable(v, ok, typ, n) for v, ok, typ in zip(vals, oks, types)], unsure)
+
+
+def _nullable(values, ok, typ, n: int) -> pa.Array:
+    """An array of ``typ`` from a values buffer and a byte per row that says whether it has one."""
+    mask = pa.Array.from_buffers(pa.uint8(), n, [None, ok]).cast(pa.bool_())
+    return pc.if_else(mask, pa.Array.from_buffers(typ, n, [None, values]), pa.nulls(n, typ))
+
+
+class RankSaid(NamedTuple):
+    """What :func:`rank_said` read: ``code`` (uint8: UNSURE where the regexes decide, else 0) and
+    int64 arrays: ``g1`` and ``g2`` (the groups of the engine's RANK_IN_TEXT) and ``pg`` (c10d's
+    ``[PG ... Rank N]`` prefix); ``unsure``: how many rows were left."""
+    code: pa.Array
+    g1: pa.Array
+    g2: pa.Array
+    pg: pa.Array
+    unsure: int
+
+
+def rank_said(msgs: pa.Array) -> RankSaid:
+    """The rank each message of a ``large_string`` array states (see ``at_rank_said`` in scan.c)."""
+    code, cols, unsure = _read(library().at_rank_said, msgs, (pa.int64(),) * 3)
+    return RankSaid(code, *cols, unsure)

@@ -375,6 +375,25 @@ static int find_step_time(line_t l, int64_t st, int64_t el, int64_t *a, int64_t 
     return NO;
 }
 
+/* l: the ASCII text m lowercased, in *buf (grown as needed, *cap its size). -1 when memory ran
+ * out (*buf is then freed). */
+static int lowered(line_t m, uint8_t **buf, int64_t *cap, line_t *l) {
+    if (m.n > *cap) {
+        int64_t want = m.n > 256 ? m.n : 256;
+        uint8_t *grown = (uint8_t *)realloc(*buf, (size_t)want);
+        if (!grown) { free(*buf); *buf = NULL; return -1; }
+        *buf = grown;
+        *cap = want;
+    }
+    for (int64_t k = 0; k < m.n; k++) {
+        uint8_t c = m.p[k];
+        (*buf)[k] = (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c;
+    }
+    l->p = *buf;
+    l->n = m.n;
+    return 0;
+}
+
 /* The first occurrence of each word the readers start from, in one pass over the message (-1: none). */
 typedef struct { int64_t step, iteration, loss, step_time, iter_ms; } firsts_t;
 
@@ -421,17 +440,8 @@ int64_t at_step_values(const int64_t *offs, const uint8_t *data, const uint8_t *
         if (!is_valid(valid, i)) continue;
         line_t m = line_of(offs, data, i);
         if (!is_ascii(m.p, m.n)) { code[i] = 255; left++; continue; }
-        if (m.n > cap) {
-            uint8_t *grown = (uint8_t *)realloc(low, (size_t)(m.n > 256 ? m.n : 256));
-            if (!grown) { free(low); return -1; }
-            low = grown;
-            cap = m.n > 256 ? m.n : 256;
-        }
-        for (int64_t k = 0; k < m.n; k++) {
-            uint8_t c = m.p[k];
-            low[k] = (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c;
-        }
-        line_t l = {low, m.n};
+        line_t l;
+        if (lowered(m, &low, &cap, &l) < 0) return -1;
         firsts_t f = first_words(l);
         if (f.step < 0 && f.iteration < 0) continue;
         int64_t s0, s1, t0, t1, a, b;
@@ -446,6 +456,78 @@ int64_t at_step_values(const int64_t *offs, const uint8_t *data, const uint8_t *
             double v = text_f64(l, a, b, &ok);
             if (ok) { stime[i] = v / unit; stime_ok[i] = 1; }
         }
+    }
+    free(low);
+    return left;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * A rank a message states, as the log engine's regexes read it (ingest/formats/logs/engine.py:
+ * _ranks): RANK_IN_TEXT, (?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b, its leftmost match (g1 from
+ * the first alternative, g2 from the second), and c10d's process-group prefix
+ * ^\[(?:PG[^\]]*? )?Rank (\d+)\] (pg). ASCII messages only, as for the step lines.
+ */
+
+/* the digits [a, b) as a rank value: v and ok (ok = 0 when it does not fit an int64) */
+static void put_i64(line_t l, int64_t a, int64_t b, int64_t *v, uint8_t *ok) {
+    int fits;
+    *v = digits_i64(l, a, b, &fits);
+    *ok = (uint8_t)fits;
+}
+
+static void rank_in_text(line_t low, int64_t *g1, uint8_t *g1_ok, int64_t *g2, uint8_t *g2_ok) {
+    for (int64_t p = find(low, 0, "rank", 4); p >= 0; p = find(low, p + 1, "rank", 4)) {
+        /* alternative 1 starts at the "[" before this "rank" (it is tried first there: the
+         * "[" stands before the "r" of the second alternative) */
+        if (p >= 1 && low.p[p - 1] == '[') {
+            int64_t q = p + 4;
+            if (at(low, q) == ':') q++;
+            if (at(low, q) == ' ') q++;
+            int64_t e = skip_d(low, q);
+            if (e > q && at(low, e) == ']') { put_i64(low, q, e, g1, g1_ok); return; }
+        }
+        if (word_start(low, p) && (at(low, p + 4) == '=' || at(low, p + 4) == ':')) {
+            int64_t q = p + 5, e = skip_d(low, q);
+            if (e > q && word_end(low, e)) { put_i64(low, q, e, g2, g2_ok); return; }
+        }
+    }
+}
+
+/* ^\[(?:PG[^\]]*? )?Rank (\d+)\] on the message as it is (case counts) */
+static int pg_rank_at(line_t m, int64_t q, int64_t *v, uint8_t *ok) {
+    if (!starts(m, q, "Rank ", 5)) return NO;
+    int64_t e = skip_d(m, q + 5);
+    if (e == q + 5 || at(m, e) != ']') return NO;
+    put_i64(m, q + 5, e, v, ok);
+    return MATCH;
+}
+
+static void pg_rank(line_t m, int64_t *v, uint8_t *ok) {
+    if (at(m, 0) != '[') return;
+    if (starts(m, 1, "PG", 2)) {          /* the group, its lazy run the shortest that fits */
+        for (int64_t k = 3; k < m.n && m.p[k] != ']'; k++)
+            if (m.p[k] == ' ' && pg_rank_at(m, k + 1, v, ok) == MATCH) return;
+    }
+    pg_rank_at(m, 1, v, ok);
+}
+
+/* For messages [0, n): g1, g2 (RANK_IN_TEXT's groups) and pg, each int64 with a byte that says
+ * whether it has a value; code[i] 255 where the message is not ASCII (left to the regexes), else
+ * 0. Returns the number left, or -1 when memory ran out. */
+int64_t at_rank_said(const int64_t *offs, const uint8_t *data, const uint8_t *valid, int64_t n, uint8_t *code,
+                     int64_t *g1, uint8_t *g1_ok, int64_t *g2, uint8_t *g2_ok, int64_t *pg, uint8_t *pg_ok) {
+    int64_t left = 0, cap = 0;
+    uint8_t *low = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        code[i] = g1_ok[i] = g2_ok[i] = pg_ok[i] = 0;
+        g1[i] = g2[i] = pg[i] = 0;
+        if (!is_valid(valid, i)) continue;
+        line_t m = line_of(offs, data, i);
+        if (!is_ascii(m.p, m.n)) { code[i] = 255; left++; continue; }
+        line_t l;
+        if (lowered(m, &low, &cap, &l) < 0) return -1;
+        rank_in_text(l, g1 + i, g1_ok + i, g2 + i, g2_ok + i);
+        pg_rank(m, pg + i, pg_ok + i);
     }
     free(low);
     return left;

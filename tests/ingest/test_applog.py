@@ -459,6 +459,32 @@ def test_compiled_step_reader_equals_the_step_grammar():
     assert codes.count(1) >= 40 and got.unsure == sum(not t.isascii() for t in texts) >= 3
 
 
+def test_compiled_rank_reader_equals_the_rank_grammar():
+    # ingest.native.rank_said reads the rank a message states: on every ASCII message what
+    # RANK_IN_TEXT's two groups and the PG_RANK prefix give; other messages are left to the regexes
+    import polars as pl
+    from ingest import native
+    from ingest.formats.logs.engine import PG_RANK, RANK_IN_TEXT
+    texts = ["[rank3] x", "Rank=4 y", "[PG 0 (default_pg) Rank 5] z", "xrank=1 rank:2", "[RANK: 7]", "[rank :7] rank=8",
+             "[rank  9] rank:10x rank:11", "[rank99999999999999999999] rank=3", "rank=99999999999999999999",
+             "[PG 0 ] x] Rank 1]", "[PG 1 Rank 2] Rank 3]", "[Rank 6] y", "[PGx Rank 12]", "[PG Rank 13]", "[PG  Rank 14]",
+             "[rank12]:[rank13]", "_rank=1", "frank=2 [rank=3]", "[rank:4]", "rank_=1", "rank=5_", "rank=6.", "[rank5",
+             "\u00e9 [rank1]", "[Ran\u212a 2]", "RANK:3", "[rank2]rank=4", ""]
+    for p in sorted(APP.glob("*.log")):
+        texts += [ln for ln in p.read_text(errors="replace").splitlines() if "rank" in ln.lower()][:300]
+    got = native.rank_said(pa.array(texts, pa.large_string()))
+    rk = pl.col("t").str.extract_groups(RANK_IN_TEXT)
+    want = pl.DataFrame({"t": texts}).select(rk.struct.field("1").cast(pl.Int64, strict=False),
+                                            rk.struct.field("2").cast(pl.Int64, strict=False),
+                                            pl.col("t").str.extract(PG_RANK, 1).cast(pl.Int64, strict=False)).rows()
+    rows = list(zip(got.g1.to_pylist(), got.g2.to_pylist(), got.pg.to_pylist()))
+    for t, c, g, w in zip(texts, got.code.to_pylist(), rows, want):
+        assert c == (native.UNSURE if not t.isascii() else 0), t
+        if t.isascii():
+            assert g == w, t
+    assert sum(1 for g in rows if any(v is not None for v in g)) >= 40 and got.unsure == sum(not t.isascii() for t in texts) >= 2
+
+
 def test_store_timeout_before_the_rank_is_known(tmp_path):
     """Rank 0 gives up waiting in TCPStore for a peer that never joined, on torchrun's
     ``[default0]:`` stream before any ``[rank0]:`` line: the exception keeps its local rank (the

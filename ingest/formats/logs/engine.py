@@ -408,6 +408,7 @@ _NOCAP = {rx: _nocap(_LOWER[rx]) for rx in (STEP, STEP_TIME)}
 _LOSS_NOCAP = _nocap(_LOWER[LOSS])
 _LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
 RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
+PG_RANK = r"^\[(?:PG[^\]]*? )?Rank (\d+)\]"       # c10d's process-group prefix of a message
 # (Ray names a remote error with its cause: ``ray.exceptions.RayTaskError(RuntimeError): ...``)
 # (TensorFlow 1.x names the error raised out of a session "AbortedError (see above for traceback): ...")
 EXC_LINE = (r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?:\([\w.]+\))?)"
@@ -1349,14 +1350,26 @@ def _scatter(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
 def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     """Fill rank and pid from what each stream / NCCL pid states elsewhere."""
     txt = pl.coalesce(pl.col("msg"), pl.col("body"), pl.lit(""))
-    rk = txt.str.extract_groups(RANK_IN_TEXT)
-    said = pl.coalesce(
-        rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
-        pl.col("msg").str.extract(r"^\[(?:PG[^\]]*? )?Rank (\d+)\]", 1).cast(pl.Int64, strict=False))
     own = pl.coalesce(pl.col("rank").cast(pl.Int64, strict=False), pl.col("wrank").cast(pl.Int64, strict=False))
-    # the rank regexes run only where they can decide something (no rank yet, not NCCL, "rank" in the text)
-    need = own.is_null() & (pl.col("category") != "nccl") & txt.str.contains("(?i)rank")
-    ev = ev.with_columns(_on_rows(ev, need, said, pl.Int64).alias("_said"))
+    # the rank a message states, where the row has none of its own and is not NCCL's: RANK_IN_TEXT's
+    # groups, else c10d's "[PG ... Rank N]" prefix of the message; read by the compiled reader, and
+    # by the regexes on the messages it leaves (not ASCII)
+    sub = ev.lazy().with_row_index("_on_i").filter(own.is_null() & (pl.col("category") != "nccl")).select(
+        "_on_i", txt.alias("_t"), "msg").collect()
+    if not sub.is_empty():
+        rs = native.rank_said(_large(sub["_t"]))
+        said = sub.select("_on_i", pl.coalesce(pl.Series(rs.g1), pl.Series(rs.g2), pl.when(
+            pl.col("msg").is_not_null()).then(pl.Series(rs.pg))).alias("_v"))
+        if rs.unsure:
+            left = pl.Series(rs.code) == native.UNSURE
+            rk = pl.col("_t").str.extract_groups(RANK_IN_TEXT)
+            x = sub.filter(left).select(pl.coalesce(
+                rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
+                pl.col("msg").str.extract(PG_RANK, 1).cast(pl.Int64, strict=False)).alias("_v"))["_v"]
+            said = said.with_columns(said["_v"].scatter(left.arg_true(), x))
+        ev = ev.with_columns(_scatter(ev.height, said["_on_i"], said["_v"]).alias("_said"))
+    else:
+        ev = ev.with_columns(pl.lit(None, pl.Int64).alias("_said"))
     ev = ev.with_columns(pl.coalesce(own, pl.col("_said"), pl.col("srun").cast(pl.Int64, strict=False))
                          .alias("rank")).drop("_said")
     # stream -> rank / pid learnt from lines that state them (worker streams only)
