@@ -485,6 +485,62 @@ def test_compiled_rank_reader_equals_the_rank_grammar():
     assert sum(1 for g in rows if any(v is not None for v in g)) >= 40 and got.unsure == sum(not t.isascii() for t in texts) >= 2
 
 
+# the words and signs the step and rank grammars turn on, to build messages from
+_GRAMMAR_PIECES = ["step", "STEP", "Step", "global_step", "iteration", "ITERATION", "step_time", "loss", "LOSS", "lm ",
+                   "lm", "elapsed time per iteration (ms):", "rank", "RANK", "Rank ", "[rank", "[PG", "PG", "[", "]",
+                   "=", ":", " ", "  ", "\t", "/", ".", "..", "e", "E", "-", "+", "s", "S", "0", "7", "12", "0.5",
+                   "99999999999999999999", "x", "_", "é", "\u0663", "\u212a", "ſ"]
+
+
+def test_compiled_readers_equal_the_regexes_on_generated_messages():
+    # messages built from the grammars' own words and signs (hypothesis, a fixed number of
+    # examples): on every ASCII one the compiled step and rank readers give what the regexes give,
+    # and every other one is left to the regexes
+    import polars as pl
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from ingest import native
+    from ingest.formats.logs.engine import LOSS, PG_RANK, RANK_IN_TEXT, STEP, STEP_TIME, _LOWER
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.lists(st.sampled_from(_GRAMMAR_PIECES), max_size=14).map("".join), min_size=1, max_size=8))
+    def check(texts):
+        df = pl.DataFrame({"t": texts})
+        low = pl.col("t").str.to_lowercase()
+        s, stt = low.str.extract_groups(_LOWER[STEP]), low.str.extract_groups(_LOWER[STEP_TIME])
+        flag = pl.col("t").str.contains("(?i)step|iteration") & (
+            s.struct.field("step").is_not_null() | s.struct.field("iter").is_not_null()
+            | s.struct.field("step2").is_not_null())
+        rk = pl.col("t").str.extract_groups(RANK_IN_TEXT)
+        cols = [flag, pl.coalesce(s.struct.field("step"), s.struct.field("iter"), s.struct.field("step2"))
+                .cast(pl.Int64, strict=False),
+                pl.coalesce(s.struct.field("total"), s.struct.field("total2")).cast(pl.Int64, strict=False),
+                low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False),
+                pl.coalesce(stt.struct.field("step_time_s").cast(pl.Float64, strict=False),
+                            stt.struct.field("iter_ms").cast(pl.Float64, strict=False) / 1000),
+                rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),
+                pl.col("t").str.extract(PG_RANK, 1).cast(pl.Int64, strict=False)]
+        want = df.select(c.alias(f"c{i}") for i, c in enumerate(cols)).rows()
+        arr = pa.array(texts + [None], pa.large_string()).slice(0, len(texts))   # (a slice, with a null)
+        sv, rs = native.step_values(arr), native.rank_said(arr)
+        if len(texts) > 1:      # (an array that starts at an offset reads the same)
+            assert native.step_values(arr.slice(1)).loss.to_pylist() == sv.loss.to_pylist()[1:]
+            assert native.rank_said(arr.slice(1)).g2.to_pylist() == rs.g2.to_pylist()[1:]
+        got = zip(sv.code.to_pylist(), sv.step.to_pylist(), sv.total.to_pylist(), sv.loss.to_pylist(),
+                  sv.stime.to_pylist(), rs.code.to_pylist(), rs.g1.to_pylist(), rs.g2.to_pylist(), rs.pg.to_pylist())
+        for t, g, w in zip(texts, got, want):
+            if not t.isascii():
+                assert g[0] == g[5] == native.UNSURE, t
+                continue
+            assert (g[0] == 1, g[6:]) == (w[0], w[5:]), t
+            if w[0]:
+                assert g[1:5] == w[1:5], t
+            else:
+                assert g[1:5] == (None,) * 4, t
+
+    check()
+
+
 def test_store_timeout_before_the_rank_is_known(tmp_path):
     """Rank 0 gives up waiting in TCPStore for a peer that never joined, on torchrun's
     ``[default0]:`` stream before any ``[rank0]:`` line: the exception keeps its local rank (the
