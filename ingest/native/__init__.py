@@ -1,6 +1,7 @@
 """aftertrace's line engine: compiled single passes over text (``scan.c``), as Arrow arrays: the
-lines of a chunk (:func:`split_lines`), the numbers of step lines (:func:`step_values`) and the
-rank a message states (:func:`rank_said`).
+lines of a chunk (:func:`split_lines`), the numbers of step lines (:func:`step_values`), the
+rank a message states (:func:`rank_said`) and the classes and headers of NCCL INFO lines
+(:func:`nccl_info`).
 
 The library is plain C loaded with ctypes (no Python headers, no ABI to match): the wheel ships
 it built (``hatch_build.py``); a checkout or an editable install builds it on first use when
@@ -49,6 +50,8 @@ def library() -> ctypes.CDLL:
             lib.at_step_values.restype = _I64
             lib.at_rank_said.argtypes = [_P, _P, _P, _I64] + [_P] * 7
             lib.at_rank_said.restype = _I64
+            lib.at_nccl_info.argtypes = [_P, _P, _P, _I64] + [_P] * 5
+            lib.at_nccl_info.restype = _I64
             _lib = lib
     return _lib
 
@@ -89,19 +92,29 @@ def split_lines(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> 
     return text, flags, used.value
 
 
-# -- step lines (scan.c: at_step_values) -----------------------------------------------------
+# -- the readers of messages (scan.c: at_step_values, at_rank_said, at_nccl_info) ---------------
 UNSURE = 255      # a row the compiled reader leaves to the regexes
 
 
-def _line_buffers(lines: pa.Array) -> tuple[int, int, int]:
-    """(offsets, data, validity or 0) addresses of a large_string array, its slice offset applied."""
+def large_strings(col) -> pa.Array:
+    """A string column (a Polars Series, or anything with ``to_arrow``) as one Arrow
+    ``large_string`` array, what the readers read."""
+    a = col.to_arrow()
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    return a if a.type == pa.large_string() else a.cast(pa.large_string())
+
+
+def _line_buffers(lines: pa.Array) -> tuple[pa.Array, int, int, int]:
+    """``lines`` (a large_string array) as the reader takes it: the array whose buffers are read
+    (keep it alive while they are: it may be a copy), and the addresses of its offsets (its slice
+    offset applied), data and validity (0: no nulls)."""
     if lines.type != pa.large_string():
         raise TypeError(f"lines must be large_string, not {lines.type}")
-    valid, offs, data = lines.buffers()
-    if lines.offset and valid is not None:
+    if lines.offset and lines.null_count:
         lines = pa.concat_arrays([lines])      # (a bitmap that does not start at a byte: a fresh copy)
-        valid, offs, data = lines.buffers()
-    return (offs.address + 8 * lines.offset, data.address if data is not None else 0,
+    valid, offs, data = lines.buffers()
+    return (lines, offs.address + 8 * lines.offset, data.address if data is not None else 0,
             valid.address if valid is not None and lines.null_count else 0)
 
 
@@ -128,7 +141,7 @@ def _read(fn, msgs: pa.Array, types: tuple) -> tuple[pa.Array, list[pa.Array], i
     """Call a reader of scan.c over the messages: its code per row, its nullable value columns (of
     ``types``, 8-byte values) and how many rows it left to the regexes."""
     n = len(msgs)
-    offs, data, valid = _line_buffers(msgs)
+    msgs, offs, data, valid = _line_buffers(msgs)
     code = pa.allocate_buffer(max(n, 1))
     vals = [pa.allocate_buffer(max(8 * n, 1)) for _ in types]
     oks = [pa.allocate_buffer(max(n, 1)) for _ in types]
@@ -161,3 +174,36 @@ def rank_said(msgs: pa.Array) -> RankSaid:
     """The rank each message of a ``large_string`` array states (see ``at_rank_said`` in scan.c)."""
     code, cols, unsure = _read(library().at_rank_said, msgs, (pa.int64(),) * 3)
     return RankSaid(code, *cols, unsure)
+
+
+class NcclInfo(NamedTuple):
+    """What :func:`nccl_info` read, per line: ``code`` (uint8: 0 not collapsed, 1 + the class
+    (0 COLL, 1 per-operation, 2 topology), UNSURE where the regexes decide), ``kid`` (int32: the
+    header's number), ``msg_at`` (int32: where the message starts, in bytes), ``bracket`` (uint8:
+    the header starts with "["); ``first`` (int64: the line where each header first appears) and
+    how many lines were left to the regexes."""
+    code: pa.Array
+    kid: pa.Array
+    msg_at: pa.Array
+    bracket: pa.Array
+    first: pa.Array
+    unsure: int
+
+
+def nccl_info(lines: pa.Array) -> NcclInfo:
+    """The class and header number of each NCCL INFO line (see ``at_nccl_info`` in scan.c)."""
+    lib = library()
+    n = len(lines)
+    lines, offs, data, valid = _line_buffers(lines)
+    code, bracket = pa.allocate_buffer(max(n, 1)), pa.allocate_buffer(max(n, 1))
+    kid, msg_at = pa.allocate_buffer(max(4 * n, 1)), pa.allocate_buffer(max(4 * n, 1))
+    first = pa.allocate_buffer(max(8 * n, 1))
+    nk = lib.at_nccl_info(offs, data, valid, n, code.address, kid.address, msg_at.address, bracket.address,
+                          first.address) if n else 0
+    if nk < 0:
+        raise MemoryError("at_nccl_info: out of memory")
+    codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])
+    return NcclInfo(codes, pa.Array.from_buffers(pa.int32(), n, [None, kid]),
+                    pa.Array.from_buffers(pa.int32(), n, [None, msg_at]), pa.Array.from_buffers(pa.uint8(), n, [None, bracket]),
+                    pa.Array.from_buffers(pa.int64(), nk, [None, first]),
+                    pc.sum(pc.equal(codes, UNSURE)).as_py() or 0)

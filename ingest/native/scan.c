@@ -10,7 +10,6 @@
  * sequence (Unicode's recommended practice, which Python's "replace" error handler and Rust's
  * from_utf8_lossy follow): "\xE2\x82" is one U+FFFD, "\xC0\x80" two.
  */
-#define _GNU_SOURCE      /* memmem */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,11 +201,21 @@ static inline int word_end(line_t l, int64_t i) { return !w_ascii(at(l, i)); }
 static inline int64_t skip_s(line_t l, int64_t i) { while (is_s(at(l, i))) i++; return i; }
 static inline int64_t skip_d(line_t l, int64_t i) { while (is_d(at(l, i))) i++; return i; }
 
-/* the next occurrence of needle (length k) at or after i, or -1 */
+/* the next occurrence of needle (length k) at or after i, or -1. (memchr for the needle's first
+ * byte that is not a space, then a compare: on lines of a hundred bytes this beats memmem, which
+ * studies the needle anew on every call) */
 static inline int64_t find(line_t l, int64_t i, const char *needle, size_t k) {
-    if (i >= l.n) return -1;
-    const uint8_t *q = memmem(l.p + i, (size_t)(l.n - i), needle, k);
-    return q ? q - l.p : -1;
+    size_t a = 0;
+    while (a + 1 < k && needle[a] == ' ') a++;
+    const uint8_t *end = l.p + l.n;
+    const uint8_t *p = l.p + i + a;
+    while (p + (k - a) <= end) {
+        const uint8_t *q = memchr(p, (uint8_t)needle[a], (size_t)(end - p) - (k - a) + 1);
+        if (!q) return -1;
+        if (memcmp(q - a, needle, k) == 0) return q - a - l.p;
+        p = q + 1;
+    }
+    return -1;
 }
 
 static inline int starts(line_t l, int64_t i, const char *s, size_t k) {
@@ -531,4 +540,117 @@ int64_t at_rank_said(const int64_t *offs, const uint8_t *data, const uint8_t *va
     }
     free(low);
     return left;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * NCCL INFO lines, as the NCCL grammar's collapse step reads them (ingest/formats/logs/
+ * nccl_grammar.py: collapse_info): a line holding " NCCL INFO " is cut at its first one into the
+ * header (the key: "host:pid:tid [dev]") and the message. The message's kept lines (INFO_KEEP at
+ * its start) and spliced lines (" NCCL " in the message) are not collapsed; the others are of
+ * class 0 (" opCount "), 1 (an OP_LITERALS literal) or 2. Equal headers get one number (the
+ * header's first line keeps it), so the groups can be counted without the text. ASCII lines
+ * only: INFO_KEEP's \w and \d are Unicode's.
+ */
+static inline int w_or(int c, const char *more) { return w_ascii(c) || (c > 0 && strchr(more, c) != NULL); }
+
+/* INFO_KEEP: ^(?:NCCL version|Init timings|Connected all |NET/|Using network |Bootstrap|cudaDriverVersion
+ * |comm |\[Rank \d+\] comm |\w+ comm 0x|\d+ coll channels|[\w./\-]+:\d+ -> \d) */
+static int info_keep(line_t m) {
+    static const char *LIT[] = {"NCCL version", "Init timings", "Connected all ", "NET/", "Using network ",
+                                "Bootstrap", "cudaDriverVersion", "comm "};
+    for (size_t k = 0; k < sizeof LIT / sizeof LIT[0]; k++)
+        if (starts(m, 0, LIT[k], strlen(LIT[k]))) return 1;
+    if (starts(m, 0, "[Rank ", 6)) {
+        int64_t e = skip_d(m, 6);
+        if (e > 6 && starts(m, e, "] comm ", 7)) return 1;
+    }
+    int64_t w = 0;
+    while (w_ascii(at(m, w))) w++;
+    if (w > 0 && starts(m, w, " comm 0x", 8)) return 1;
+    int64_t d = skip_d(m, 0);
+    if (d > 0 && starts(m, d, " coll channels", 14)) return 1;
+    int64_t r = 0;
+    while (w_or(at(m, r), "./-")) r++;
+    if (r > 0 && at(m, r) == ':') {
+        int64_t e = skip_d(m, r + 1);
+        if (e > r + 1 && starts(m, e, " -> ", 4) && is_d(at(m, e + 4))) return 1;
+    }
+    return 0;
+}
+
+static const char *const OP_LITERALS[] = {" Bytes -> Algo ", "opId=", "ncclPollProxyResponse",
+                                          "Received and initiated operation"};
+
+static uint64_t fnv1a(const uint8_t *p, int64_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < n; i++) { h ^= p[i]; h *= 1099511628211ULL; }
+    return h;
+}
+
+/* For lines [0, n): code[i] 0 (not collapsed), 1 + class, or 255 (holds " NCCL INFO " but is not
+ * ASCII: left to the regexes); for codes 1-3, kid[i] (the header's number, from 0 in order of
+ * first appearance), msg_at[i] (where the message starts) and bracket[i] (the header starts with
+ * "["); first[k]: the line where header k first appears (room for n). Returns the number of
+ * headers, -1 when memory ran out. */
+int64_t at_nccl_info(const int64_t *offs, const uint8_t *data, const uint8_t *valid, int64_t n, uint8_t *code,
+                     int32_t *kid, int32_t *msg_at, uint8_t *bracket, int64_t *first) {
+    int64_t cap = 1024, used = 0;
+    int64_t *slot = (int64_t *)malloc(sizeof(int64_t) * (size_t)cap);   /* a header's number + 1, 0: empty */
+    uint64_t *hs = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)cap);
+    if (!slot || !hs) { free(slot); free(hs); return -1; }
+    memset(slot, 0, sizeof(int64_t) * (size_t)cap);
+    int64_t nk = 0;
+    for (int64_t i = 0; i < n; i++) {
+        code[i] = 0; kid[i] = -1; msg_at[i] = -1; bracket[i] = 0;
+        if (!is_valid(valid, i)) continue;
+        line_t l = line_of(offs, data, i);
+        int64_t at_info = find(l, 0, " NCCL INFO ", 11);
+        if (at_info < 0) continue;
+        if (!is_ascii(l.p, l.n) || l.n > INT32_MAX) { code[i] = 255; continue; }
+        line_t m = {l.p + at_info + 11, l.n - at_info - 11};
+        if (info_keep(m) || find(m, 0, " NCCL ", 6) >= 0) continue;
+        int cls = 2;
+        if (find(m, 0, " opCount ", 9) >= 0) cls = 0;
+        else
+            for (size_t k = 0; k < sizeof OP_LITERALS / sizeof OP_LITERALS[0]; k++)
+                if (find(m, 0, OP_LITERALS[k], strlen(OP_LITERALS[k])) >= 0) { cls = 1; break; }
+        code[i] = (uint8_t)(1 + cls);
+        msg_at[i] = (int32_t)(at_info + 11);
+        bracket[i] = l.p[0] == '[' && at_info > 0;
+        /* the header's number: its equal's, or the next */
+        uint64_t h = fnv1a(l.p, at_info);
+        int64_t j = (int64_t)(h & (uint64_t)(cap - 1));
+        for (;;) {
+            if (slot[j] == 0) {
+                slot[j] = nk + 1;
+                hs[j] = h;
+                first[nk] = i;
+                kid[i] = (int32_t)nk++;
+                used++;
+                break;
+            }
+            int64_t k = slot[j] - 1;
+            line_t o = line_of(offs, data, first[k]);
+            int64_t o_at = msg_at[first[k]] - 11;
+            if (hs[j] == h && o_at == at_info && memcmp(o.p, l.p, (size_t)at_info) == 0) { kid[i] = (int32_t)k; break; }
+            j = (j + 1) & (cap - 1);
+        }
+        if (used * 2 > cap) {          /* grow: rehash every header */
+            int64_t ncap = cap * 2;
+            int64_t *ns = (int64_t *)calloc((size_t)ncap, sizeof(int64_t));
+            uint64_t *nh = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)ncap);
+            if (!ns || !nh) { free(ns); free(nh); free(slot); free(hs); return -1; }
+            for (int64_t q = 0; q < cap; q++) {
+                if (!slot[q]) continue;
+                int64_t t = (int64_t)(hs[q] & (uint64_t)(ncap - 1));
+                while (ns[t]) t = (t + 1) & (ncap - 1);
+                ns[t] = slot[q];
+                nh[t] = hs[q];
+            }
+            free(slot); free(hs);
+            slot = ns; hs = nh; cap = ncap;
+        }
+    }
+    free(slot); free(hs);
+    return nk;
 }

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 import polars as pl
 
+from ... import native
 from .frames import extract_prefix
 
 _TS = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?"
@@ -195,22 +196,20 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     channel numbers of topology lines), which :mod:`.engine` folds into the one event per
     (class, process, device). Lines with their own time (``[time] host:...``), spliced lines
     and lines at or before ``floor`` (the previous chunk's context row) are never dropped.
+    The lines are read by the compiled reader (:func:`ingest.native.nccl_info`: the class and the
+    header's number of every ASCII line), the others by the regexes below.
     Returns the chunk with ``_cls`` and the mask of the rows kept (None: all).
     """
     none = base.with_columns(pl.lit(None, pl.String).alias("_cls"))
-    info = pl.col("body").str.contains(" NCCL INFO ", literal=True)
-    if floor is not None:
-        info = info & (pl.col("lineno") > floor)
-    m, sp = pl.col("_m"), pl.col("body").str.splitn(" NCCL INFO ", 2)
-    # (on the two columns it reads; the class is a small integer until the few kept rows need its name)
-    # (str.find counts bytes, str.slice characters: a literal split is exact on any text)
-    x = (base.lazy().select("lineno", "body").with_row_index("_i").filter(info)
-         .select("_i", "lineno", sp.alias("_s")).unnest("_s").rename({"field_0": "_k", "field_1": "_m"})
-         .filter(~m.str.contains(INFO_KEEP) & ~m.str.contains(" NCCL ", literal=True))   # (spliced lines stay)
-         .with_columns(pl.when(m.str.contains(" opCount ", literal=True)).then(pl.lit(0, pl.UInt8))
-                       .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit(1, pl.UInt8))
-                       .otherwise(pl.lit(2, pl.UInt8)).alias("_c"))
-         .collect())
+    r = native.nccl_info(native.large_strings(base["body"]))
+    code = pl.Series("_code", r.code)
+    later = pl.lit(True) if floor is None else pl.col("lineno") > floor
+    cols = base.select("lineno", "body").with_row_index("_i").with_columns(
+        code, pl.Series("_kid", r.kid), pl.Series("_br", r.bracket).cast(pl.Boolean), pl.Series("_mat", r.msg_at))
+    x = cols.filter(pl.col("_code").is_between(1, 3) & later).select(
+        "_i", "lineno", (pl.col("_code") - 1).alias("_c"), "_kid", "_br", "_mat", "body")
+    if r.unsure:
+        x = _info_by_regex(cols.filter((pl.col("_code") == native.UNSURE) & later), x, base, r)
     if x.is_empty():
         return none, None
     cls = x.select(pl.col("_c").replace_strict(_CLS_NAME, return_dtype=pl.String)).to_series()
@@ -218,8 +217,8 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     # per group (one hash pass, in the same query as the rows it reads): its first line (kept: the
     # first time), last line (kept: the event) and size; the lines between are dropped and counted
     # for the last one. Lines with a time of their own (``[time] host:...``) stay.
-    d = x.lazy().filter(~pl.col("_k").str.starts_with("["))
-    grp = ["_c", "_k"]
+    d = x.lazy().filter(~pl.col("_br"))
+    grp = ["_c", "_kid"]
     agg = d.group_by(grp).agg(pl.col("lineno").min().alias("_first"), pl.col("lineno").max().alias("_rep"),
                               pl.len().alias("_n"))
     d, agg = pl.collect_all([d, agg])
@@ -230,11 +229,13 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
         if n > 2 or rep == first:
             new[rep] = {"n": n - (1 if rep == first else 2), "via": set(), "chan": set()}
     # topology lines: the transports and channel numbers seen, per group (distinct ones only)
+    # (the message from its byte offset: the line is ASCII, so that is its character offset too)
+    m = pl.col("body").str.slice(pl.col("_mat"))
     topo = d.lazy().filter((pl.col("_c") == 2) & m.str.starts_with("Channel ")).select(
-        "_k", m.str.extract(r" via (\S+)", 1).alias("via"),
+        "_kid", m.str.extract(r" via (\S+)", 1).alias("via"),
         m.str.extract(r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
     if not topo.is_empty():
-        reps = dict(agg.filter(pl.col("_c") == 2).select("_k", "_rep").iter_rows())
+        reps = dict(agg.filter(pl.col("_c") == 2).select("_kid", "_rep").iter_rows())
         for k, via, chan in topo.iter_rows():
             e = new.setdefault(reps[k], {"n": 0, "via": set(), "chan": set()})
             if via is not None:
@@ -258,6 +259,32 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
         return out, None
     mask = pl.Series("_keep", [True], dtype=pl.Boolean).extend_constant(True, base.height - 1).scatter(drop, False)
     return out.filter(mask), mask
+
+
+def _info_by_regex(rows: pl.DataFrame, x: pl.DataFrame, base: pl.DataFrame, r) -> pl.DataFrame:
+    """``x`` with the INFO lines the compiled reader left (``rows``: not ASCII) read by the
+    regexes, their headers numbered as the reader numbered its (a header it did not see gets the
+    next number), in row order."""
+    m = pl.col("_m")
+    # (a literal split at the first " NCCL INFO ": its message and header)
+    y = (rows.select("_i", "lineno", "body", pl.col("body").str.splitn(" NCCL INFO ", 2).alias("_s"))
+         .unnest("_s").rename({"field_0": "_k", "field_1": "_m"})
+         .filter(~m.str.contains(INFO_KEEP) & ~m.str.contains(" NCCL ", literal=True)))
+    if y.is_empty():
+        return x
+    firsts = pl.Series(r.first, dtype=pl.Int64)
+    known = base["body"].gather(firsts).str.slice(0, pl.Series(r.msg_at).gather(firsts) - len(" NCCL INFO ")) \
+        if len(firsts) else pl.Series([], dtype=pl.String)
+    ids = {k: i for i, k in enumerate(known.to_list())}
+    kid = [ids.setdefault(k, len(ids)) for k in y["_k"].to_list()]
+    y = y.with_columns(
+        pl.when(m.str.contains(" opCount ", literal=True)).then(pl.lit(0, pl.UInt8))
+        .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit(1, pl.UInt8))
+        .otherwise(pl.lit(2, pl.UInt8)).alias("_c"),
+        pl.Series("_kid", kid, dtype=pl.Int32), pl.col("_k").str.starts_with("[").alias("_br"),
+        # (the message's start in characters, what the topology step's slice counts)
+        (pl.col("_k").str.len_chars() + len(" NCCL INFO ")).cast(pl.Int32).alias("_mat"))
+    return pl.concat([x, y.select(x.columns)], how="vertical_relaxed").sort("_i")
 
 
 def _scatter_str(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
