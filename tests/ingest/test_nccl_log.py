@@ -353,6 +353,62 @@ def test_per_operation_lines_collapse_to_the_last_one_per_process_and_device(tmp
     assert sum(e["attrs"].get("lines", 1) for e in ev) == last + 1
 
 
+_INFO_PIECES = ["NCCL version", "Init timings", "Connected all ", "NET/", "Using network ", "Bootstrap",
+                "cudaDriverVersion", "comm ", "[Rank ", "] comm ", " comm 0x", "comm 0x", " coll channels", ":", " -> ",
+                "0", "12", "a", "b_c", ".", "/", "-", " ", "x.cc", " opCount ", "opId=", "ncclPollProxyResponse",
+                " Bytes -> Algo ", "Received and initiated operation", " NCCL ", "NCCL INFO ", "Channel ", " via ",
+                "\u00fc", "\u0663"]
+
+
+def test_compiled_info_reader_equals_the_collapse_grammar():
+    # ingest.native.nccl_info classes NCCL INFO lines as collapse_info's regexes do (kept, spliced,
+    # class 0/1/2 by literals) and numbers equal headers alike, on generated lines (hypothesis);
+    # lines that are not ASCII are left to the regexes
+    import polars as pl
+    import pyarrow as pa
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from ingest import native
+    from ingest.formats.logs.nccl_grammar import INFO_KEEP, OP_LITERALS
+
+    heads = st.sampled_from(["h:1:2 [0]", "h:1:3 [0]", "[2026-01-01 00:00:00] h:1:2 [0]", "", "x", "h\u00fc:1:2"])
+    msgs = st.lists(st.sampled_from(_INFO_PIECES), max_size=10).map("".join)
+
+    def same(lines):
+        r = native.nccl_info(pa.array(lines, pa.large_string()))
+        df = pl.DataFrame({"b": lines}).select(pl.col("b").str.splitn(" NCCL INFO ", 2).alias("s")).unnest("s")
+        k, m = pl.col("field_0"), pl.col("field_1")
+        want = df.select(
+            pl.when(m.is_null() | m.str.contains(INFO_KEEP) | m.str.contains(" NCCL ", literal=True)).then(0)
+            .when(m.str.contains(" opCount ", literal=True)).then(1)
+            .when(m.str.contains_any(list(OP_LITERALS))).then(2).otherwise(3).alias("c"), k).rows()
+        code, kid = r.code.to_pylist(), r.kid.to_pylist()
+        for ln, c, (wc, wk) in zip(lines, code, want):
+            if " NCCL INFO " in ln and not ln.isascii():
+                assert c == native.UNSURE, ln
+            else:
+                assert c == wc, ln
+        seen = {}
+        for c, i, (_wc, wk) in zip(code, kid, want):
+            if c in (1, 2, 3):
+                assert seen.setdefault(i, wk) == wk       # one number, one header
+        assert len(set(seen.values())) == len(seen)       # one header, one number
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(heads, msgs, st.booleans()), min_size=1, max_size=10))
+    def check(rows):
+        same([f"{h} NCCL INFO {m}" if info else f"{h} {m}" for h, m, info in rows])
+
+    # each alternative of INFO_KEEP and each class, at its edges
+    same([f"h:1:2 [0] NCCL INFO {m}" for m in (
+        "0 coll channels, 0 nvls channels", "12 coll channels", "x coll channels", "[Rank 3] comm 0x1 rank 3",
+        "[Rank ] comm 0x1", "a comm 0x1", " comm 0x1", "comm 0x1 rank 0", "x.cc:12 -> 3", "x.cc:12 -> x", "x.cc: -> 3",
+        ":12 -> 3", "a/b-c.d:1 -> 0 [Proxy]", "Channel 00/02 : 0 1", "AllReduce: opCount 1 sendbuff", "x opId=3",
+        "NCCL version 2.18", "NET/IB : x", "Using network Socket", "Bootstrap : Using eth0", "cudaDriverVersion 12",
+        "Init timings: rank 0", "Connected all rings", "Connected all", "spliced h:3:4 [1] NCCL INFO x", "")])
+    check()
+
+
 def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path):
     # _nccl_events reads each distinct INFO message once and gives its fields to every row with it;
     # collapse_info groups the repetitive INFO lines per (class, header) in one query. Both checked
