@@ -230,6 +230,20 @@ def host_views(rank_pids: dict[int, int], rank_hosts: dict[int, str | None] | No
     return view
 
 
+def owned(links: list[Link], view: Callable[[str | None], HostView]) -> list[Link]:
+    """``links`` with a rank where a finding without one is about a process that descends from one
+    rank only on its host (``view``: :func:`host_views`): a DataLoader worker the kernel names by
+    its pid is its rank's."""
+    out = []
+    for l in links:
+        if l.rank is None and l.pid is not None:
+            r = view(l.host).owner.get(l.pid)
+            if r is not None:
+                l = dataclasses.replace(l, rank=r)
+        out.append(l)
+    return out
+
+
 def one_rank(pairs: Iterable[tuple[Hashable, int]]) -> dict:
     """pid -> rank of ``(pid, rank)`` pairs (a pid or any key of a process), without the pids of
     more than one rank."""

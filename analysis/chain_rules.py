@@ -5,6 +5,8 @@ Each :class:`Rule` says that a finding of kind (or role) ``cause`` can lead to o
 
 * ``PROCESS`` — the same process (the same pid, or the same rank: an OOM kill of pid 17988 and
   torchrun's SIGKILL report of rank 0, pid 17988);
+* ``RANK`` — one rank and what it started: a DataLoader worker's segfault (the worker's pid) and
+  the rank's report of a dead worker (the rank's pid);
 * ``HOST`` — the same host, and for a cgroup finding a process *inside* that cgroup
   (:mod:`analysis.attribution`): a throttled cgroup slows the ranks in it, not the others;
 * ``JOB`` — any two ranks (or the launcher) of the job: a rank that stopped and the peer that
@@ -39,6 +41,7 @@ class Scope(str, Enum):
     HOST = "host"
     JOB = "job"
     MEMCG = "memcg"
+    RANK = "rank"
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ def role(l: Link) -> str:
     return l.kind.value
 
 
-P, H, J, M = Scope.PROCESS, Scope.HOST, Scope.JOB, Scope.MEMCG
+P, H, J, M, R = Scope.PROCESS, Scope.HOST, Scope.JOB, Scope.MEMCG, Scope.RANK
 _R = Rule
 
 RULES: tuple[Rule, ...] = (
@@ -170,6 +173,7 @@ RULES: tuple[Rule, ...] = (
     _R("disk_full", "collective_timeout", J, 0.6, 1800, "the peers of the failed rank wait in a collective"),
     _R("disk_full", "job_failure", J, 0.8, 300, "a rank that could not write its checkpoint failed the job"),
     _R("shm_exhausted", "dataloader_worker_killed", P, 0.9, 120, "the DataLoader worker could not get shared memory"),
+    _R("segfault", "dataloader_worker_killed", R, 0.95, 120, "the DataLoader worker that crashed is the one the rank reports dead"),
     _R("shm_exhausted", SELF_ERROR, P, 0.9, 120, "the shared-memory failure surfaced as an exception"),
     _R("shm_exhausted", "process_exit", P, 0.9, 120, "the shared-memory failure ended the process"),
     _R("shm_exhausted", PEER_ERROR, J, 0.7, 300, "the peers lost their connection to the failed rank"),

@@ -147,6 +147,9 @@ def _entity(rule: Rule, c: Link, e: Link, ctx: Context) -> float | None:
         return 1.0 if isinstance(cg, (int, float)) and isinstance(eg, (int, float)) and cg >= 0.5 * eg else None
     if rule.scope == Scope.PROCESS:
         return 1.0 if ctx.same_process(c, e) else None
+    if rule.scope == Scope.RANK:
+        same = c.rank is not None and c.rank == e.rank and (not c.host or not e.host or c.host == e.host)
+        return 1.0 if same else None
     if rule.scope == Scope.MEMCG:
         limit = e.attr("oom_memcg") or e.attr("memcg")
         if c.entity and limit and isinstance(limit, str):

@@ -22,9 +22,9 @@ leaves its CPU idle or shared among whatever else runs: no one task holds nearly
 Worked example (``tests/analysis/test_contention.py``): rank 1 (pid 101) ran on CPU 1 with 58 of
 the 60 samples there in the 20 s before its steps slowed at 10:00:20; a ``python3`` (pid 555,
 not the job's) runs there from 10:00:19.98 on, and in the 20 s from 10:00:20 (the change: it came
-just before) it takes 95 of the 100 samples of CPU 1, rank 1 only 5: cpu_contention for rank 1, pid 555 ``python3`` on CPU 1, 95 %,
-starved (5 % left of 97 %), stamped at 10:00:19.98 with the window [10:00:19.946, 10:00:19.98]
-(one 29 Hz period before).
+just before) it takes 95 of the 100 samples of CPU 1, rank 1 only 5: cpu_contention for rank 1,
+pid 555 ``python3`` on CPU 1, 95 %, starved (5 % left of 97 %), stamped at 10:00:19.98 with the
+window [10:00:19.946, 10:00:19.98] (one 29 Hz period before).
 """
 from __future__ import annotations
 

@@ -63,6 +63,7 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
              else l for l in links]
     hosts = {r: ranks[r].host for r in pids}
     children = attribution.named_children(links, pids, attribution.children_of(store, incident_id), hosts)
+    links = attribution.owned(links, attribution.host_views(pids, hosts, children))
     job = attribution.job_pids(store, incident_id, pids, children, hosts)
     links = attribution.annotate(store, incident_id, links, pids, job, children, hosts)
     links = links + progress.stalled_links(ranks, links)

@@ -204,6 +204,7 @@ def nccl_info(lines: pa.Array) -> NcclInfo:
         raise MemoryError("at_nccl_info: out of memory")
     codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])
     return NcclInfo(codes, pa.Array.from_buffers(pa.int32(), n, [None, kid]),
-                    pa.Array.from_buffers(pa.int32(), n, [None, msg_at]), pa.Array.from_buffers(pa.uint8(), n, [None, bracket]),
+                    pa.Array.from_buffers(pa.int32(), n, [None, msg_at]),
+                    pa.Array.from_buffers(pa.uint8(), n, [None, bracket]),
                     pa.Array.from_buffers(pa.int64(), nk, [None, first]),
                     pc.sum(pc.equal(codes, UNSURE)).as_py() or 0)

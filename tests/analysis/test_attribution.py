@@ -158,3 +158,22 @@ def test_a_pid_of_the_job_on_one_machine_is_not_the_jobs_on_another():
     # with one set of pids for every machine, 30 passed for the job's on node-b
     (old,) = [l for l in attribution.grower([growth, oom], set(jp), view=view) if l.kind == K.MEMORY_GROWTH]
     assert old.pid == 30
+
+
+def test_a_finding_about_a_workers_pid_is_its_ranks():
+    """The kernel's segfault record names pid 30, which rank 0's log named as its DataLoader worker
+    on node-a: the finding is rank 0's there; on node-b, pid 30 is nobody's; a pid that descends
+    from two ranks is neither's; a finding with a rank keeps it."""
+    ranks, hosts = {0: 7, 1: 8}, {0: "node-a", 1: "node-a"}
+    died = dataclasses.replace(link(K.DATALOADER_WORKER_KILLED, T0, rank=0, pid=7, worker_pids="30"),
+                               host="node-a")
+    kids = attribution.Children()
+    kids.add("node-a", 8, (31,))
+    kids.add("node-a", 7, (31,))
+    view = attribution.host_views(ranks, hosts, attribution.named_children([died], ranks, kids, hosts))
+    segv = dataclasses.replace(link(K.SEGFAULT, T0, pid=30), host="node-a")
+    elsewhere = dataclasses.replace(segv, host="node-b")
+    shared = dataclasses.replace(segv, pid=31)
+    kept = dataclasses.replace(segv, rank=1)
+    out = attribution.owned([segv, elsewhere, shared, kept, died], view)
+    assert [l.rank for l in out] == [0, None, None, 1, 0]

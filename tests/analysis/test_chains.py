@@ -115,6 +115,20 @@ def test_a_teardown_crash_is_never_the_origin():
     assert all(c.origin not in (segv, kill) for c in chains.find_chains([timeout, segv, kill, fail], fail, PIDS))
 
 
+def test_a_dataloader_workers_segfault_is_the_origin_of_its_ranks_dead_worker():
+    # the kernel names the worker (pid 1043, rank 1's: the rank's log named it); the rank reports a
+    # dead worker and exits; a segfault of rank 0's worker explains nothing of rank 1
+    segv = link(K.SEGFAULT, at(0), rank=1, pid=1043)
+    died = link(K.DATALOADER_WORKER_KILLED, at(0.6), rank=1, pid=101, worker_pids="1043")
+    exit1 = link(K.PROCESS_EXIT, at(1), rank=1, pid=101, exitcode=1, root_cause=True, ts_resolution_ns=S)
+    fail = link(K.JOB_FAILURE, at(1.2), root_cause_rank=1, root_cause_pid=101)
+    best = chains.find_chains([segv, died, exit1, fail], fail, PIDS)[0]
+    assert [l.kind for l in best.links] == [K.SEGFAULT, K.DATALOADER_WORKER_KILLED, K.PROCESS_EXIT, K.JOB_FAILURE]
+    other = dataclasses.replace(segv, rank=0, pid=1042)
+    best = chains.find_chains([other, died, exit1, fail], fail, PIDS)[0]
+    assert best.origin is died
+
+
 def test_hang_stalled_rank_is_origin_and_launcher_blame_is_a_victim():
     p0 = progress.RankProgress(0, "vm", 100, last_step=4, last_step_ns=at(0), step_time_s=0.035)
     p1 = progress.RankProgress(1, "vm", 101, last_step=4, last_step_ns=at(0.001), last_line_ns=at(0.2),
