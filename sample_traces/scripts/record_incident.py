@@ -85,6 +85,14 @@ Scenarios (the rank at fault is ``--rank``, default 1):
                  logs `segfault at 0` for the worker (needs /proc/sys/debug/exception-trace 1: set for
                  the recording, restored after); the rank's DataLoader raises, the job fails
   abort          a native library's check fails in the rank: abort() (SIGABRT), no Python traceback
+  fd-limit       batches come from 2 DataLoader workers per rank (persistent, torch's default
+                 file_descriptor sharing: the rank receives each batch tensor's shared-memory fd from
+                 the worker over a new socket, so it opens files every step); at the fault time the
+                 rank's open-file limit is lowered from outside (`prlimit --pid PID --nofile=N:N`, N its
+                 open fds counted in /proc/PID/fd just before, plus 4: an operator or container runtime
+                 setting a limit wrong); its next batches cannot be received and torch's DataLoader
+                 raises `RuntimeError: Too many open files. Communication with the workers is no longer
+                 possible...`; torchrun reports the rank, its peer fails
 
 Decoys (``--decoy``, any number, each started at about a third of the baseline):
 
@@ -114,7 +122,7 @@ SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
              "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang", "abort",
-             "rt-hog", "worker-segv")
+             "rt-hog", "worker-segv", "fd-limit")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -397,6 +405,43 @@ def fault_worker_segv(r: Recording, rank: int, pids: dict) -> None:
     r.truth["flag_ns"] = t
 
 
+FD_MARGIN = 4        # fds the rank may still open once its limit is lowered
+
+
+def _limits_nofile(pid: int) -> list[str]:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return line.split()[3:5]
+    return []
+
+
+def fault_fd_limit(r: Recording, rank: int, pids: dict) -> None:
+    # as an operator (or a container runtime) sets the limit wrong on a running process: the rank's
+    # open fds are counted first, then its soft and hard RLIMIT_NOFILE set a few above that count
+    pid = pids[rank]
+    fds = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    n = len(fds) + FD_MARGIN
+    was = _limits_nofile(pid)
+    cmd = ["prlimit", "--pid", str(pid), f"--nofile={n}:{n}"]
+    t0 = r.ev("prlimit_nofile", pid=pid, rank=rank, open_fds=len(fds), fds={k: fds[k] for k in sorted(fds)},
+              nofile_was=was, command=cmd, workers=_children(pid))
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    t1 = r.ev("nofile_set", pid=pid, rank=rank, rc=p.returncode, stderr=p.stderr.strip(), nofile=_limits_nofile(pid),
+              open_fds=len(os.listdir(f"/proc/{pid}/fd")))
+    if p.returncode != 0:
+        raise SystemExit(f"record: prlimit failed: {p.stderr.strip()}")
+    r.truth["origin"] = {"kinds": ["python_exception"], "rank": rank, "pid": pid, "start_ns": [t0, t1],
+                         "nofile": n, "open_fds": len(fds), "nofile_was": was,
+                         "what": f"the open-file limit of rank {rank} (pid {pid}) lowered from outside to {n} "
+                                 f"(`{' '.join(cmd)}`; it had {len(fds)} files open): its next new fds fail "
+                                 "with EMFILE"}
+
+
 def fault_launcher_kill(r: Recording, rank: int, pids: dict) -> None:
     # as a scheduler ends a job step: SIGKILL to the launcher and every worker at once
     lp = r.side_json("rank0")["ppid"]
@@ -555,7 +600,7 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
           "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag,
           "worker-hang": fault_flag, "abort": fault_flag, "rt-hog": fault_rt_hog,
-          "worker-segv": fault_worker_segv}
+          "worker-segv": fault_worker_segv, "fd-limit": fault_fd_limit}
 
 
 # ---------------------------------------------------------------- decoys
@@ -697,7 +742,7 @@ def record(r: Recording) -> int:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", r.ckpt_mount], check=True)
         r.mounts.append(r.ckpt_mount)
         env.update(AFTERTRACE_CKPT_DIR=r.ckpt_mount, AFTERTRACE_CKPT_EVERY="10")
-    if a.scenario in ("worker-kill", "worker-oom", "worker-hang", "worker-segv"):
+    if a.scenario in ("worker-kill", "worker-oom", "worker-hang", "worker-segv", "fd-limit"):
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="4")
     if a.scenario == "worker-hang":
         env["AFTERTRACE_LOADER_TIMEOUT"] = "10"
@@ -863,6 +908,23 @@ def _median_step(r: Recording) -> float:
     return d[len(d) // 2] if d else 1.0
 
 
+def emfile_lines(r: Recording) -> list[str]:
+    """The job's log lines that state the rank ran out of file descriptors, in order, once each."""
+    # torchrun's combined log (--tee 3: every rank's lines, prefixed) where there is one, else any log
+    files = sorted(Path(r.out).rglob("torchrun.log")) or [r.work / "collect.out"] + sorted(Path(r.out).rglob("*.log"))
+    seen: list[str] = []
+    for f in files:
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.rstrip()
+            if ("Too many open files" in line or "Errno 24" in line or "EMFILE" in line) and line not in seen:
+                seen.append(line)
+    return seen
+
+
 def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
@@ -890,6 +952,19 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
                            "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f"DataLoader worker {f['worker_pid']} of the rank reads through a null pointer in "
                                    "native code (ctypes.string_at(0) in __getitem__): SIGSEGV, no handler"}
+    if a.scenario == "fd-limit" and "origin" in t:
+        first = side.get(f"exit_rank{a.rank}")
+        lines = emfile_lines(r)
+        if first:
+            # the rank's first error for want of fds, when it reached its training loop (side file)
+            t["origin"]["first_error_ns"] = first["ts_ns"]
+            t["origin"]["error"] = f"{first.get('exc')}: {first.get('msg')}"
+        e = {"what": "rank_error_emfile", "ts_ns": first["ts_ns"] if first else None, "rank": a.rank,
+             "pid": pids[a.rank], "lines": lines,
+             "time_from": "the rank's side file: the error reaching its training loop",
+             "lines_from": "torchrun's combined log"}
+        r.events.append(e)
+        r.events.sort(key=lambda x: x["ts_ns"] or 0)
     if a.scenario == "shm":
         first = side.get(f"exit_rank{a.rank}")
         if first:
