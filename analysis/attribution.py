@@ -233,13 +233,13 @@ def host_views(rank_pids: dict[int, int], rank_hosts: dict[int, str | None] | No
 def owned(links: list[Link], view: Callable[[str | None], HostView]) -> list[Link]:
     """``links`` with a rank where a finding without one is about a process that descends from one
     rank only on its host (``view``: :func:`host_views`): a DataLoader worker the kernel names by
-    its pid is its rank's."""
+    its pid is its rank's (``started_by_rank``: the pid is not the rank's own)."""
     out = []
     for l in links:
         if l.rank is None and l.pid is not None:
             r = view(l.host).owner.get(l.pid)
             if r is not None:
-                l = dataclasses.replace(l, rank=r)
+                l = dataclasses.replace(l, rank=r, attrs=l.attrs + (("started_by_rank", True),))
         out.append(l)
     return out
 

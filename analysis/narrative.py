@@ -20,6 +20,9 @@ WIDE_NS = 5_000_000_000     # an origin known to less than this is told as a poi
 
 
 def _who(l: Link) -> str:
+    if l.rank is not None and l.pid is not None and l.attr("started_by_rank"):
+        comm = l.attr("comm")
+        return f"a process of rank {l.rank} (pid {l.pid}{', ' + comm if comm else ''})"
     if l.rank is not None and l.pid is not None:
         return f"rank {l.rank} (pid {l.pid})"
     if l.rank is not None:
@@ -118,7 +121,8 @@ def phrase(l: Link) -> str:
     if k == K.DATALOADER_STALL:
         return f"the DataLoader of {_who(l)} no longer delivering batches"
     if k == K.DATALOADER_WORKER_KILLED:
-        return f"a DataLoader worker of {_who(l)} dying"
+        w = str(l.attr("worker_pids") or "").strip()
+        return f"{_who(l)} losing a DataLoader worker" + (f" (pid{'s' if ',' in w else ''} {w})" if w else "")
     if k == K.RENDEZVOUS_FAILURE:
         if l.rank is None and str(l.attr("exc_type") or "").endswith("RendezvousTimeoutError"):
             where = f" on {l.host}" if l.host else ""

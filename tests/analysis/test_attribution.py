@@ -177,3 +177,4 @@ def test_a_finding_about_a_workers_pid_is_its_ranks():
     kept = dataclasses.replace(segv, rank=1)
     out = attribution.owned([segv, elsewhere, shared, kept, died], view)
     assert [l.rank for l in out] == [0, None, None, 1, 0]
+    assert [l.attr("started_by_rank") for l in out] == [True, None, None, None, None]
