@@ -31,6 +31,12 @@ Faults that happen *inside* the job start when the recorder creates the flag fil
               (``ctypes.string_at(0)``) inside ``__getitem__``; once, in that worker only. Its
               SIGSEGV disposition is the default when it reads (see ``Samples.crash``), so the
               kernel logs ``segfault at 0`` for it and the rank's DataLoader raises
+  worker_exception one of the rank's DataLoader workers, the first to load a sample once the flag
+              exists, finds the sample's record corrupt (truncated) and raises a plain
+              ``ValueError`` in ``__getitem__``; once, in that worker only. torch's worker loop
+              sends it to the rank, whose DataLoader re-raises it there (``Caught ValueError in
+              DataLoader worker process N.`` with the worker's original traceback); nothing of
+              torch's default handling is changed
 
 Faults from outside (SIGSTOP, the freezer cgroup, SIGKILL, CPU quota, other tenants) need
 nothing from the job. Other settings: AFTERTRACE_PG_TIMEOUT_S (collective timeout, default
@@ -74,9 +80,9 @@ class Samples(torch.utils.data.Dataset):
     came from). Each worker's batch travels through shared memory. Once ``long_flag`` exists,
     the payloads are long (the part of the data set with long sequences)."""
 
-    def __init__(self, n, dim, classes, long_flag, leak_flag="", hang_flag="", segv_flag=""):
+    def __init__(self, n, dim, classes, long_flag, leak_flag="", hang_flag="", segv_flag="", exc_flag=""):
         self.n, self.dim, self.classes, self.long_flag, self.leak_flag = n, dim, classes, long_flag, leak_flag
-        self.hang_flag, self.segv_flag = hang_flag, segv_flag
+        self.hang_flag, self.segv_flag, self.exc_flag = hang_flag, segv_flag, exc_flag
         self.kept = []
 
     def __len__(self):
@@ -95,10 +101,42 @@ class Samples(torch.utils.data.Dataset):
             threading.Event().wait()
         if self.segv_flag and os.path.exists(self.segv_flag):
             self.crash()
+        if self.exc_flag and os.path.exists(self.exc_flag) and self.claim("worker_exception"):
+            self.corrupt(i)
         if self.leak_flag and os.path.exists(self.leak_flag):
             self.kept.append(b"\x5a" * (8 << 20))     # a per-sample cache in the worker, never freed
         return torch.randn(self.dim, generator=g), int(torch.randint(0, self.classes, (1,), generator=g)), payload
 
+
+    @staticmethod
+    def claim(name):
+        """True in the one worker that creates ``<side dir>/<name>.claim`` first (O_EXCL), once."""
+        d = os.environ.get("AFTERTRACE_SIDE_DIR", "")
+        if not d:
+            return False
+        try:
+            os.close(os.open(os.path.join(d, name + ".claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False                             # another worker took the fault already
+        return True
+
+    def decode(self, i, raw):
+        """A sample's record as stored: ``dim`` little-endian float32 values."""
+        want = self.dim * 4
+        if len(raw) != want:
+            raise ValueError(f"corrupt sample {i}: expected {self.dim} float32 values ({want} bytes), "
+                             f"got {len(raw)} bytes")
+        return torch.frombuffer(bytearray(raw), dtype=torch.float32)
+
+    def corrupt(self, i):
+        """The sample's record is truncated (a partly written shard): decoding it raises ValueError
+        in this worker. The worker notes its pid and the time just before it raises."""
+        raw = os.urandom(1000)
+        info = torch.utils.data.get_worker_info()
+        side("fault", what="a DataLoader worker of the rank raises ValueError on a corrupt sample",
+             rank=int(os.environ.get("RANK", "-1")), pid=os.getppid(), worker_pid=os.getpid(),
+             worker_id=None if info is None else info.id, sample=i, step=-1, ts_ns=time.time_ns())
+        self.decode(i, raw)
 
     def crash(self):
         """A null-pointer read in native code (a decoder or extension with a bad pointer), in the one
@@ -127,10 +165,10 @@ class Samples(torch.utils.data.Dataset):
         ctypes.string_at(0)      # SIGSEGV in C, in the worker
 
 
-def batches(batch, dim, classes, long_flag, leak_flag="", hang_flag="", segv_flag=""):
+def batches(batch, dim, classes, long_flag, leak_flag="", hang_flag="", segv_flag="", exc_flag=""):
     workers = int(os.environ.get("AFTERTRACE_LOADER_WORKERS", "0"))
     if workers:
-        ds = Samples(10**9, dim, classes, long_flag, leak_flag, hang_flag, segv_flag)
+        ds = Samples(10**9, dim, classes, long_flag, leak_flag, hang_flag, segv_flag, exc_flag)
         dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
                                          prefetch_factor=int(os.environ.get("AFTERTRACE_PREFETCH", "4")),
                                          persistent_workers=True,
@@ -194,7 +232,7 @@ def main():
         prof.start()
     data = batches(batch, dim, classes, flag if fault == "loader" and mine else "",
                    flag if fault == "worker_leak" and mine else "", flag if fault == "worker_hang" and mine else "",
-                   flag if fault == "worker_segv" and mine else "")
+                   flag if fault == "worker_segv" and mine else "", flag if fault == "worker_exception" and mine else "")
     fired = False
     step = 0
     max_steps = int(os.environ.get("AFTERTRACE_MAX_STEPS", "1000000"))

@@ -93,6 +93,14 @@ Scenarios (the rank at fault is ``--rank``, default 1):
                  setting a limit wrong); its next batches cannot be received and torch's DataLoader
                  raises `RuntimeError: Too many open files. Communication with the workers is no longer
                  possible...`; torchrun reports the rank, its peer fails
+  worker-exception
+                 batches come from 2 DataLoader workers per rank; at the flag, the first of the rank's
+                 workers to load a sample finds its record truncated (a corrupt sample) and raises a plain
+                 `ValueError: corrupt sample N: expected 512 float32 values (2048 bytes), got 1000 bytes`
+                 in the dataset's __getitem__, once, in that worker only (it notes its pid and the time
+                 just before it raises); torch's worker loop hands it to the rank, whose DataLoader
+                 re-raises it (`ValueError: Caught ValueError in DataLoader worker process N.` with the
+                 worker's original traceback); the rank fails, torchrun reports it, its peer fails
 
 Decoys (``--decoy``, any number, each started at about a third of the baseline):
 
@@ -122,7 +130,7 @@ SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
              "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang", "abort",
-             "rt-hog", "worker-segv", "fd-limit")
+             "rt-hog", "worker-segv", "fd-limit", "worker-exception")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -600,7 +608,8 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
           "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag,
           "worker-hang": fault_flag, "abort": fault_flag, "rt-hog": fault_rt_hog,
-          "worker-segv": fault_worker_segv, "fd-limit": fault_fd_limit}
+          "worker-segv": fault_worker_segv, "fd-limit": fault_fd_limit,
+          "worker-exception": fault_worker_segv}      # the same: the flag, with the rank's workers noted
 
 
 # ---------------------------------------------------------------- decoys
@@ -717,7 +726,7 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"worker-segv": "worker_segv", "abort": "abort", "worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"worker-exception": "worker_exception", "worker-segv": "worker_segv", "abort": "abort", "worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
@@ -742,7 +751,7 @@ def record(r: Recording) -> int:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", r.ckpt_mount], check=True)
         r.mounts.append(r.ckpt_mount)
         env.update(AFTERTRACE_CKPT_DIR=r.ckpt_mount, AFTERTRACE_CKPT_EVERY="10")
-    if a.scenario in ("worker-kill", "worker-oom", "worker-hang", "worker-segv", "fd-limit"):
+    if a.scenario in ("worker-kill", "worker-oom", "worker-hang", "worker-segv", "fd-limit", "worker-exception"):
         env.update(AFTERTRACE_LOADER_WORKERS="2", AFTERTRACE_PREFETCH="4")
     if a.scenario == "worker-hang":
         env["AFTERTRACE_LOADER_TIMEOUT"] = "10"
@@ -910,6 +919,11 @@ def _median_step(r: Recording) -> float:
 
 def emfile_lines(r: Recording) -> list[str]:
     """The job's log lines that state the rank ran out of file descriptors, in order, once each."""
+    return log_lines(r, ("Too many open files", "Errno 24", "EMFILE"))
+
+
+def log_lines(r: Recording, needles: tuple[str, ...]) -> list[str]:
+    """The job's log lines that hold any of ``needles``, in order, once each."""
     # torchrun's combined log (--tee 3: every rank's lines, prefixed) where there is one, else any log
     files = sorted(Path(r.out).rglob("torchrun.log")) or [r.work / "collect.out"] + sorted(Path(r.out).rglob("*.log"))
     seen: list[str] = []
@@ -920,7 +934,7 @@ def emfile_lines(r: Recording) -> list[str]:
             continue
         for line in text.splitlines():
             line = line.rstrip()
-            if ("Too many open files" in line or "Errno 24" in line or "EMFILE" in line) and line not in seen:
+            if any(n in line for n in needles) and line not in seen:
                 seen.append(line)
     return seen
 
@@ -952,6 +966,26 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
                            "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f"DataLoader worker {f['worker_pid']} of the rank reads through a null pointer in "
                                    "native code (ctypes.string_at(0) in __getitem__): SIGSEGV, no handler"}
+    if a.scenario == "worker-exception":
+        f = side.get("fault")
+        if f:
+            t["origin"] = {"kinds": ["python_exception"], "rank": f["rank"], "pid": f["pid"],
+                           "pids": [f["worker_pid"]], "worker_pid": f["worker_pid"], "worker_id": f.get("worker_id"),
+                           "sample": f.get("sample"), "start_ns": [f["ts_ns"], f["ts_ns"]],
+                           "what": f"DataLoader worker {f['worker_pid']} of the rank raises ValueError in __getitem__ "
+                                   f"on a corrupt sample ({f.get('sample')}); the rank's DataLoader re-raises it"}
+            first = side.get(f"exit_rank{a.rank}")
+            if first:
+                # when the re-raised error reached the rank's training loop (side file)
+                t["origin"]["first_error_ns"] = first["ts_ns"]
+                t["origin"]["error"] = f"{first.get('exc')}: {first.get('msg')}"
+            e = {"what": "rank_error_worker_exception", "ts_ns": first["ts_ns"] if first else None, "rank": a.rank,
+                 "pid": pids[a.rank], "lines": log_lines(r, ("Caught ValueError", "corrupt sample",
+                                                             "Original Traceback")),
+                 "time_from": "the rank's side file: the error reaching its training loop",
+                 "lines_from": "torchrun's combined log"}
+            r.events.append(e)
+            r.events.sort(key=lambda x: x["ts_ns"] or 0)
     if a.scenario == "fd-limit" and "origin" in t:
         first = side.get(f"exit_rank{a.rank}")
         lines = emfile_lines(r)
