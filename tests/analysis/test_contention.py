@@ -67,22 +67,24 @@ def test_shares_are_read_from_the_newcomers_arrival_when_the_stall_is_bounded_ea
     assert c.ts_ns == hog0 and c.attr("starved") is True and c.attr("share") == 0.95
     assert "took 95%" in c.summary and "97% of its samples before, 5% after" in c.summary
     # a task that leaves the rank a third of what it had only slowed it
-    st2 = Store()
-    st2.add(101, "python3", 1, spread(60, T0, T0 + 20 * S))
-    st2.add(555, "python3", 1, spread(120, T0 + 20 * S, T0 + 40 * S))
-    st2.add(101, "python3", 1, spread(20, T0 + 20 * S, T0 + 40 * S))
-    slow = Link(kind=K.STEP_SLOWDOWN, ts_ns=T0 + 20 * S, summary="slow", source="log", host="vm", rank=1)
-    (c2,) = contention.detect(st2, "i", [slow], {1: 101}, {101})
+    c2 = _after_change(K.STEP_SLOWDOWN, (555, "python3", 120), (101, "python3", 20))
     assert c2.attr("starved") is False and c2.attr("share") == 0.857
     # a rank that stopped on its own: its CPU idles or goes to whatever runs; a task that takes 60 %
     # of it came after, not before
-    st3 = Store()
-    st3.add(101, "python3", 1, spread(60, T0, T0 + 20 * S))
-    st3.add(555, "python", 1, spread(60, T0 + 20 * S, T0 + 40 * S))
-    st3.add(77, "kworker/1:1", 1, spread(40, T0 + 20 * S, T0 + 40 * S))
-    stop = Link(kind=K.RANK_STALLED, ts_ns=T0 + 20 * S, summary="stopped", source="log", host="vm", rank=1)
-    (c3,) = contention.detect(st3, "i", [stop], {1: 101}, {101})
+    c3 = _after_change(K.RANK_STALLED, (555, "python", 60), (77, "kworker/1:1", 40))
     assert c3.attr("starved") is False and c3.attr("share") == 0.6
+
+
+def _after_change(kind, *after):
+    """The contention found when rank 1 (pid 101) had CPU 1 alone for 20 s, a finding of ``kind``
+    came at 10:00:20, and ``after`` ((tid, comm, samples) spread over the next 20 s) ran there."""
+    st = Store()
+    st.add(101, "python3", 1, spread(60, T0, T0 + 20 * S))
+    for tid, comm, n in after:
+        st.add(tid, comm, 1, spread(n, T0 + 20 * S, T0 + 40 * S))
+    found = Link(kind=kind, ts_ns=T0 + 20 * S, summary="x", source="log", host="vm", rank=1)
+    (c,) = contention.detect(st, "i", [found], {1: 101}, {101})
+    return c
 
 
 def test_a_process_that_was_there_before_or_of_the_job_is_no_newcomer():
