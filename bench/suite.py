@@ -26,7 +26,7 @@ query     timeline window latency p50/p95 at 1 M (full: also 10 M) events and fl
 export    Perfetto and Chrome trace export of the 1 M (10 M) event incident (bench_export)
 whole     whole processes alternated on one file (bench_whole): ``aftertrace analyze`` of perf script
           vs FlameGraph's ``stackcollapse-perf.pl``, of Kineto JSON vs HolisticTraceAnalysis, of NCCL,
-          training and kernel logs vs ``lnav -n``; 30/100 MB
+          training and kernel logs vs ``lnav -n``; 30/100 MB (full: also perf 500 MB, Kineto 232 MB)
 analysis  the analysis of crash-dense torchrun logs, 10 and 100 MB (quick: 10, 30): every sample
           bundle's real failures played again and again, each a later restart (bench_analysis),
           whole ``Service.analyze`` and where its time goes; and clock alignment over 1x, 4x, 16x
