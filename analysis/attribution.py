@@ -237,9 +237,11 @@ def owned(links: list[Link], view: Callable[[str | None], HostView]) -> list[Lin
     out = []
     for l in links:
         if l.rank is None and l.pid is not None:
-            r = view(l.host).owner.get(l.pid)
+            here = view(l.host)
+            r = here.owner.get(l.pid)
             if r is not None:
-                l = dataclasses.replace(l, rank=r, attrs=l.attrs + (("started_by_rank", True),))
+                started = () if l.pid in here.by_pid else (("started_by_rank", True),)
+                l = dataclasses.replace(l, rank=r, attrs=l.attrs + started)
         out.append(l)
     return out
 
