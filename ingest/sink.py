@@ -32,6 +32,8 @@ import json
 import os
 from pathlib import Path
 from urllib.parse import quote
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -290,6 +292,72 @@ class RowSink:
     @property
     def records(self) -> int:
         return sum(v for k, v in self.counts.items() if k not in ("parse_issues", "facts"))
+
+
+class SinkThread:
+    """A parser's sink calls, run in order on one worker thread.
+
+    Writing a Parquet part (encoding, compression: about a fifth of a parse) releases the
+    GIL, so it overlaps the parser's work on the next chunk. Every call goes through the one
+    thread in the order it was made, so the sink is never used by two threads at once and
+    gets the same calls as before; at most two event frames wait, so memory stays bounded
+    by a few chunks. A failed call is raised in the parser's thread.
+
+    The thread is started by the frame with which the frames reach a row group (the sink
+    writes a part then); until then the calls are made directly. A file of fewer events has
+    nothing to overlap (its parts are all written when it is closed), and handing its calls
+    to a thread would cost more than they do."""
+
+    def __init__(self, sink):
+        self.sink = sink
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque = deque()
+        self._rows = 0
+
+    def _call(self, frame: bool, fn, *args, **kw) -> None:
+        if self._pool is None:
+            fn(*args, **kw)
+            return
+        self._pending.append((self._pool.submit(fn, *args, **kw), frame))
+        while self._pending and (self._pending[0][0].done() or sum(f for _, f in self._pending) > 2):
+            self._pending.popleft()[0].result()
+
+    def add_frame(self, table: str, frame) -> None:
+        self._rows += len(frame)
+        if self._pool is None and self._rows >= ROW_GROUP:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="sink")
+        self._call(True, self.sink.add_frame, table, frame)
+
+    def add(self, table: str, **row) -> None:
+        self._call(False, self.sink.add, table, **row)
+
+    def issue(self, *args, **kw) -> None:
+        self._call(False, self.sink.issue, *args, **kw)
+
+    def fact(self, *args, **kw) -> None:
+        self._call(False, self.sink.fact, *args, **kw)
+
+    def hold(self) -> None:
+        """Announce no part until the end (see ``RowSink.hold``), in order with the other calls."""
+        self._call(False, self.sink.hold)
+
+    def more_issues(self, n: int) -> None:
+        """Issues counted but not stored one by one."""
+        self._call(False, _more_issues, self.sink, n)
+
+    def close(self, check: bool = True) -> None:
+        """Wait for every call (re-raising a failure when ``check``); the thread ends."""
+        if self._pool is None:
+            return
+        try:
+            while check and self._pending:
+                self._pending.popleft()[0].result()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def _more_issues(sink, n: int) -> None:
+    sink.issues_total += n
 
 
 NO_VALUE = "__HIVE_DEFAULT_PARTITION__"     # a partition key without a value (hive's name for it)

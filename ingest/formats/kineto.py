@@ -10,7 +10,7 @@ What is read (reference: shared/reference/FORMATS.md section 2)
   kept: about 50 bytes per flow event). Per chunk the work is vectorised: one Polars frame
   of the event fields, ``attrs`` as one Arrow string array built from the joined raw
   ``args`` bytes, and once the events fill a row group the Parquet parts are written on a
-  second thread (:class:`_SinkThread`) while the next chunk is decoded. Chunks of fewer
+  second thread (:class:`ingest.sink.SinkThread`) while the next chunk is decoded. Chunks of fewer
   than :data:`SMALL_CHUNK` events (a small file, such as the per-rank traces of a large job,
   whose last event is a chunk of its own) are read together, with Python lists and a few
   Arrow arrays instead of Polars queries, to the same rows: the fixed cost of the vectorised
@@ -67,8 +67,7 @@ import io
 import math
 import operator
 import re
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from array import array
 from itertools import accumulate, chain, compress, repeat
 from pathlib import PurePosixPath
@@ -81,7 +80,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import sink as sink_module
+from ..sink import SinkThread
 from ..model import CLOCK_PROCESS, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
@@ -350,72 +349,6 @@ def _nelems(dims) -> int | None:
     return None
 
 
-class _SinkThread:
-    """The sink calls made while chunks are read, run in order on one worker thread.
-
-    Writing a Parquet part (encoding, compression: about a fifth of a parse) releases the
-    GIL, so it overlaps the decoding of the next chunk. Every call goes through the one
-    thread in the order it was made, so the sink is never used by two threads at once and
-    gets the same calls as before; at most two event frames wait, so memory stays bounded
-    by a few chunks. A failed call is raised in the parser's thread.
-
-    The thread is started by the frame with which the frames reach a row group (the sink
-    writes a part then); until then the calls are made directly. A file of fewer events has
-    nothing to overlap (its parts are all written when it is closed), and handing its calls
-    to a thread would cost more than they do."""
-
-    def __init__(self, sink):
-        self.sink = sink
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: deque = deque()
-        self._rows = 0
-
-    def _call(self, frame: bool, fn, *args, **kw) -> None:
-        if self._pool is None:
-            fn(*args, **kw)
-            return
-        self._pending.append((self._pool.submit(fn, *args, **kw), frame))
-        while self._pending and (self._pending[0][0].done() or sum(f for _, f in self._pending) > 2):
-            self._pending.popleft()[0].result()
-
-    def add_frame(self, table: str, frame) -> None:
-        self._rows += len(frame)
-        if self._pool is None and self._rows >= sink_module.ROW_GROUP:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="kineto-sink")
-        self._call(True, self.sink.add_frame, table, frame)
-
-    def add(self, table: str, **row) -> None:
-        self._call(False, self.sink.add, table, **row)
-
-    def issue(self, *args, **kw) -> None:
-        self._call(False, self.sink.issue, *args, **kw)
-
-    def fact(self, *args, **kw) -> None:
-        self._call(False, self.sink.fact, *args, **kw)
-
-    def hold(self) -> None:
-        """Announce no part until the end (see ``RowSink.hold``), in order with the other calls."""
-        self._call(False, self.sink.hold)
-
-    def more_issues(self, n: int) -> None:
-        """Issues counted but not stored one by one."""
-        self._call(False, _more_issues, self.sink, n)
-
-    def close(self, check: bool = True) -> None:
-        """Wait for every call (re-raising a failure when ``check``); the thread ends."""
-        if self._pool is None:
-            return
-        try:
-            while check and self._pending:
-                self._pending.popleft()[0].result()
-        finally:
-            self._pool.shutdown(wait=True)
-
-
-def _more_issues(sink, n: int) -> None:
-    sink.issues_total += n
-
-
 class KinetoParser(Parser):
     name = "kineto"
     kind = "torch_trace"
@@ -480,7 +413,7 @@ class _State:
 
     def __init__(self, ctx: ParseContext):
         self.ctx = ctx
-        self.sink = _SinkThread(ctx.sink)    # while chunks are read; ctx.sink itself from finish() on
+        self.sink = SinkThread(ctx.sink)    # while chunks are read; ctx.sink itself from finish() on
         self.offset: int | None = None       # ns added to every converted ts
         self.time_base: str | None = None
         self.pending_rebase = False
@@ -935,7 +868,7 @@ class _State:
 
     def sink_done(self, check: bool = True) -> None:
         """The chunks' sink calls are all made: the sink is used directly from here on."""
-        if isinstance(self.sink, _SinkThread):
+        if isinstance(self.sink, SinkThread):
             bg, self.sink = self.sink, self.ctx.sink
             bg.close(check)
 

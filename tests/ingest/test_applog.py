@@ -670,3 +670,28 @@ def test_a_childfailederror_summary_pasted_without_its_traceback(tmp_path):
     got = sorted((e["line"], e["kind"], e["pid"], e["rank"]) for g in (tmp_path / "out").glob("events*.parquet")
                  for e in pq.read_table(g).to_pylist() if e["kind"])
     assert got == [(1, "job_failure", None, None), (6, "signal_kill", 32258, 0), (29, "process_exit", 32259, 1)]
+
+
+def _tables(res: SourceResult) -> dict[str, list[dict]]:
+    out = {}
+    for t, files in sorted(res.parts.items()):
+        rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+        out[t] = rows + (res.inline[t].to_pylist() if t in res.inline else [])
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(p for d in (APP, NCCL) for p in d.iterdir() if p.name != "PROVENANCE.md")
+                         + [OOM_LOG], ids=lambda p: p.name)
+def test_row_wise_steps_on_two_threads_give_the_same_tables(path, tmp_path, monkeypatch):
+    # The row-wise steps (wrappers, line families, messages, times) run on two halves of a large
+    # chunk at once. Cutting every frame of two or more rows in two must change no row of any table.
+    from ingest.formats.logs import frames
+    parser = default_registry().detect(Head.read(path, path.name)).parser
+    if parser is None:
+        pytest.skip("not a log")
+    parser = parser.name
+    whole = parse(path, tmp_path / "whole", parser=parser)
+    monkeypatch.setattr(frames, "HALF_ROWS", 1)
+    halves = parse(path, tmp_path / "halves", parser=parser)
+    assert whole.status == halves.status and whole.attrs == halves.attrs
+    assert _tables(halves) == _tables(whole)

@@ -71,6 +71,7 @@ category = family, name, kind for findings with ``attrs.summary``, severity, the
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -84,10 +85,11 @@ import polars as pl
 from ... import native
 from ...model import CLOCK_NONE
 from ...registry import ParseContext
+from ...sink import SinkThread
 from ...timeparse import NS
 from ..kernel.signatures import Unknown
 from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
-from .frames import extract_prefix
+from .frames import extract_prefix, in_halves
 from .logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
 from .nccl_grammar import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT,
                            WARN_LABELS, collapse_info, nccl_frame, warn_class)
@@ -579,6 +581,22 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
         out.append(_with_common(b, "nccl", name=pl.lit("nccl_version"), sev=pl.lit("info"),
                                 attrs=_json_attrs(b, ["version"])))
         rest = rest.filter(~pl.col("lineno").is_in(bare["lineno"].implode()))
+    if rest.is_empty():
+        return out
+    parts = in_halves(_line_families, rest)
+    for fam in (*FAMILIES, "plain"):
+        got = [p[0][fam] for p in parts if fam in p[0]]
+        if got:
+            out.append(got[0] if len(got) == 1 else pl.concat(got, how="vertical_relaxed"))
+    st.other_rows = pl.concat([p[1] for p in parts])
+    return out
+
+
+def _line_families(rest: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.Series]:
+    """The frame of each family with lines in ``rest`` (each line in the first family that
+    matches; a row-wise step), and the line numbers of the lines no family took that say
+    something (not blank)."""
+    out: dict[str, pl.DataFrame] = {}
     for fam, (test, rx) in FAMILIES.items():
         if rest.is_empty():
             break
@@ -587,15 +605,13 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
             continue
         m = rest.filter(hit)
         g = _family_prefix(m, fam, rx)
-        out.append(_timed_family(g, fam))
+        out[fam] = _timed_family(g, fam)
         rest = rest.filter(~hit)
-    if not rest.is_empty():
-        hint = rest.select(pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))).to_series()
-        p = rest.filter(hint)
-        if not p.is_empty():
-            out.append(_with_common(p.with_columns(pl.col("body").alias("msg")), "plain"))
-        st.other_rows = rest.filter(~hint & (rest["body"].str.strip_chars() != ""))["lineno"]
-    return out
+    hint = rest.select(pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))).to_series()
+    p = rest.filter(hint)
+    if not p.is_empty():
+        out["plain"] = _with_common(p.with_columns(pl.col("body").alias("msg")), "plain")
+    return out, rest.filter(~hint & (rest["body"].str.strip_chars() != ""))["lineno"]
 
 
 def _count_other(st: _State, upto: int | None) -> None:
@@ -1208,7 +1224,7 @@ def _failure_text(f: dict, short: bool = False) -> str:
 # ---------------------------------------------------------------------------------------------
 def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Events of one chunk, and the raw rows to carry into the next chunk."""
-    base = _wrap(df)
+    base = pl.concat(in_halves(_wrap, df), how="diagonal_relaxed")
     _feed_phase(base, st.phase)
     base, kept = collapse_info(base, st.pending, st.collapse_floor)
     if kept is not None:
@@ -1223,7 +1239,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
                         "t_frac", "t_res", "t_off", "msg", "name", "kind", "attrs", "_cls")]
     if frames:
         ev = pl.concat([f.select([c for c in keep if c in f.columns]) for f in frames], how="diagonal_relaxed")
-        ev = _messages(ev)
+        ev = pl.concat(in_halves(_messages, ev), how="diagonal_relaxed")
         ev = _times(ev, st)
     else:
         ev = pl.DataFrame(schema={"lineno": pl.Int64})
@@ -1295,8 +1311,16 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     need_year = (pl.col("t_y").is_null() & pl.col("t_hms").is_not_null())
     if ev.select(need_year.any()).item() and st.ref_year is None and ev.select(pl.col("_ry").is_null().all()).item():
         st.year_from = st.year_from or "file modification time (no dated line in the file)"
-    ry = pl.coalesce(pl.col("_ry"), pl.lit(st.ref_year if st.ref_year else st.mtime_year))
-    rm = pl.col("_rm").fill_null(st.ref_month) if st.ref_month else pl.coalesce(pl.col("_rm"), pl.col("t_mo"))
+    stamps = functools.partial(_stamps, ref_year=st.ref_year if st.ref_year else st.mtime_year,
+                               ref_month=st.ref_month, zone=st.zone)
+    return pl.concat(in_halves(stamps, ev), how="diagonal_relaxed")
+
+
+def _stamps(ev: pl.DataFrame, ref_year: int, ref_month: int | None, zone: str | None) -> pl.DataFrame:
+    """``ts`` and ``res`` of each row from its stamp's pieces (a row-wise step): ``_ry`` and ``_rm``
+    are the year and month of the nearest dated row, ``ref_year`` and ``ref_month`` the file's."""
+    ry = pl.coalesce(pl.col("_ry"), pl.lit(ref_year))
+    rm = pl.col("_rm").fill_null(ref_month) if ref_month else pl.coalesce(pl.col("_rm"), pl.col("t_mo"))
     year = (pl.when(pl.col("t_y").is_not_null()).then(pl.col("t_y"))
             .when(pl.col("t_mo") - rm > 6).then(ry - 1)
             .when(rm - pl.col("t_mo") > 6).then(ry + 1)
@@ -1311,7 +1335,7 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     ev = ev.with_columns(year.alias("_yr"), frac_ns_expr(pl.col("t_frac")).alias("_fr"),
                          *(e.alias(c) for e, c in zip(hms_parts(pl.col("t_hms")), ("_h", "_mi", "_s"))))
     year, frac, hms = pl.col("_yr"), pl.col("_fr"), (pl.col("_h"), pl.col("_mi"), pl.col("_s"))
-    local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, frac, st.zone)
+    local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, frac, zone)
     if ev.select(pl.col("t_off").is_null().all()).item():      # (no stated offset: no UTC reading)
         ts = pl.when(pl.col("t_hms").is_null()).then(None).otherwise(local)
     else:
@@ -1717,6 +1741,18 @@ def parse_log(ctx: ParseContext) -> None:
     except OSError:
         mtime_year = 1970
     st = _State(zone=ctx.time_zone, mtime_year=mtime_year)
+    # (the chunks' parts are written on another thread while the next chunk is parsed)
+    sink = SinkThread(ctx.sink)
+    try:
+        _chunks(ctx, st, sink)
+    except BaseException:
+        sink.close(check=False)
+        raise
+    sink.close()
+    _finish(ctx, st)
+
+
+def _chunks(ctx: ParseContext, st: _State, sink: SinkThread) -> None:
     carry = None
     frames = ctx.line_frames()
     pending = next(frames, None)
@@ -1727,8 +1763,8 @@ def parse_log(ctx: ParseContext) -> None:
         if garbage.any():
             st.garbage += int(garbage.sum())
             for ln, text in df.filter(garbage).head(20).iter_rows():
-                ctx.sink.issue("garbage", "binary data (NUL bytes) in a text log; line skipped", line=ln,
-                               text=text.replace("\x00", "\\0")[:200])
+                sink.issue("garbage", "binary data (NUL bytes) in a text log; line skipped", line=ln,
+                           text=text.replace("\x00", "\\0")[:200])
             df = df.filter(~garbage)
         if carry is not None:
             df = pl.concat([carry, df])
@@ -1737,7 +1773,7 @@ def parse_log(ctx: ParseContext) -> None:
         ev, carry = _chunk_events(df, st, final=nxt is None)
         new_ctx, st.context_line = st.context_line, ctx_line
         if ev.width > 1 and not ev.is_empty():
-            _emit(ev, st, ctx.sink)
+            _emit(ev, st, sink)
         st.context_line = new_ctx
         pending = nxt
     if carry is not None and not carry.is_empty():
@@ -1745,8 +1781,7 @@ def parse_log(ctx: ParseContext) -> None:
         ev, _ = _chunk_events(carry, st, final=True)
         st.context_line = ctx_line
         if ev.width > 1 and not ev.is_empty():
-            _emit(ev, st, ctx.sink)
-    _finish(ctx, st)
+            _emit(ev, st, sink)
 
 
 _PHASE_C10 = r"^(?:\[rank\d+\]:)?\[[FEWIV]\d{3,4} \d\d:\d\d:\d\d\.\d{9} "
