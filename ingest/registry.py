@@ -104,7 +104,7 @@ class ParseContext:
                 for row in bad.head(room).iter_rows(named=True):
                     self.sink.issue("undecodable", "line is not valid UTF-8; bad bytes replaced",
                                     line=row["lineno"], text=row["line"][:200])
-                self.sink.issues_total += max(0, len(bad) - room)   # counted, not stored
+                self.sink.more_issues(len(bad) - room)   # counted, not stored
                 yield df
         except STREAM_ENDS as e:
             self.stream_error = e

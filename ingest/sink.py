@@ -111,6 +111,10 @@ class RowSink:
     def event(self, **row: Any) -> None:
         self.add("events", **row)
 
+    def more_issues(self, n: int) -> None:
+        """Issues counted but not stored one by one (beyond a parser's own budget)."""
+        self.issues_total += max(0, int(n))
+
     def issue(self, kind: str, message: str, line: int | None = None,
               text: str | None = None, byte_offset: int | None = None) -> None:
         """Record a line or region that could not be used. Parsing goes on."""
@@ -308,7 +312,7 @@ class SinkThread:
     nothing to overlap (its parts are all written when it is closed), and handing its calls
     to a thread would cost more than they do."""
 
-    def __init__(self, sink):
+    def __init__(self, sink: RowSink):
         self.sink = sink
         self._pool: ThreadPoolExecutor | None = None
         self._pending: deque = deque()
@@ -337,13 +341,22 @@ class SinkThread:
     def fact(self, *args, **kw) -> None:
         self._call(False, self.sink.fact, *args, **kw)
 
+    @property
+    def max_issues(self) -> int:
+        return self.sink.max_issues
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The sink's counts so far (the calls still waiting not yet in them)."""
+        return self.sink.counts
+
     def hold(self) -> None:
         """Announce no part until the end (see ``RowSink.hold``), in order with the other calls."""
         self._call(False, self.sink.hold)
 
     def more_issues(self, n: int) -> None:
         """Issues counted but not stored one by one."""
-        self._call(False, _more_issues, self.sink, n)
+        self._call(False, self.sink.more_issues, n)
 
     def close(self, check: bool = True) -> None:
         """Wait for every call (re-raising a failure when ``check``); the thread ends."""
@@ -354,10 +367,6 @@ class SinkThread:
                 self._pending.popleft()[0].result()
         finally:
             self._pool.shutdown(wait=True)
-
-
-def _more_issues(sink, n: int) -> None:
-    sink.issues_total += n
 
 
 NO_VALUE = "__HIVE_DEFAULT_PARTITION__"     # a partition key without a value (hive's name for it)

@@ -695,3 +695,26 @@ def test_row_wise_steps_on_two_threads_give_the_same_tables(path, tmp_path, monk
     halves = parse(path, tmp_path / "halves", parser=parser)
     assert whole.status == halves.status and whole.attrs == halves.attrs
     assert _tables(halves) == _tables(whole)
+
+
+def test_a_large_log_with_bad_lines_counts_every_one(tmp_path):
+    # Past a row group of rows the engine's sink calls run on the sink thread, the reader's
+    # issues (undecodable lines) included: every bad line is counted once, the first ones stored.
+    from ingest.sink import ROW_GROUP
+    good = (APP / "torchrun_hang.log").read_bytes().splitlines(keepends=True)
+    path = tmp_path / "big.log"
+    bad, rows = 0, 0
+    with open(path, "wb") as f:
+        while rows < 3 * ROW_GROUP:
+            for ln in good:
+                f.write(ln)
+                rows += 1
+            f.write(b"step \xff\xfe not utf-8\n")
+            f.write(b"binary \x00 data\n")
+            bad += 1
+    res = parse(path, tmp_path)
+    kinds = [r["kind"] for f in res.parts["parse_issues"] for r in pq.read_table(f).to_pylist()]
+    # (NUL lines: the first 20 of a chunk are shown, all of them counted in the attrs)
+    assert kinds.count("undecodable") == bad and kinds.count("garbage") == 20
+    assert res.issues == bad + 20 and res.attrs["garbage_lines"] == bad
+    assert res.counts["events"] > 0 and res.status == "partial"

@@ -1741,13 +1741,17 @@ def parse_log(ctx: ParseContext) -> None:
     except OSError:
         mtime_year = 1970
     st = _State(zone=ctx.time_zone, mtime_year=mtime_year)
-    # (the chunks' parts are written on another thread while the next chunk is parsed)
-    sink = SinkThread(ctx.sink)
+    # The chunks' parts are written on another thread while the next chunk is parsed, and every
+    # sink call of the chunks (the reader's too) goes through that thread, in order.
+    real = ctx.sink
+    ctx.sink = sink = SinkThread(real)
     try:
         _chunks(ctx, st, sink)
     except BaseException:
         sink.close(check=False)
         raise
+    finally:
+        ctx.sink = real
     sink.close()
     _finish(ctx, st)
 
