@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -162,13 +163,17 @@ def _settings(args, **kw) -> Settings:
                              parts_dir=getattr(args, "parts_dir", None), **kw)
 
 
-def _service(args, err: Console):
-    """(settings, service) or (settings, None) after printing why the store cannot be opened."""
+def _checked_settings(args, err: Console) -> Settings:
     try:
-        settings = _settings(args)
+        return _settings(args)
     except ValueError as e:      # (a --parts-dir it cannot use)
         err.print(f"aftertrace: {escape(str(e))}")
         raise SystemExit(2)
+
+
+def _service(args, err: Console, settings: Settings | None = None):
+    """(settings, service) or (settings, None) after printing why the store cannot be opened."""
+    settings = settings or _checked_settings(args, err)
     from .service import Service
     from .store import StoreError
     try:
@@ -184,13 +189,30 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
     if not Path(args.path).exists():
         err.print(f"aftertrace: cannot read {escape(str(Path(args.path)))}: no such file or directory")
         return 2
-    from ingest.bundle import IntakeError
-    settings, svc = _service(args, err)
+    from ingest.bundle import IntakeError, store_raw
+    settings = _checked_settings(args, err)
+    # The input is stored (read, hashed, copied) on another thread while the service's modules
+    # load and its store opens: on a large file each takes a few tenths of a second, and the
+    # copy mostly waits on the disk and the hash, neither of which holds the GIL.
+    stored: dict = {}
+
+    def intake() -> None:
+        try:
+            stored["raw"] = store_raw(args.path, settings.bundles_dir)
+        except BaseException as e:   # noqa: BLE001 - raised below, in this thread
+            stored["error"] = e
+
+    t0 = time.monotonic()
+    worker = threading.Thread(target=intake, name="intake", daemon=True)
+    worker.start()
+    settings, svc = _service(args, err, settings)
+    worker.join()
     if svc is None:
         return 3
-    t0 = time.monotonic()
     try:
-        sub = svc.submit_path(args.path, title=args.title)
+        if "error" in stored:
+            raise stored["error"]
+        sub = svc.submit_stored(stored["raw"], args.path, title=args.title)
     except IntakeError as e:
         err.print(f"aftertrace: cannot read {escape(str(e))}")
         return 2

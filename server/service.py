@@ -150,7 +150,11 @@ class Service(Queries, Shares, Exports):
 
     # -- intake ------------------------------------------------------------------
     def submit_path(self, path: str | os.PathLike, title: str | None = None) -> Submitted:
-        raw = store_raw(path, self.settings.bundles_dir)
+        return self.submit_stored(store_raw(path, self.settings.bundles_dir), path, title)
+
+    def submit_stored(self, raw: RawBundle, path: str | os.PathLike, title: str | None = None) -> Submitted:
+        """Register what :func:`ingest.bundle.store_raw` stored of ``path`` into this service's
+        ``settings.bundles_dir`` (the CLI stores it while the service is being opened)."""
         sub = self._register(raw, title)
         if raw.from_dir:   # read the folder in place when it is analysed by this process
             self._local_dirs[sub.incident_id] = Path(path).resolve()

@@ -30,6 +30,11 @@ def test_unreadable_path_is_one_line_and_nonzero(tmp_path):
     empty.mkdir()
     r = run("analyze", str(empty), home=tmp_path / "h")
     assert r.returncode == 2 and "holds no readable files" in r.stderr
+    # (the intake runs beside the service's start: what stops it is still one line, and nothing is kept)
+    (tmp_path / "zero.log").write_bytes(b"")
+    r = run("analyze", str(tmp_path / "zero.log"), home=tmp_path / "h")
+    assert r.returncode == 2 and r.stderr.strip() == "aftertrace: cannot read zero.log: the upload is empty"
+    assert not [p for p in (tmp_path / "h" / "bundles").iterdir() if p.stat().st_size == 0]
 
 
 def test_analyze_single_gz_file_and_json(tmp_path):
