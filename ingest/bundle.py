@@ -628,7 +628,10 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits(),
         if raw.compression == "gzip" and not name.endswith(".gz"):
             name += ".gz"
         target = dest / name
-        shutil.copyfile(raw.raw_path, target)
+        try:    # (the stored raw file is never written again: a second name for it, not a second copy)
+            os.link(raw.raw_path, target)
+        except OSError:     # (another file system, or one without hard links)
+            shutil.copyfile(raw.raw_path, target)
         out.members.append(Member(name, target.stat().st_size, "ok", "", target))
     _unique_paths(out.members)
     return out

@@ -732,6 +732,10 @@ def test_single_file_upload_name_cannot_escape(tmp_path, bundles, name, stored_a
     ex, dest = _extract_checked(tmp_path, raw)
     assert [(m.path, m.status) for m in ex.members] == [(stored_as, "ok")]
     assert [p.name for p in dest.iterdir()] == [stored_as]
+    # a single file is not copied again: the incident's file is a second name of the stored one
+    assert (dest / stored_as).samefile(raw.raw_path)
+    shutil.rmtree(dest)                 # (removing the incident's files keeps the stored bundle)
+    assert raw.raw_path.read_bytes() == b"[    1.000000] x\n"
 
 
 def test_store_raw_missing_path(tmp_path, bundles):
