@@ -206,6 +206,8 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
     worker = threading.Thread(target=intake, name="intake", daemon=True)
     worker.start()
     settings, svc = _service(args, err, settings)
+    if svc is not None:
+        svc.registry        # (the parsers' modules: loaded now, while the input is still being stored)
     worker.join()
     if svc is None:
         return 3
