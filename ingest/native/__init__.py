@@ -46,11 +46,11 @@ def library() -> ctypes.CDLL:
             lib.at_count_newlines.restype = _I64
             lib.at_split_lines.argtypes = [_P, _I64, ctypes.c_int, ctypes.c_int, _P, _I64, _P, _P, _P, _I64P, _I64P]
             lib.at_split_lines.restype = _I64
-            lib.at_step_values.argtypes = [_P, _P, _P, _I64] + [_P] * 9
+            lib.at_step_values.argtypes = [_P, _I64] + [_P] * 9
             lib.at_step_values.restype = _I64
-            lib.at_rank_said.argtypes = [_P, _P, _P, _I64] + [_P] * 7
+            lib.at_rank_said.argtypes = [_P, _I64] + [_P] * 7
             lib.at_rank_said.restype = _I64
-            lib.at_nccl_info.argtypes = [_P, _P, _P, _I64] + [_P] * 5
+            lib.at_nccl_info.argtypes = [_P, _I64] + [_P] * 5
             lib.at_nccl_info.restype = _I64
             _lib = lib
     return _lib
@@ -96,26 +96,44 @@ def split_lines(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> 
 UNSURE = 255      # a row the compiled reader leaves to the regexes
 
 
-def large_strings(col) -> pa.Array:
-    """A string column (a Polars Series, or anything with ``to_arrow``) as one Arrow
-    ``large_string`` array, what the readers read."""
-    a = col.to_arrow()
+class _Col(ctypes.Structure):
+    """scan.c's ``col_t``: a text column in either of Arrow's layouts."""
+    _fields_ = [("offs", _P), ("data", _P), ("views", _P), ("bufs", _P), ("valid", _P)]
+
+
+def texts(col) -> pa.Array:
+    """A string column (a Polars Series, or anything with ``to_arrow``) as one Arrow array the
+    readers take: a Series as Polars holds it (``string_view``: no copy), anything else as
+    ``large_string``."""
+    try:
+        a = col.rechunk().to_arrow(compat_level=_newest())
+    except (AttributeError, TypeError):
+        a = col.to_arrow()
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
-    return a if a.type == pa.large_string() else a.cast(pa.large_string())
+    return a if a.type in (pa.string_view(), pa.large_string()) else a.cast(pa.large_string())
 
 
-def _line_buffers(lines: pa.Array) -> tuple[pa.Array, int, int, int]:
-    """``lines`` (a large_string array) as the reader takes it: the array whose buffers are read
-    (keep it alive while they are: it may be a copy), and the addresses of its offsets (its slice
-    offset applied), data and validity (0: no nulls)."""
-    if lines.type != pa.large_string():
-        raise TypeError(f"lines must be large_string, not {lines.type}")
-    if lines.offset and lines.null_count:
-        lines = pa.concat_arrays([lines])      # (a bitmap that does not start at a byte: a fresh copy)
-    valid, offs, data = lines.buffers()
-    return (lines, offs.address + 8 * lines.offset, data.address if data is not None else 0,
-            valid.address if valid is not None and lines.null_count else 0)
+def _newest():
+    import polars as pl
+    return pl.CompatLevel.newest()
+
+
+def _column(texts: pa.Array) -> tuple[object, _Col]:
+    """``texts`` (large_string or string_view) as the readers take it: what must stay alive while
+    they read (the array, which may be a copy, and the list of its data buffers) and the
+    ``col_t`` of its buffers (its slice offset applied)."""
+    if texts.type not in (pa.large_string(), pa.string_view()):
+        raise TypeError(f"texts must be large_string or string_view, not {texts.type}")
+    if texts.offset and texts.null_count:
+        texts = pa.concat_arrays([texts])      # (a bitmap that does not start at a byte: a fresh copy)
+    bufs = texts.buffers()
+    valid = bufs[0].address if bufs[0] is not None and texts.null_count else 0
+    if texts.type == pa.large_string():
+        offs, data = bufs[1], bufs[2]
+        return texts, _Col(offs.address + 8 * texts.offset, data.address if data is not None else 0, 0, 0, valid)
+    data = (ctypes.c_void_p * max(1, len(bufs) - 2))(*(b.address for b in bufs[2:]))
+    return (texts, data), _Col(0, 0, bufs[1].address + 16 * texts.offset, ctypes.addressof(data), valid)
 
 
 class Steps(NamedTuple):
@@ -131,7 +149,7 @@ class Steps(NamedTuple):
 
 
 def step_values(msgs: pa.Array) -> Steps:
-    """The step, total, loss and step time of each message of a ``large_string`` array that is a
+    """The step, total, loss and step time of each message of a text array (:func:`texts`) that is a
     step line (see ``at_step_values`` in scan.c)."""
     code, cols, unsure = _read(library().at_step_values, msgs, (pa.int64(), pa.int64(), pa.float64(), pa.float64()))
     return Steps(code, *cols, unsure)
@@ -141,12 +159,13 @@ def _read(fn, msgs: pa.Array, types: tuple) -> tuple[pa.Array, list[pa.Array], i
     """Call a reader of scan.c over the messages: its code per row, its nullable value columns (of
     ``types``, 8-byte values) and how many rows it left to the regexes."""
     n = len(msgs)
-    msgs, offs, data, valid = _line_buffers(msgs)
+    alive, col = _column(msgs)
     code = pa.allocate_buffer(max(n, 1))
     vals = [pa.allocate_buffer(max(8 * n, 1)) for _ in types]
     oks = [pa.allocate_buffer(max(n, 1)) for _ in types]
-    unsure = fn(offs, data, valid, n, code.address,
+    unsure = fn(ctypes.byref(col), n, code.address,
                 *(a for v, ok in zip(vals, oks) for a in (v.address, ok.address))) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
     if unsure < 0:
         raise MemoryError(f"{fn.__name__}: out of memory")
     return (pa.Array.from_buffers(pa.uint8(), n, [None, code]),
@@ -171,7 +190,7 @@ class RankSaid(NamedTuple):
 
 
 def rank_said(msgs: pa.Array) -> RankSaid:
-    """The rank each message of a ``large_string`` array states (see ``at_rank_said`` in scan.c)."""
+    """The rank each message of a text array (:func:`texts`) states (see ``at_rank_said`` in scan.c)."""
     code, cols, unsure = _read(library().at_rank_said, msgs, (pa.int64(),) * 3)
     return RankSaid(code, *cols, unsure)
 
@@ -194,12 +213,13 @@ def nccl_info(lines: pa.Array) -> NcclInfo:
     """The class and header number of each NCCL INFO line (see ``at_nccl_info`` in scan.c)."""
     lib = library()
     n = len(lines)
-    lines, offs, data, valid = _line_buffers(lines)
+    alive, col = _column(lines)
     code, bracket = pa.allocate_buffer(max(n, 1)), pa.allocate_buffer(max(n, 1))
     kid, msg_at = pa.allocate_buffer(max(4 * n, 1)), pa.allocate_buffer(max(4 * n, 1))
     first = pa.allocate_buffer(max(8 * n, 1))
-    nk = lib.at_nccl_info(offs, data, valid, n, code.address, kid.address, msg_at.address, bracket.address,
+    nk = lib.at_nccl_info(ctypes.byref(col), n, code.address, kid.address, msg_at.address, bracket.address,
                           first.address) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
     if nk < 0:
         raise MemoryError("at_nccl_info: out of memory")
     codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])

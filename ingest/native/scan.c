@@ -177,13 +177,38 @@ static inline int at(line_t l, int64_t i) { return i < l.n ? l.p[i] : -1; }
 static inline int is_d(int c) { return c >= '0' && c <= '9'; }
 static inline int is_s(int c) { return c == ' ' || (c >= 9 && c <= 13); }   /* \s's ASCII members */
 
-static inline line_t line_of(const int64_t *offs, const uint8_t *data, int64_t i) {
-    line_t l = {data + offs[i], offs[i + 1] - offs[i]};
+/* A column of text as Arrow lays it out, either way: large_string (offs, data) or string_view
+ * (views: 16 bytes per row, its length, then the bytes themselves when they fit in 12, else a
+ * 4-byte prefix, the number of the data buffer and the offset in it; bufs: the data buffers),
+ * which is how Polars holds strings (read without a copy). */
+typedef struct {
+    const int64_t *offs;
+    const uint8_t *data;
+    const uint8_t *views;
+    const uint8_t *const *bufs;
+    const uint8_t *valid;           /* validity bitmap (bit 0: the first row), NULL: no nulls */
+} col_t;
+
+static inline line_t line_of(const col_t *c, int64_t i) {
+    if (c->views == NULL) {
+        line_t l = {c->data + c->offs[i], c->offs[i + 1] - c->offs[i]};
+        return l;
+    }
+    const uint8_t *v = c->views + 16 * i;
+    int32_t len, buf, off;
+    memcpy(&len, v, 4);
+    if (len <= 12) {
+        line_t l = {v + 4, len};
+        return l;
+    }
+    memcpy(&buf, v + 8, 4);
+    memcpy(&off, v + 12, 4);
+    line_t l = {c->bufs[buf] + off, len};
     return l;
 }
 
-static inline int is_valid(const uint8_t *valid, int64_t i) {
-    return valid == NULL || (valid[i >> 3] >> (i & 7)) & 1;
+static inline int is_valid(const col_t *c, int64_t i) {
+    return c->valid == NULL || (c->valid[i >> 3] >> (i & 7)) & 1;
 }
 
 static inline int w_ascii(int c) {
@@ -432,13 +457,13 @@ static firsts_t first_words(line_t l) {
     return f;
 }
 
-/* For messages [0, n) (valid: bitmap or NULL): code[i] 0 (not a step line), 1 (a step line; the
+/* For messages [0, n) of col: code[i] 0 (not a step line), 1 (a step line; the
  * values below) or 255 (not ASCII: left to the regexes). step/total (int64), loss/stime (double),
  * each with a byte that says whether it has a value. Returns the number left to the regexes, or
  * -1 when memory ran out. */
-int64_t at_step_values(const int64_t *offs, const uint8_t *data, const uint8_t *valid, int64_t n,
-                       uint8_t *code, int64_t *step, uint8_t *step_ok, int64_t *total, uint8_t *total_ok,
-                       double *loss, uint8_t *loss_ok, double *stime, uint8_t *stime_ok) {
+int64_t at_step_values(const col_t *col, int64_t n, uint8_t *code, int64_t *step, uint8_t *step_ok,
+                       int64_t *total, uint8_t *total_ok, double *loss, uint8_t *loss_ok,
+                       double *stime, uint8_t *stime_ok) {
     int64_t left = 0, cap = 0;
     uint8_t *low = NULL;
     for (int64_t i = 0; i < n; i++) {
@@ -446,8 +471,8 @@ int64_t at_step_values(const int64_t *offs, const uint8_t *data, const uint8_t *
         step[i] = total[i] = 0;
         loss[i] = stime[i] = 0;
         code[i] = 0;
-        if (!is_valid(valid, i)) continue;
-        line_t m = line_of(offs, data, i);
+        if (!is_valid(col, i)) continue;
+        line_t m = line_of(col, i);
         if (!is_ascii(m.p, m.n)) { code[i] = 255; left++; continue; }
         line_t l;
         if (lowered(m, &low, &cap, &l) < 0) return -1;
@@ -520,18 +545,18 @@ static void pg_rank(line_t m, int64_t *v, uint8_t *ok) {
     pg_rank_at(m, 1, v, ok);
 }
 
-/* For messages [0, n): g1, g2 (RANK_IN_TEXT's groups) and pg, each int64 with a byte that says
+/* For messages [0, n) of col: g1, g2 (RANK_IN_TEXT's groups) and pg, each int64 with a byte that says
  * whether it has a value; code[i] 255 where the message is not ASCII (left to the regexes), else
  * 0. Returns the number left, or -1 when memory ran out. */
-int64_t at_rank_said(const int64_t *offs, const uint8_t *data, const uint8_t *valid, int64_t n, uint8_t *code,
+int64_t at_rank_said(const col_t *col, int64_t n, uint8_t *code,
                      int64_t *g1, uint8_t *g1_ok, int64_t *g2, uint8_t *g2_ok, int64_t *pg, uint8_t *pg_ok) {
     int64_t left = 0, cap = 0;
     uint8_t *low = NULL;
     for (int64_t i = 0; i < n; i++) {
         code[i] = g1_ok[i] = g2_ok[i] = pg_ok[i] = 0;
         g1[i] = g2[i] = pg[i] = 0;
-        if (!is_valid(valid, i)) continue;
-        line_t m = line_of(offs, data, i);
+        if (!is_valid(col, i)) continue;
+        line_t m = line_of(col, i);
         if (!is_ascii(m.p, m.n)) { code[i] = 255; left++; continue; }
         line_t l;
         if (lowered(m, &low, &cap, &l) < 0) return -1;
@@ -587,12 +612,12 @@ static uint64_t fnv1a(const uint8_t *p, int64_t n) {
     return h;
 }
 
-/* For lines [0, n): code[i] 0 (not collapsed), 1 + class, or 255 (holds " NCCL INFO " but is not
+/* For lines [0, n) of col: code[i] 0 (not collapsed), 1 + class, or 255 (holds " NCCL INFO " but is not
  * ASCII: left to the regexes); for codes 1-3, kid[i] (the header's number, from 0 in order of
  * first appearance), msg_at[i] (where the message starts) and bracket[i] (the header starts with
  * "["); first[k]: the line where header k first appears (room for n). Returns the number of
  * headers, -1 when memory ran out. */
-int64_t at_nccl_info(const int64_t *offs, const uint8_t *data, const uint8_t *valid, int64_t n, uint8_t *code,
+int64_t at_nccl_info(const col_t *col, int64_t n, uint8_t *code,
                      int32_t *kid, int32_t *msg_at, uint8_t *bracket, int64_t *first) {
     int64_t cap = 1024, used = 0;
     int64_t *slot = (int64_t *)malloc(sizeof(int64_t) * (size_t)cap);   /* a header's number + 1, 0: empty */
@@ -602,8 +627,8 @@ int64_t at_nccl_info(const int64_t *offs, const uint8_t *data, const uint8_t *va
     int64_t nk = 0;
     for (int64_t i = 0; i < n; i++) {
         code[i] = 0; kid[i] = -1; msg_at[i] = -1; bracket[i] = 0;
-        if (!is_valid(valid, i)) continue;
-        line_t l = line_of(offs, data, i);
+        if (!is_valid(col, i)) continue;
+        line_t l = line_of(col, i);
         int64_t at_info = find(l, 0, " NCCL INFO ", 11);
         if (at_info < 0) continue;
         if (!is_ascii(l.p, l.n) || l.n > INT32_MAX) { code[i] = 255; continue; }
@@ -630,7 +655,7 @@ int64_t at_nccl_info(const int64_t *offs, const uint8_t *data, const uint8_t *va
                 break;
             }
             int64_t k = slot[j] - 1;
-            line_t o = line_of(offs, data, first[k]);
+            line_t o = line_of(col, first[k]);
             int64_t o_at = msg_at[first[k]] - 11;
             if (hs[j] == h && o_at == at_info && memcmp(o.p, l.p, (size_t)at_info) == 0) { kid[i] = (int32_t)k; break; }
             j = (j + 1) & (cap - 1);

@@ -541,6 +541,41 @@ def test_compiled_readers_equal_the_regexes_on_generated_messages():
     check()
 
 
+def test_compiled_readers_read_both_arrow_layouts_alike():
+    # The readers take text as Polars holds it (string_view: a view of 16 bytes per row, the text
+    # inline up to 12 bytes, else in one of several data buffers) or as large_string (offsets):
+    # the same rows give the same values, sliced or not, with nulls, from many buffers.
+    import polars as pl
+    from ingest import native
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    def read(arr):
+        sv, rs, ni = native.step_values(arr), native.rank_said(arr), native.nccl_info(arr)
+        return ([c.to_pylist() for c in sv[:5]] + [c.to_pylist() for c in rs[:4]]
+                + [c.to_pylist() for c in ni[:5]] + [sv.unsure, rs.unsure, ni.unsure])
+
+    nccl = "host-1:1234:1240 [3] NCCL INFO Channel 01/0 : 3[3] -> 0[0] via P2P/CUMEM"
+
+    @settings(max_examples=100, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.one_of(st.none(), st.just(nccl), st.lists(st.sampled_from(_GRAMMAR_PIECES), max_size=14)
+                              .map("".join)), min_size=1, max_size=12), st.integers(0, 3))
+    def check(texts, cut):
+        want = read(pa.array(texts, pa.large_string()))
+        assert read(native.texts(pl.Series(texts, dtype=pl.String))) == want
+        views = pa.array(texts, pa.string_view())
+        assert read(views) == want
+        if cut < len(texts):
+            assert read(views.slice(cut)) == read(pa.array(texts[cut:], pa.large_string()))
+
+    check()
+    # many rows, long texts: several data buffers
+    rows = [f"[rank{i % 8}] step {i} loss {i / 7:.5f} step_time: {i % 13}.25 " + "x" * (i % 40) for i in range(200_000)]
+    series = pl.Series(rows)
+    assert native.texts(series).type == pa.string_view() and len(native.texts(series).buffers()) > 3
+    assert read(native.texts(series)) == read(pa.array(rows, pa.large_string()))
+
+
 def test_store_timeout_before_the_rank_is_known(tmp_path):
     """Rank 0 gives up waiting in TCPStore for a peer that never joined, on torchrun's
     ``[default0]:`` stream before any ``[rank0]:`` line: the exception keeps its local rank (the

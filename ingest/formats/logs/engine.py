@@ -804,7 +804,7 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         out["_fa"] = _scatter(n, said, pl.concat(fas))
     # steps / progress (rows no message matched): the compiled reader reads the step lines' values
     # as the regexes below do; the messages it leaves (not ASCII) take the regexes
-    sv = native.step_values(native.large_strings(narrow["_m"]))
+    sv = native.step_values(native.texts(narrow["_m"]))
     code = pl.Series("_sc", sv.code)
     got = pl.DataFrame([narrow["_i"], pl.Series("_step", sv.step), pl.Series("_total", sv.total),
                         pl.Series("_loss", sv.loss), pl.Series("_stime", sv.stime)]).filter(code == 1)
@@ -1372,7 +1372,7 @@ def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     sub = ev.lazy().with_row_index("_on_i").filter(own.is_null() & (pl.col("category") != "nccl")).select(
         "_on_i", txt.alias("_t"), "msg").collect()
     if not sub.is_empty():
-        rs = native.rank_said(native.large_strings(sub["_t"]))
+        rs = native.rank_said(native.texts(sub["_t"]))
         said = sub.select("_on_i", pl.coalesce(pl.Series(rs.g1), pl.Series(rs.g2), pl.when(
             pl.col("msg").is_not_null()).then(pl.Series(rs.pg))).alias("_v"))
         if rs.unsure:

@@ -201,7 +201,7 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     Returns the chunk with ``_cls`` and the mask of the rows kept (None: all).
     """
     none = base.with_columns(pl.lit(None, pl.String).alias("_cls"))
-    r = native.nccl_info(native.large_strings(base["body"]))
+    r = native.nccl_info(native.texts(base["body"]))
     code = pl.Series("_code", r.code)
     later = pl.lit(True) if floor is None else pl.col("lineno") > floor
     cols = base.select("lineno", "body").with_row_index("_i").with_columns(
