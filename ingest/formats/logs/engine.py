@@ -42,6 +42,13 @@ Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
    local rank 0; its ``[rank0]`` lines say which global rank that is), else for
    NCCL lines the rank of the pid's largest communicator.
 
+Both cores on one file: the row-wise steps (1, 2's line families, 3 and 5's reading of the
+stamps: each row's result depends on that row alone) run on the two halves of a large chunk at
+once (:func:`.frames.in_halves`; Polars releases the GIL while it computes), and the Parquet
+parts are written on the sink thread (:class:`ingest.sink.SinkThread`) while the next chunk is
+read. The stateful steps (blocks, the NCCL collapse, ranks, the collapse groups) stay in order
+on the parser's thread, so the rows are those of a parse on one thread.
+
 Events carry host/rank/pid/tid, ``ts_raw_ns`` (wall clock), ``ts_interpolated``,
 category = family, name, kind for findings with ``attrs.summary``, severity, the
 1-based line and the raw text. What is one event and what is counted:
