@@ -23,20 +23,23 @@ FIRST_READ = 64 * 1024       # the read buffer's size until a file proves larger
 
 
 def _split(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> tuple[pl.DataFrame | None, int]:
-    """Lines of ``buf[:n]`` as a frame (``line``, ``bad_utf8``), and how many bytes of it they
-    used. When ``complete`` is false the text after the last newline is not a whole line: it is
-    left out (the caller keeps those bytes for the next chunk). ``buf`` is not kept."""
-    text, bad, used = split_lines(buf, n, complete, blank_as_null)
+    """Lines of ``buf[:n]`` as a frame (``line``, ``bad_utf8``, ``nul``), and how many bytes of it
+    they used. When ``complete`` is false the text after the last newline is not a whole line: it
+    is left out (the caller keeps those bytes for the next chunk). ``buf`` is not kept."""
+    text, flags, used = split_lines(buf, n, complete, blank_as_null)
     if used == 0 and len(text) == 0:
         return None, 0
-    return pl.DataFrame({"line": pl.Series("line", text),
-                         "bad_utf8": pl.Series("bad_utf8", bad).cast(pl.Boolean)}), used
+    flags = pl.Series("flags", flags)
+    return pl.DataFrame({"line": pl.Series("line", text), "bad_utf8": (flags & 1).cast(pl.Boolean),
+                         "nul": (flags & 2).cast(pl.Boolean)}), used
 
 
 def line_frames(stream, chunk_bytes: int = CHUNK_BYTES, blank_as_null: bool = False) -> Iterator[pl.DataFrame]:
-    """Yield frames with columns ``lineno`` (Int64, 1-based), ``line`` (String), ``bad_utf8`` (Bool).
+    """Yield frames with columns ``lineno`` (Int64, 1-based), ``line`` (String), ``bad_utf8`` and
+    ``nul`` (Bool).
 
-    ``bad_utf8`` marks lines whose bytes were not valid UTF-8 (replaced with U+FFFD).
+    ``bad_utf8`` marks lines whose bytes were not valid UTF-8 (replaced with U+FFFD), ``nul`` the
+    lines that hold a NUL byte (binary data in a text file: no text parser reads those).
     ``blank_as_null`` leaves empty lines as nulls (saves a copy for parsers that handle it).
 
     Every chunk is read into the same buffer (the lines are copied out of it by the split): a
@@ -97,4 +100,5 @@ def _read_into(stream, buf: bytearray, start: int) -> tuple[int, BaseException |
 
 
 def _frame(lines: pl.DataFrame, first: int) -> pl.DataFrame:
-    return lines.select(pl.int_range(first, first + lines.height, dtype=pl.Int64).alias("lineno"), "line", "bad_utf8")
+    return lines.select(pl.int_range(first, first + lines.height, dtype=pl.Int64).alias("lineno"), "line",
+                        "bad_utf8", "nul")

@@ -86,7 +86,7 @@ class ParseContext:
         return self._stream
 
     def line_frames(self, chunk_bytes: int | None = None, blank_as_null: bool = False):
-        """Polars frames of (lineno, line, bad_utf8) over the decompressed file (see ingest.lines).
+        """Polars frames of (lineno, line, bad_utf8, nul) over the decompressed file (see ingest.lines).
 
         Lines that were not valid UTF-8 are counted as issues here; the frames still carry them
         (with U+FFFD) so the parser decides whether it can use them.

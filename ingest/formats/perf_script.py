@@ -322,7 +322,7 @@ class PerfScriptParser(Parser):
             hdr_idx = df.select(pl.arg_where(pl.col("header"))).to_series()
             if len(hdr_idx):
                 last = int(hdr_idx[-1])
-                carry = df.slice(last).select("lineno", "line", "bad_utf8")
+                carry = df.slice(last).select("lineno", "line", "bad_utf8", "nul")
                 df = df.slice(0, last)
             else:
                 carry = None

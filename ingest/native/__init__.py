@@ -62,9 +62,9 @@ def _address(buf) -> int:
 
 
 def split_lines(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> tuple[pa.Array, pa.Array, int]:
-    """The lines of ``buf[:n]`` as a ``large_string`` array, a boolean array marking the lines
-    whose bytes were not UTF-8 (replaced with U+FFFD), and how many bytes of ``buf`` the lines
-    used (all of ``n`` when ``complete``; else up to the last newline).
+    """The lines of ``buf[:n]`` as a ``large_string`` array, a uint8 array of flags per line (bit 0:
+    its bytes were not UTF-8, replaced with U+FFFD; bit 1: it holds a NUL byte), and how many
+    bytes of ``buf`` the lines used (all of ``n`` when ``complete``; else up to the last newline).
 
     A line loses its newline and one trailing ``\\r``; with ``blank_as_null`` an empty line is
     null. ``buf`` is read, never kept: it may be reused at once.

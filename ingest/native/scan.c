@@ -34,6 +34,26 @@ int64_t at_count_newlines(const uint8_t *buf, int64_t n) {
     return count;
 }
 
+/* Whether p[0:n] is ASCII; *nul: whether it holds a NUL byte (one pass over the words: a word
+ * has a zero byte when subtracting 1 from each byte borrows into a byte whose high bit was clear) */
+static int ascii_nul(const uint8_t *p, int64_t n, int *nul) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    int64_t i = 0;
+    uint64_t acc = 0, zero = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        acc |= w;
+        zero |= (w - ones) & ~w & highs;
+    }
+    for (; i < n; i++) {
+        acc |= p[i];
+        zero |= p[i] == 0;
+    }
+    *nul = zero != 0;
+    return (acc & highs) == 0;
+}
+
 static int is_ascii(const uint8_t *p, int64_t n) {
     int64_t i = 0;
     uint64_t acc = 0;
@@ -108,9 +128,9 @@ static void copy_lossy(const uint8_t *p, int64_t n, uint8_t *out) {
  * complete: the text after the last newline is a line too (the end of the file); otherwise it is
  * left out and *used says where the lines end (the caller keeps the rest for the next chunk).
  * Writes each line's text to out (capacity cap bytes), the Arrow offsets of the lines to
- * offs[0..count], 1 in bad[i] for a line whose bytes were not UTF-8, and the validity bitmap
- * valid (bit i clear: line i is empty and blank_as_null is set). The caller sizes offs, bad
- * and valid for at_count_newlines(buf, n) + 1 lines.
+ * offs[0..count], in bad[i] bit 0 for a line whose bytes were not UTF-8 and bit 1 for a line that
+ * holds a NUL byte, and the validity bitmap valid (bit i clear: line i is empty and blank_as_null
+ * is set). The caller sizes offs, bad and valid for at_count_newlines(buf, n) + 1 lines.
  *
  * Returns the number of lines. When cap is too small (only possible with bytes that are not
  * UTF-8: a replacement takes 3 bytes where the input had 1 to 3) returns -(bytes needed) and
@@ -131,9 +151,9 @@ int64_t at_split_lines(const uint8_t *buf, int64_t n, int complete, int blank_as
         else break;
         int64_t len = stop - p;
         if (len > 0 && p[len - 1] == '\r') len--;
-        int is_bad = 0;
+        int is_bad = 0, nul;
         int64_t take = len;
-        if (!is_ascii(p, len)) {
+        if (!ascii_nul(p, len, &nul)) {
             take = lossy_len(p, len, &is_bad);
         }
         if (o + take > cap) overflow = 1;
@@ -142,7 +162,7 @@ int64_t at_split_lines(const uint8_t *buf, int64_t n, int complete, int blank_as
             else memcpy(out + o, p, (size_t)len);
         }
         o += take;
-        bad[count] = (uint8_t)is_bad;
+        bad[count] = (uint8_t)(is_bad | nul << 1);
         if (blank_as_null && len == 0) {
             valid[count >> 3] &= (uint8_t)~(1u << (count & 7));
             null_count++;

@@ -35,6 +35,26 @@ def test_bad_utf8_lines_are_flagged_and_counted(tmp_path):
     assert sink.issues_total == 1 and ctx.lineno == 3 and ctx.bytes_read == 19
 
 
+def test_lines_holding_a_nul_byte_are_flagged_wherever_it_is():
+    # at the start, in a whole 8-byte word, in the tail after the last word, next to bytes that
+    # are not UTF-8; and bytes that only look like a zero under word arithmetic (0x01, 0x80, 0xff)
+    lines = [b"\x00start", b"12345678\x00abcdefgh", b"abcdefghij\x00", b"\xff\x00\xfe", b"\x01\x80\x01\x80\x01\x80\x01\x80",
+             b"\xff" * 9, b"plain line", b"", b"0123456\x00"]
+    data = b"\n".join(lines) + b"\n"
+    rows = [r for f in line_frames(io.BytesIO(data)) for r in f.iter_rows(named=True)]
+    assert [r["nul"] for r in rows] == [b"\x00" in ln for ln in lines]
+    assert [r["bad_utf8"] for r in rows] == [_not_utf8(ln) for ln in lines]
+    assert [r["line"] for r in rows] == [ln.decode("utf-8", "replace") for ln in lines]
+
+
+def _not_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
 @pytest.mark.parametrize("chunk", [4096, 1 << 20, 32 << 20])
 def test_every_line_within_the_size_limit_is_handed_out_whatever_the_read_size(tmp_path, chunk):
     # one large read may cross the per-file limit: the bytes before the limit still come out (the

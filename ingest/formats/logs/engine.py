@@ -1770,7 +1770,7 @@ def _chunks(ctx: ParseContext, st: _State, sink: SinkThread) -> None:
     while pending is not None:
         nxt = next(frames, None)
         df = pending.select("lineno", "line")
-        garbage = df["line"].str.contains("\x00", literal=True)
+        garbage = pending["nul"]
         if garbage.any():
             st.garbage += int(garbage.sum())
             for ln, text in df.filter(garbage).head(20).iter_rows():
