@@ -30,11 +30,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
-from urllib.parse import quote
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
