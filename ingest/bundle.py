@@ -97,6 +97,7 @@ class RawBundle:
     bytes: int                      # size of the input as given
     compression: str | None = None  # gzip | xz | bzip2 for tars and single files
     from_dir: bool = False          # the user gave a folder (kept as a tar)
+    created: bool = False           # this intake put raw_path in the store (it was not there before)
 
     @property
     def origin(self) -> str:
@@ -181,11 +182,12 @@ def _ext(kind: str, comp: str | None, name: str) -> str:
 
 def _finish_raw(tmp: Path, bundles: Path, sha: str, kind: str, comp, name: str, size: int) -> RawBundle:
     dest = bundles / f"{sha}{_ext(kind, comp, name)}"
-    if dest.exists():
-        tmp.unlink()
-    else:
+    created = not dest.exists()
+    if created:
         os.replace(tmp, dest)
-    return RawBundle(sha, name, kind, dest, size, comp)
+    else:
+        tmp.unlink()
+    return RawBundle(sha, name, kind, dest, size, comp, created=created)
 
 
 def store_stream(stream, name: str, bundles: Path, limit: int | None = None) -> RawBundle:
@@ -404,7 +406,8 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
         if not files:
             raise IntakeError(f"{src}: the directory holds no readable files")
         dest = bundles / f"{sha}.tar"
-        if dest.exists():           # the same tree was stored before
+        created = not dest.exists()
+        if not created:           # the same tree was stored before
             tmp.unlink()
         else:
             if not by_tool:
@@ -417,9 +420,7 @@ def _store_dir(src: Path, bundles: Path) -> RawBundle:
         if is_disk_full(e):
             raise disk_full(f"{src}: not stored") from None
         raise
-    raw = RawBundle(sha, src.name, "tar", dest, sum(e[3] for e in files), None)
-    raw.from_dir = True
-    return raw
+    return RawBundle(sha, src.name, "tar", dest, sum(e[3] for e in files), None, from_dir=True, created=created)
 
 
 # What the raw tars of folders packed by this process hold, as their entries: extracting such a

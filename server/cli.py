@@ -209,7 +209,9 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
     if svc is not None:
         svc.registry        # (the parsers' modules: loaded now, while the input is still being stored)
     worker.join()
-    if svc is None:
+    if svc is None:         # (the store could not be opened: what this intake added goes again)
+        if "raw" in stored and stored["raw"].created:
+            stored["raw"].raw_path.unlink(missing_ok=True)
         return 3
     try:
         if "error" in stored:

@@ -37,6 +37,29 @@ def test_unreadable_path_is_one_line_and_nonzero(tmp_path):
     assert not [p for p in (tmp_path / "h" / "bundles").iterdir() if p.stat().st_size == 0]
 
 
+def test_a_busy_store_leaves_no_stored_copy_behind(tmp_path):
+    # The input is stored while the store is being opened: when the store cannot be opened (another
+    # process holds it), the copy this command made goes again; one stored before stays.
+    home = tmp_path / "h"
+    home.mkdir()
+    (tmp_path / "a.log").write_text("[    1.000000] hello\n")
+    assert run("analyze", str(tmp_path / "a.log"), home=home).returncode == 0
+    stored = sorted(p.name for p in (home / "bundles").iterdir())
+    (tmp_path / "b.log").write_text("[    2.000000] other\n")
+    hold = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
+                             "print('ready', flush=True); time.sleep(60)", str(home / "aftertrace.duckdb")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert hold.stdout.readline().strip() == "ready"
+        for name in ("b.log", "a.log"):
+            r = run("analyze", str(tmp_path / name), home=home)
+            assert r.returncode == 3 and "in use by another aftertrace process" in r.stderr
+    finally:
+        hold.kill()
+        hold.wait()
+    assert sorted(p.name for p in (home / "bundles").iterdir()) == stored
+
+
 def test_analyze_single_gz_file_and_json(tmp_path):
     import gzip
     f = tmp_path / "dmesg.txt.gz"
