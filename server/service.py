@@ -23,6 +23,7 @@ import os
 import shutil
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -422,12 +423,16 @@ class Service(Queries, Shares, Exports):
 
         progress("analyze", 0, 1)
         entries = clocks.align(self.store, iid)
-        timeline.build_tracks(self.store, iid)
         if any(e.method == clocks.UPTIME_METHOD for e in entries):
             notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
-        rc = rootcause.analyze(self.store, iid, clocks.skew_links(entries))
-        rep = report_mod.build(self.store, iid, rc,
-                               notes=notes, time_zone={"zone": tz, "from": tz_from})
+        # The timeline's tables (store work: DuckDB's own threads, the GIL released) are built
+        # while the findings are searched; neither reads what the other writes.
+        with ThreadPoolExecutor(1, thread_name_prefix="tracks") as beside:
+            tracks = beside.submit(timeline.build_tracks, self.store, iid)
+            rc = rootcause.analyze(self.store, iid, clocks.skew_links(entries))
+            rep = report_mod.build(self.store, iid, rc,
+                                   notes=notes, time_zone={"zone": tz, "from": tz_from})
+            tracks.result()
         (folder / "report.json").write_text(json.dumps(rep, indent=2))
         progress("analyze", 1, 1)
         return rep

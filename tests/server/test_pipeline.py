@@ -167,3 +167,27 @@ def test_the_sources_say_what_was_read_past(tmp_path, settings):
     said = {s["path"].rsplit("/", 1)[-1]: s["read_past"] for s in rep["sources"]}
     assert said == {"copied.log": ["lines a terminal cut at 80 columns joined back"],
                     "kmsg.txt": ["peeled off: a quoted paste (e-mail or Markdown '> ')"]}
+
+
+@pytest.mark.parametrize("broken", ["build_tracks", "analyze"])
+def test_the_timeline_tables_and_the_findings_fail_the_analysis_alike(tmp_path, settings, monkeypatch, broken):
+    # The timeline's tables are built beside the search for findings: a failure of either fails
+    # the analysis with its own error, after both have stopped; a later analysis runs afresh.
+    import analysis.rootcause as rootcause_mod
+    import analysis.timeline as timeline_mod
+    mod = timeline_mod if broken == "build_tracks" else rootcause_mod
+    real = getattr(mod, broken)
+
+    def boom(*a, **kw):
+        raise RuntimeError(f"{broken} broke")
+    monkeypatch.setattr(mod, broken, boom)
+    svc = Service(settings)
+    sub = svc.submit_path(ROOT / "sample_traces" / "oom-after-throttle")
+    with pytest.raises(RuntimeError, match=f"{broken} broke"):
+        svc.analyze(sub.incident_id)
+    inc = svc.get_incident(sub.incident_id)
+    assert inc["status"] == "failed" and f"{broken} broke" in inc["error"]
+    monkeypatch.setattr(mod, broken, real)
+    svc.analyze(sub.incident_id)
+    assert svc.get_incident(sub.incident_id)["status"] == "done"
+    assert svc.store.query("SELECT count(*) AS n FROM tracks WHERE incident_id = ?", [sub.incident_id])[0]["n"] > 0
