@@ -78,6 +78,29 @@ def _fmt_bytes(n: int | None) -> str:
     return str(n)
 
 
+MAX_SOURCE_ROWS = 60     # more rows than this (after grouping alike files): one row per kind and status
+MAX_FINDINGS = 40        # findings listed in the terminal (in time order; the chains follow them)
+
+
+def _sources_by_kind(srcs: list[dict], title: str, colors: dict):
+    """The sources table of a large bundle: files, hosts, ranks, records and issues per kind and status."""
+    from rich.table import Table
+    t = Table(title=f"{title}, per kind", title_justify="left", show_lines=False,
+              caption="(each file: in the report, --json, and on the incident's page)", caption_justify="left")
+    for col, just in (("kind", "left"), ("status", "left"), ("files", "right"), ("hosts", "right"),
+                      ("ranks", "right"), ("records", "right"), ("issues", "right")):
+        t.add_column(col, justify=just, overflow="fold")
+    groups: dict[tuple, list[dict]] = {}
+    for s in srcs:
+        groups.setdefault((s["kind"], s["status"]), []).append(s)
+    for (kind, status), items in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        t.add_row(escape(kind), f"[{colors.get(status, 'white')}]{status}[/]", f"{len(items):,}",
+                  f"{len({s['host'] for s in items if s['host']}):,}",
+                  f"{len({s['rank'] for s in items if s['rank'] is not None}):,}",
+                  f"{sum(s['records'] or 0 for s in items):,}", f"{sum(s['issues'] or 0 for s in items):,}")
+    return t
+
+
 def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> None:
     from rich.table import Table
 
@@ -98,11 +121,17 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
                       ("status", "left"), ("records", "right"), ("issues", "right"), ("clock", "left")):
         t.add_column(col, justify=just, overflow="fold")
     colors = {"parsed": "green", "partial": "yellow", "text": "cyan", "unrecognized": "dim", "failed": "red"}
-    for s in group_sources(srcs):
-        t.add_row(escape(s["path"]), s["kind"], escape(s["host"] or "-"),
-                  "-" if s["rank"] is None else str(s["rank"]),
-                  f"[{colors.get(s['status'], 'white')}]{s['status']}[/]",
-                  str(s["records"] or 0), str(s["issues"] or 0), clock_text(s["clock"]))
+    rows = group_sources(srcs)
+    if len(rows) > MAX_SOURCE_ROWS:
+        # (a bundle of hundreds of ranks: a row per folder would be thousands of lines above the
+        # findings; one row per kind and status, the files themselves in the report and the UI)
+        t = _sources_by_kind(srcs, t.title, colors)
+    else:
+        for s in rows:
+            t.add_row(escape(s["path"]), s["kind"], escape(s["host"] or "-"),
+                      "-" if s["rank"] is None else str(s["rank"]),
+                      f"[{colors.get(s['status'], 'white')}]{s['status']}[/]",
+                      str(s["records"] or 0), str(s["issues"] or 0), clock_text(s["clock"]))
     console.print(t)
 
     console.print()
@@ -111,7 +140,7 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
         console.print(f"[bold red]Failure[/bold red] {when(f)}  {escape(f['summary'])}")
     anomalies = rep["anomalies"]
     console.print(f"[bold]Findings[/bold] ({len(anomalies)}):" if anomalies else "[bold]Findings[/bold]: none")
-    for a in anomalies:
+    for a in anomalies[:MAX_FINDINGS]:
         who = " ".join(x for x in (a["host"] and f"host {a['host']}",
                                       a["rank"] is not None and f"rank {a['rank']}",
                                       a["pid"] and f"pid {a['pid']}") if x)
@@ -121,6 +150,9 @@ def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> 
         for e in a["evidence"][:2]:
             first = (e["text"] or "").split("\n", 1)[0]
             console.print(f"      [dim]{escape(evidence_at(e))}: {escape(first[:160])}[/dim]")
+    if len(anomalies) > MAX_FINDINGS:
+        console.print(f"  … and {len(anomalies) - MAX_FINDINGS} more findings (every one is in the report, "
+                      "--json, and on the incident's page)")
     console.print()
     console.print(f"[bold]What happened[/bold]: {escape(rep.get('summary') or '')}")
     for i, c in enumerate(rep["chains"]):

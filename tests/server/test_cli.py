@@ -60,6 +60,45 @@ def test_a_busy_store_leaves_no_stored_copy_behind(tmp_path):
     assert sorted(p.name for p in (home / "bundles").iterdir()) == stored
 
 
+def test_a_bundle_of_many_folders_lists_its_sources_per_kind(tmp_path):
+    # more rows than fit a terminal (one per folder after grouping alike files): one row per kind
+    # and status instead, with the counts; the report still lists every file
+    b = tmp_path / "b"
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for i in range(65):
+        d = b / f"node-{letters[i // 26]}{letters[i % 26]}"
+        d.mkdir(parents=True)
+        (d / "dmesg.txt").write_text(f"[    1.000000] Linux version 6.1 node {i}\n[    2.000000] hello\n")
+    (b / "node-aa" / "notes.bin").write_bytes(bytes(range(256)) * 4)
+    r = run("analyze", str(b), "--json", str(tmp_path / "r.json"), home=tmp_path / "h")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "Sources: 66 files — 65 parsed, 1 unrecognized, per kind" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert any("dmesg" in ln and "parsed" in ln and "65" in ln and "130" in ln for ln in rows), rows
+    assert not any("node-ab/dmesg.txt" in ln for ln in rows)
+    assert len(json.loads((tmp_path / "r.json").read_text())["sources"]) == 66
+
+
+def test_the_terminal_lists_the_first_findings_and_says_how_many_more(tmp_path):
+    import io
+    from pathlib import Path
+    from rich.console import Console
+    from server.cli import MAX_FINDINGS, print_summary
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "oom-after-throttle"
+    assert run("analyze", str(sample), "--json", str(tmp_path / "r.json"), home=tmp_path / "h").returncode == 0
+    rep = json.loads((tmp_path / "r.json").read_text())
+    one = rep["anomalies"][0]
+    rep["anomalies"] = [dict(one, summary=f"finding number {i}") for i in range(MAX_FINDINGS + 5)]
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=200), rep)
+    out = buf.getvalue()
+    assert f"Findings ({MAX_FINDINGS + 5}):" in out and f"finding number {MAX_FINDINGS - 1}\n" in out
+    assert f"finding number {MAX_FINDINGS}\n" not in out
+    assert "… and 5 more findings (every one is in the report" in out
+    assert "Most likely chain" in out
+
+
 def test_analyze_single_gz_file_and_json(tmp_path):
     import gzip
     f = tmp_path / "dmesg.txt.gz"
