@@ -12,9 +12,9 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -226,29 +226,18 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
     # The input is stored (read, hashed, copied) on another thread while the service's modules
     # load and its store opens: on a large file each takes a few tenths of a second, and the
     # copy mostly waits on the disk and the hash, neither of which holds the GIL.
-    stored: dict = {}
-
-    def intake() -> None:
-        try:
-            stored["raw"] = store_raw(args.path, settings.bundles_dir)
-        except BaseException as e:   # noqa: BLE001 - raised below, in this thread
-            stored["error"] = e
-
     t0 = time.monotonic()
-    worker = threading.Thread(target=intake, name="intake", daemon=True)
-    worker.start()
-    settings, svc = _service(args, err, settings)
-    if svc is not None:
-        svc.registry        # (the parsers' modules: loaded now, while the input is still being stored)
-    worker.join()
+    with ThreadPoolExecutor(1, thread_name_prefix="intake") as intake:
+        stored = intake.submit(store_raw, args.path, settings.bundles_dir)
+        settings, svc = _service(args, err, settings)
+        if svc is not None:
+            svc.registry    # (the parsers' modules: loaded now, while the input is still being stored)
     if svc is None:         # (the store could not be opened: what this intake added goes again)
-        if "raw" in stored and stored["raw"].created:
-            stored["raw"].raw_path.unlink(missing_ok=True)
+        if stored.exception() is None and stored.result().created:
+            stored.result().raw_path.unlink(missing_ok=True)
         return 3
     try:
-        if "error" in stored:
-            raise stored["error"]
-        sub = svc.submit_stored(stored["raw"], args.path, title=args.title)
+        sub = svc.submit_stored(stored.result(), args.path, title=args.title)
     except IntakeError as e:
         err.print(f"aftertrace: cannot read {escape(str(e))}")
         return 2

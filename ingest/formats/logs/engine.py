@@ -96,7 +96,7 @@ from ...sink import SinkThread
 from ...timeparse import NS
 from ..kernel.signatures import Unknown
 from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
-from .frames import extract_prefix, in_halves
+from .frames import extract_prefix, in_halves, rows_in_halves
 from .logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
 from .nccl_grammar import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT,
                            WARN_LABELS, collapse_info, nccl_frame, warn_class)
@@ -1231,7 +1231,7 @@ def _failure_text(f: dict, short: bool = False) -> str:
 # ---------------------------------------------------------------------------------------------
 def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Events of one chunk, and the raw rows to carry into the next chunk."""
-    base = pl.concat(in_halves(_wrap, df), how="diagonal_relaxed")
+    base = rows_in_halves(_wrap, df)
     _feed_phase(base, st.phase)
     base, kept = collapse_info(base, st.pending, st.collapse_floor)
     if kept is not None:
@@ -1246,7 +1246,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
                         "t_frac", "t_res", "t_off", "msg", "name", "kind", "attrs", "_cls")]
     if frames:
         ev = pl.concat([f.select([c for c in keep if c in f.columns]) for f in frames], how="diagonal_relaxed")
-        ev = pl.concat(in_halves(_messages, ev), how="diagonal_relaxed")
+        ev = rows_in_halves(_messages, ev)
         ev = _times(ev, st)
     else:
         ev = pl.DataFrame(schema={"lineno": pl.Int64})
@@ -1320,7 +1320,7 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         st.year_from = st.year_from or "file modification time (no dated line in the file)"
     stamps = functools.partial(_stamps, ref_year=st.ref_year if st.ref_year else st.mtime_year,
                                ref_month=st.ref_month, zone=st.zone)
-    return pl.concat(in_halves(stamps, ev), how="diagonal_relaxed")
+    return rows_in_halves(stamps, ev)
 
 
 def _stamps(ev: pl.DataFrame, ref_year: int, ref_month: int | None, zone: str | None) -> pl.DataFrame:

@@ -33,6 +33,13 @@ def in_halves(fn: Callable[[pl.DataFrame], T], df: pl.DataFrame) -> list[T]:
     return [first, second.result()]
 
 
+def rows_in_halves(fn: Callable[[pl.DataFrame], pl.DataFrame], df: pl.DataFrame) -> pl.DataFrame:
+    """``fn(df)`` for a row-wise step that returns a frame: :func:`in_halves`, the halves' rows put
+    back together (a column only one half made is null in the other's rows)."""
+    parts = in_halves(fn, df)
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+
+
 def extract_prefix(df: pl.DataFrame, col: str, rx: str, msg: str = "msg") -> pl.DataFrame:
     """Named groups of an anchored *prefix* regex, plus ``msg`` = the rest of the line.
 
