@@ -274,6 +274,15 @@ class RowSink:
             self._announce(table, path)
         return dict(self.counts)
 
+    def may_inline(self, table: str) -> bool:
+        """Whether ``table`` would travel inline if the sink were closed now (see
+        :meth:`_keep_inline`): writing it as a part first would be wasted."""
+        if not self.inline_rows or table in _NEVER_INLINE or self._parts[table]:
+            return False
+        buf = self._buf.get(table)
+        n = self._frame_rows.get(table, 0) + (len(next(iter(buf.values()))) if buf else 0)
+        return n <= self.inline_rows
+
     def _keep_inline(self) -> None:
         """Move the tables with no part written and at most ``inline_rows`` rows to ``inline``
         (their frames, then their rows: the order a flush writes them in)."""

@@ -879,7 +879,7 @@ class _State:
         if out.layout == "not_json":
             raise ValueError("not JSON: the file starts with neither { nor [")
         meta = {**out.header, **out.trailer}
-        if not self.pending_rebase:
+        if not self.pending_rebase and not sink.may_inline("events"):
             sink.flush("events")     # the last events part loads while the flows are paired
         self._write_derived()
         if self.pending_rebase or self.offset is None:

@@ -692,6 +692,25 @@ def test_the_verdicts_of_job_runners(tmp_path):
     assert said[2] == "Kubernetes: pod srl-probes-76b8468567-8pztg is CrashLoopBackOff (141 restart(s))"
 
 
+def test_a_line_takes_the_first_message_whose_literal_and_pattern_both_match(tmp_path):
+    # Lines composed from the grammar's own entries (not a recorded file): several entries share
+    # a literal ("srun: error:", "Exit Code:"), and line 5 holds the literal of the srun entries,
+    # none of whose patterns match, and that of a later entry, which does.
+    from ingest.parse import ParseJob, parse_file
+    f = tmp_path / "m.log"
+    f.write_text("srun: error: node-3: task 5: Segmentation fault\n"
+                 "srun: error: node-3: tasks 0-7: Exited with exit code 1\n"
+                 "Exit Code: 137\n"
+                 "Exit Code: 2\n"
+                 "srun: error: node-4: cannot reach the controller; Exit Code: 3\n"
+                 "srun: error: node-5: task 1: Killed\n")
+    parse_file(ParseJob(str(f), "m.log", str(tmp_path / "out"), parser="app_log"))
+    got = sorted((e["line"], e["name"]) for g in (tmp_path / "out").glob("events*.parquet")
+                 for e in pq.read_table(g).to_pylist() if e["kind"])
+    assert got == [(1, "srun_task_segfault"), (2, "srun_task_exit"), (3, "container_exit_signal"),
+                   (4, "container_exit"), (5, "container_exit"), (6, "srun_task_killed")]
+
+
 def test_a_childfailederror_summary_pasted_without_its_traceback(tmp_path):
     """The launcher's failure summary alone (what people paste): its exception line, then the block."""
     from ingest.parse import ParseJob, parse_file

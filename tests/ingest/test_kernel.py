@@ -684,10 +684,11 @@ def test_boot_attrs_per_number_equal_per_row():
     assert _boot_attrs(boot.head(8), new.head(8), most=0).to_list() == want[:8]
 
 
-def test_report_bodies_walked_from_the_heads_equal_the_forward_fill():
+def test_report_bodies_walked_from_the_heads_equal_the_forward_fill(monkeypatch):
     """KernelEngine._in_body (a walk forward from each stack head) gives the rows and the carried
     run of the forward fill over every row's body test, with and without a run carried in, with a
-    head or a body line last, and falls back (None) on a run longer than its limit."""
+    head or a body line last, and falls back (None) on a run longer than its limit and on a chunk
+    of fewer rows than WALK_MIN_ROWS."""
     import random
 
     import polars as pl
@@ -699,6 +700,11 @@ def test_report_bodies_walked_from_the_heads_equal_the_forward_fill():
 
     class _Ctx:
         sink = None
+
+    small = pl.DataFrame({"msg": ["Call Trace:", " frame+0x1/0x2"], "cont": [False, False],
+                          "stack_head": [True, False]})
+    assert K.KernelEngine(_Ctx(), _P())._in_body(small, small["stack_head"].arg_true()) is None
+    monkeypatch.setattr(K, "WALK_MIN_ROWS", 0)      # (the walk itself, on small chunks)
 
     kinds = ["Call Trace:", " frame+0x1/0x2", "INFO: task x:1 blocked for more than 120 seconds.", "NVRM: x",
              "plain message", "RIP: 0010:x", "task:x state:D", "", "  indented"]

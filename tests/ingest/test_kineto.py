@@ -149,6 +149,20 @@ def test_events_parts_are_whole_row_groups_in_file_order(tmp_path, monkeypatch):
     assert res.counts["flows"] == 10
 
 
+def test_a_small_trace_in_a_worker_writes_no_part(tmp_path):
+    """Parsed as a worker parses it (``inline_rows``), a small real trace sends every table back
+    with its result, its events too: the same rows as the parts of an in-process parse, and no
+    Parquet file written."""
+    path = DATA / "vm_32018.1795959631282104512.pt.trace.json.gz"
+    a = parse(path, tmp_path / "a")
+    b = parse_file(ParseJob(str(path), path.name, str(tmp_path / "b" / "out"), inline_rows=100_000))
+    assert a.status == b.status == "parsed" and a.counts == b.counts
+    assert "events" in b.inline and not b.parts.get("events")
+    assert not any(t != "parse_issues" for t, fs in b.parts.items() if fs)
+    for table, got in b.inline.items():
+        assert got.to_pylist() == rows(a, table), table
+
+
 @pytest.mark.parametrize("path,truth", [(REC0, "gloo2_truth_rank0.json"), (REC1, "gloo2_truth_rank1.json")])
 def test_recorded_gloo_job_identity_and_wall_clock(path, truth, tmp_path):
     t = json.loads((DATA / truth).read_text())

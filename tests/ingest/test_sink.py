@@ -105,6 +105,24 @@ def test_categorical_text_is_written_dictionary_encoded_and_read_as_text(tmp_pat
     assert pq.read_table(only).schema.field("value").type == pa.float64()
 
 
+def test_may_inline_says_what_close_would_keep_inline(tmp_path):
+    s = RowSink(tmp_path / "s", inline_rows=2)
+    assert s.may_inline("events")                 # (nothing yet: nothing to write)
+    s.event(name="x", line=1)
+    s.event(name="y", line=2)
+    assert s.may_inline("events") and not s.may_inline("parse_issues")
+    s.event(name="z", line=3)
+    assert not s.may_inline("events")
+    s.flush("facts")
+    assert s.may_inline("facts")
+    s.flush("events")                             # (a part written: the table stays a part)
+    s.event(name="w", line=4)
+    assert not s.may_inline("events")
+    s.close()
+    assert "events" not in s.inline
+    assert not RowSink(tmp_path / "t").may_inline("events")     # (a sink that keeps nothing inline)
+
+
 def test_a_sink_whose_rows_all_travel_inline_makes_no_folder(tmp_path):
     s = RowSink(tmp_path / "small", inline_rows=10)
     s.event(name="x", line=1)

@@ -109,6 +109,10 @@ _SUBSYS_ASCII = r"^[A-Za-z](?-u:[\w.\-/ ]){0,38}: "
 _SUBSYS_OTHER = r"^[A-Za-z][\w.\-/ ]{0,39}(?:[(\[]|: )"
 _OTHER = "\x00"   # subsystem(): a head that needs the full SUBSYS capture (no name holds a NUL)
 _BODY = (pl.col("msg").str.contains(BODY) | pl.col("cont")).alias("body")
+# Below this many rows a chunk's report bodies are found by testing every row: one round of the
+# walk (``KernelLogParser._in_body``) costs about as much as the body test on ~13k rows, and a
+# stack takes a few dozen rounds.
+WALK_MIN_ROWS = 100_000
 STACK_NEEDLES = tuple(dict.fromkeys(s.needle for s in ks.SIGNATURES if s.report == "stack"))
 # the needles of the messages that open an OOM report (see candidates)
 OOM_START_NEEDLES = tuple(dict.fromkeys(s.needle for s in ks.SIGNATURES if s.id in ("oom.invoked", "oom.select")))
@@ -395,8 +399,11 @@ class KernelEngine:
         found by walking forward from each stack head (and from row 0 when a run is carried in)
         one row per round, the body test on the rows reached only (a stack is a few dozen lines;
         the test on every row was most of this step). Sets ``carry_stack_run``. None when a run is
-        longer than ``most`` rows (the caller then tests every row)."""
+        longer than ``most`` rows, or the chunk has fewer than :data:`WALK_MIN_ROWS` rows (the
+        caller then tests every row)."""
         n = len(rec)
+        if n < WALK_MIN_ROWS:
+            return None
         msg, cont, head = rec["msg"], rec["cont"], rec["stack_head"]
         idx = heads + 1
         if self.carry_stack_run:

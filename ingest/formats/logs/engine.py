@@ -421,7 +421,8 @@ PG_RANK = r"^\[(?:PG[^\]]*? )?Rank (\d+)\]"       # c10d's process-group prefix 
 # (TensorFlow 1.x names the error raised out of a session "AbortedError (see above for traceback): ...")
 EXC_LINE = (r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?:\([\w.]+\))?)"
             r"(?: \(see above for traceback\))?(?:: ?(?P<exc_msg>.*))?$")
-_MESSAGE_ANY = "|".join(re.escape(m.literal) for m in MESSAGES)
+_MESSAGE_LITERALS = list(dict.fromkeys(m.literal for m in MESSAGES))
+_MESSAGE_ANY = "|".join(re.escape(lit) for lit in _MESSAGE_LITERALS)
 PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
                "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")
 # (an untimed line that holds any message of the grammar says something too)
@@ -787,10 +788,18 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         kinds.append(pl.repeat("python_exception", x.height, eager=True, dtype=pl.String))
         narrow = narrow.filter(~pl.col("_i").is_in(x["_i"].implode()))
     cand = narrow.filter(m.str.contains(_MESSAGE_ANY))
+    # Which literals each candidate holds, in one Aho-Corasick pass (``overlapping``: every
+    # occurrence of every literal): the entries whose literal no candidate holds are not tested.
+    present = set()
+    if not cand.is_empty():
+        cand = cand.with_columns(m.str.extract_many(_MESSAGE_LITERALS, overlapping=True).alias("_lits"))
+        present = set(cand["_lits"].explode().drop_nulls().unique().to_list())
     for name, kind, lit, rx, ints in MESSAGES:
         if cand.is_empty():
             break
-        hit = cand.select(m.str.contains(lit, literal=True)).to_series()
+        if lit not in present:
+            continue
+        hit = cand.select(pl.col("_lits").list.contains(lit)).to_series()
         if not hit.any():
             continue
         x = cand.filter(hit).with_columns(m.str.extract_groups(rx).alias("x")).unnest("x")
