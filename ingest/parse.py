@@ -74,6 +74,30 @@ class SourceResult:
     parse_s: float = 0.0
     inline: dict[str, Any] = field(default_factory=dict)   # table -> its rows (Arrow) where not a part
 
+    # A result crosses a process boundary (the worker pool, Ray) pickled. Its inline tables go as
+    # Arrow IPC streams, one byte string each: pickling a table array by array costs several
+    # times more on both sides, and the receiving side is the pipeline's busiest process.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.inline:
+            state["inline"] = {t: _ipc_bytes(tab) for t, tab in self.inline.items()}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        inline = state.get("inline")
+        if inline:
+            import pyarrow as pa
+            state = {**state, "inline": {t: pa.ipc.open_stream(b).read_all() for t, b in inline.items()}}
+        self.__dict__.update(state)
+
+
+def _ipc_bytes(table) -> bytes:
+    import pyarrow as pa
+    out = pa.BufferOutputStream()
+    with pa.ipc.new_stream(out, table.schema) as w:
+        w.write_table(table)
+    return out.getvalue().to_pybytes()
+
 
 def detect_files(files: list[tuple[str, str]], registry: Registry | None = None) -> list:
     """The detect stage for a batch of ``(path on disk, path in the bundle)``: each file's

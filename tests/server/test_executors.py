@@ -6,6 +6,7 @@ not installed (``pip install 'aftertrace[ray]'``).
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -96,7 +97,6 @@ def test_small_tables_come_back_with_the_result_as_the_parts_rows(tmp_path):
     """A job parsed in a worker with ``inline_rows`` sends its small tables back with its result
     (Arrow, pickled by the pool) instead of writing Parquet parts: the same rows, in the same
     order; the large tables stay parts, and parse_issues is always a part."""
-    from dataclasses import replace
     inproc = {j.rel: parse_file(j) for j in _jobs(tmp_path / "a")}
     with LocalExecutor(2) as ex:
         pooled = {job.rel: r for job, r in
@@ -112,6 +112,24 @@ def test_small_tables_come_back_with_the_result_as_the_parts_rows(tmp_path):
         assert rows == _parts_rows(a.parts), rel
         assert b.counts == a.counts and b.status == a.status
     assert inlined >= 3        # (facts at least, in each)
+
+
+def test_a_result_pickles_its_inline_tables_as_arrow_streams(tmp_path):
+    """What crosses the process boundary: each inline table as one Arrow IPC byte string (not
+    the table array by array), read back into the same rows and types; the rest as it is."""
+    import pickle
+    job = _jobs(tmp_path)[1]                       # (the torchrun log: events, facts, metrics inline)
+    r = parse_file(replace(job, inline_rows=4096))
+    assert len(r.inline) >= 2
+    state = r.__getstate__()
+    assert all(isinstance(b, bytes) for b in state["inline"].values())
+    back = pickle.loads(pickle.dumps(r))
+    assert back.inline.keys() == r.inline.keys()
+    for t, tab in r.inline.items():
+        assert back.inline[t].schema == tab.schema and back.inline[t].to_pylist() == tab.to_pylist(), t
+    assert {k: v for k, v in back.__dict__.items() if k != "inline"} == \
+        {k: v for k, v in r.__dict__.items() if k != "inline"}
+    assert r.inline and not pickle.loads(pickle.dumps(replace(r, inline={}))).inline
 
 
 def test_local_executor_returns_the_exception_of_a_failed_call(tmp_path):
