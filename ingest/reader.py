@@ -187,6 +187,20 @@ def open_binary(path: str | os.PathLike, limit: int | None = None):
     return io.BufferedReader(lim, buffer_size=1 << 20)
 
 
+def size_hint(path: str | os.PathLike) -> int | None:
+    """About how many bytes :func:`open_binary` will give for the file: its size, or for a gzip
+    file the size its trailer records (that of the last member, modulo 4 GiB). A hint for the
+    size of a read buffer, never a limit: None when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                return os.fstat(f.fileno()).st_size
+            f.seek(-4, os.SEEK_END)
+            return int.from_bytes(f.read(4), "little")
+    except (OSError, ValueError):
+        return None
+
+
 def bytes_read(stream) -> int:
     """Decompressed bytes consumed so far by a stream from :func:`open_binary`."""
     return stream.raw.count

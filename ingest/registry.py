@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterator
 
 from .model import CLOCK_DOMAINS
-from .reader import STREAM_ENDS, Head, iter_lines, open_binary
+from .reader import STREAM_ENDS, Head, iter_lines, open_binary, size_hint
 from .sink import RowSink
 from .unwrap import (JOINED, MACHINE_WRAPPERS, MIXED_SHARE, cut_width, layers, open_unwrapped, rejoin,
                      terminal_width)
@@ -94,7 +94,7 @@ class ParseContext:
         from .lines import CHUNK_BYTES, line_frames
         stream = self.open()
         try:
-            for df in line_frames(stream, chunk_bytes or CHUNK_BYTES, blank_as_null):
+            for df in line_frames(stream, chunk_bytes or CHUNK_BYTES, blank_as_null, size_hint(self.path)):
                 df = self.without_joined(df)
                 if self.line_shift:
                     df = df.with_columns(df["lineno"] + self.line_shift)

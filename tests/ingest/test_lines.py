@@ -102,6 +102,33 @@ def test_a_small_file_does_not_get_a_chunk_sized_buffer():
     assert peak < 1 << 20
 
 
+def test_the_size_hint_is_the_file_or_gzip_trailer_size(tmp_path):
+    from ingest.reader import size_hint
+    data = b"".join(b"line %d\n" % i for i in range(5000))
+    plain, packed = tmp_path / "a.log", tmp_path / "a.log.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data))
+    assert size_hint(plain) == size_hint(packed) == len(data)
+    assert size_hint(tmp_path / "missing") is None
+    (tmp_path / "cut.gz").write_bytes(b"\x1f\x8b")       # (too short for a trailer: no hint)
+    assert size_hint(tmp_path / "cut.gz") is None
+
+
+def test_a_hinted_file_is_read_into_one_buffer_of_its_size(monkeypatch):
+    # (growing the buffer from 64 kB to a 10 MB file's size cost three times its read and split)
+    import ingest.lines as lines
+    data = b"".join(b"line %d of a larger log\n" % i for i in range(20000))
+    sizes = []
+    real = lines._read_into
+    monkeypatch.setattr(lines, "_read_into", lambda stream, buf, start: sizes.append(len(buf)) or
+                        real(stream, buf, start))
+    got = [ln for f in line_frames(io.BufferedReader(io.BytesIO(data)), size_hint=len(data)) for ln in f["line"].to_list()]
+    assert got == data.decode().splitlines() and sizes[0] == len(data) + 1 and len(sizes) <= 2
+    sizes.clear()
+    list(line_frames(io.BufferedReader(io.BytesIO(data))))
+    assert sizes[0] == lines.FIRST_READ and len(sizes) > 3      # (without a hint: it grows)
+
+
 def _reference_lines(data: bytes) -> list[str]:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
@@ -132,9 +159,10 @@ def test_lines_equal_a_plain_split_whatever_the_bytes_and_chunk_size(seed):
 
     @settings(max_examples=150, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(st.lists(st.sampled_from(_PIECES), max_size=80).map(b"".join), st.integers(1, 48 + seed * 500))
-    def check(data, chunk):
-        rows = [r for f in line_frames(io.BufferedReader(io.BytesIO(data)), chunk_bytes=chunk)
+    @given(st.lists(st.sampled_from(_PIECES), max_size=80).map(b"".join), st.integers(1, 48 + seed * 500),
+           st.one_of(st.none(), st.integers(0, 200)))
+    def check(data, chunk, hint):      # (a size hint, right or wrong, sizes the buffer only)
+        rows = [r for f in line_frames(io.BufferedReader(io.BytesIO(data)), chunk_bytes=chunk, size_hint=hint)
                 for r in f.iter_rows()]
         assert [r[1] for r in rows] == _reference_lines(data)
         assert [r[2] for r in rows] == [_refused(ln) for ln in data.split(b"\n")[:len(rows)]]

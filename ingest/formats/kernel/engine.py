@@ -79,7 +79,7 @@ import polars as pl
 from ...lines import CHUNK_BYTES
 from ...lines import line_frames as _line_frames
 from ...model import CLOCK_BOOT
-from ...reader import Head
+from ...reader import Head, size_hint
 from ...registry import ParseContext, Parser
 from . import signatures as ks
 from .frames import NS, frame, head_codes, head_groups, scatter
@@ -829,7 +829,7 @@ def line_frames_to_the_cut(ctx: ParseContext, chunk_bytes: int = CHUNK_BYTES, tr
     lines are left to the engine, which reports them with the format's other bad lines."""
     stream = ctx.open()
     try:
-        for df in _line_frames(stream, chunk_bytes):
+        for df in _line_frames(stream, chunk_bytes, size_hint=size_hint(ctx.path)):
             df = ctx.without_joined(df)
             if track_lineno:
                 ctx.lineno = int(df["lineno"][-1]) if len(df) else ctx.lineno
