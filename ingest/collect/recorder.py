@@ -38,6 +38,9 @@ from .writer import BundleRequest, BundleWriter, iso
 
 PRUNE_EVERY_NS = 5 * NS
 CGROUP_REDETECT_NS = 5 * NS
+# ``echo why > trigger`` creates the request file, then writes it: an empty one younger than this
+# is read at a later check (at once when the job has ended)
+REQUEST_SETTLE_S = 1.0
 
 
 @dataclass
@@ -343,9 +346,13 @@ class Recorder:
         self.snapshots += 1
         self.snapshot_s += time.perf_counter() - t0
 
-    def _check_request_file(self) -> None:
+    def _check_request_file(self, final: bool = False) -> None:
         p = os.path.join(self.out, "trigger")
-        if not os.path.exists(p):
+        try:
+            st = os.stat(p)
+        except OSError:
+            return
+        if st.st_size == 0 and not final and time.time() - st.st_mtime < REQUEST_SETTLE_S:
             return
         try:
             with open(p, "rb") as f:
@@ -442,7 +449,7 @@ class Recorder:
                 self.tailer.poll()
             except Exception as e:
                 self.notes.append(f"NCCL file tail: {type(e).__name__}: {e}")
-            self._check_request_file()
+            self._check_request_file(final=not running or self.stop_flag.is_set())
             if not running or self.stop_flag.is_set():
                 return
             if self.trig.due(now) and not self._writer_busy():

@@ -452,6 +452,32 @@ def test_nccl_debug_files_are_followed_and_watched(tmp_path, monkeypatch):
     assert "NCCL debug file" in man["trigger"]["reasons"][0]["detail"]
 
 
+def test_an_empty_request_file_is_read_once_written(tmp_path):
+    # ``echo why > trigger`` creates the file before it writes it: a check between the two must
+    # not fire the trigger without the reason; an empty file that stays empty fires it all the same
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = Config(out=str(out), command=["true"], keep_s=60, interval_s=0.1, passthrough=False, nvidia=False,
+                 argv=["test"])
+    rec = Recorder(cfg, log=lambda m: None)
+    trig = out / "trigger"
+    trig.write_text("")
+    rec._check_request_file()
+    assert not rec.trig.reasons and trig.exists()
+    trig.write_text("looks slow\n")
+    rec._check_request_file()
+    (r,) = rec.trig.reasons
+    assert r.detail.endswith(": looks slow") and not trig.exists()
+    trig.write_text("")
+    old = time.time() - 5
+    os.utime(trig, (old, old))
+    rec._check_request_file()
+    assert len(rec.trig.reasons) == 2 and rec.trig.reasons[1].detail.endswith("trigger appeared")
+    trig.write_text("")
+    rec._check_request_file(final=True)          # (the job has ended: no later check)
+    assert len(rec.trig.reasons) == 3 and not trig.exists()
+
+
 def test_trigger_on_request_file(tmp_path):
     out = tmp_path / "out"
     rc, rec, _ = _record(tmp_path, ["sh", "-c", f"sleep 0.3; echo 'looks slow' > {out}/trigger; sleep 1.2"])
