@@ -57,6 +57,7 @@ import re
 
 import polars as pl
 
+from .. import native
 from ..model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
@@ -421,10 +422,50 @@ class _State:
         self._emit(heads)
 
     def _headers(self, h: pl.DataFrame) -> pl.DataFrame:
-        # Cut each header at its time token with a capture-free search (fast), then parse the
-        # short pieces: "<comm pid/tid [cpu]>" before it, "<period event: payload>" after it.
-        # Both pieces repeat a lot (a few threads, a few events, the same switches over and
-        # over), so each is parsed once per distinct value and joined back to its lines.
+        # The compiled reader cuts the headers it can read (ASCII, the common shapes) in one pass:
+        # comm, pid/tid, cpu, time and where the rest starts. The others, and those without a time,
+        # take the regexes below, and the two are put back in the order the regexes give alone.
+        r = native.perf_headers(native.texts(h["line"]), MAX_SECONDS)
+        code = pl.Series("_code", r.code)
+        fast = h.select("lineno", "line", "rec").with_columns(
+            code, *(pl.Series(c, getattr(r, c)) for c in ("comm_at", "comm_end", "pid", "tid", "cpu", "ts", "rest_at")))
+        fast = fast.filter(pl.col("_code") == 1)
+        line = pl.col("line")
+        comm = pl.when(pl.col("comm_at") >= 0).then(
+            _cut(line, pl.col("comm_at"), pl.col("comm_end") - pl.col("comm_at")))
+        fast = fast.select("lineno", "line", "rec", comm.alias("comm"), "pid", "tid", "cpu",
+                           _cut(line, pl.col("rest_at")).alias("rest"), pl.col("ts").alias("ts_raw_ns"),
+                           pl.lit(True).alias("_fits"))
+        if len(fast) < len(h):
+            slow = self._headers_by_regex(h.filter(code != 1))
+            timed = slow.filter(pl.col("_timed")).drop("_timed")
+            t = pl.concat([fast, timed], how="vertical").sort("lineno") if len(timed) else fast
+            t = pl.concat([t, slow.filter(~pl.col("_timed")).drop("_timed")], how="vertical")
+        else:
+            t = fast
+        # (a header without a rest gets no event from the join: it is a bad line)
+        t = t.join(_rests(t["rest"].unique()), on="rest", how="left", maintain_order="left")
+        ok = t.select(pl.col("event").is_not_null() & pl.col("_fits")).to_series()
+        if not ok.all():
+            unparsed = t.filter(~ok)
+            for lineno, line in unparsed.head(200).select("lineno", "line").iter_rows():
+                self.sink.issue("bad_line", "not a perf script record header or stack frame", lineno, line)
+            if len(unparsed) > 200:
+                self.sink.issues_total += len(unparsed) - 200
+            t = t.filter(ok)
+        # `pid/tid` -> both; a single number is the thread id (perf's default field)
+        pid = pl.lit(None, pl.Int64)
+        if t["tid"].null_count() < len(t):
+            pid = pl.when(pl.col("tid").is_not_null() & pl.col("line").str.contains(r"\d/\d")).then(pl.col("pid"))
+        return t.with_columns(tid=pl.coalesce("tid", "pid"), pid=pid).drop("_fits")
+
+    def _headers_by_regex(self, h: pl.DataFrame) -> pl.DataFrame:
+        """The headers the compiled reader left: cut at the time token with a capture-free
+        search, then the short pieces parsed: "<comm pid/tid [cpu]>" before it, "<period event:
+        payload>" after it. Both pieces repeat a lot (a few threads, a few events, the same
+        switches over and over), so each is parsed once per distinct value and joined back to
+        its lines. Columns as ``_headers`` makes them, ``_fits`` (the numbers fit: a corrupted
+        30-digit pid or time is a bad line) and ``_timed``."""
         line = pl.col("line")
         h = h.select("lineno", "line", "rec", p=line.str.find(TIME_TOKEN))
         timed = h.filter(pl.col("p").is_not_null()).with_columns(
@@ -440,27 +481,15 @@ class _State:
             untimed = h.filter(pl.col("p").is_null()).with_columns(
                 m=line.str.extract_groups(HDR_NOTIME)).unnest("m").with_columns(
                 _WHO, sec=pl.lit(None, pl.String), frac=pl.lit(None, pl.String)).select(cols)
-            t = pl.concat([t, untimed], how="vertical")
-        # (a header without a rest gets no event from the join: it is a bad line)
-        t = t.join(_rests(t["rest"].unique()), on="rest", how="left", maintain_order="left")
-        # a header whose numbers do not fit (a corrupted 30-digit pid or time) is a bad line too
+            t = pl.concat([t.with_columns(_timed=pl.lit(True)), untimed.with_columns(_timed=pl.lit(False))],
+                          how="vertical")
+        else:
+            t = t.with_columns(_timed=pl.lit(True))
         sec = pl.col("sec").cast(pl.Int64, strict=False)
         fits = pl.col("pid").is_not_null() & (pl.col("sec").is_null() | (sec < MAX_SECONDS).fill_null(False))
-        ok = t.select(pl.col("event").is_not_null() & fits).to_series()
-        if not ok.all():
-            unparsed = t.filter(~ok)
-            for lineno, line in unparsed.head(200).select("lineno", "line").iter_rows():
-                self.sink.issue("bad_line", "not a perf script record header or stack frame", lineno, line)
-            if len(unparsed) > 200:
-                self.sink.issues_total += len(unparsed) - 200
-            t = t.filter(ok)
-        # `pid/tid` -> both; a single number is the thread id (perf's default field)
-        pid = pl.lit(None, pl.Int64)
-        if t["tid"].null_count() < len(t):
-            pid = pl.when(pl.col("tid").is_not_null() & pl.col("line").str.contains(r"\d/\d")).then(pl.col("pid"))
-        return t.with_columns(
-            ts_raw_ns=sec * NS + pl.col("frac").str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64),
-            tid=pl.coalesce("tid", "pid"), pid=pid)
+        return t.select("lineno", "line", "rec", "comm", "pid", "tid", "cpu", "rest",
+                        (sec * NS + pl.col("frac").str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64)).alias("ts_raw_ns"),
+                        fits.alias("_fits"), "_timed")
 
     def _frames(self, f: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
         """rec -> leaf stack id, for records with frame lines or an inline frame."""

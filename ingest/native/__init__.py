@@ -1,7 +1,7 @@
 """aftertrace's line engine: compiled single passes over text (``scan.c``), as Arrow arrays: the
 lines of a chunk (:func:`split_lines`), the numbers of step lines (:func:`step_values`), the
-rank a message states (:func:`rank_said`) and the classes and headers of NCCL INFO lines
-(:func:`nccl_info`).
+rank a message states (:func:`rank_said`), the classes and headers of NCCL INFO lines
+(:func:`nccl_info`) and the fields of perf script record headers (:func:`perf_headers`).
 
 The library is plain C loaded with ctypes (no Python headers, no ABI to match): the wheel ships
 it built (``hatch_build.py``); a checkout or an editable install builds it on first use when
@@ -52,6 +52,8 @@ def library() -> ctypes.CDLL:
             lib.at_rank_said.restype = _I64
             lib.at_nccl_info.argtypes = [_P, _I64] + [_P] * 5
             lib.at_nccl_info.restype = _I64
+            lib.at_perf_headers.argtypes = [_P, _I64] + [_P] * 11 + [_I64]
+            lib.at_perf_headers.restype = _I64
             _lib = lib
     return _lib
 
@@ -228,3 +230,45 @@ def nccl_info(lines: pa.Array) -> NcclInfo:
                     pa.Array.from_buffers(pa.uint8(), n, [None, bracket]),
                     pa.Array.from_buffers(pa.int64(), nk, [None, first]),
                     pc.sum(pc.equal(codes, UNSURE)).as_py() or 0)
+
+
+class PerfHeaders(NamedTuple):
+    """What :func:`perf_headers` read, per line: ``code`` (uint8: 1 read, 0 no time token, UNSURE
+    where the regexes decide) and, for code 1, ``p`` (int32: where the time token starts, in
+    bytes), ``comm_at``/``comm_end`` (int32, bytes; -1: no comm), ``pid``, ``tid`` (int64, tid
+    nullable), ``cpu`` (int32, nullable), ``ts`` (int64 ns) and ``rest_at`` (int32: where the
+    text after the time starts); how many lines were left to the regexes."""
+    code: pa.Array
+    p: pa.Array
+    comm_at: pa.Array
+    comm_end: pa.Array
+    pid: pa.Array
+    tid: pa.Array
+    cpu: pa.Array
+    ts: pa.Array
+    rest_at: pa.Array
+    unsure: int
+
+
+def perf_headers(lines: pa.Array, max_seconds: int) -> PerfHeaders:
+    """The fields of perf script record headers (see ``at_perf_headers`` in scan.c); a time of
+    ``max_seconds`` or more is left to the regexes."""
+    lib = library()
+    n = len(lines)
+    alive, col = _column(lines)
+    b1 = [pa.allocate_buffer(max(n, 1)) for _ in range(3)]          # code, tid_ok, cpu_ok
+    b4 = [pa.allocate_buffer(max(4 * n, 1)) for _ in range(5)]      # p, comm_at, comm_end, cpu, rest_at
+    b8 = [pa.allocate_buffer(max(8 * n, 1)) for _ in range(3)]      # pid, tid, ts
+    code, tid_ok, cpu_ok = b1
+    p, comm_at, comm_end, cpu, rest_at = b4
+    pid, tid, ts = b8
+    left = lib.at_perf_headers(ctypes.byref(col), n, code.address, p.address, comm_at.address, comm_end.address,
+                               pid.address, tid.address, tid_ok.address, cpu.address, cpu_ok.address, ts.address,
+                               rest_at.address, max_seconds) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
+
+    def arr(typ, buf):
+        return pa.Array.from_buffers(typ, n, [None, buf])
+    return PerfHeaders(arr(pa.uint8(), code), arr(pa.int32(), p), arr(pa.int32(), comm_at), arr(pa.int32(), comm_end),
+                       arr(pa.int64(), pid), _nullable(tid, tid_ok, pa.int64(), n),
+                       _nullable(cpu, cpu_ok, pa.int32(), n), arr(pa.int64(), ts), arr(pa.int32(), rest_at), left)

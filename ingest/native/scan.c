@@ -699,3 +699,93 @@ int64_t at_nccl_info(const col_t *col, int64_t n, uint8_t *code,
     free(slot); free(hs);
     return nk;
 }
+
+/* perf script record headers: "comm pid/tid [cpu] sec.frac: rest", cut as the parser's regexes cut
+ * them (ingest/formats/perf_script.py: the leftmost TIME_TOKEN, then PRE on the text before it).
+ * For lines [0, n) of col: code[i] 1 (read), 0 (no time token: an untimed header) or 255 (not
+ * ASCII, or a header the regexes must judge: PRE does not match, a number does not fit); for code
+ * 1: p[i] (where the time token starts, its blank), comm_at[i] and comm_end[i] (-1: no comm;
+ * the comm without the blanks around it), pid[i], tid[i] (tid_ok[i] 0: none), cpu[i]
+ * (cpu_ok[i] 0: none), ts[i] (sec * 1e9 + the fraction's ns) and rest_at[i] (after the ':' that
+ * ends the time). Returns how many rows were left to the regexes. */
+int64_t at_perf_headers(const col_t *col, int64_t n, uint8_t *code, int32_t *p, int32_t *comm_at,
+                        int32_t *comm_end, int64_t *pid, int64_t *tid, uint8_t *tid_ok, int32_t *cpu,
+                        uint8_t *cpu_ok, int64_t *ts, int32_t *rest_at, int64_t max_seconds) {
+    int64_t left = 0;
+    for (int64_t i = 0; i < n; i++) {
+        code[i] = 255; p[i] = -1; comm_at[i] = -1; comm_end[i] = -1; pid[i] = 0; tid[i] = 0; tid_ok[i] = 0;
+        cpu[i] = 0; cpu_ok[i] = 0; ts[i] = 0; rest_at[i] = -1;
+        if (!is_valid(col, i)) { code[i] = 0; continue; }
+        line_t l = line_of(col, i);
+        if (!is_ascii(l.p, l.n) || l.n > INT32_MAX) { left++; continue; }
+        /* TIME_TOKEN = \s\d+\.\d{6,9}:(?:\s|$), leftmost */
+        int64_t t = -1, dot = 0, colon = 0;
+        for (int64_t k = 0; k + 1 < l.n && t < 0; k++) {
+            if (!is_s(l.p[k]) || !is_d(l.p[k + 1])) continue;
+            int64_t a = skip_d(l, k + 1);
+            if (at(l, a) != '.') continue;
+            int64_t b = skip_d(l, a + 1);
+            if (b - a - 1 < 6 || b - a - 1 > 9 || at(l, b) != ':') continue;
+            if (b + 1 < l.n && !is_s(l.p[b + 1])) continue;
+            t = k; dot = a; colon = b;
+        }
+        if (t < 0) { code[i] = 0; continue; }
+        /* PRE = ^\s*(?:(?P<comm>.*?)\s+)?(?P<pid>-?\d+)(?:/(?P<tid>-?\d+))?(?:\s+\[(?P<cpu>\d+)\])?\s*$ on
+         * line[0, t), read from its end: what follows the pid is fixed, so the shortest comm is the
+         * text before the blanks before the pid */
+        int64_t e = t;
+        while (e > 0 && is_s(l.p[e - 1])) e--;
+        int64_t c_lo = -1, c_hi = -1;
+        if (e > 0 && l.p[e - 1] == ']') {
+            int64_t j = e - 2;
+            while (j >= 0 && is_d(l.p[j])) j--;
+            if (j < 0 || l.p[j] != '[' || j == e - 2 || j == 0 || !is_s(l.p[j - 1])) { left++; continue; }
+            c_lo = j + 1; c_hi = e - 1;
+            e = j;
+            while (e > 0 && is_s(l.p[e - 1])) e--;
+        }
+        int64_t d1 = e;                      /* the last number: the tid after a '/', else the pid */
+        while (d1 > 0 && is_d(l.p[d1 - 1])) d1--;
+        if (d1 == e) { left++; continue; }
+        int64_t n1 = d1 > 0 && l.p[d1 - 1] == '-' ? d1 - 1 : d1;
+        int64_t s = n1, p_lo = n1, p_hi = e, tid_lo = -1;
+        if (n1 > 0 && l.p[n1 - 1] == '/') {
+            tid_lo = n1;
+            p_hi = n1 - 1;
+            int64_t d0 = p_hi;
+            while (d0 > 0 && is_d(l.p[d0 - 1])) d0--;
+            if (d0 == p_hi) { left++; continue; }
+            p_lo = s = d0 > 0 && l.p[d0 - 1] == '-' ? d0 - 1 : d0;
+        }
+        int64_t lead = skip_s(l, 0);
+        if (s > lead && !is_s(l.p[s - 1])) { left++; continue; }
+        int ok = 1, ok2 = 1, ok3 = 1, ok4 = 1, ok5 = 1;
+        int neg = l.p[p_lo] == '-';
+        int64_t v = digits_i64(l, p_lo + neg, p_hi, &ok);
+        int64_t w = 0;
+        if (tid_lo >= 0) {
+            int negt = l.p[tid_lo] == '-';
+            w = digits_i64(l, tid_lo + negt, e, &ok2);
+            if (negt) w = -w;
+        }
+        int64_t c = c_lo >= 0 ? digits_i64(l, c_lo, c_hi, &ok3) : 0;
+        int64_t sec = digits_i64(l, t + 1, dot, &ok4);
+        int64_t frac = digits_i64(l, dot + 1, colon, &ok5);
+        if (!(ok && ok2 && ok3 && ok4 && ok5) || c > INT32_MAX || sec >= max_seconds) { left++; continue; }
+        for (int64_t k = colon - dot - 1; k < 9; k++) frac *= 10;
+        code[i] = 1;
+        p[i] = (int32_t)t;
+        if (s > lead) {
+            int64_t ce = s;
+            while (ce > lead && is_s(l.p[ce - 1])) ce--;
+            comm_at[i] = (int32_t)lead;
+            comm_end[i] = (int32_t)ce;
+        }
+        pid[i] = neg ? -v : v;
+        tid[i] = w; tid_ok[i] = tid_lo >= 0;
+        cpu[i] = (int32_t)c; cpu_ok[i] = c_lo >= 0;
+        ts[i] = sec * 1000000000LL + frac;
+        rest_at[i] = (int32_t)(colon + 1);
+    }
+    return left;
+}

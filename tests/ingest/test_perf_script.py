@@ -255,3 +255,79 @@ def test_non_ascii_commands_are_cut_where_their_fields_end(tmp_path):
     assert (a["prev_comm"], a["prev_pid"], a["next_comm"], a["next_pid"]) == ("データ処理", 7, "trainé", 8)
     (s,) = t["samples"].rows(named=True)
     assert (s["comm"], s["pid"], s["tid"], s["cpu"], s["ts_raw_ns"]) == ("trainé", 8, 8, 3, 71_180_680_000)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_compiled_header_reader_gives_what_the_regexes_give(tmp_path, monkeypatch, seed):
+    """Headers of every shape (comms with blanks, digits, dashes, brackets and non-ASCII text;
+    pid, pid/tid, negative numbers; with and without a cpu; fractions of 5 to 10 digits;
+    30-digit numbers; a time far out of range; no time at all) parse to the same tables with
+    the compiled reader as with the regexes alone (every line left to them)."""
+    from hypothesis import HealthCheck, given, seed as hseed, settings, strategies as st
+
+    import ingest.formats.perf_script as ps
+    from ingest import native
+    real = native.perf_headers
+
+    def regexes_only(lines, max_seconds):
+        r = real(lines, max_seconds)
+        import pyarrow as pa
+        return r._replace(code=pa.array([native.UNSURE] * len(r.code), pa.uint8()))
+
+    def header(comm, ids, cpu, sec, frac, tail, rest):
+        return st.tuples(st.sampled_from(["", "  ", "\t"]), comm, st.sampled_from([" ", "  ", "\t"]), ids, cpu,
+                         st.sampled_from([" ", "   "]), sec, frac, tail, rest).map(
+            lambda t: f"{t[0]}{t[1]}{t[2]}{t[3]}{t[4]}{t[5]}{t[6]}.{t[7]}{t[8]}{t[9]}")
+
+    rest = st.sampled_from(["  250000 cpu-clock: ", "       sched:sched_switch: prev_comm=a prev_pid=1 prev_prio=120 "
+                            "prev_state=S ==> next_comm=b next_pid=2 next_prio=120", " 1 cycles: ", " cycles:u: ",
+                            " sched:sched_process_exit: comm=x pid=3 prio=120", ""])
+    # the shapes perf writes, and headers with one odd piece each that the regexes must judge
+    comm = st.sampled_from(["perf", "", "python3", "swapper", "memfd:sealed-91", "kworker/0:1", "a b", "x 5", "12",
+                            "-3", "[x]", "a [1]", "a  b", "x-1"])
+    good_ids = st.sampled_from(["17973", "0", "7", "-1", "-0", "17973/17975"])
+    cpu = st.sampled_from([" [000]", "", " [1]", "  [003] "])
+    sec = st.sampled_from(["1077", "0", "71"])
+    frac = st.sampled_from(["163165", "1631650", "163165000", "000001"])
+    tail = st.sampled_from([":", ": ", ":\t"])
+    num = st.sampled_from(["123456789012345678901234567890", "a1", "--5", "1-2", "17973"])
+    good = header(comm, good_ids, cpu, sec, frac, tail, rest)
+    odd = st.one_of(
+        header(st.sampled_from(["データ", "trainé", " lead", "x/", "a\x1fb"]), good_ids, cpu, sec, frac, tail, rest),
+        header(comm, st.one_of(num, st.tuples(num, num).map("/".join)), cpu, sec, frac, tail, rest),
+        header(comm, good_ids, st.sampled_from([" []", "[2]", " [99999999999]", " [1", " [x]"]), sec, frac, tail, rest),
+        header(comm, good_ids, cpu, st.sampled_from(["9000000000", "12345678901234567890"]), frac, tail, rest),
+        header(comm, good_ids, cpu, sec, st.sampled_from(["16316", "1631650001", "12345"]), tail, rest),
+        header(comm, good_ids, cpu, sec, frac, st.sampled_from([":x", "", ":   "]), rest))
+    untimed = st.tuples(st.sampled_from(["perf", "", "a b"]), good_ids, st.sampled_from([" [000]", ""]), rest).map(
+        lambda t: f"{t[0]} {t[1]}{t[2]}{t[3]}")
+
+    def tables(path, out):
+        r = parse_file(ParseJob(str(path), path.name, str(out)))
+        got = {t: pl.read_parquet(files).to_dicts() for t, files in sorted(r.parts.items())}
+        return r.status, r.counts, got
+
+    n = [0]
+
+    @hseed(seed)
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.one_of(good, good, odd, untimed), min_size=1, max_size=12))
+    def check(heads):
+        n[0] += 1
+        p = tmp_path / f"h{seed}-{n[0]}.perf.txt"
+        p.write_text("\n".join(h + "\n\tffffffff81000001 schedule ([kernel.kallsyms])\n" for h in heads),
+                     encoding="utf-8")
+        monkeypatch.setattr(ps.native, "perf_headers", real)
+        a = tables(p, tmp_path / f"a{n[0]}")
+        monkeypatch.setattr(ps.native, "perf_headers", regexes_only)
+        b = tables(p, tmp_path / f"b{n[0]}")
+        assert a == b, heads
+        seen["status"].add(a[0])
+        codes = real(native.texts(pl.Series(heads)), ps.MAX_SECONDS).code.to_pylist()
+        seen["read"] += codes.count(1)
+        seen["left"] += len(codes) - codes.count(1)
+
+    seen = {"status": set(), "read": 0, "left": 0}
+    check()
+    # (both readers were at work: most headers read by the compiled one, some left, files parsed)
+    assert seen["read"] > 100 and seen["left"] > 20 and "parsed" in seen["status"], seen
