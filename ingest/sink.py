@@ -274,24 +274,24 @@ class RowSink:
             self._announce(table, path)
         return dict(self.counts)
 
+    def _buffered_rows(self, table: str) -> int:
+        buf = self._buf.get(table)
+        return len(next(iter(buf.values()))) if buf else 0
+
     def may_inline(self, table: str) -> bool:
         """Whether ``table`` would travel inline if the sink were closed now (see
         :meth:`_keep_inline`): writing it as a part first would be wasted."""
-        if not self.inline_rows or table in _NEVER_INLINE or self._parts[table]:
-            return False
-        buf = self._buf.get(table)
-        n = self._frame_rows.get(table, 0) + (len(next(iter(buf.values()))) if buf else 0)
-        return n <= self.inline_rows
+        return (bool(self.inline_rows) and table not in _NEVER_INLINE and not self._parts[table]
+                and self._frame_rows.get(table, 0) + self._buffered_rows(table) <= self.inline_rows)
 
     def _keep_inline(self) -> None:
         """Move the tables with no part written and at most ``inline_rows`` rows to ``inline``
         (their frames, then their rows: the order a flush writes them in)."""
-        for table in [t for t in {**self._frames, **self._buf} if t not in _NEVER_INLINE]:
-            buf = self._buf.get(table)
-            n_rows = len(next(iter(buf.values()))) if buf else 0
-            n = self._frame_rows.get(table, 0) + n_rows
-            if self._parts[table] or not 0 < n <= self.inline_rows:
+        for table in list({**self._frames, **self._buf}):
+            n_rows = self._buffered_rows(table)
+            if not self.may_inline(table) or not self._frame_rows.get(table, 0) + n_rows:
                 continue
+            buf = self._buf.get(table)
             schema = TABLES[table].arrow_schema()
             pieces = self._frames.pop(table, [])
             self._frame_rows[table] = 0
