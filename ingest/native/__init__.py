@@ -54,6 +54,8 @@ def library() -> ctypes.CDLL:
             lib.at_nccl_info.restype = _I64
             lib.at_perf_headers.argtypes = [_P, _I64] + [_P] * 11 + [_I64]
             lib.at_perf_headers.restype = _I64
+            lib.at_log_heads.argtypes = [_P, _I64, _P]
+            lib.at_log_heads.restype = _I64
             _lib = lib
     return _lib
 
@@ -272,3 +274,78 @@ def perf_headers(lines: pa.Array, max_seconds: int) -> PerfHeaders:
     return PerfHeaders(arr(pa.uint8(), code), arr(pa.int32(), p), arr(pa.int32(), comm_at), arr(pa.int32(), comm_end),
                        arr(pa.int64(), pid), _nullable(tid, tid_ok, pa.int64(), n),
                        _nullable(cpu, cpu_ok, pa.int32(), n), arr(pa.int64(), ts), arr(pa.int32(), rest_at), left)
+
+
+class LogHeads(NamedTuple):
+    """What :func:`log_heads` read, per body: ``code`` (uint8: 0 no family, 1 c10, 2 elastic, 3 usdt,
+    4 dated, 5 syslog, 6 pylog, UNSURE where the regexes decide) and, for codes 1-6: ``sev``
+    (uint8: 0 none, then crit, error, warning, info, debug, notice: :data:`SEVERITIES`),
+    ``msg_at`` (int32: where the message starts, in bytes), ``f_at``/``f_end`` (int32: the file,
+    syslog's program or pylog's logger), ``name_end`` (int32: c10's file less its extension),
+    ``h_at``/``h_end`` (int32: syslog's host), ``fline`` (int64: the file's line); nullable:
+    ``rank``, ``pid``, ``tid`` (int64), ``y``, ``mo``, ``d``, ``hh``, ``mi``, ``ss`` (int32: the
+    stamp's pieces), ``fns`` (int64: its fraction in ns), ``res`` (int64: its resolution in ns),
+    ``off`` (int64: its stated UTC offset in s); ``unsure``: how many rows were left."""
+    code: pa.Array
+    sev: pa.Array
+    msg_at: pa.Array
+    f_at: pa.Array
+    f_end: pa.Array
+    name_end: pa.Array
+    h_at: pa.Array
+    h_end: pa.Array
+    fline: pa.Array
+    rank: pa.Array
+    pid: pa.Array
+    tid: pa.Array
+    y: pa.Array
+    mo: pa.Array
+    d: pa.Array
+    hh: pa.Array
+    mi: pa.Array
+    ss: pa.Array
+    fns: pa.Array
+    res: pa.Array
+    off: pa.Array
+    unsure: int
+
+
+SEVERITIES = (None, "crit", "error", "warning", "info", "debug", "notice")
+
+
+def _masked(typ, n: int, values, ok) -> pa.Array:
+    """An array of ``typ`` from a values buffer and a byte per row that says whether it has one
+    (the bytes packed into the validity bitmap)."""
+    bits = pa.Array.from_buffers(pa.uint8(), n, [None, ok]).cast(pa.bool_()).buffers()[1]
+    return pa.Array.from_buffers(typ, n, [bits, values])
+
+
+def log_heads(bodies: pa.Array) -> LogHeads:
+    """The line family and header fields of each body of a text array (:func:`texts`), as the log
+    engine's FAMILIES read them (see ``at_log_heads`` in scan.c)."""
+    lib = library()
+    n = len(bodies)
+    alive, col = _column(bodies)
+    m = max(n, 1)
+    u8 = [pa.allocate_buffer(m) for _ in range(2)]                  # code, sev
+    i32a = [pa.allocate_buffer(4 * m) for _ in range(6)]            # msg_at, f_at, f_end, name_end, h_at, h_end
+    i64 = [pa.allocate_buffer(8 * m) for _ in range(7)]             # rank, pid, tid, fline, fns, res, off
+    i32b = [pa.allocate_buffer(4 * m) for _ in range(6)]            # y, mo, d, hh, mi, ss
+    oks = [pa.allocate_buffer(m) for _ in range(9)]                 # rank pid tid y md hms fns res off
+    bufs = [*u8, *i32a, *i64, *i32b, *oks]
+    outs = (ctypes.c_void_p * len(bufs))(*(b.address for b in bufs))
+    left = lib.at_log_heads(ctypes.byref(col), n, outs) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
+    code, sev = (pa.Array.from_buffers(pa.uint8(), n, [None, b]) for b in u8)
+    msg_at, f_at, f_end, name_end, h_at, h_end = (pa.Array.from_buffers(pa.int32(), n, [None, b]) for b in i32a)
+    rank, pid, tid, fline, fns, res, off = i64
+    y, mo, d, hh, mi, ss = i32b
+    k_rank, k_pid, k_tid, k_y, k_md, k_hms, k_fns, k_res, k_off = oks
+    return LogHeads(code, sev, msg_at, f_at, f_end, name_end, h_at, h_end,
+                    pa.Array.from_buffers(pa.int64(), n, [None, fline]),
+                    _masked(pa.int64(), n, rank, k_rank), _masked(pa.int64(), n, pid, k_pid),
+                    _masked(pa.int64(), n, tid, k_tid), _masked(pa.int32(), n, y, k_y),
+                    _masked(pa.int32(), n, mo, k_md), _masked(pa.int32(), n, d, k_md),
+                    _masked(pa.int32(), n, hh, k_hms), _masked(pa.int32(), n, mi, k_hms),
+                    _masked(pa.int32(), n, ss, k_hms), _masked(pa.int64(), n, fns, k_fns),
+                    _masked(pa.int64(), n, res, k_res), _masked(pa.int64(), n, off, k_off), left)

@@ -789,3 +789,346 @@ int64_t at_perf_headers(const col_t *col, int64_t n, uint8_t *code, int32_t *p, 
     }
     return left;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Line families: the header of a log line's body as the log engine's FAMILIES read it
+ * (ingest/formats/logs/engine.py): a line belongs to the first family whose test matches, and
+ * that family's prefix regex reads its fields. One pass per body here, in the regexes' order:
+ *
+ *   c10      ^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{3,4} \d\d:| \w)
+ *   elastic  ^(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+
+ *   usdt     ^USDT:\d{4}-
+ *   dated    ^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d
+ *   syslog   ^(?:Jan|...|Dec) [ \d]\d \d\d:\d\d:\d\d \S+
+ *   pylog    ^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:
+ *
+ * and each family's prefix (see FAMILIES there) as a backtracking matcher would take it,
+ * leftmost-first. Only ASCII bodies are read (the regexes' \d, \s and \w are Unicode's, which on
+ * ASCII are the ASCII classes); a body that is not ASCII, whose test matches while its prefix does
+ * not, whose number does not fit, or whose text would need escaping in the JSON attrs is left to
+ * the regexes (code 255).
+ */
+enum { FAM_NONE = 0, FAM_C10, FAM_ELASTIC, FAM_USDT, FAM_DATED, FAM_SYSLOG, FAM_PYLOG };
+/* severities, the engine's SEVERITY values: 0 none */
+enum { SV_NONE = 0, SV_CRIT, SV_ERROR, SV_WARNING, SV_INFO, SV_DEBUG, SV_NOTICE };
+enum { UNSURE = 255 };
+
+/* The outputs of at_log_heads, one slot per row each (the caller allocates them). The *_ok bytes
+ * say whether the value beside them is there (null otherwise). Spans are byte offsets into the
+ * body: [f_at, f_end) the file (c10, elastic, usdt), the program (syslog) or the logger (pylog);
+ * name_end: where c10's name ends (the file without its last ".ext"); [h_at, h_end) syslog's host. */
+typedef struct {
+    uint8_t *code, *sev;
+    int32_t *msg_at, *f_at, *f_end, *name_end, *h_at, *h_end;
+    int64_t *rank, *pid, *tid, *fline, *fns, *res, *off;
+    int32_t *y, *mo, *d, *hh, *mi, *ss;
+    uint8_t *rank_ok, *pid_ok, *tid_ok, *y_ok, *md_ok, *hms_ok, *fns_ok, *res_ok, *off_ok;
+} heads_t;
+
+static inline int fixed_d(line_t l, int64_t i, int k) {     /* k digits at i */
+    for (int j = 0; j < k; j++) if (!is_d(at(l, i + j))) return 0;
+    return 1;
+}
+
+static inline int one_of(int c, const char *set) { return c > 0 && strchr(set, c) != NULL; }
+
+static inline int32_t num2(line_t l, int64_t i) { return (l.p[i] - '0') * 10 + (l.p[i + 1] - '0'); }
+
+static int32_t num_k(line_t l, int64_t i, int k) {
+    int32_t v = 0;
+    for (int j = 0; j < k; j++) v = v * 10 + (l.p[i + j] - '0');
+    return v;
+}
+
+/* \d\d:\d\d:\d\d at i */
+static inline int hms_at(line_t l, int64_t i) {
+    return fixed_d(l, i, 2) && at(l, i + 2) == ':' && fixed_d(l, i + 3, 2) && at(l, i + 5) == ':' && fixed_d(l, i + 6, 2);
+}
+
+/* a byte JSON writes escaped (or that the readers leave to the regexes' encoder) */
+static inline int json_plain(int c) { return c >= 0x20 && c != '"' && c != '\\' && c != 0x7f; }
+
+static int json_plain_span(line_t l, int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; i++) if (!json_plain(l.p[i])) return 0;
+    return 1;
+}
+
+/* digits [a, b) into *v (1), or 0 when they do not fit an int64 */
+static int fit_i64(line_t l, int64_t a, int64_t b, int64_t *v) {
+    int ok;
+    *v = digits_i64(l, a, b, &ok);
+    return ok;
+}
+
+/* (?:\[rank(\d+)\]:)? at the start: where the rest begins, and the rank's digits (a0 = -1: none).
+ * When the prefix is there the regexes take it: without it they would read "[" then "r", which no
+ * family's next token accepts. */
+static int64_t rank_prefix(line_t l, int64_t *a0, int64_t *a1) {
+    *a0 = -1;
+    if (!starts(l, 0, "[rank", 5)) return 0;
+    int64_t e = skip_d(l, 5);
+    if (e == 5 || at(l, e) != ']' || at(l, e + 1) != ':') return 0;
+    *a0 = 5; *a1 = e;
+    return e + 2;
+}
+
+/* [^\s:\]]+ from q, then ":" \d+ "\]" " ?": the file's end, fline's digits, the message start; 0
+ * when it does not match */
+static int file_line(line_t l, int64_t q, int64_t *fe, int64_t *d0, int64_t *d1, int64_t *msg) {
+    int64_t e = q;
+    for (int c = at(l, e); c >= 0 && !is_s(c) && c != ':' && c != ']'; c = at(l, ++e)) {}
+    if (e == q || at(l, e) != ':') return 0;
+    int64_t x = skip_d(l, e + 1);
+    if (x == e + 1 || at(l, x) != ']') return 0;
+    *fe = e; *d0 = e + 1; *d1 = x;
+    *msg = x + 1 + (at(l, x + 1) == ' ');
+    return 1;
+}
+
+static int sev_letter(int c) {
+    switch (c) {
+    case 'F': case 'C': return SV_CRIT;
+    case 'E': return SV_ERROR;
+    case 'W': return SV_WARNING;
+    case 'I': return SV_INFO;
+    case 'V': case 'D': return SV_DEBUG;
+    default: return SV_NONE;
+    }
+}
+
+/* the level word at i, in the order of the regexes' alternation: its severity and length */
+static const struct { const char *w; int k, sv; } LEVELS[] = {
+    {"DEBUG", 5, SV_DEBUG}, {"INFO", 4, SV_INFO}, {"WARNING", 7, SV_WARNING}, {"WARN", 4, SV_WARNING},
+    {"ERROR", 5, SV_ERROR}, {"CRITICAL", 8, SV_CRIT}, {"FATAL", 5, SV_CRIT}, {"NOTICE", 6, SV_NOTICE}};
+
+static int level_at(line_t l, int64_t i, int pylog, int *k) {
+    for (size_t j = 0; j < sizeof LEVELS / sizeof LEVELS[0]; j++) {
+        /* pylog's alternation: DEBUG|INFO|WARNING|ERROR|CRITICAL */
+        if (pylog && (LEVELS[j].sv == SV_NOTICE || !strcmp(LEVELS[j].w, "WARN") || !strcmp(LEVELS[j].w, "FATAL")))
+            continue;
+        if (starts(l, i, LEVELS[j].w, (size_t)LEVELS[j].k)) { *k = LEVELS[j].k; return LEVELS[j].sv; }
+    }
+    return SV_NONE;
+}
+
+static const char MONTHS[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+
+static int month_at(line_t l) {
+    if (l.n < 3) return 0;
+    for (int m = 0; m < 12; m++) if (memcmp(l.p, MONTHS + 3 * m, 3) == 0) return m + 1;
+    return 0;
+}
+
+static inline void set_hms(const heads_t *o, int64_t i, line_t l, int64_t q) {
+    o->hh[i] = num2(l, q); o->mi[i] = num2(l, q + 3); o->ss[i] = num2(l, q + 6); o->hms_ok[i] = 1;
+}
+
+/* yyyy-mm-dd at q (already tested) */
+static inline void set_date(const heads_t *o, int64_t i, line_t l, int64_t q) {
+    o->y[i] = num_k(l, q, 4); o->mo[i] = num2(l, q + 5); o->d[i] = num2(l, q + 8);
+    o->y_ok[i] = o->md_ok[i] = 1;
+}
+
+/* One body: its family and fields into row i of o. */
+static int log_head(line_t l, const heads_t *o, int64_t i) {
+    int64_t r0 = -1, r1 = 0, fe = 0, d0 = 0, d1 = 0, msg = 0;
+    int64_t p = rank_prefix(l, &r0, &r1);
+    /* c10 */
+    if (at(l, p) == '[' && one_of(at(l, p + 1), "FEWIV")) {
+        int64_t q = p + 2, k = skip_d(l, q) - q;
+        int test = ((k == 3 || k == 4) && at(l, q + k) == ' ' && fixed_d(l, q + k + 1, 2) && at(l, q + k + 3) == ':')
+                   || (at(l, q) == ' ' && w_ascii(at(l, q + 1)));
+        if (test) {
+            int64_t f0;
+            if ((k == 3 || k == 4) && at(l, q + k) == ' ' && hms_at(l, q + k + 1) && at(l, q + k + 9) == '.') {
+                int64_t m0 = q + k + 10, m = skip_d(l, m0) - m0;
+                if (m < 6 || m > 9 || at(l, m0 + m) != ' ') return UNSURE;
+                o->mo[i] = num_k(l, q, (int)k - 2); o->d[i] = num2(l, q + k - 2); o->md_ok[i] = 1;
+                set_hms(o, i, l, q + k + 1);
+                f0 = m0 + m + 1;
+            } else if (at(l, q) == ' ') {
+                f0 = q + 1;
+            } else {
+                return UNSURE;
+            }
+            if (!file_line(l, f0, &fe, &d0, &d1, &msg) || !json_plain_span(l, f0, fe)) return UNSURE;
+            if (!fit_i64(l, d0, d1, &o->fline[i])) return UNSURE;
+            if (r0 >= 0) { if (!fit_i64(l, r0, r1, &o->rank[i])) return UNSURE; o->rank_ok[i] = 1; }
+            /* the name: the file less \.\w+$ (the last dot, when only word bytes follow it) */
+            int64_t ne = fe;
+            for (int64_t j = fe - 1; j >= f0; j--) {
+                if (l.p[j] == '.') { if (j + 1 < fe) ne = j; break; }
+                if (!w_ascii(l.p[j])) break;
+            }
+            o->sev[i] = (uint8_t)sev_letter(l.p[p + 1]);
+            o->f_at[i] = (int32_t)f0; o->f_end[i] = (int32_t)fe; o->name_end[i] = (int32_t)ne;
+            o->res[i] = 1000000000; o->res_ok[i] = 1;
+            o->msg_at[i] = (int32_t)msg;
+            return FAM_C10;
+        }
+    }
+    /* elastic */
+    if (one_of(at(l, p), "DIWEC") && fixed_d(l, p + 1, 4) && at(l, p + 5) == ' ' && hms_at(l, p + 6)
+        && at(l, p + 14) == '.' && fixed_d(l, p + 15, 6) && at(l, p + 21) == ' ') {
+        int64_t q = p + 22, e = skip_d(l, q);
+        if (e > q && at(l, e) == ' ') {
+            /* the prefix: (\S+?):(\d+)\] ?, the shortest file that lets the rest match */
+            int64_t f0 = e + 1, k = f0;
+            if (at(l, k) < 0 || is_s(at(l, k))) return UNSURE;
+            for (k = f0 + 1;; k++) {
+                int c = at(l, k);
+                if (c < 0 || is_s(c)) return UNSURE;
+                if (c == ':') {
+                    int64_t x = skip_d(l, k + 1);
+                    if (x > k + 1 && at(l, x) == ']') { d0 = k + 1; d1 = x; msg = x + 1 + (at(l, x + 1) == ' '); break; }
+                }
+            }
+            fe = k;
+            if (!json_plain_span(l, f0, fe) || !fit_i64(l, d0, d1, &o->fline[i])) return UNSURE;
+            if (!fit_i64(l, q, e, &o->pid[i])) return UNSURE;
+            o->pid_ok[i] = 1;
+            if (r0 >= 0) { if (!fit_i64(l, r0, r1, &o->rank[i])) return UNSURE; o->rank_ok[i] = 1; }
+            o->sev[i] = (uint8_t)sev_letter(l.p[p]);
+            o->mo[i] = num2(l, p + 1); o->d[i] = num2(l, p + 3); o->md_ok[i] = 1;
+            set_hms(o, i, l, p + 6);
+            o->fns[i] = (int64_t)num_k(l, p + 15, 3) * 1000000; o->fns_ok[i] = 1;
+            o->res[i] = 1000000; o->res_ok[i] = 1;
+            o->f_at[i] = (int32_t)f0; o->f_end[i] = (int32_t)fe;
+            o->msg_at[i] = (int32_t)msg;
+            return FAM_ELASTIC;
+        }
+    }
+    /* usdt */
+    if (starts(l, 0, "USDT:", 5) && fixed_d(l, 5, 4) && at(l, 9) == '-') {
+        if (!(fixed_d(l, 10, 2) && at(l, 12) == '-' && fixed_d(l, 13, 2) && at(l, 15) == ' ' && hms_at(l, 16)
+              && at(l, 24) == ' ')) return UNSURE;
+        int64_t e = skip_d(l, 25);
+        if (e == 25 || at(l, e) != ':') return UNSURE;
+        int64_t t = skip_d(l, e + 1);
+        if (t == e + 1 || at(l, t) != ' ') return UNSURE;
+        if (!file_line(l, t + 1, &fe, &d0, &d1, &msg) || !json_plain_span(l, t + 1, fe)) return UNSURE;
+        if (!fit_i64(l, d0, d1, &o->fline[i]) || !fit_i64(l, 25, e, &o->pid[i]) || !fit_i64(l, e + 1, t, &o->tid[i]))
+            return UNSURE;
+        o->pid_ok[i] = o->tid_ok[i] = 1;
+        set_date(o, i, l, 5);
+        set_hms(o, i, l, 16);
+        o->res[i] = 1000000000; o->res_ok[i] = 1;
+        o->f_at[i] = (int32_t)(t + 1); o->f_end[i] = (int32_t)fe;
+        o->msg_at[i] = (int32_t)msg;
+        return FAM_USDT;
+    }
+    /* dated: past the date and time every piece is optional, so the greedy path is the match */
+    {
+        int64_t q = at(l, 0) == '[';
+        if (fixed_d(l, q, 4) && at(l, q + 4) == '-' && fixed_d(l, q + 5, 2) && at(l, q + 7) == '-'
+            && fixed_d(l, q + 8, 2) && (at(l, q + 10) == ' ' || at(l, q + 10) == 'T' || at(l, q + 10) == '_')
+            && hms_at(l, q + 11)) {
+            set_date(o, i, l, q);
+            set_hms(o, i, l, q + 11);
+            int64_t e = q + 19;
+            o->res[i] = 1000000000; o->res_ok[i] = 1;
+            if ((at(l, e) == '.' || at(l, e) == ',') && is_d(at(l, e + 1))) {
+                int k = 0;
+                int64_t v = 0;
+                while (k < 9 && is_d(at(l, e + 1 + k))) { v = v * 10 + (l.p[e + 1 + k] - '0'); k++; }
+                int64_t scale = 1;
+                for (int j = k; j < 9; j++) scale *= 10;
+                o->fns[i] = v * scale; o->fns_ok[i] = 1;
+                o->res[i] = scale;
+                e += 1 + k;
+            }
+            if (at(l, e) == 'Z') {
+                o->off[i] = 0; o->off_ok[i] = 1; e++;
+            } else if ((at(l, e) == '+' || at(l, e) == '-') && fixed_d(l, e + 1, 2)) {
+                int64_t c = e + 3 + (at(l, e + 3) == ':');
+                if (fixed_d(l, c, 2)) {
+                    o->off[i] = (at(l, e) == '-' ? -1 : 1) * ((int64_t)num2(l, e + 1) * 3600 + (int64_t)num2(l, c) * 60);
+                    o->off_ok[i] = 1;
+                    e = c + 2;
+                }
+            }
+            if (at(l, e) == ']') e++;
+            while (at(l, e) == ' ' || at(l, e) == ':' || at(l, e) == '|' || at(l, e) == '-') e++;
+            int k, sv = level_at(l, e + (at(l, e) == '['), 0, &k);
+            if (sv != SV_NONE) {
+                e += (at(l, e) == '[') + k;
+                if (at(l, e) == ']') e++;
+                o->sev[i] = (uint8_t)sv;
+            }
+            while (at(l, e) == ' ' || at(l, e) == ':' || at(l, e) == '|' || at(l, e) == '-') e++;
+            o->msg_at[i] = (int32_t)e;
+            return FAM_DATED;
+        }
+    }
+    /* syslog */
+    {
+        int mon = month_at(l);
+        if (mon && at(l, 3) == ' ' && (at(l, 4) == ' ' || is_d(at(l, 4))) && is_d(at(l, 5)) && at(l, 6) == ' '
+            && hms_at(l, 7) && at(l, 15) == ' ') {
+            int64_t h0 = 16, h1 = h0;
+            while (at(l, h1) >= 0 && !is_s(at(l, h1))) h1++;
+            if (h1 > h0 && at(l, h1) == ' ') {
+                int64_t g0 = h1 + 1, g1 = g0;
+                for (int c = at(l, g1); c >= 0 && !is_s(c) && c != ':' && c != '['; c = at(l, ++g1)) {}
+                if (g1 == g0) return UNSURE;
+                int64_t e = g1;
+                if (at(l, e) == '[') {
+                    int64_t x = skip_d(l, e + 1);
+                    if (x == e + 1 || at(l, x) != ']' || !fit_i64(l, e + 1, x, &o->pid[i])) return UNSURE;
+                    o->pid_ok[i] = 1;
+                    e = x + 1;
+                }
+                if (at(l, e) != ':' || !json_plain_span(l, g0, g1)) return UNSURE;
+                e++;
+                if (at(l, e) == ' ') e++;
+                o->mo[i] = mon; o->d[i] = (at(l, 4) == ' ' ? 0 : (l.p[4] - '0') * 10) + (l.p[5] - '0');
+                o->md_ok[i] = 1;
+                set_hms(o, i, l, 7);
+                o->res[i] = 1000000000; o->res_ok[i] = 1;
+                o->h_at[i] = (int32_t)h0; o->h_end[i] = (int32_t)h1;
+                o->f_at[i] = (int32_t)g0; o->f_end[i] = (int32_t)g1;
+                o->msg_at[i] = (int32_t)e;
+                return FAM_SYSLOG;
+            }
+        }
+    }
+    /* pylog */
+    {
+        int k, sv = level_at(l, 0, 1, &k);
+        if (sv != SV_NONE && at(l, k) == ':') {
+            int64_t e = k + 1;
+            while (w_ascii(at(l, e)) || at(l, e) == '.') e++;
+            if (at(l, e) == ':') {
+                o->sev[i] = (uint8_t)sv;
+                o->f_at[i] = (int32_t)(k + 1); o->f_end[i] = (int32_t)e;
+                o->msg_at[i] = (int32_t)(e + 1);
+                return FAM_PYLOG;
+            }
+        }
+    }
+    return FAM_NONE;
+}
+
+/* For the bodies [0, n) of col: each one's family (heads_t.code: FAM_*, or 255 where the regexes
+ * decide) and its fields. Null bodies are FAM_NONE. Returns the number left to the regexes. */
+int64_t at_log_heads(const col_t *col, int64_t n, void *const *outs) {
+    heads_t o;
+    memcpy(&o, outs, sizeof o);
+    int64_t left = 0;
+    for (int64_t i = 0; i < n; i++) {
+        o.sev[i] = 0;
+        o.msg_at[i] = o.f_at[i] = o.f_end[i] = o.name_end[i] = o.h_at[i] = o.h_end[i] = 0;
+        o.rank[i] = o.pid[i] = o.tid[i] = o.fline[i] = o.fns[i] = o.res[i] = o.off[i] = 0;
+        o.y[i] = o.mo[i] = o.d[i] = o.hh[i] = o.mi[i] = o.ss[i] = 0;
+        o.rank_ok[i] = o.pid_ok[i] = o.tid_ok[i] = o.y_ok[i] = o.md_ok[i] = o.hms_ok[i] = 0;
+        o.fns_ok[i] = o.res_ok[i] = o.off_ok[i] = 0;
+        o.code[i] = FAM_NONE;
+        if (!is_valid(col, i)) continue;
+        line_t l = line_of(col, i);
+        if (l.n > INT32_MAX || !is_ascii(l.p, l.n)) { o.code[i] = UNSURE; left++; continue; }
+        int c = log_head(l, &o, i);
+        o.code[i] = (uint8_t)c;
+        if (c == UNSURE) left++;
+    }
+    return left;
+}

@@ -352,29 +352,99 @@ def test_loss_word_boundary_on_ascii_and_unicode_text(tmp_path):
         assert sorted((r["line"], r["value"]) for r in metrics(res) if r["metric"] == "loss") == [(1, 2.5)]
 
 
-def test_dated_prefix_by_position_equals_the_family_regex():
-    # Python logging's default layout is cut by position (no capture regex) when the line passes
-    # applog._FAST["dated"]; on every line it must give what the "dated" regex gives, in row order.
+# Heads of every line family, each a list of pieces: a generated head is one of them with some
+# pieces dropped, doubled or replaced by another family's pieces or odd ones.
+_HEADS = [
+    ["[rank3]:", "[", "E", "1129", " ", "13:28:08", ".", "426415540", " ", "ProcessGroupNCCL.cpp", ":", "629", "]", " ", "msg"],
+    ["[", "W", "129", " ", "03:08:08", ".", "426415", " ", "socket", ":", "12", "]", "x"],
+    ["[", "I", " ", "ProcessGroupNCCL.cpp", ":", "414", "]", " ", "old form"],
+    ["[rank12]:", "W", "1129", " ", "13:28:08", ".", "902000", " ", "17983", " ", "torch/run.py", ":", "874", "]", " ", "m"],
+    ["E", "0101", " ", "23:59:59", ".", "000001", " ", "1", " ", "C:/a.py", ":", "2x:3", ":", "4", "]", "m"],
+    ["USDT:", "2026", "-", "11-29", " ", "13:28:48", " ", "17988", ":", "17989", " ", "File.cpp", ":", "52", "]", " ", "x"],
+    ["[", "2026-11-29", " ", "13:28:11", ",", "298", "]", " ", "INFO", " ", "train: step=1"],
+    ["2026-11-29", "T", "13:28:11", ".", "123456789", "+05:30", " ", "[", "WARNING", "]", " :| - ", "m"],
+    ["2026-11-29", "_", "13:28:11", "Z", " ", "ERROR", "msg"],
+    ["2026-11-29", " ", "13:28:11", ",", "1234567891", "-0800", "]", "FATAL", ":", "m"],
+    ["Nov", " ", " 5", " ", "13:28:11", " ", "host-1", " ", "kernel", "[", "12", "]", ":", " ", "msg"],
+    ["Dec", " ", "31", " ", "23:59:59", " ", "h", " ", "prog", ":", "msg"],
+    ["WARNING", ":", "torch.distributed.run", ":", "msg"],
+    ["CRITICAL", ":", "", ":", "m"],
+]
+_HEAD_PIECES = sorted({p for h in _HEADS for p in h}) + [
+    "", " ", "\t", "[", "]", ":", ".", ",", "-", "+", "Z", "T", "_", "|", '"', "\\", "\x01", "\x7f", "0", "12345",
+    "99999999999999999999", "WARN", "NOTICE", "DEBUG", "Jan", "Jn", "USDT", "[rank", "[rank]:", "[rank1]", "é",
+    "\u0663", "\u00a0", "a.b.c", ".cpp", "x.", "1:2]"]
+
+
+def test_compiled_family_reader_equals_the_family_regexes():
+    # Every line family's head, whole and with pieces dropped, doubled or replaced (hypothesis, a
+    # fixed number of examples), and the lines of the corpus's logs: the family frames of the
+    # compiled reader (with the regexes for what it leaves) equal those of the regexes alone, in
+    # each family's rows, columns and order, and so do the lines no family took.
     import polars as pl
-    from ingest.formats.logs.engine import FAMILIES, _FAST, _family_prefix, extract_prefix
-    test, rx = FAMILIES["dated"]
-    lines = ["2026-11-29 13:40:47,674 INFO [rank0] train: step=0 loss=2.4",
-             "2026-11-29 13:40:47,674 WARNING :| - msg", "2026-11-29 13:40:47,674 WARN msg",
-             "2026-11-29 13:40:47,674 WARNINGS msg", "2026-11-29 13:40:47,674 INFO", "2026-11-29 13:40:47,674 INFO ",
-             "2026-11-29 13:40:47,674 INFO]  x", "2026-11-29 13:40:47,674 [INFO] x", "2026-11-29 13:40:47.674 INFO x",
-             "2026-11-29 13:40:47,6745 INFO x", "2026-11-29 13:40:47,674Z INFO x", "2026-11-29 13:40:47,674+01:00 INFO x",
-             "2026-11-29T13:40:47,674 INFO x", "[2026-11-29 13:40:47,674] INFO x", "2026-11-29 13:40:47 INFO x",
-             "2026-11-29 13:40:47,674 info x", "2026-11-29 13:40:47,674 DEBUG - - x \u00fc",
-             "\u0662026-11-29 13:40:47,674 INFO x", "2026-11-29 13:40:47,67\u0663 INFO x",
-             "2026-11-29 13:40:47,674 CRITICAL:  x", "2026-11-29 13:40:47,674 ERROR\tx", "2026-11-29 13:40:47,674 NOTICE -x"]
-    for p in sorted(APP.glob("*.log")) + [OOM_LOG]:
-        lines += [ln for ln in p.read_text(errors="replace").splitlines() if ln[:1].isdigit()][:300]
-    df = pl.DataFrame({"lineno": list(range(1, len(lines) + 1)), "body": lines})
-    m = df.filter(pl.col("body").str.contains(test))
-    fast = m.select(pl.col("body").str.contains(_FAST["dated"])).to_series()
-    assert 0 < fast.sum() < m.height        # (both kinds of line, mixed)
-    for sub in (m, m.filter(fast), m.filter(~fast), m.slice(0, 3)):
-        assert _family_prefix(sub, "dated", rx).equals(extract_prefix(sub, "body", rx))
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from ingest import native
+    from ingest.formats.logs import engine as E
+
+    real = native.log_heads
+
+    def regexes_only(bodies):
+        h = real(bodies)
+        return h._replace(code=pa.array([native.UNSURE] * len(h.code), pa.uint8()), unsure=len(h.code))
+
+    def families(bodies, compiled):
+        df = pl.DataFrame({"lineno": range(1, len(bodies) + 1), "body": bodies}, schema={"lineno": pl.Int64, "body": pl.String})
+        df = df.with_columns(pl.col("body").alias("line"), pl.lit("|||").alias("stream"))
+        if not compiled:
+            E.native.log_heads = regexes_only
+        try:
+            out, other = E._line_families(df)
+        finally:
+            E.native.log_heads = real
+        cols = ["lineno", "category", *E._COMMON]
+        return {f: o.select(cols) for f, o in out.items()}, other.to_list()
+
+    def same(bodies):
+        got, want = families(bodies, True), families(bodies, False)
+        assert list(got[0]) == list(want[0]), bodies
+        for f in want[0]:
+            assert got[0][f].equals(want[0][f]), (f, got[0][f], want[0][f])
+        assert got[1] == want[1]
+
+    edit = st.tuples(st.integers(0, 20), st.sampled_from(["drop", "double", "put"]), st.sampled_from(_HEAD_PIECES))
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(st.sampled_from(range(len(_HEADS))), st.lists(edit, max_size=3)), min_size=1, max_size=10))
+    def check(specs):
+        bodies = []
+        for k, edits in specs:
+            pieces = list(_HEADS[k])
+            for at, how, piece in edits:
+                at %= len(pieces)
+                if how == "drop":
+                    del pieces[at]
+                elif how == "double":
+                    pieces.insert(at, pieces[at])
+                else:
+                    pieces[at] = piece
+                if not pieces:
+                    pieces = [""]
+            bodies.append("".join(pieces))
+        same(bodies)
+
+    check()
+    # each head with each one of its pieces replaced by each odd piece, in turn
+    odd = ['a"b.cpp', "a\\b.cpp", "x.", ".cpp", "a.b.c", "a\x01b", "\u00e9.cpp", "a b", "a]b", "a:b", "a[b", "1x", "",
+           "99999999999999999999", "123", "12345", "1234567890", "+05:3", "-08:00", "+0530x", "[INFO", "INFOrmation"]
+    same(["".join(h) for h in _HEADS] + ["".join(h[:i] + [o] + h[i + 1:]) for h in _HEADS for i in range(len(h))
+                                         for o in odd])
+    lines = []
+    for p in sorted(APP.glob("*.log")) + sorted((ROOT / "sample_traces").glob("*/*/logs/*.log")):
+        lines += p.read_text(errors="replace").splitlines()
+    assert len(lines) > 4000
+    wrapped = E._wrap(pl.DataFrame({"lineno": range(1, len(lines) + 1), "line": lines}, schema={"lineno": pl.Int64, "line": pl.String}))
+    same(wrapped["body"].to_list())
 
 
 STEP_TEXTS = [

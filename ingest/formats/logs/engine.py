@@ -3,7 +3,9 @@ logging, tracebacks) and NCCL lines, read by the same code line by line, so a jo
 interleaves everything is handled whichever format (:mod:`.applog`, :mod:`.nccl`) claimed the
 file. The NCCL line grammar is :mod:`.nccl_grammar`.
 
-Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
+Per 32 MiB chunk of lines (``ctx.line_frames()``), vectorised Polars regex and the compiled
+readers of :mod:`ingest.native` (each reads what the regexes here state, on ASCII text, and
+leaves any other line to them):
 
 1. Wrapper prefixes are peeled off and kept (``WRAPPERS``): ``torchrun --tee``
    ``[default3]:`` (local rank), torch's ``[rank3]: `` on Python output,
@@ -18,7 +20,8 @@ Per 32 MiB chunk of lines (``ctx.line_frames()``), all vectorised Polars regex:
    ``syslog`` (``Nov 29 13:28:11 host prog[pid]: msg``), ``pylog``
    (``WARNING:torch.distributed.run:msg``) and ``plain`` (untimed lines that say
    something: steps, exception lines, desync/gloo messages). Other lines are not
-   errors: they are counted (``other_lines``) and skipped.
+   errors: they are counted (``other_lines``) and skipped. The families' tests and headers are
+   read in one compiled pass (:func:`ingest.native.log_heads`), the stamp as integer pieces.
 3. Messages are matched against ``MESSAGES`` (watchdog timeouts with the
    WorkNCCL fields, desync reports, collective mismatches, Flight Recorder
    notices, gloo timeouts/closed connections, elastic worker failures and
@@ -551,16 +554,38 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_common(df: pl.DataFrame, family: str, **cols) -> pl.DataFrame:
-    """Give a family frame the common columns (missing ones null)."""
-    spec = {
-        "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "rank": pl.Int64, "sev": pl.String,
-        "t_y": pl.Int32, "t_mo": pl.Int32, "t_d": pl.Int32, "t_hms": pl.String, "t_frac": pl.String,
-        "t_res": pl.Int64, "t_off": pl.String, "msg": pl.String, "name": pl.String, "kind": pl.String,
-        "attrs": pl.String,
-    }
+    """Give a family frame the common columns (missing ones null). A stamp's pieces are integer
+    columns: ``t_y``, ``t_mo``, ``t_d``, ``t_h``, ``t_mi``, ``t_s``, its fraction ``t_fns`` (ns), its
+    resolution ``t_res`` (ns) and its stated UTC offset ``t_off`` (s); :func:`_stamp_cols` reads
+    them from the regexes' text."""
     out = df.with_columns(pl.lit(family).alias("category"), **cols)
-    missing = [pl.lit(None, dtype=t).alias(c) for c, t in spec.items() if c not in out.columns]
-    out = out.with_columns(missing).with_columns(*(pl.col(c).cast(t, strict=False) for c, t in spec.items()))
+    missing = [pl.lit(None, dtype=t).alias(c) for c, t in _COMMON.items() if c not in out.columns]
+    out = out.with_columns(missing).with_columns(*(pl.col(c).cast(t, strict=False) for c, t in _COMMON.items()))
+    return out
+
+
+_COMMON = {
+    "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "rank": pl.Int64, "sev": pl.String,
+    "t_y": pl.Int32, "t_mo": pl.Int32, "t_d": pl.Int32, "t_h": pl.Int32, "t_mi": pl.Int32, "t_s": pl.Int32,
+    "t_fns": pl.Int64, "t_res": pl.Int64, "t_off": pl.Int64, "msg": pl.String, "name": pl.String,
+    "kind": pl.String, "attrs": pl.String,
+}
+
+
+def _stamp_cols(hms: pl.Expr, frac: pl.Expr | None = None, off: pl.Expr | None = None) -> dict[str, pl.Expr]:
+    """The integer stamp columns of :func:`_with_common` from a stamp's text: ``HH:MM:SS``, the
+    fraction's digits and the offset (``Z``, ``+HH:MM`` or ``+HHMM``)."""
+    h, mi, s = hms_parts(hms)
+    # (a stamp whose hour is not ASCII digits, which \d also matches, is still a stamp: hour -1,
+    # a time no clock reads)
+    out = {"t_h": pl.when(hms.is_not_null()).then(h.fill_null(-1)), "t_mi": mi, "t_s": s}
+    if frac is not None:
+        out["t_fns"] = frac_ns_expr(frac)
+    if off is not None:
+        out["t_off"] = (pl.when(off == "Z").then(0).otherwise(
+            off.str.slice(0, 1).replace_strict({"+": 1, "-": -1}, default=1, return_dtype=pl.Int64)
+            * (off.str.slice(1, 2).cast(pl.Int64, strict=False) * 3600
+               + off.str.slice(-2, 2).cast(pl.Int64, strict=False) * 60)))
     return out
 
 
@@ -603,7 +628,36 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
 def _line_families(rest: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.Series]:
     """The frame of each family with lines in ``rest`` (each line in the first family that
     matches; a row-wise step), and the line numbers of the lines no family took that say
-    something (not blank)."""
+    something (not blank).
+
+    The compiled reader (:func:`ingest.native.log_heads`) reads the families' headers; the
+    lines it leaves (not ASCII, and the odd header only the regexes can judge) take the regexes.
+    Each family's rows stay in the order of ``rest``."""
+    heads = native.log_heads(native.texts(rest["body"]))
+    code = pl.Series("_fc", heads.code)
+    out, left = _regex_families(rest.filter(code == native.UNSURE)) if heads.unsure else ({}, None)
+    present = set(code.unique().to_list())
+    if present - {0, native.UNSURE}:
+        cols = {k: pl.Series("_h_" + k, v) for k, v in heads._asdict().items() if k not in ("code", "unsure")}
+        r = rest.with_columns(code, *cols.values())
+        for i, fam in enumerate(FAMILIES, 1):
+            if i in present:
+                f = _compiled_family(r.filter(pl.col("_fc") == i), fam)
+                out[fam] = f if fam not in out else pl.concat([out[fam], f], how="diagonal_relaxed").sort(
+                    "lineno", maintain_order=True)
+        out = {fam: out[fam] for fam in FAMILIES if fam in out}
+    rest = rest.filter(code == 0)
+    if left is not None and not left.is_empty():
+        rest = pl.concat([rest, left]).sort("lineno", maintain_order=True)
+    hint = rest.select(pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))).to_series()
+    p = rest.filter(hint)
+    if not p.is_empty():
+        out["plain"] = _with_common(p.with_columns(pl.col("body").alias("msg")), "plain")
+    return out, rest.filter(~hint & (rest["body"].str.strip_chars() != ""))["lineno"]
+
+
+def _regex_families(rest: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """The families of ``rest`` by FAMILIES' regexes, and the rows no family took."""
     out: dict[str, pl.DataFrame] = {}
     for fam, (test, rx) in FAMILIES.items():
         if rest.is_empty():
@@ -611,15 +665,37 @@ def _line_families(rest: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.Seri
         hit = rest.select(pl.col("body").str.contains(test)).to_series()
         if not hit.any():
             continue
-        m = rest.filter(hit)
-        g = _family_prefix(m, fam, rx)
-        out[fam] = _timed_family(g, fam)
+        out[fam] = _timed_family(extract_prefix(rest.filter(hit), "body", rx), fam)
         rest = rest.filter(~hit)
-    hint = rest.select(pl.col("body").str.contains("|".join(re.escape(h) for h in PLAIN_HINTS))).to_series()
-    p = rest.filter(hint)
-    if not p.is_empty():
-        out["plain"] = _with_common(p.with_columns(pl.col("body").alias("msg")), "plain")
-    return out, rest.filter(~hint & (rest["body"].str.strip_chars() != ""))["lineno"]
+    return out, rest
+
+
+_SEV_CODE = {i: v for i, v in enumerate(native.SEVERITIES) if v}
+
+
+def _compiled_family(r: pl.DataFrame, fam: str) -> pl.DataFrame:
+    """A family frame from the compiled reader's columns (``_h_*``, see :class:`ingest.native.LogHeads`),
+    as :func:`_timed_family` makes it from the regexes' groups (the texts are ASCII: byte offsets
+    are character offsets)."""
+    h = lambda k: pl.col("_h_" + k)
+    b = pl.col("body")
+    span = lambda a, e: b.str.slice(h(a), h(e) - h(a))
+    cols = dict(msg=b.str.slice(h("msg_at")), sev=h("sev").replace_strict(_SEV_CODE, default=None, return_dtype=pl.String),
+                rank=h("rank"), pid=h("pid"), tid=h("tid"), t_y=h("y"), t_mo=h("mo"), t_d=h("d"), t_h=h("hh"),
+                t_mi=h("mi"), t_s=h("ss"), t_fns=h("fns"), t_res=h("res"), t_off=h("off"))
+    if fam in ("c10", "elastic", "usdt"):
+        cols["attrs"] = pl.concat_str([pl.lit('{"file":"'), span("f_at", "f_end"), pl.lit('","fline":'),
+                                       h("fline").cast(pl.String), pl.lit("}")])
+        cols["name"] = span("f_at", "name_end") if fam == "c10" else pl.lit("elastic" if fam == "elastic" else "kineto")
+    elif fam == "syslog":
+        cols.update(host=span("h_at", "h_end"), name=span("f_at", "f_end"),
+                    attrs=pl.concat_str([pl.lit('{"prog":"'), span("f_at", "f_end"), pl.lit('"}')]))
+    elif fam == "pylog":
+        cols.update(name=pl.lit("log"), attrs=pl.concat_str([pl.lit('{"logger":"'), span("f_at", "f_end"), pl.lit('"}')]))
+    else:
+        cols["name"] = pl.lit("log")
+    out = r.with_columns(**cols)
+    return _with_common(out.drop("_fc", *(c for c in out.columns if c.startswith("_h_"))), fam)
 
 
 def _count_other(st: _State, upto: int | None) -> None:
@@ -631,58 +707,13 @@ def _count_other(st: _State, upto: int | None) -> None:
     st.other_from = max(st.other_from, upto or 0)
 
 
-# The fixed layout of Python logging's default format, ``2026-11-29 13:40:47,674 INFO msg``
-# (milliseconds, no offset, no brackets, a level and a space), is cut by position instead of
-# the "dated" capture regex: on a line that passes this test the regex matches along its first
-# (greedy) path, which puts every group at the positions below. Other lines take the regex.
-# (c10's fixed form was tried the same way: its file:line still needs two splits, no gain.)
-_FAST = {
-    "dated": r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|NOTICE) ",
-}
-
-
-def _fast_groups(df: pl.DataFrame, fam: str, rx: str) -> pl.DataFrame:
-    """``df`` with the groups of ``rx`` (in its order) and ``msg``, for lines that pass ``_FAST[fam]``."""
-    b = pl.col("body")
-    # (after the level, "[ :|-]*" takes every leading space, colon, bar and dash of the rest; the
-    # split is a column of its own: an expression used twice in one step is computed twice)
-    df = df.with_columns(b.str.slice(24).str.splitn(" ", 2).alias("_fg"))
-    v = pl.col("_fg")
-    cols = {"date": b.str.slice(0, 10), "hms": b.str.slice(11, 8), "frac": b.str.slice(20, 3),
-            "off": pl.lit(None, pl.String), "sev": v.struct.field("field_0"),
-            "msg": v.struct.field("field_1").str.strip_chars_start(" :|-")}
-    names = re.findall(r"\?P<(\w+)>", rx) + ["msg"]
-    assert fam == "dated" and sorted(names) == sorted(cols), (fam, names)
-    return df.with_columns([cols[c].alias(c) for c in names]).drop("_fg")
-
-
-def _family_prefix(m: pl.DataFrame, fam: str, rx: str) -> pl.DataFrame:
-    """``extract_prefix(m, "body", rx)``, by position on the lines of the family's fixed layout."""
-    fast = _FAST.get(fam)
-    if fast is None:
-        return extract_prefix(m, "body", rx)
-    hit = m.select(pl.col("body").str.contains(fast)).to_series()
-    n = int(hit.sum())
-    if n == 0:
-        return extract_prefix(m, "body", rx)
-    if n == m.height:
-        return _fast_groups(m, fam, rx)
-    # (both kinds: each cut its own way, put back in the rows' order)
-    g = pl.concat([_fast_groups(m.filter(hit), fam, rx).with_row_index("_o"),
-                   extract_prefix(m.filter(~hit), "body", rx).with_row_index("_o")])
-    order = pl.concat([hit.arg_true(), (~hit).arg_true()])
-    return g.with_columns(order.alias("_o")).sort("_o").drop("_o")
-
-
-
 def _timed_family(g: pl.DataFrame, fam: str) -> pl.DataFrame:
     md = pl.col("mo_d") if "mo_d" in g.columns else None
     if fam in ("c10", "elastic"):
         cols = dict(
             t_mo=md.str.slice(0, md.str.len_chars() - 2).cast(pl.Int32, strict=False),
-            t_d=md.str.slice(-2, 2).cast(pl.Int32, strict=False), t_hms=pl.col("hms"),
-            t_res=pl.lit(NS if fam == "c10" else 1_000_000),
-            t_frac=(pl.col("us").str.slice(0, 3) if fam == "elastic" else pl.lit(None, pl.String)),
+            t_d=md.str.slice(-2, 2).cast(pl.Int32, strict=False), t_res=pl.lit(NS if fam == "c10" else 1_000_000),
+            **_stamp_cols(pl.col("hms"), pl.col("us").str.slice(0, 3) if fam == "elastic" else None),
             sev=pl.col("sev").replace_strict(SEVERITY, default=None),
             name=pl.lit(fam), attrs=_json_attrs(g, ["file", "fline"], ("fline",)))
         if fam == "c10":
@@ -690,16 +721,16 @@ def _timed_family(g: pl.DataFrame, fam: str) -> pl.DataFrame:
         return _with_common(g, fam, **cols)
     if fam == "usdt":
         return _with_common(g, fam, t_y=pl.col("date").str.slice(0, 4), t_mo=pl.col("date").str.slice(5, 2),
-                            t_d=pl.col("date").str.slice(8, 2), t_hms=pl.col("hms"), t_res=pl.lit(NS),
+                            t_d=pl.col("date").str.slice(8, 2), **_stamp_cols(pl.col("hms")), t_res=pl.lit(NS),
                             name=pl.lit("kineto"), attrs=_json_attrs(g, ["file", "fline"], ("fline",)))
     if fam == "dated":
         return _with_common(g, fam, t_y=pl.col("date").str.slice(0, 4), t_mo=pl.col("date").str.slice(5, 2),
-                            t_d=pl.col("date").str.slice(8, 2), t_hms=pl.col("hms"), t_frac=pl.col("frac"),
-                            t_res=frac_res_expr(pl.col("frac")), t_off=pl.col("off"),
+                            t_d=pl.col("date").str.slice(8, 2), **_stamp_cols(pl.col("hms"), pl.col("frac"), pl.col("off")),
+                            t_res=frac_res_expr(pl.col("frac")),
                             sev=pl.col("sev").replace_strict(SEVERITY, default=None), name=pl.lit("log"))
     if fam == "syslog":
         return _with_common(g, fam, t_mo=pl.col("mon").replace_strict(MONTH_NUM, default=None),
-                            t_d=pl.col("day").str.strip_chars(), t_hms=pl.col("hms"), t_res=pl.lit(NS),
+                            t_d=pl.col("day").str.strip_chars(), **_stamp_cols(pl.col("hms")), t_res=pl.lit(NS),
                             name=pl.col("prog"), attrs=_json_attrs(g, ["prog"]))
     if fam == "pylog":
         return _with_common(g, fam, sev=pl.col("sev").replace_strict(SEVERITY, default=None),
@@ -722,8 +753,8 @@ def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.Da
             pl.coalesce(pl.col("_fh"), pl.col("host")).alias("host")).drop("_fh")
     nts = pl.col("nts")
     g = g.with_columns(
-        t_y=nts.str.slice(0, 4), t_mo=nts.str.slice(5, 2), t_d=nts.str.slice(8, 2), t_hms=nts.str.slice(11, 8),
-        t_frac=pl.col("nts_frac"), t_res=frac_res_expr(pl.col("nts_frac")),
+        t_y=nts.str.slice(0, 4), t_mo=nts.str.slice(5, 2), t_d=nts.str.slice(8, 2),
+        **_stamp_cols(nts.str.slice(11, 8), pl.col("nts_frac")), t_res=frac_res_expr(pl.col("nts_frac")),
         sev=pl.col("level").replace_strict(SEVERITY, default=None))
     # Which INFO grammar entry a line may be: the first entry of INFO_GRAMMAR whose literal occurs
     # (one Aho-Corasick pass finds them all; the lowest entry number wins). Each entry's regex
@@ -1251,8 +1282,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
     fams = _families(lines_for_fams, st)
     frames = [f for f in fams if not f.is_empty()]
     keep = [c for c in ("lineno", "line", "body", "stream", "wrank", "srun", "repeated",
-                        "category", "host", "pid", "tid", "dev", "rank", "sev", "t_y", "t_mo", "t_d", "t_hms",
-                        "t_frac", "t_res", "t_off", "msg", "name", "kind", "attrs", "_cls")]
+                        "category", "host", "pid", "tid", "dev", "rank", "sev", *_T_COLS, "msg", "name", "kind", "attrs", "_cls")]
     if frames:
         ev = pl.concat([f.select([c for c in keep if c in f.columns]) for f in frames], how="diagonal_relaxed")
         ev = rows_in_halves(_messages, ev)
@@ -1311,12 +1341,12 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
     return ev, carry
 
 
-_T_COLS = ("t_y", "t_mo", "t_d", "t_hms", "t_frac", "t_res", "t_off")
+_T_COLS = ("t_y", "t_mo", "t_d", "t_h", "t_mi", "t_s", "t_fns", "t_res", "t_off")
 
 
 def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     """ts (epoch ns, wall) and res (ns) for every row with a stamp; year inference."""
-    dated = pl.col("t_y").is_not_null() & pl.col("t_hms").is_not_null()
+    dated = pl.col("t_y").is_not_null() & pl.col("t_h").is_not_null()
     ev = ev.with_columns(
         pl.when(dated).then(pl.col("t_y")).forward_fill().backward_fill().alias("_ry"),
         pl.when(dated).then(pl.col("t_mo")).forward_fill().backward_fill().alias("_rm"))
@@ -1324,7 +1354,7 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         last = ev.filter(dated).tail(1)
         st.ref_year, st.ref_month = int(last["t_y"][0]), int(last["t_mo"][0])
         st.year_from = st.year_from or "dated lines in the file"
-    need_year = (pl.col("t_y").is_null() & pl.col("t_hms").is_not_null())
+    need_year = (pl.col("t_y").is_null() & pl.col("t_h").is_not_null())
     if ev.select(need_year.any()).item() and st.ref_year is None and ev.select(pl.col("_ry").is_null().all()).item():
         st.year_from = st.year_from or "file modification time (no dated line in the file)"
     stamps = functools.partial(_stamps, ref_year=st.ref_year if st.ref_year else st.mtime_year,
@@ -1341,26 +1371,20 @@ def _stamps(ev: pl.DataFrame, ref_year: int, ref_month: int | None, zone: str | 
             .when(pl.col("t_mo") - rm > 6).then(ry - 1)
             .when(rm - pl.col("t_mo") > 6).then(ry + 1)
             .otherwise(ry))
-    off_s = (pl.when(pl.col("t_off").is_null()).then(None)
-             .when(pl.col("t_off") == "Z").then(0)
-             .otherwise(pl.col("t_off").str.slice(0, 1).replace_strict({"+": 1, "-": -1}, default=1,
-                                                                        return_dtype=pl.Int64)
-                        * (pl.col("t_off").str.slice(1, 2).cast(pl.Int64, strict=False) * 3600
-                           + pl.col("t_off").str.slice(-2, 2).cast(pl.Int64, strict=False) * 60)))
-    # (the pieces used several times are columns first: see local_epoch_ns)
-    ev = ev.with_columns(year.alias("_yr"), frac_ns_expr(pl.col("t_frac")).alias("_fr"),
-                         *(e.alias(c) for e, c in zip(hms_parts(pl.col("t_hms")), ("_h", "_mi", "_s"))))
-    year, frac, hms = pl.col("_yr"), pl.col("_fr"), (pl.col("_h"), pl.col("_mi"), pl.col("_s"))
-    local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, frac, zone)
-    if ev.select(pl.col("t_off").is_null().all()).item():      # (no stated offset: no UTC reading)
-        ts = pl.when(pl.col("t_hms").is_null()).then(None).otherwise(local)
+    # (the year is used several times: a column first, see local_epoch_ns)
+    ev = ev.with_columns(year.alias("_yr"))
+    year, hms, off = pl.col("_yr"), (pl.col("t_h"), pl.col("t_mi"), pl.col("t_s")), pl.col("t_off")
+    local = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, pl.col("t_fns"), zone)
+    timed = pl.col("t_h").is_not_null()
+    if ev.select(off.is_null().all()).item():      # (no stated offset: no UTC reading)
+        ts = pl.when(timed).then(local)
     else:
-        utc = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, frac, None) - off_s * NS
-        ts = pl.when(pl.col("t_hms").is_null()).then(None).when(off_s.is_not_null()).then(utc).otherwise(local)
+        utc = local_epoch_ns(year, pl.col("t_mo"), pl.col("t_d"), hms, pl.col("t_fns"), None) - off * NS
+        ts = pl.when(~timed).then(None).when(off.is_not_null()).then(utc).otherwise(local)
     return ev.with_columns(
         ts.alias("ts"),
-        pl.when(pl.col("t_hms").is_not_null()).then(pl.col("t_res")).alias("res"),
-    ).drop("_ry", "_rm", "_yr", "_fr", "_h", "_mi", "_s", *_T_COLS)   # (the pieces are not read after
+        pl.when(timed).then(pl.col("t_res")).alias("res"),
+    ).drop("_ry", "_rm", "_yr", *_T_COLS)   # (the pieces are not read after
     # this: fewer columns to sort)
 
 
