@@ -430,7 +430,9 @@ static int find_step_time(line_t l, int64_t st, int64_t el, int64_t *a, int64_t 
 }
 
 /* l: the ASCII text m lowercased, in *buf (grown as needed, *cap its size). -1 when memory ran
- * out (*buf is then freed). */
+ * out (*buf is then freed). Eight bytes at a time: a byte's high bit marks it as >= 'A' and as
+ * > 'Z' after adding to its low seven bits (no carry crosses into the next byte); ASCII bytes
+ * with the first mark and not the second get 0x20. */
 static int lowered(line_t m, uint8_t **buf, int64_t *cap, line_t *l) {
     if (m.n > *cap) {
         int64_t want = m.n > 256 ? m.n : 256;
@@ -439,7 +441,17 @@ static int lowered(line_t m, uint8_t **buf, int64_t *cap, line_t *l) {
         *buf = grown;
         *cap = want;
     }
-    for (int64_t k = 0; k < m.n; k++) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    int64_t k = 0;
+    for (; k + 8 <= m.n; k += 8) {
+        uint64_t w, low7;
+        memcpy(&w, m.p + k, 8);
+        low7 = w & ~highs;
+        uint64_t ge_a = low7 + (0x80 - 'A') * ones, gt_z = low7 + (0x7f - 'Z') * ones;
+        w |= ((ge_a & ~gt_z & ~w & highs) >> 2);
+        memcpy(*buf + k, &w, 8);
+    }
+    for (; k < m.n; k++) {
         uint8_t c = m.p[k];
         (*buf)[k] = (c >= 'A' && c <= 'Z') ? (uint8_t)(c + 32) : c;
     }
@@ -448,32 +460,17 @@ static int lowered(line_t m, uint8_t **buf, int64_t *cap, line_t *l) {
     return 0;
 }
 
-/* The first occurrence of each word the readers start from, in one pass over the message (-1: none). */
+/* The first occurrence of each word the readers start from (-1: none). */
 typedef struct { int64_t step, iteration, loss, step_time, iter_ms; } firsts_t;
 
 static firsts_t first_words(line_t l) {
-    firsts_t f = {-1, -1, -1, -1, -1};
-    for (int64_t i = 0; i < l.n; i++) {
-        switch (l.p[i]) {
-        case 's':
-            if (f.step < 0 && starts(l, i, "step", 4)) {
-                f.step = i;
-                if (f.step_time < 0) f.step_time = find(l, i, "step_time", 9);
-            }
-            break;
-        case 'i':
-            if (f.iteration < 0 && starts(l, i, "iteration", 9)) f.iteration = i;
-            break;
-        case 'l':
-            if (f.loss < 0 && starts(l, i, "loss", 4)) f.loss = i;
-            break;
-        case 'e':
-            if (f.iter_ms < 0 && starts(l, i, ITER_MS, sizeof ITER_MS - 1)) f.iter_ms = i;
-            break;
-        default:
-            break;
-        }
-    }
+    firsts_t f;
+    f.step = find(l, 0, "step", 4);
+    f.step_time = f.step >= 0 ? find(l, f.step, "step_time", 9) : -1;
+    f.iteration = find(l, 0, "iteration", 9);
+    f.loss = find(l, 0, "loss", 4);
+    /* (ITER_MS holds "iteration" 17 bytes in: it starts no earlier than 17 before the first one) */
+    f.iter_ms = f.iteration < 0 ? -1 : find(l, f.iteration > 17 ? f.iteration - 17 : 0, ITER_MS, sizeof ITER_MS - 1);
     return f;
 }
 

@@ -810,7 +810,8 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         "_i", cat, pl.coalesce(pl.col("msg"), pl.col("body")).alias("_m"), pl.col("body")).collect()
     names, kinds, fas, idx = [], [], [], []
     # lone exception lines (a traceback whose header is not in the file)
-    exc = narrow.filter((cat == "plain") & pl.col("body").str.contains(EXC_LINE))
+    exc = narrow.filter(cat == "plain")      # (then the regex on those rows alone)
+    exc = exc.filter(pl.col("body").str.contains(EXC_LINE))
     if not exc.is_empty():
         x = exc.with_columns(pl.col("body").str.extract_groups(EXC_LINE).alias("x")).unnest("x")
         idx.append(x["_i"])
@@ -876,16 +877,16 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         return ev.filter(cat.fill_null("") != "plain").with_columns(
             pl.when((cat != "nccl") & (pl.col("sev").is_null() | pl.col("sev").is_in(["info", "debug", "notice"])))
             .then(pl.lit("log")).otherwise(pl.col("_cls")).alias("_cls"))
-    ev = ev.with_columns(**out)
-    for c in ("_n", "_k", "_fa", "_step"):
-        if c not in ev.columns:
-            ev = ev.with_columns(pl.lit(None, pl.Int64 if c == "_step" else pl.String).alias(c))
+    ev = ev.with_columns(**out, **{c: pl.lit(None, pl.Int64 if c == "_step" else pl.String)
+                                   for c in ("_n", "_k", "_fa", "_step") if c not in out})
     is_step = pl.col("_step").is_not_null()
     matched = pl.col("_n").is_not_null() | is_step
     # plain lines that matched nothing specific are not events; timed lines that said nothing
     # specific below warning level are collapsed per rank (class "log", see _collapse_rows)
     low_sev = pl.col("sev").is_null() | pl.col("sev").is_in(["info", "debug", "notice"])
-    ev = ev.filter((cat.fill_null("") != "plain") | matched)
+    keep = ev.select((cat.fill_null("") != "plain") | matched).to_series()
+    if not keep.all():      # (a filter copies every column of the wide frame)
+        ev = ev.filter(keep)
     ev = ev.with_columns(
         pl.when(pl.col("_n").is_not_null()).then(pl.col("_n")).when(is_step).then(pl.lit("step"))
         .otherwise(pl.col("name")).alias("name"),
