@@ -231,9 +231,10 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     # topology lines: the transports and channel numbers seen, per group (distinct ones only)
     # (the message from its byte offset: the line is ASCII, so that is its character offset too)
     m = pl.col("body").str.slice(pl.col("_mat"))
-    topo = d.lazy().filter((pl.col("_c") == 2) & m.str.starts_with("Channel ")).select(
-        "_kid", m.str.extract(r" via (\S+)", 1).alias("via"),
-        m.str.extract(r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
+    # (a process writes its channel lines again on every communicator: the distinct messages first)
+    topo = d.lazy().filter((pl.col("_c") == 2) & m.str.starts_with("Channel ")).select("_kid", m.alias("_m")).unique(
+    ).select("_kid", pl.col("_m").str.extract(r" via (\S+)", 1).alias("via"), pl.col("_m").str.extract(
+        r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
     if not topo.is_empty():
         reps = dict(agg.filter(pl.col("_c") == 2).select("_kid", "_rep").iter_rows())
         for k, via, chan in topo.iter_rows():
