@@ -56,6 +56,8 @@ def library() -> ctypes.CDLL:
             lib.at_perf_headers.restype = _I64
             lib.at_log_heads.argtypes = [_P, _I64, _P]
             lib.at_log_heads.restype = _I64
+            lib.at_dmesg_raw.argtypes = [_P, _I64] + [_P] * 7
+            lib.at_dmesg_raw.restype = _I64
             _lib = lib
     return _lib
 
@@ -349,3 +351,34 @@ def log_heads(bodies: pa.Array) -> LogHeads:
                     _masked(pa.int32(), n, hh, k_hms), _masked(pa.int32(), n, mi, k_hms),
                     _masked(pa.int32(), n, ss, k_hms), _masked(pa.int64(), n, fns, k_fns),
                     _masked(pa.int64(), n, res, k_res), _masked(pa.int64(), n, off, k_off), left)
+
+
+class DmesgRaw(NamedTuple):
+    """What :func:`dmesg_raw` read, per line: ``code`` (uint8: 1 a record, 0 not one, UNSURE where
+    the regexes decide) and, for records: ``ts`` (int64 ns on the boot clock, nullable),
+    ``msg_at`` (int32: where the message starts, in bytes), ``prio`` (int32, nullable: the ``<N>``
+    priority), ``lvl`` (uint8: 0 none, else 1 + the index of the ``--decode`` level in
+    ``emerg alert crit err warn notice info debug``); ``unsure``: how many lines were left."""
+    code: pa.Array
+    ts: pa.Array
+    msg_at: pa.Array
+    prio: pa.Array
+    lvl: pa.Array
+    unsure: int
+
+
+def dmesg_raw(lines: pa.Array) -> DmesgRaw:
+    """The record fields of each line of a text array (:func:`texts`) as raw dmesg's grammar reads
+    them (see ``at_dmesg_raw`` in scan.c)."""
+    lib = library()
+    n = len(lines)
+    alive, col = _column(lines)
+    m = max(n, 1)
+    code, ts_ok, prio_ok, lvl = (pa.allocate_buffer(m) for _ in range(4))
+    ts, msg_at, prio = pa.allocate_buffer(8 * m), pa.allocate_buffer(4 * m), pa.allocate_buffer(4 * m)
+    left = lib.at_dmesg_raw(ctypes.byref(col), n, code.address, ts.address, ts_ok.address, msg_at.address,
+                            prio.address, prio_ok.address, lvl.address) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
+    return DmesgRaw(pa.Array.from_buffers(pa.uint8(), n, [None, code]), _masked(pa.int64(), n, ts, ts_ok),
+                    pa.Array.from_buffers(pa.int32(), n, [None, msg_at]), _masked(pa.int32(), n, prio, prio_ok),
+                    pa.Array.from_buffers(pa.uint8(), n, [None, lvl]), left)

@@ -1129,3 +1129,107 @@ int64_t at_log_heads(const col_t *col, int64_t n, void *const *outs) {
     }
     return left;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Raw dmesg records: what the kernel-log parser's RAW grammar (ingest/formats/kernel/dmesg.py)
+ * reads from a line,
+ *
+ *   ^[+ -]?(?:<(\d{1,3})>)?(?:(\w+)\s*:\s*(emerg|alert|crit|err|warn|notice|info|debug)\s*: )?
+ *    \[\s*(\d+)\.(\d{6,9})\] ?
+ *
+ * Each optional group, where it starts to match and then fails, leaves a byte that nothing after
+ * it accepts, so the match is the path that takes every group that matches. The stamp in ns:
+ * seconds x 10^9 + the fraction; no time from 9e9 s on (MAX_SECONDS). A record whose seconds
+ * lie between 4e9 and 9e9 is left to the regexes (the vectorised path reads six-digit stamps as
+ * a float, exact below that), and so is any line where a byte the match looks at is not ASCII,
+ * and any line that is no record but has a "[" after its start (its prefix sets the severity).
+ */
+/* the byte at i, noting in *far the furthest byte looked at (for the ASCII check) */
+static inline int look(line_t l, int64_t i, int64_t *far) {
+    if (i > *far) *far = i;
+    return at(l, i);
+}
+
+static int64_t look_d(line_t l, int64_t i, int64_t *far) {
+    while (is_d(look(l, i, far))) i++;
+    return i;
+}
+
+static const char *const DECODE_LEVEL_NAMES[] = {"emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"};
+
+/* the level at i (1 + its index in DECODE_LEVEL_NAMES, 0 none) and its length */
+static int decode_level(line_t l, int64_t i, int64_t *k) {
+    for (int j = 0; j < 8; j++) {
+        size_t n = strlen(DECODE_LEVEL_NAMES[j]);
+        if (starts(l, i, DECODE_LEVEL_NAMES[j], n)) { *k = (int64_t)n; return j + 1; }
+    }
+    return 0;
+}
+
+/* One line: 1 (a record: the fields), 0 (not one) or UNSURE. *far: the last byte looked at. */
+static int dmesg_raw(line_t l, int64_t *ts, uint8_t *ts_ok, int32_t *msg_at, int32_t *prio, uint8_t *prio_ok,
+                     uint8_t *lvl, int64_t *far) {
+    int64_t p = 0, e, k;
+    *far = 0;
+    if (one_of(look(l, 0, far), "+ -")) p = 1;
+    if (look(l, p, far) == '<') {
+        e = look_d(l, p + 1, far);
+        if (e > p + 1 && e - p - 1 <= 3 && look(l, e, far) == '>') {
+            *prio = num_k(l, p + 1, (int)(e - p - 1)); *prio_ok = 1;
+            p = e + 1;
+        }
+    }
+    if (w_ascii(look(l, p, far))) {
+        e = p;
+        while (w_ascii(look(l, e, far))) e++;
+        while (is_s(look(l, e, far))) e++;
+        if (look(l, e, far) != ':') return 0;
+        e++;
+        while (is_s(look(l, e, far))) e++;
+        look(l, e + 6, far);                     /* (the longest level, "notice", then its next byte) */
+        int lv = decode_level(l, e, &k);
+        if (!lv) return 0;
+        e += k;
+        while (is_s(look(l, e, far))) e++;
+        if (look(l, e, far) != ':' || look(l, e + 1, far) != ' ') return 0;
+        *lvl = (uint8_t)lv;
+        p = e + 2;
+    }
+    if (look(l, p, far) != '[') return 0;
+    e = p + 1;
+    while (is_s(look(l, e, far))) e++;
+    int64_t s0 = e;
+    e = look_d(l, s0, far);
+    if (e == s0 || look(l, e, far) != '.') return 0;
+    int64_t f0 = e + 1, f1 = look_d(l, f0, far);
+    if (f1 - f0 < 6 || f1 - f0 > 9 || look(l, f1, far) != ']') return 0;
+    int fits;
+    int64_t sec = digits_i64(l, s0, e, &fits);
+    if (fits && sec >= 4000000000LL && sec < 9000000000LL) return UNSURE;
+    if (fits && sec < 9000000000LL) {
+        int64_t frac = num_k(l, f0, (int)(f1 - f0));
+        for (int64_t j = f1 - f0; j < 9; j++) frac *= 10;
+        *ts = sec * 1000000000LL + frac; *ts_ok = 1;
+    }
+    *msg_at = (int32_t)(f1 + 1 + (look(l, f1 + 1, far) == ' '));
+    return 1;
+}
+
+int64_t at_dmesg_raw(const col_t *col, int64_t n, uint8_t *code, int64_t *ts, uint8_t *ts_ok, int32_t *msg_at,
+                     int32_t *prio, uint8_t *prio_ok, uint8_t *lvl) {
+    int64_t left = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ts[i] = 0; ts_ok[i] = 0; msg_at[i] = 0; prio[i] = 0; prio_ok[i] = 0; lvl[i] = 0;
+        code[i] = 0;
+        if (!is_valid(col, i)) continue;
+        line_t l = line_of(col, i);
+        int64_t far = 0;
+        int c = l.n > INT32_MAX ? UNSURE : dmesg_raw(l, &ts[i], &ts_ok[i], &msg_at[i], &prio[i], &prio_ok[i], &lvl[i], &far);
+        if (c != UNSURE && !is_ascii(l.p, far + 1 < l.n ? far + 1 : l.n)) c = UNSURE;
+        if (c == 0 && l.n > 1 && memchr(l.p + 1, '[', (size_t)(l.n - 1))) c = UNSURE;
+        if (c == 0) { ts_ok[i] = 0; msg_at[i] = 0; prio_ok[i] = 0; lvl[i] = 0; }
+        code[i] = (uint8_t)c;
+        if (c == UNSURE) left++;
+    }
+    return left;
+}

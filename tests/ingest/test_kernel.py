@@ -563,19 +563,6 @@ def test_subsystem_and_prefixes_survive_a_hash_collision(monkeypatch):
     assert (subsystem(msgs).to_list(), extract_distinct(pre, r"(info|err)\s*: $").to_list()) == want
 
 
-def test_raw_plain_chunks_equal_the_general_path(monkeypatch):
-    """A chunk whose records are all "[ s.micros]" without a prefix takes the short path; the frame is
-    the one the general path builds (forced here by a RAW_PLAIN that matches nothing)."""
-    from ingest.formats.kernel import dmesg
-    lines = ["[    0.000001] a", "[1234567.999999]b", "[    3.000000]", "[   12.500000]  two spaces",
-             "garbage", "   indented", "[99999999999999999999.000000] too large", "", "[ x] no", "[   5.1] short"]
-    fast = _records(dmesg.DmesgRawParser, lines)
-    monkeypatch.setattr(dmesg, "RAW_PLAIN", r"^\b\B")
-    assert _records(dmesg.DmesgRawParser, lines).equals(fast)
-    assert fast["ok"].to_list() == [True] * 4 + [False] * 2 + [True] + [False] * 3
-    assert fast["ts"].to_list()[:4] == [1000, 1234567999999000, 3000000000, 12500000000]
-
-
 def test_oom_parts_are_tested_from_the_first_report_start():
     """Without an open OOM report the part test starts at the first hit that can open one; from there
     on (and with a report open) the column is the full test's."""
@@ -603,40 +590,75 @@ _RAW_ODD = ["[99999.000000]no space", "\t[99999.000001] tab before", "[\t9999.00
             "[ 9999.000010] narrower", "[ 99999.000011] wider"]
 
 
-@pytest.mark.parametrize("extra", [[], _RAW_ODD, _RAW_ODD + ["<6>[ 99999.000010] a prefix: the general path"]])
-def test_raw_layout_rows_equal_the_per_row_path(monkeypatch, extra):
-    """Lines with the layout of the chunk's first or last record ("]" at a fixed column, one space after
-    it) are read without per-row finds: all of a chunk with constant slices, else the finds run on the
-    other lines only. The frame is the one the per-row path builds (forced here by finding no layout)."""
-    from ingest.formats.kernel import dmesg
-    same = ["[99998.000001] pci 0000:00:01.0: a", "[99999.999999] b", "[100000.000000] c: d",
-            "[100001.500000] Linux version 5.15.0", "[100002.000002]  e"]
-    for lines in (same[:2] + extra, same + extra, extra + same, same[:2] + extra + same[2:]):
-        layouts = dmesg._layouts(__import__("polars").Series(lines))
-        fast = _records(dmesg.DmesgRawParser, lines)
-        with monkeypatch.context() as m:
-            m.setattr(dmesg, "_layouts", lambda s: [])
-            assert _records(dmesg.DmesgRawParser, lines).equals(fast), (lines, layouts)
-    assert dmesg._layouts(__import__("polars").Series(same)) == [13, 14]
-    assert _records(dmesg.DmesgRawParser, same)["ts"].to_list() == [
-        99998000001000, 99999999999000, 100000000000000, 100001500000000, 100002000002000]
+# Heads of raw records, each a list of pieces; the test replaces each piece with each odd piece in
+# turn, and hypothesis drops, doubles and replaces a few at once.
+_RAW_HEADS = [["[", "  ", "12", ".", "123456", "]", " ", "msg"],
+              ["<6>", "[", "99999", ".", "123456789", "]", " ", "a: b"],
+              ["kern", "  ", ":", "info", "  ", ": ", "[", " ", "1", ".", "000001", "]", "x"],
+              ["+", "<12>", "user", ":", " ", "warn", ": ", "[", "4000000000", ".", "000000", "]", " ", "m"],
+              ["-", "[", "\t", "8999999999", ".", "999999", "]", "  ", "m"],
+              [" ", "daemon", ":", "notice", ": ", "[", "9000000000", ".", "0000000", "]", "m"]]
+_RAW_PIECES = sorted({p for h in _RAW_HEADS for p in h}) + [
+    "", "[", "]", " ", "\t", ".", "0", "12345", "1234567890", "99999999999999999999", "<", ">", "<1234>", "<>",
+    "<x>", ":", ":x", "warning", "emerg", "errx", "e\u00e9", "\uff19", "\u00a0", "x", "_", "a b", "[x]"]
 
 
-def test_raw_layout_chunks_take_constant_slices(monkeypatch):
-    """A chunk of nothing but layout lines (one or two widths) is read by ``_records_const``."""
+def test_compiled_raw_reader_equals_the_raw_regexes():
+    """Raw dmesg records are read by one compiled pass (``ingest.native.dmesg_raw``) and the lines it
+    leaves by the regexes: the frame equals the regexes' alone on odd lines, on lines built from the
+    grammar's pieces (hypothesis, a fixed number of examples) and on the real raw logs."""
+    import polars as pl
+    import pyarrow as pa
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from ingest import native
     from ingest.formats.kernel import dmesg
-    seen = []
-    const = dmesg.DmesgRawParser._records_const
-    monkeypatch.setattr(dmesg.DmesgRawParser, "_records_const",
-                        lambda self, df, w: seen.append(w) or const(self, df, w))
-    one = ["[    1.000000] a", "[   12.250000] b: c", "[ 1234.000001]  d"]
-    two = one + ["[123456.000000] e", "[123457.000000] f"]
-    for lines in (one, two):
-        fast = _records(dmesg.DmesgRawParser, lines)
-        with monkeypatch.context() as m:
-            m.setattr(dmesg, "_layouts", lambda s: [])
-            assert _records(dmesg.DmesgRawParser, lines).equals(fast)
-    assert seen == [[13], [13, 14]]
+
+    def df_of(lines):
+        return pl.DataFrame({"lineno": list(range(1, len(lines) + 1)), "line": lines, "bad_utf8": [False] * len(lines)},
+                            schema={"lineno": pl.Int64, "line": pl.String, "bad_utf8": pl.Boolean})
+
+    def same(lines):
+        p = dmesg.DmesgRawParser()
+        assert p.records(df_of(lines), None).equals(p._records_regex(df_of(lines))), lines
+
+    same(["[99998.000001] pci 0000:00:01.0: a", "[99999.999999] b", "[100000.000000] c: d",
+          "<6>[ 99999.000010] a prefix", "kern  :info  : [ 1.000000] decode", "+[    1.000001] diff",
+          "<7>user  :debug : [4.5] no", "[4000000000.000000] float range", "[8999999999.999999] float range",
+          "[9000000000.000000] too late", None] + _RAW_ODD)
+
+    edit = st.tuples(st.integers(0, 20), st.sampled_from(["drop", "double", "put"]), st.sampled_from(_RAW_PIECES))
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(st.sampled_from(range(len(_RAW_HEADS))), st.lists(edit, max_size=3)), min_size=1,
+                    max_size=10))
+    def check(specs):
+        lines = []
+        for k, edits in specs:
+            pieces = list(_RAW_HEADS[k])
+            for at, how, piece in edits:
+                at %= len(pieces)
+                if how == "drop":
+                    del pieces[at]
+                elif how == "double":
+                    pieces.insert(at, pieces[at])
+                else:
+                    pieces[at] = piece
+                pieces = pieces or [""]
+            lines.append("".join(pieces))
+        same(lines)
+
+    same(["".join(h[:i] + [o] + h[i + 1:]) for h in _RAW_HEADS for i in range(len(h)) for o in _RAW_PIECES])
+    check()
+    lines = []
+    for p in [*sorted((DATA / "dmesg").glob("*")), *sorted(K.glob("*"))]:
+        if p.suffix in (".txt", ".log"):
+            lines += p.read_text(errors="replace").splitlines()
+    assert len(lines) > 1000
+    same(lines)
+    # (a record whose seconds the float path may round, and one with a prefix, are left to the regexes)
+    r = native.dmesg_raw(pa.array(["[4000000000.000000] a", "[1.000000] a", "x [y]", "\u00e9[1.000000]"],
+                                  pa.large_string()))
+    assert r.code.to_pylist() == [255, 1, 255, 255] and r.unsure == 3
 
 
 _ISO_ODD = ["", "   indented", "kern  :info  : not a record", "kern  :info  : 2026-11-29T13:38:49,486513+00:00",

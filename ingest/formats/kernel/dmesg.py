@@ -35,7 +35,9 @@ from __future__ import annotations
 import re
 
 import polars as pl
+import pyarrow.compute as pc
 
+from ... import native
 from ...model import CLOCK_BOOT, CLOCK_KERNEL_WALL
 from ...registry import ParseContext
 from ...timeparse import MAX_SECONDS, MONTH_RE, WEEKDAY_RE
@@ -48,9 +50,6 @@ CTIME = rf"^{_DECODE}\[{WEEKDAY_RE} ({MONTH_RE} +\d{{1,2}} \d\d:\d\d:\d\d \d{{4}
 ISO = rf"^{_DECODE}(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d),(\d{{6}})([+-]\d\d:?\d\d) ?(.*)$"
 # the same grammars without the message capture: what the vectorised validity test needs (faster)
 RAW_HEAD = RAW[:RAW.index(r" ?(.*)$")]
-# a record with nothing before its "[" and a 6-digit fraction (what dmesg prints): RAW_HEAD matches
-# it with "[" at 0, the first "]" closing the stamp and the "." 7 characters before it
-RAW_PLAIN = r"^\[\s*[0-9]+\.[0-9]{6}\]"
 ISO_HEAD = ISO[:ISO.index(r" ?(.*)$")]
 KMSG = r"^(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;(.*)$"
 
@@ -84,42 +83,34 @@ class DmesgRawParser(KernelLogParser):
     description = "raw dmesg: [seconds.micros] on the kernel boot clock (also <N> and --decode prefixes)"
     grammar = RAW
     min_ratio = 0.5   # a pasted diff of two dmesg snapshots still reads
-    _try_plain = True  # records: try the plain-chunk path (false once a chunk of the file had prefixes)
 
     def records(self, df, ctx):
-        # Fast path (no capture groups): the grammar is checked with one anchored regex, then the
-        # fields are cut with literal finds and slices; capture-group extraction is 10x slower.
-        # Commonest of all, a chunk whose records are all "[   s.micros]" with nothing before the
-        # "[" (dmesg's own output) needs neither the "[" nor the "." of each line (_records_plain);
-        # once a chunk of the file has prefixes, the next chunks go straight to the general path
-        # (the try costs a regex pass).
-        # Before all of it, one regex tests each line for the layout of the chunk's first record,
-        # "[" + seconds padded to a fixed width + "." + 6 digits + "] " (``_const_layout``): the rows
-        # that have it need no per-row find (their "]" is at the same column); a chunk of nothing
-        # else is read with constant slices (``_records_const``), otherwise the finds and tests run
-        # on the other rows only (``_per_row``).
+        # One compiled pass reads the records (``ingest.native.dmesg_raw``: the grammar above on
+        # ASCII text); the lines it leaves take the regexes (``_records_regex``).
+        r = native.dmesg_raw(native.texts(df["line"]))
+        line, ok = pl.col("line"), pl.col("_ok")
+        code = pl.Series("_code", r.code)
+        src, df = df, df.with_columns((code == 1).alias("_ok"), pl.Series("_ts", r.ts), pl.Series("_mat", r.msg_at))
+        sev = kern = None
+        if r.prio.null_count < len(r.prio) or pc.max(r.lvl).as_py():     # ("<6>" priorities, "--decode" levels)
+            prio = pl.Series("_prio", r.prio)
+            lvl = pl.Series("_lvl", r.lvl).replace_strict(_LEVEL_CODE, default=None, return_dtype=pl.String)
+            sev, kern = pl.coalesce((prio % 8).cast(pl.String), lvl), prio.is_null() | (prio < 8)
+        out = frame(df, ok=ok, ts=pl.col("_ts"), msg=pl.when(ok).then(line.str.slice(pl.col("_mat"))).otherwise(line),
+                    sev=sev, kern=kern)
+        if r.unsure:
+            left = code == native.UNSURE
+            out = pl.concat([out.filter(~left), self._records_regex(src.filter(left))]).sort(
+                "lineno", maintain_order=True)
+        return out
+
+    def _records_regex(self, df):
+        """``records`` by the regexes alone. Literal finds and slices cut the fields (capture-group
+        extraction is several times slower)."""
         line = pl.col("line")
-        known = cc = None
-        widths = _layouts(df["line"])
-        if widths:
-            cc = _layout_column(df["line"], widths)
-            df = df.with_columns(_cc=cc)
-            if cc.null_count() == 0:
-                return self._records_const(df, widths)
-            known = cc.is_not_null() if cc.null_count() < len(cc) else None
-            cc = cc if known is not None else None
-        # on the "known" rows: "]" (and "] ") at _cc, a RAW_PLAIN record, "[" at 0, "." at _cc - 7
-        df = _per_row(df, known, {"_rb": line.str.find("]", literal=True), "_sp": line.str.find("] ", literal=True)},
-                      {"_rb": cc, "_sp": cc})
-        if self._try_plain:
-            df = _per_row(df, known, {"_plain": line.str.contains(RAW_PLAIN)}, {"_plain": True})
-            rest = df["line"].filter(~df["_plain"])
-            if not any(_prefixed(r) for r in (rest.head(1000), rest.slice(1000))):
-                return self._records_plain(df)
-            self._try_plain = False
-        df = _per_row(df, known, {"_ok": line.str.contains(RAW_HEAD), "_lb": line.str.find("[", literal=True),
-                                  "_dot": line.str.find(".", literal=True)},
-                      {"_ok": True, "_lb": 0, "_dot": None if cc is None else cc - 7})
+        df = df.with_columns(_rb=line.str.find("]", literal=True), _sp=line.str.find("] ", literal=True),
+                             _ok=line.str.contains(RAW_HEAD), _lb=line.str.find("[", literal=True),
+                             _dot=line.str.find(".", literal=True))
         lb, rb, dot, ok = pl.col("_lb"), pl.col("_rb"), pl.col("_dot"), pl.col("_ok")
         # seconds.micros as one float: exact (x * 1e6 < 2^52 for 142 years of uptime) and about half
         # the work of two integer casts; the rows whose fraction is not 6 digits (ns printk) are
@@ -143,62 +134,8 @@ class DmesgRawParser(KernelLogParser):
             sev = kern = None
         return frame(df, ok=ok, ts=pl.col("_ts"), msg=msg, sev=sev, kern=kern)
 
-    def _records_plain(self, df):
-        """``records`` of a chunk whose records all match ``RAW_PLAIN`` and whose other lines have no
-        "[" after their first character: the same frame, with "[" at 0 and a 6-digit fraction (so no
-        ns path and no prefix to read); where every line is a record, without the per-row choice."""
-        ok = None if df["_plain"].all() else pl.col("_plain")
-        return frame(df.with_columns(_x=_raw_x(pl.lit(0), pl.col("_rb"))), ok=pl.col("_plain"), ts=_raw_ts(ok),
-                     msg=_raw_msg(pl.col("_rb"), ok))
 
-    def _records_const(self, df, widths: list[int]):
-        """``records`` of a chunk whose every line has one of the layouts ``_const_layout(c)``, its
-        "]" column in ``_cc``: what ``_records_plain`` gives for it (one space after the "]"), cut
-        with constant slices where the chunk has one layout."""
-        line = pl.col("line")
-        c = pl.lit(widths[0]) if len(widths) == 1 else pl.col("_cc")
-        return frame(df.with_columns(_x=_raw_x(pl.lit(0), c)), ok=pl.lit(True), ts=_raw_ts(None),
-                     msg=line.str.slice(c + 2))
-
-
-_LAYOUT = re.compile(r"\[ *[0-9]+\.[0-9]{6}\] ")
-
-
-def _layouts(lines: pl.Series, n: int = 64) -> list[int]:
-    """The column of "]" in the first line among the first ``n`` and in the last among the last ``n``
-    that is a plain raw record followed by a space ("[   12.345678] ..."; a chunk's stamps widen as
-    the uptime grows), each once; none when there is no such line."""
-    out: list[int] = []
-    for some in (lines.head(n).to_list(), lines.tail(n).to_list()[::-1]):
-        for ln in some:
-            m = _LAYOUT.match(ln) if ln else None
-            if m:
-                if m.end() - 2 not in out:
-                    out.append(m.end() - 2)
-                break
-    return out
-
-
-def _const_layout(c: int) -> str:
-    """The lines whose first "]" is at column ``c`` and ends a ``RAW_PLAIN`` stamp padded with spaces
-    only, followed by a space: "[", ``c - 8`` characters of seconds (spaces, then at least one
-    digit), ".", 6 digits, "] " (all ASCII: byte and character columns agree)."""
-    w = c - 8
-    return r"^\[(?:" + "|".join(" " * k + f"[0-9]{{{w - k}}}" for k in range(w)) + r")\.[0-9]{6}\] "
-
-
-def _layout_column(lines: pl.Series, widths: list[int]) -> pl.Series:
-    """Per line, the "]" column of the first layout of ``widths`` it has (``_const_layout``), null
-    where it has none; the second layout is tested on the other lines only."""
-    cc = None
-    for c in widths:
-        if cc is None:
-            cc = pl.select(pl.when(lines.str.contains(_const_layout(c))).then(pl.lit(c, pl.UInt32))).to_series()
-            continue
-        idx = cc.is_null().arg_true()
-        if len(idx):
-            cc = cc.scatter(idx.filter(lines.gather(idx).str.contains(_const_layout(c))), c)
-    return cc.alias("_cc")
+_LEVEL_CODE = {i: v for i, v in enumerate(DECODE_LEVELS.split("|"), 1)}
 
 
 def _per_row(df: pl.DataFrame, known: pl.Series | None, exprs: dict[str, pl.Expr], values: dict | None) -> pl.DataFrame:
@@ -244,13 +181,6 @@ def _iso_layout(lines: pl.Series, n: int = 64) -> tuple[str, int, str] | None:
                   + "|".join(v + " " * (w2 - len(v)) for v in DECODE_LEVELS.split("|") if len(v) <= w2) + "): ")
     stamp = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{6}" + re.escape(m[3])
     return "^" + prefix + stamp + " ", m.start(3) - 26, m[3]
-
-
-def _prefixed(lines: pl.Series) -> bool:
-    """Whether any of these lines (not ``RAW_PLAIN``) is a record or has a "[" after its start (a
-    prefix the general path would read)."""
-    return len(lines) > 0 and bool(lines.str.contains(RAW_HEAD).any()
-                                   or (lines.str.find("[", literal=True) > 0).any())
 
 
 def _raw_x(lb: pl.Expr, rb: pl.Expr) -> pl.Expr:
