@@ -58,6 +58,8 @@ def library() -> ctypes.CDLL:
             lib.at_log_heads.restype = _I64
             lib.at_dmesg_raw.argtypes = [_P, _I64] + [_P] * 7
             lib.at_dmesg_raw.restype = _I64
+            lib.at_subsys.argtypes = [_P, _I64, _P, _P]
+            lib.at_subsys.restype = _I64
             _lib = lib
     return _lib
 
@@ -382,3 +384,16 @@ def dmesg_raw(lines: pa.Array) -> DmesgRaw:
     return DmesgRaw(pa.Array.from_buffers(pa.uint8(), n, [None, code]), _masked(pa.int64(), n, ts, ts_ok),
                     pa.Array.from_buffers(pa.int32(), n, [None, msg_at]), _masked(pa.int32(), n, prio, prio_ok),
                     pa.Array.from_buffers(pa.uint8(), n, [None, lvl]), left)
+
+
+def subsys(msgs: pa.Array) -> tuple[pa.Array, pa.Array, int]:
+    """The subsystem each kernel message of a text array (:func:`texts`) names first (see
+    ``at_subsys`` in scan.c): per row a code (uint8: 1 named, 0 none, UNSURE where the regex
+    decides), the name's length in bytes (int32), and how many rows were left."""
+    lib = library()
+    n = len(msgs)
+    alive, col = _column(msgs)
+    code, end = pa.allocate_buffer(max(n, 1)), pa.allocate_buffer(max(4 * n, 1))
+    left = lib.at_subsys(ctypes.byref(col), n, code.address, end.address) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
+    return (pa.Array.from_buffers(pa.uint8(), n, [None, code]), pa.Array.from_buffers(pa.int32(), n, [None, end]), left)

@@ -1233,3 +1233,62 @@ int64_t at_dmesg_raw(const col_t *col, int64_t n, uint8_t *code, int64_t *ts, ui
     }
     return left;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * The subsystem a kernel message names first: the kernel-log engine's SUBSYS
+ * (ingest/formats/kernel/engine.py),
+ *
+ *   ^([A-Za-z][\w.\-/ ]{0,38}?)(?: \([^)]{1,40}\))?(?:\[\d+\])?:
+ *
+ * The name is lazy: the shortest name after which the rest matches, the rest tried in the
+ * regex's order (both groups, the parenthesis alone, the pid alone, neither). A message that is
+ * not all ASCII is left to the regex (\w is Unicode's there).
+ */
+static inline int subsys_c(int c) { return w_ascii(c) || c == '.' || c == '-' || c == '/' || c == ' '; }
+
+/* " \([^)]{1,40}\)" at q: where it ends, or -1 */
+static int64_t subsys_paren(line_t l, int64_t q) {
+    if (at(l, q) != ' ' || at(l, q + 1) != '(') return -1;
+    int64_t e = q + 2;
+    while (e - q - 2 < 41 && at(l, e) >= 0 && at(l, e) != ')') e++;
+    return (e > q + 2 && e - q - 2 <= 40 && at(l, e) == ')') ? e + 1 : -1;
+}
+
+/* "\[\d+\]" at q: where it ends, or -1 */
+static int64_t subsys_pid(line_t l, int64_t q) {
+    if (at(l, q) != '[') return -1;
+    int64_t e = skip_d(l, q + 1);
+    return (e > q + 1 && at(l, e) == ']') ? e + 1 : -1;
+}
+
+static inline int colon_sp(line_t l, int64_t q) { return q >= 0 && at(l, q) == ':' && at(l, q + 1) == ' '; }
+
+/* code[i]: 1 (the name is [0, end[i])), 0 (no match), 255 (left to the regex) */
+int64_t at_subsys(const col_t *col, int64_t n, uint8_t *code, int32_t *end) {
+    int64_t left = 0;
+    for (int64_t i = 0; i < n; i++) {
+        code[i] = 0;
+        end[i] = 0;
+        if (!is_valid(col, i)) continue;
+        line_t l = line_of(col, i);
+        if (!is_ascii(l.p, l.n < 128 ? l.n : 128)) { code[i] = UNSURE; left++; continue; }   /* (the rest: below) */
+        int c0 = at(l, 0);
+        if (!((c0 >= 'A' && c0 <= 'Z') || (c0 >= 'a' && c0 <= 'z'))) continue;
+        for (int64_t len = 1; len <= 39; len++) {
+            if (len > 1 && !subsys_c(at(l, len - 1))) break;
+            int next = at(l, len);
+            if (next != ' ' && next != '[' && next != ':') continue;     /* (what every rest starts with) */
+            int64_t g1 = subsys_paren(l, len), g2;
+            if (g1 >= 0 && (((g2 = subsys_pid(l, g1)) >= 0 && colon_sp(l, g2)) || colon_sp(l, g1))) {
+                code[i] = 1; end[i] = (int32_t)len; break;
+            }
+            if (((g2 = subsys_pid(l, len)) >= 0 && colon_sp(l, g2)) || colon_sp(l, len)) {
+                code[i] = 1; end[i] = (int32_t)len; break;
+            }
+        }
+        if (l.n > 128 && !is_ascii(l.p, l.n)) {     /* (a "[pid]" may reach past the 128 bytes) */
+            code[i] = UNSURE; left++;
+        }
+    }
+    return left;
+}

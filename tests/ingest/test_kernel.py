@@ -547,6 +547,33 @@ def test_subsystem_equals_the_capture():
     assert subsystem(s).to_list() == s.str.extract(SUBSYS, 1).to_list()
 
 
+def test_compiled_subsystem_reader_equals_the_capture():
+    """The compiled reader (``ingest.native.subsys``) reads what SUBSYS captures, on messages built
+    from its pieces (hypothesis, a fixed number of examples): lazy names up to 39 characters, the
+    "(...)" of up to 40 and the "[pid]" before ": ", in the regex's order; non-ASCII ones are left."""
+    import polars as pl
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from ingest.formats.kernel.engine import SUBSYS, subsystem
+    pieces = ["a", "Z", "eth0", "x" * 18, "y" * 38, "z" * 39, "1", "_", ".", "-", "/", " ", "  ", ":", ": ", " (",
+              "(", ")", "c" * 39, "c" * 40, "c" * 41, "[", "]", "[12]", "[1x]", "12", "\t", "\u00e4", "\u0663", "x" * 90]
+
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.lists(st.sampled_from(pieces), max_size=10).map("".join), min_size=1, max_size=12))
+    def check(msgs):
+        s = pl.Series("msg", msgs + [None])
+        assert subsystem(s).to_list() == s.str.extract(SUBSYS, 1).to_list(), msgs
+
+    check()
+    # every name, "(...)", "[pid]" and ending, each with each
+    import itertools
+    msgs = [n + p + d + t for n, p, d, t in itertools.product(
+        ["a", "y" * 38, "z" * 39, "w" * 40, "a b"], ["", " (x)", " (" + "c" * 40 + ")", " (" + "c" * 41 + ")", " (a)b)", "(x)"],
+        ["", "[12]", "[]", "[1x]"], [": ", ":", " : ", ": x", ""])]
+    s = pl.Series("msg", msgs)
+    assert subsystem(s).to_list() == s.str.extract(SUBSYS, 1).to_list()
+
+
 def test_subsystem_and_prefixes_survive_a_hash_collision(monkeypatch):
     """Heads are grouped by a 64-bit hash and checked exactly: if two heads shared a hash, the text
     path gives the same answers (here every head gets one hash)."""

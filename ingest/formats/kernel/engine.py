@@ -76,13 +76,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from ... import native
 from ...lines import CHUNK_BYTES
 from ...lines import line_frames as _line_frames
 from ...model import CLOCK_BOOT
 from ...reader import Head, size_hint
 from ...registry import ParseContext, Parser
 from . import signatures as ks
-from .frames import NS, frame, head_codes, head_groups, scatter
+from .frames import NS, frame, scatter
 
 BOOT_DROP_NS = 10 * NS          # printk time restarting by more than this = a reboot
 MAX_STACK = 64                   # frames kept per report
@@ -101,13 +102,6 @@ BODY = (r"^(?:\s|Call Trace:|Call trace:|<TASK>|</TASK>|<IRQ>|</IRQ>|RIP:|RSP:|R
         r"Code:|Stack:|Modules linked in:|Hardware name:|CPU: \d|task:|Workqueue:|Tainted:|"
         r"\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\"|---\[ end|\? |\[<[0-9a-f]+>\]|"
         r"\S+ +[DRSTtXZI] [0-9a-f]{8,16} |rcu: |\(detected by|Sending NMI|NMI backtrace|Kernel Offset:|PGD |IP: )")
-# The subsystem without capturing on every row (capture extraction is ~5x slower than a test): where
-# the name is plain ASCII followed by ": " it is the text before the first ": " (the class has no ':',
-# '(' or '[', so SUBSYS can match nothing shorter); SUBSYS itself runs only on the rows whose name may
-# be followed by "(...)" or "[pid]" or holds non-ASCII word characters.
-_SUBSYS_ASCII = r"^[A-Za-z](?-u:[\w.\-/ ]){0,38}: "
-_SUBSYS_OTHER = r"^[A-Za-z][\w.\-/ ]{0,39}(?:[(\[]|: )"
-_OTHER = "\x00"   # subsystem(): a head that needs the full SUBSYS capture (no name holds a NUL)
 _BODY = (pl.col("msg").str.contains(BODY) | pl.col("cont")).alias("body")
 # Below this many rows a chunk's report bodies are found by testing every row: one round of the
 # walk (``KernelLogParser._in_body``) costs about as much as the body test on ~13k rows, and a
@@ -162,32 +156,15 @@ def _keep(df: pl.DataFrame, mask: pl.Series) -> pl.DataFrame:
 
 
 def subsystem(msg: pl.Series) -> pl.Series:
-    """``msg.str.extract(SUBSYS, 1)``, the same values (see ``_SUBSYS_ASCII``).
-
-    Both tests look at no more than the first 42 characters (``_SUBSYS_ASCII`` matches at most 41,
-    ``_SUBSYS_OTHER`` 42), and kernel messages repeat their beginnings (device and driver names), so
-    they run once per distinct 42-character head and the answer is mapped back to the rows; the
-    full ``SUBSYS`` capture runs on the rows whose head may hold "(...)", "[pid]" or non-ASCII names.
-    The heads are grouped by a 64-bit hash (integer work, about half the cost of hashing the text
-    twice for ``unique`` and ``replace_strict``); every row's head is then compared with its group's
-    first head, and a chunk where two heads share a hash takes the text path (``head_groups``).
-    Where Polars has ``pl.Categories`` the heads are numbered by a Categorical cast instead
-    (``head_codes``: exact, about half the cost of the hash path).
-    """
-    key = msg.str.slice(0, 42)
-    heads, code = head_codes(key)
-    if heads is None:
-        first, code = head_groups(key)
-        heads = key.gather(first)
-    m = pl.col("k")
-    simple = m.str.contains(_SUBSYS_ASCII)
-    # find gives a byte offset and slice counts characters: equal here, the name is ASCII
-    v = heads.to_frame("k").select(
-        pl.when(simple).then(m.str.slice(0, m.str.find(": ", literal=True)))
-        .when(m.str.contains(_SUBSYS_OTHER)).then(pl.lit(_OTHER)).alias("v"))["v"]
-    name = v.gather(code)
-    other = (name == _OTHER).fill_null(False)
-    return scatter(other, name, lambda x: x.str.extract(SUBSYS, 1), msg).alias("subsys")
+    """``msg.str.extract(SUBSYS, 1)``, the same values: read by the compiled reader
+    (:func:`ingest.native.subsys`), the regex on the messages it leaves (not ASCII)."""
+    code, end, left = native.subsys(native.texts(msg))
+    named = pl.Series("_c", code) == 1
+    out = pl.DataFrame([msg.alias("m"), pl.Series("e", end)]).select(
+        pl.when(named).then(pl.col("m").str.slice(0, pl.col("e"))).alias("subsys"))["subsys"]
+    if left:
+        out = scatter(pl.Series("_c", code) == native.UNSURE, out, lambda m: m.str.extract(SUBSYS, 1), msg)
+    return out.alias("subsys")
 
 
 def candidates(rec: pl.DataFrame, oom_open: bool = True) -> pl.DataFrame:
