@@ -1603,15 +1603,31 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
     """
     s = lambda c: pl.col(c).cast(pl.String).fill_null("")
     is_nccl = pl.col("_cls").is_in(_NCCL_CLASSES)
-    cl = cl.with_columns(pl.when(is_nccl).then(pl.concat_str([s("_cls"), s("host"), s("pid"), s("dev")], separator="|"))
-                         .otherwise(pl.concat_str([s("_cls"), s("rank")], separator="|")).alias("_g"))
+    # the group's key columns per row; its name (the stash's key) is written for each group, not
+    # for each row (two key tuples may write one name, "a|1" and 1 or "a" and "1|1": one group then)
+    nccl = cl.select(is_nccl.sum()).item()
+    if nccl == 0 or nccl == cl.height:      # (one kind of group: its own columns are the key)
+        keys = ["_cls", "host", "pid", "dev"] if nccl else ["_cls", "rank"]
+    else:
+        keys = ["_cls", "_kh", "_kp", "_kd", "_kr"]
+        cl = cl.with_columns(*(pl.when(is_nccl).then(pl.col(c)).alias(k) for k, c in (("_kh", "host"), ("_kp", "pid"),
+                                                                                      ("_kd", "dev"))),
+                             pl.when(~is_nccl).then(pl.col("rank")).alias("_kr"))
+    name = pl.concat_str([s(c) for c in keys], separator="|")
+    if len(keys) == 5:
+        name = pl.when(is_nccl).then(pl.concat_str([s(c) for c in keys[:4]], separator="|")).otherwise(
+            pl.concat_str([s("_cls"), s("_kr")], separator="|"))
+    name = name.alias("_g")
     steps = cl.filter(pl.col("_cls") == "step")
     if not steps.is_empty():
         # (the names, units and entities repeat on millions of rows: Categorical columns, which
         # the sink writes dictionary-encoded as they are)
         cat = pl.Categorical
-        m = steps.select(pl.col("host").cast(cat), pl.when(pl.col("rank").is_not_null()).then(
-            pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String)])).cast(cat).alias("entity"),
+        # ("rank N" written once per rank, not per row: the ranks' names as an Enum, then Categorical)
+        ranks = sorted(steps["rank"].drop_nulls().unique().to_list())
+        names = [f"rank {r}" for r in ranks]
+        m = steps.select(pl.col("host").cast(cat), pl.col("rank").replace_strict(
+            dict(zip(ranks, names)), default=None, return_dtype=pl.Enum(names)).cast(cat).alias("entity"),
             pl.col("ts").alias("ts_raw_ns"), pl.col("lineno").alias("line"), "_step", "_loss", "_stime")
         parts = [m.select("host", "entity", "ts_raw_ns", pl.lit("step", cat).alias("metric"),
                           pl.col("_step").cast(pl.Float64).alias("value"), pl.lit("count", cat).alias("unit"), "line")]
@@ -1621,15 +1637,20 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
                 parts.append(v.select("host", "entity", "ts_raw_ns", pl.lit(metric, cat).alias("metric"),
                                       pl.col(col).alias("value"), pl.lit(unit, cat).alias("unit"), "line"))
         sink.add_frame("metrics", pl.concat(parts).filter(pl.col("value").is_not_null()))
-    agg = cl.group_by("_g", maintain_order=True).agg(
-        pl.col("_cls").first(), pl.len().alias("n"), pl.col("lineno").min().alias("first"),
-        pl.col("ts").sort_by("lineno").first().alias("first_ts"), pl.col("lineno").max().alias("last"))
+    agg = cl.group_by(*keys, maintain_order=True).agg(
+        pl.len().alias("n"), pl.col("lineno").min().alias("first"),
+        pl.col("ts").sort_by("lineno").first().alias("first_ts"), pl.col("lineno").max().alias("last")).with_columns(name)
+    if agg["_g"].n_unique() < agg.height:
+        agg = agg.group_by("_g", maintain_order=True).agg(
+            pl.col("_cls").first(), pl.col("n").sum(), pl.col("first").min(),
+            pl.col("first_ts").sort_by("first").first(), pl.col("last").max())
+    agg = agg.select("_g", "_cls", "n", "first", "first_ts", "last")
     for k, v in cl.group_by("category").len().iter_rows():
         st.families[k] = st.families.get(k, 0) + v
     # lines dropped before parsing (NCCL INFO) count for the row that stood for them
     extra: dict = {}
     if st.pending:
-        for g, ln in cl.filter(pl.col("lineno").is_in(list(st.pending))).select("_g", "lineno").iter_rows():
+        for g, ln in cl.filter(pl.col("lineno").is_in(list(st.pending))).select(name, "lineno").iter_rows():
             p = st.pending.pop(ln)
             e = extra.setdefault(g, {"n": 0, "via": set(), "chan": set()})
             e["n"] += p["n"]
@@ -1649,7 +1670,8 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
         if x:       # (its lines lie between the group's first and last line: never the first)
             e["via"] |= x["via"]
             e["chan"] |= x["chan"]
-    reps = cl.filter(pl.col("lineno").is_in(agg["last"].implode()))
+    reps = cl.filter(pl.col("lineno").is_in(agg["last"].implode())).with_columns(name).drop(
+        [k for k in keys if k.startswith("_k")])
     reps = reps.with_columns(pl.when(is_nccl & (pl.col("_cls") != "coll")).then(
         pl.col("_cls").replace_strict(COLLAPSED_NAMES, default=None)).otherwise(pl.col("name")).alias("name"))
     if reps.select((pl.col("_cls") == "step").any()).item():
