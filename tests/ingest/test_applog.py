@@ -16,6 +16,7 @@ from ingest.reader import Head
 from ingest.registry import default_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from heads import each_piece_replaced, edited_heads  # noqa: E402
 from test_nccl_log import events, parse  # noqa: E402  (the same parse/events helpers)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -382,7 +383,7 @@ def test_compiled_family_reader_equals_the_family_regexes():
     # compiled reader (with the regexes for what it leaves) equal those of the regexes alone, in
     # each family's rows, columns and order, and so do the lines no family took.
     import polars as pl
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
     from ingest import native
     from ingest.formats.logs import engine as E
 
@@ -411,34 +412,17 @@ def test_compiled_family_reader_equals_the_family_regexes():
             assert got[0][f].equals(want[0][f]), (f, got[0][f], want[0][f])
         assert got[1] == want[1]
 
-    edit = st.tuples(st.integers(0, 20), st.sampled_from(["drop", "double", "put"]), st.sampled_from(_HEAD_PIECES))
-
     @settings(max_examples=300, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(st.lists(st.tuples(st.sampled_from(range(len(_HEADS))), st.lists(edit, max_size=3)), min_size=1, max_size=10))
-    def check(specs):
-        bodies = []
-        for k, edits in specs:
-            pieces = list(_HEADS[k])
-            for at, how, piece in edits:
-                at %= len(pieces)
-                if how == "drop":
-                    del pieces[at]
-                elif how == "double":
-                    pieces.insert(at, pieces[at])
-                else:
-                    pieces[at] = piece
-                if not pieces:
-                    pieces = [""]
-            bodies.append("".join(pieces))
+    @given(edited_heads(_HEADS, _HEAD_PIECES))
+    def check(bodies):
         same(bodies)
 
     check()
     # each head with each one of its pieces replaced by each odd piece, in turn
     odd = ['a"b.cpp', "a\\b.cpp", "x.", ".cpp", "a.b.c", "a\x01b", "\u00e9.cpp", "a b", "a]b", "a:b", "a[b", "1x", "",
            "99999999999999999999", "123", "12345", "1234567890", "+05:3", "-08:00", "+0530x", "[INFO", "INFOrmation"]
-    same(["".join(h) for h in _HEADS] + ["".join(h[:i] + [o] + h[i + 1:]) for h in _HEADS for i in range(len(h))
-                                         for o in odd])
+    same(each_piece_replaced(_HEADS, odd))
     lines = []
     for p in sorted(APP.glob("*.log")) + sorted((ROOT / "sample_traces").glob("*/*/logs/*.log")):
         lines += p.read_text(errors="replace").splitlines()

@@ -636,7 +636,8 @@ def test_compiled_raw_reader_equals_the_raw_regexes():
     grammar's pieces (hypothesis, a fixed number of examples) and on the real raw logs."""
     import polars as pl
     import pyarrow as pa
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from heads import each_piece_replaced, edited_heads
+    from hypothesis import HealthCheck, given, settings
     from ingest import native
     from ingest.formats.kernel import dmesg
 
@@ -653,28 +654,12 @@ def test_compiled_raw_reader_equals_the_raw_regexes():
           "<7>user  :debug : [4.5] no", "[4000000000.000000] float range", "[8999999999.999999] float range",
           "[9000000000.000000] too late", None] + _RAW_ODD)
 
-    edit = st.tuples(st.integers(0, 20), st.sampled_from(["drop", "double", "put"]), st.sampled_from(_RAW_PIECES))
-
     @settings(max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.lists(st.tuples(st.sampled_from(range(len(_RAW_HEADS))), st.lists(edit, max_size=3)), min_size=1,
-                    max_size=10))
-    def check(specs):
-        lines = []
-        for k, edits in specs:
-            pieces = list(_RAW_HEADS[k])
-            for at, how, piece in edits:
-                at %= len(pieces)
-                if how == "drop":
-                    del pieces[at]
-                elif how == "double":
-                    pieces.insert(at, pieces[at])
-                else:
-                    pieces[at] = piece
-                pieces = pieces or [""]
-            lines.append("".join(pieces))
+    @given(edited_heads(_RAW_HEADS, _RAW_PIECES))
+    def check(lines):
         same(lines)
 
-    same(["".join(h[:i] + [o] + h[i + 1:]) for h in _RAW_HEADS for i in range(len(h)) for o in _RAW_PIECES])
+    same(each_piece_replaced(_RAW_HEADS, _RAW_PIECES))
     check()
     lines = []
     for p in [*sorted((DATA / "dmesg").glob("*")), *sorted(K.glob("*"))]:
