@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -636,6 +637,7 @@ def test_compiled_raw_reader_equals_the_raw_regexes():
     grammar's pieces (hypothesis, a fixed number of examples) and on the real raw logs."""
     import polars as pl
     import pyarrow as pa
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from heads import each_piece_replaced, edited_heads
     from hypothesis import HealthCheck, given, settings
     from ingest import native

@@ -184,25 +184,24 @@ def _iso_layout(lines: pl.Series, n: int = 64) -> tuple[str, int, str] | None:
 
 
 def _raw_x(lb: pl.Expr, rb: pl.Expr) -> pl.Expr:
-    """The seconds between "[" and "]" as one float (see ``DmesgRawParser.records``), null where they
-    are not a number. Its own column (``_x``): an expression that used it twice would run the cast
-    twice (the eager API does not eliminate common subexpressions; the cast is most of the cost)."""
+    """The seconds between "[" and "]" as one float (see ``DmesgRawParser._records_regex``), null
+    where they are not a number. Its own column (``_x``): an expression that used it twice would run
+    the cast twice (the eager API does not eliminate common subexpressions; the cast is most of the
+    cost)."""
     return pl.col("line").str.slice(lb + 1, rb - lb - 1).str.strip_chars_start().cast(pl.Float64, strict=False)
 
 
-def _raw_ts(ok: pl.Expr | None) -> pl.Expr:
-    """ns of a raw stamp from its float seconds ``_x`` (``_raw_x``); ``ok`` None: every row."""
+def _raw_ts(ok: pl.Expr) -> pl.Expr:
+    """ns of a raw stamp from its float seconds ``_x`` (``_raw_x``) on the records (``ok``)."""
     x = pl.col("_x")
-    return pl.when(x < MAX_SECONDS if ok is None else ok & (x < MAX_SECONDS)).then(
-        (x * 1e6).round().cast(pl.Int64) * 1000)
+    return pl.when(ok & (x < MAX_SECONDS)).then((x * 1e6).round().cast(pl.Int64) * 1000)
 
 
-def _raw_msg(rb: pl.Expr, ok: pl.Expr | None) -> pl.Expr:
+def _raw_msg(rb: pl.Expr, ok: pl.Expr) -> pl.Expr:
     """The message: one slice after "]" and the one optional space (found with ``find("] ")``);
-    the line itself where it is not a record (``ok`` None: every row is one)."""
+    the line itself where it is not a record (``ok``)."""
     space = (pl.col("_sp") == rb).fill_null(False).cast(pl.Int64)
-    msg = pl.col("line").str.slice(rb + 1 + space)
-    return msg if ok is None else pl.when(ok).then(msg).otherwise(pl.col("line"))
+    return pl.when(ok).then(pl.col("line").str.slice(rb + 1 + space)).otherwise(pl.col("line"))
 
 
 class DmesgCtimeParser(KernelLogParser):
