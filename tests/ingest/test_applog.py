@@ -484,6 +484,10 @@ def test_compiled_step_reader_equals_the_step_grammar():
             "step=1 loss=" + "9" * 200, "step=1 step_time=" + "1" * 300 + "s", "iteration 5/6 elapsed time per "
             "iteration (ms): . step_time=2s", "step: 9223372036854775807 / 9223372036854775808", "stepstep=1",
             "step = 3 loss = - 2", "step=4 loss=+.5", "_step=5 step=6", "a-step=7", "step=8 lm  loss=1", ""]
+    # the words in capitals at every offset, so that each letter falls in each byte of the eight
+    # the reader lowercases at once (and in the bytes after the last eight)
+    caps = "GLOBAL_STEP=3 LOSS=2.5 STEP_TIME=1.5S ITERATION 4/9 ELAPSED TIME PER ITERATION (MS): 7"
+    more += [" " * k + caps[:n] for k in range(9) for n in (len(caps), 20, 13)]
     texts = STEP_TEXTS + more
     for p in sorted(APP.glob("*.log")):
         texts += [ln for ln in p.read_text(errors="replace").splitlines() if "step" in ln.lower()][:200]
