@@ -609,15 +609,22 @@ def test_compiled_readers_read_both_arrow_layouts_alike():
 
     def read(arr):
         sv, rs, ni = native.step_values(arr), native.rank_said(arr), native.nccl_info(arr)
+        lh, dr, ss = native.log_heads(arr), native.dmesg_raw(arr), native.subsys(arr)
         return ([c.to_pylist() for c in sv[:5]] + [c.to_pylist() for c in rs[:4]]
-                + [c.to_pylist() for c in ni[:5]] + [sv.unsure, rs.unsure, ni.unsure])
+                + [c.to_pylist() for c in ni[:5]] + [sv.unsure, rs.unsure, ni.unsure]
+                + [c.to_pylist() for c in lh[:-1]] + [c.to_pylist() for c in dr[:-1]] + [c.to_pylist() for c in ss[:2]]
+                + [lh.unsure, dr.unsure, ss[2]])
 
     nccl = "host-1:1234:1240 [3] NCCL INFO Channel 01/0 : 3[3] -> 0[0] via P2P/CUMEM"
+    heads = ["[rank3]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] NCCL: x",
+             "2026-11-29 13:28:11,298 INFO [rank0] train: step=0", "<6>kern  :info  : [ 12.000001] sched: RT",
+             "Nov 29 13:28:11 host prog[12]: msg"]
 
     @settings(max_examples=100, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(st.lists(st.one_of(st.none(), st.just(nccl), st.lists(st.sampled_from(_GRAMMAR_PIECES), max_size=14)
-                              .map("".join)), min_size=1, max_size=12), st.integers(0, 3))
+    @given(st.lists(st.one_of(st.none(), st.just(nccl), st.sampled_from(heads),
+                              st.lists(st.sampled_from(_GRAMMAR_PIECES), max_size=14).map("".join)), min_size=1,
+                    max_size=12), st.integers(0, 3))
     def check(texts, cut):
         want = read(pa.array(texts, pa.large_string()))
         assert read(native.texts(pl.Series(texts, dtype=pl.String))) == want
