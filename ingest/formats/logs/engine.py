@@ -1456,14 +1456,15 @@ def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
                 "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "comm_id", "api")} | {"host": host, "pid": pid}
         if a.get("phase") == "COMPLETE":
             st.comms[a.get("comm")]["complete"] = True
-    if st.stream_rank:
+    # (each map fills the rows without a value only: skipped where every row has one)
+    if st.stream_rank and ev["rank"].null_count():
         ev = ev.with_columns(pl.coalesce(pl.col("rank"), pl.col("stream").replace_strict(
             st.stream_rank, default=None, return_dtype=pl.Int64)).alias("rank"))
-    if st.stream_pid:
+    if st.stream_pid and ev["pid"].null_count():
         ev = ev.with_columns(pl.when(pl.col("category") == "elastic").then(pl.col("pid")).otherwise(
             pl.coalesce(pl.col("pid"), pl.col("stream").replace_strict(st.stream_pid, default=None,
                                                                         return_dtype=pl.Int64))).alias("pid"))
-    if st.pid_rank:
+    if st.pid_rank and ev.select(((pl.col("category") == "nccl") & pl.col("rank").is_null()).any()).item():
         keys = pl.concat_str([pl.col("host").fill_null(""), pl.col("pid").cast(pl.String),
                               pl.col("dev").cast(pl.String)], separator=":")
         mp = {f"{h or ''}:{p}:{d}": r for (h, p, d), (_, r) in st.pid_rank.items()}
