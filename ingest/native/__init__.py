@@ -181,9 +181,10 @@ def _read(fn, msgs: pa.Array, types: tuple) -> tuple[pa.Array, list[pa.Array], i
 
 
 def _nullable(values, ok, typ, n: int) -> pa.Array:
-    """An array of ``typ`` from a values buffer and a byte per row that says whether it has one."""
-    mask = pa.Array.from_buffers(pa.uint8(), n, [None, ok]).cast(pa.bool_())
-    return pc.if_else(mask, pa.Array.from_buffers(typ, n, [None, values]), pa.nulls(n, typ))
+    """An array of ``typ`` from a values buffer and a byte per row that says whether it has one
+    (the bytes packed into the validity bitmap)."""
+    bits = pa.Array.from_buffers(pa.uint8(), n, [None, ok]).cast(pa.bool_()).buffers()[1]
+    return pa.Array.from_buffers(typ, n, [bits, values])
 
 
 class RankSaid(NamedTuple):
@@ -317,13 +318,6 @@ class LogHeads(NamedTuple):
 SEVERITIES = (None, "crit", "error", "warning", "info", "debug", "notice")
 
 
-def _masked(typ, n: int, values, ok) -> pa.Array:
-    """An array of ``typ`` from a values buffer and a byte per row that says whether it has one
-    (the bytes packed into the validity bitmap)."""
-    bits = pa.Array.from_buffers(pa.uint8(), n, [None, ok]).cast(pa.bool_()).buffers()[1]
-    return pa.Array.from_buffers(typ, n, [bits, values])
-
-
 def log_heads(bodies: pa.Array) -> LogHeads:
     """The line family and header fields of each body of a text array (:func:`texts`), as the log
     engine's FAMILIES read them (see ``at_log_heads`` in scan.c)."""
@@ -347,12 +341,12 @@ def log_heads(bodies: pa.Array) -> LogHeads:
     k_rank, k_pid, k_tid, k_y, k_md, k_hms, k_fns, k_res, k_off = oks
     return LogHeads(code, sev, msg_at, f_at, f_end, name_end, h_at, h_end,
                     pa.Array.from_buffers(pa.int64(), n, [None, fline]),
-                    _masked(pa.int64(), n, rank, k_rank), _masked(pa.int64(), n, pid, k_pid),
-                    _masked(pa.int64(), n, tid, k_tid), _masked(pa.int32(), n, y, k_y),
-                    _masked(pa.int32(), n, mo, k_md), _masked(pa.int32(), n, d, k_md),
-                    _masked(pa.int32(), n, hh, k_hms), _masked(pa.int32(), n, mi, k_hms),
-                    _masked(pa.int32(), n, ss, k_hms), _masked(pa.int64(), n, fns, k_fns),
-                    _masked(pa.int64(), n, res, k_res), _masked(pa.int64(), n, off, k_off), left)
+                    _nullable(rank, k_rank, pa.int64(), n), _nullable(pid, k_pid, pa.int64(), n),
+                    _nullable(tid, k_tid, pa.int64(), n), _nullable(y, k_y, pa.int32(), n),
+                    _nullable(mo, k_md, pa.int32(), n), _nullable(d, k_md, pa.int32(), n),
+                    _nullable(hh, k_hms, pa.int32(), n), _nullable(mi, k_hms, pa.int32(), n),
+                    _nullable(ss, k_hms, pa.int32(), n), _nullable(fns, k_fns, pa.int64(), n),
+                    _nullable(res, k_res, pa.int64(), n), _nullable(off, k_off, pa.int64(), n), left)
 
 
 class DmesgRaw(NamedTuple):
@@ -381,8 +375,8 @@ def dmesg_raw(lines: pa.Array) -> DmesgRaw:
     left = lib.at_dmesg_raw(ctypes.byref(col), n, code.address, ts.address, ts_ok.address, msg_at.address,
                             prio.address, prio_ok.address, lvl.address) if n else 0
     del alive       # (the buffers it read stayed alive through the call)
-    return DmesgRaw(pa.Array.from_buffers(pa.uint8(), n, [None, code]), _masked(pa.int64(), n, ts, ts_ok),
-                    pa.Array.from_buffers(pa.int32(), n, [None, msg_at]), _masked(pa.int32(), n, prio, prio_ok),
+    return DmesgRaw(pa.Array.from_buffers(pa.uint8(), n, [None, code]), _nullable(ts, ts_ok, pa.int64(), n),
+                    pa.Array.from_buffers(pa.int32(), n, [None, msg_at]), _nullable(prio, prio_ok, pa.int32(), n),
                     pa.Array.from_buffers(pa.uint8(), n, [None, lvl]), left)
 
 

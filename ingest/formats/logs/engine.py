@@ -1614,10 +1614,11 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
         cl = cl.with_columns(*(pl.when(is_nccl).then(pl.col(c)).alias(k) for k, c in (("_kh", "host"), ("_kp", "pid"),
                                                                                       ("_kd", "dev"))),
                              pl.when(~is_nccl).then(pl.col("rank")).alias("_kr"))
-    name = pl.concat_str([s(c) for c in keys], separator="|")
     if len(keys) == 5:
         name = pl.when(is_nccl).then(pl.concat_str([s(c) for c in keys[:4]], separator="|")).otherwise(
             pl.concat_str([s("_cls"), s("_kr")], separator="|"))
+    else:
+        name = pl.concat_str([s(c) for c in keys], separator="|")
     name = name.alias("_g")
     steps = cl.filter(pl.col("_cls") == "step")
     if not steps.is_empty():
