@@ -66,6 +66,26 @@ def _clip(s: str | None, n: int) -> str | None:
     return s[: n - 1] + "…"
 
 
+def attrs_json(attrs: Any) -> str:
+    """An ``attrs`` object as the tables keep it: JSON text (what JSON cannot hold as its own
+    type, as its ``str``)."""
+    return json.dumps(attrs, default=str, ensure_ascii=False)
+
+
+def _stored(name: str, v: Any) -> Any:
+    """A row value as the table keeps it: attrs as JSON text, evidence text clipped."""
+    if v is None:
+        return None
+    if name == "attrs":
+        return v if isinstance(v, str) else attrs_json(v)
+    if name == "text":
+        return _clip(v, MAX_TEXT)
+    return v
+
+
+_SHAPED = ("attrs", "text")     # the columns whose values _stored changes
+
+
 class RowSink:
     def __init__(self, out_dir: str | os.PathLike, batch_rows: int = 65536,
                  max_issues: int = 10000, on_part: Callable[[str, Path], None] | None = None,
@@ -97,16 +117,35 @@ class RowSink:
         n = len(next(iter(buf.values())))
         for name, values in buf.items():
             v = row.pop(name, None)
-            if name == "attrs" and v is not None and not isinstance(v, str):
-                v = json.dumps(v, default=str, ensure_ascii=False)
-            elif name == "text" and v is not None:
-                v = _clip(v, MAX_TEXT)
-            values.append(v)
+            values.append(_stored(name, v) if name in _SHAPED else v)
         if row:
             raise KeyError(f"{table} has no column(s) {sorted(row)}")
         self.counts[table] += 1
         if n + 1 >= self.batch_rows:
             self._flush_rows(table)
+
+    def add_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """:meth:`add` of each row, in order, column by column (one pass per column, not one
+        call per row: for the thousands of rows a parser may hold back to the end)."""
+        names = [c.name for c in TABLES[table].parser_columns]
+        extra = {k for r in rows for k in r}.difference(names)
+        if extra:
+            raise KeyError(f"{table} has no column(s) {sorted(extra)}")
+        buf = self._buf.get(table)
+        if buf is None:
+            buf = self._buf[table] = {name: [] for name in names}
+        at = 0
+        while at < len(rows):
+            part = rows[at:at + self.batch_rows - len(next(iter(buf.values())))]
+            for name, values in buf.items():
+                if name in _SHAPED:
+                    values.extend(_stored(name, r.get(name)) for r in part)
+                else:
+                    values.extend(r.get(name) for r in part)
+            self.counts[table] += len(part)
+            at += len(part)
+            if len(next(iter(buf.values()))) >= self.batch_rows:
+                self._flush_rows(table)
 
     def event(self, **row: Any) -> None:
         self.add("events", **row)

@@ -135,3 +135,28 @@ def test_a_sink_whose_rows_all_travel_inline_makes_no_folder(tmp_path):
     big.event(name="y", line=2)
     big.close()
     assert [f.name for f in big.files] == ["events.00000.parquet"] and (tmp_path / "big").is_dir()
+
+
+def test_add_rows_writes_what_add_writes_row_by_row(tmp_path):
+    """Rows given at once are stored as :meth:`RowSink.add` stores each: attrs as JSON text, text
+    clipped, a number too large for its column dropped with an issue; parts of ``batch_rows`` rows
+    (the part boundaries too); an unknown column refused."""
+    import pytest
+    rows = [{"ts_raw_ns": i, "name": f"e{i}", "attrs": {"n": i, "s": "ü"} if i % 3 else None,
+             "text": "x" * (sink_mod.MAX_TEXT + 5) if i == 4 else f"line {i}", "line": i} for i in range(11)]
+    rows[7]["pid"] = 10 ** 30                   # (a corrupted number: no int64)
+    one, bulk = RowSink(tmp_path / "one", batch_rows=4), RowSink(tmp_path / "bulk", batch_rows=4)
+    for s in (one, bulk):                       # (a row already buffered: the batches count it)
+        s.add("events", ts_raw_ns=-1, name="first")
+    for r in rows:
+        one.add("events", **dict(r))
+    bulk.add_rows("events", [dict(r) for r in rows])
+    assert one.close() == bulk.close()
+    assert [f.name for f in one.files] == [f.name for f in bulk.files] and len(bulk.files) > 3
+    for fa, fb in zip(one.files, bulk.files):
+        assert pq.read_table(fa).to_pylist() == pq.read_table(fb).to_pylist()
+    got = [r for f in bulk.files if f.name.startswith("events") for r in pq.read_table(f).to_pylist()]
+    assert got[5]["attrs"] == '{"n": 4, "s": "ü"}' and got[5]["text"].endswith("…")
+    assert len(got[5]["text"]) == sink_mod.MAX_TEXT and got[8]["pid"] is None
+    with pytest.raises(KeyError):
+        bulk.add_rows("events", [{"nope": 1}])
