@@ -200,7 +200,6 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     header's number of every ASCII line), the others by the regexes below.
     Returns the chunk with ``_cls`` and the mask of the rows kept (None: all).
     """
-    none = base.with_columns(pl.lit(None, pl.String).alias("_cls"))
     r = native.nccl_info(native.texts(base["body"]))
     code = pl.Series("_code", r.code)
     later = pl.lit(True) if floor is None else pl.col("lineno") > floor
@@ -211,9 +210,10 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     if r.unsure:
         x = _info_by_regex(cols.filter((pl.col("_code") == native.UNSURE) & later), x, base, r)
     if x.is_empty():
-        return none, None
-    cls = x.select(pl.col("_c").replace_strict(_CLS_NAME, return_dtype=pl.String)).to_series()
-    out = base.with_columns(_scatter_str(base.height, x["_i"], cls).alias("_cls"))
+        return base.with_columns(pl.lit(None, pl.String).alias("_cls")), None
+    # (the class as a number per row until the rows are dropped; named on the rows that stay)
+    cls = pl.Series("_c", [0], dtype=pl.UInt8).extend_constant(0, base.height - 1).scatter(
+        x["_i"], x["_c"].cast(pl.UInt8) + 1)
     # per group (one hash pass, in the same query as the rows it reads): its first line (kept: the
     # first time), last line (kept: the event) and size; the lines between are dropped and counted
     # for the last one. Lines with a time of their own (``[time] host:...``) stay.
@@ -223,7 +223,7 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
                               pl.len().alias("_n"))
     d, agg = pl.collect_all([d, agg])
     if d.is_empty():
-        return out, None
+        return _named(base, cls), None
     new: dict = {}
     for rep, first, n in agg.select("_rep", "_first", "_n").iter_rows():
         if n > 2 or rep == first:
@@ -231,8 +231,11 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     # topology lines: the transports and channel numbers seen, per group (distinct ones only)
     # (the message from its byte offset: the line is ASCII, so that is its character offset too)
     m = pl.col("body").str.slice(pl.col("_mat"))
-    # (a process writes its channel lines again on every communicator: the distinct messages first)
-    topo = d.lazy().filter((pl.col("_c") == 2) & m.str.starts_with("Channel ")).select("_kid", m.alias("_m")).unique(
+    # (a process writes its channel lines again on every communicator: the distinct messages first;
+    # a message starts with "Channel " where the line's first " NCCL INFO Channel " is its first
+    # " NCCL INFO ", which a literal search finds without cutting every message out)
+    channel = pl.col("body").str.find(" NCCL INFO Channel ", literal=True) == pl.col("_mat") - len(" NCCL INFO ")
+    topo = d.lazy().filter((pl.col("_c") == 2) & channel).select("_kid", m.alias("_m")).unique(
     ).select("_kid", pl.col("_m").str.extract(r" via (\S+)", 1).alias("via"), pl.col("_m").str.extract(
         r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
     if not topo.is_empty():
@@ -257,9 +260,15 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     ends = pl.concat([agg["_first"], agg["_rep"]])
     drop = d.filter(~pl.col("lineno").is_in(ends.implode()))["_i"]
     if drop.is_empty():
-        return out, None
+        return _named(base, cls), None
     mask = pl.Series("_keep", [True], dtype=pl.Boolean).extend_constant(True, base.height - 1).scatter(drop, False)
-    return out.filter(mask), mask
+    return _named(base.filter(mask), cls.filter(mask)), mask
+
+
+def _named(base: pl.DataFrame, cls: pl.Series) -> pl.DataFrame:
+    """``base`` with ``_cls``: the name of each row's class number (0: none, null)."""
+    return base.with_columns(cls.replace_strict({k + 1: v for k, v in _CLS_NAME.items()}, default=None,
+                                                return_dtype=pl.String).alias("_cls"))
 
 
 def _info_by_regex(rows: pl.DataFrame, x: pl.DataFrame, base: pl.DataFrame, r) -> pl.DataFrame:
@@ -286,11 +295,6 @@ def _info_by_regex(rows: pl.DataFrame, x: pl.DataFrame, base: pl.DataFrame, r) -
         # (the message's start in characters, what the topology step's slice counts)
         (pl.col("_k").str.len_chars() + len(" NCCL INFO ")).cast(pl.Int32).alias("_mat"))
     return pl.concat([x, y.select(x.columns)], how="vertical_relaxed").sort("_i")
-
-
-def _scatter_str(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
-    out = pl.Series("_cls", [], dtype=pl.String).extend_constant(None, n)
-    return out.scatter(idx, values) if len(idx) else out
 
 
 def nccl_frame(base: pl.DataFrame) -> pl.DataFrame:
