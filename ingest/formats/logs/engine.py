@@ -1103,7 +1103,7 @@ def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
         d = {"index": f["index"], "root_cause": f["root_cause"], "rel": f["rel"], "rel_end": f["rel_end"]}
         t = CFE_TIME.match(f.get("time", ""))
         if t:
-            d["time_parts"] = tuple(int(x) for x in t.groups())
+            d["time_parts"] = tuple(map(int, t.groups()))
         d["time"] = f.get("time")
         d["host"] = f.get("host")
         r = CFE_RANK.match(f.get("rank", ""))
@@ -1115,11 +1115,11 @@ def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
             d["signal"] = e["sig"] or _signame(d["exitcode"])
         ef = f.get("error_file")
         d["error_file"] = None if ef in (None, "<N/A>") else ef
-        tb = [x for x in f["traceback_lines"]]
+        tb = list(f["traceback_lines"])
         while tb and not tb[-1].strip():
             tb.pop()
         d["traceback"] = "\n".join(tb) or None
-        last = next((x.strip() for x in reversed(tb) if x.strip()), "")
+        last = tb[-1].strip() if tb else ""       # (the last line that is not blank)
         m = EXC.match(last)
         if m:
             d["exc"], d["exc_msg"] = m["exc"], m["exc_msg"]
