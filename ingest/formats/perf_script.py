@@ -159,7 +159,14 @@ def _switch_fields(payload: pl.Expr) -> list[pl.Expr]:
     return out
 
 
-def _classify(df: pl.DataFrame, comments: bool = True) -> pl.DataFrame:
+def _last_record(rec: pl.DataFrame) -> pl.DataFrame:
+    """The file's last record (classified rows from its header line on), classified as a record:
+    a line starting with "#" is no comment there, and its first line is its header."""
+    return rec.with_columns(comment=pl.lit(False), header=(~pl.col("blank") & ~pl.col("frame"))
+                            | (pl.int_range(pl.len()) == 0))
+
+
+def _classify(df: pl.DataFrame) -> pl.DataFrame:
     """Add boolean columns comment, blank, frame, header.
 
     Frame lines start with a tab; some tools print them indented with spaces, which a
@@ -167,7 +174,7 @@ def _classify(df: pl.DataFrame, comments: bool = True) -> pl.DataFrame:
     """
     line = pl.col("line")
     df = df.with_columns(
-        comment=line.str.starts_with("#").fill_null(False) if comments else pl.lit(False),
+        comment=line.str.starts_with("#").fill_null(False),
         blank=line.is_null() | (line.str.len_bytes() == 0),
         frame=line.str.starts_with("\t").fill_null(False),
         spaced=line.str.starts_with(" ").fill_null(False),
@@ -314,25 +321,29 @@ class PerfScriptParser(Parser):
     def parse(self, ctx: ParseContext) -> None:
         st = _State(ctx)
         carry = None
-        for df in ctx.line_frames(blank_as_null=True):
+        frames = ctx.line_frames(blank_as_null=True)
+        df = next(frames, None)
+        while df is not None:
+            nxt = next(frames, None)
             if carry is not None:
                 df = pl.concat([carry, df], rechunk=False)
             df = _classify(df)
             if not st.header_done:
                 st.header_block(df.filter(pl.col("comment")))
             hdr_idx = df.select(pl.arg_where(pl.col("header"))).to_series()
+            carry = None
             if len(hdr_idx):
+                # the last record may go on in the next frame: it waits for it (the carry); in the
+                # last frame it is whole and is read with the others, in the same chunk (a chunk
+                # costs a few dozen queries whatever its size: most of the parse of a small file)
                 last = int(hdr_idx[-1])
-                carry = df.slice(last).select("lineno", "line", "bad_utf8", "nul")
-                df = df.slice(0, last)
-            else:
-                carry = None
+                if nxt is None:
+                    df = pl.concat([df.slice(0, last), _last_record(df.slice(last))])
+                else:
+                    carry = df.slice(last).select("lineno", "line", "bad_utf8", "nul")
+                    df = df.slice(0, last)
             st.chunk(df)
-        if carry is not None:
-            df = _classify(carry, comments=False)
-            # the carry starts at a header line, by construction
-            df = df.with_columns(header=pl.col("header") | (pl.int_range(pl.len()) == 0))
-            st.chunk(df)
+            df = nxt
         st.finish()
 
 
