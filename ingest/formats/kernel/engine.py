@@ -20,12 +20,11 @@ kmsg sequence numbers, journald ``_BOOT_ID``, ``-- Boot`` lines).
 
 Algorithm (per chunk of lines, memory bounded by a few chunks)
 --------------------------------------------------------------
-0. Pipelining: the next chunk is read, turned into records and given the
-   columns that need no state (``marks``: the candidate tests of step 3 and the
-   subsystem names of step 5) on a worker thread (``records_ahead``) while the
-   engine works on this one, and each chunk's plain events frame is built and
-   written to Parquet on another while the next is parsed; sink calls stay in
-   their sequential order (see ``_write_events``).
+0. Pipelining: the next chunk is read and turned into records on a worker
+   thread (``records_ahead``) while the engine works on this one, and each
+   chunk's plain events frame (its subsystem names, step 5, computed by the
+   engine's thread) is built and written to Parquet on another while the next
+   is parsed; sink calls stay in their sequential order (see ``_write_events``).
 1. Bad lines (neither record, continuation, meta nor blank) are counted as
    ``bad_line`` issues with their line numbers; parsing goes on.
 2. Boots: a record starts a new boot when the format says so (``boot_mark``),
@@ -169,40 +168,28 @@ def subsystem(msg: pl.Series) -> pl.Series:
     return out.alias("subsys")
 
 
-def marks(rec: pl.DataFrame, subsys: bool = True) -> pl.DataFrame:
-    """The record frame with the per-row columns that depend on no state: ``hit`` (a signature
-    needle), ``oom_part`` (the test for a part of an OOM report, on every record), ``stack_head``
-    and, with ``subsys``, the subsystem the message names. Computed on the reading thread while
-    the engine works on the chunk before (see ``records_ahead``)."""
-    ok, kern, msg = pl.col("ok"), pl.col("kern"), pl.col("msg")
-    rec = rec.with_columns((kern & ok & msg.str.contains(NEEDLES_RE)).alias("hit"),
-                           (kern & ok & msg.str.contains(OOM_PART)).alias("oom_part"))
-    hit = rec["hit"]
-    # stack heads are hits with a stack signature's needle: tested on the hit rows only
-    rec = rec.with_columns(scatter(hit, hit, lambda m: m.str.contains_any(list(STACK_NEEDLES)), rec["msg"])
-                           .alias("stack_head"))
-    return rec.with_columns(subsystem(rec["msg"])) if subsys else rec
-
-
 def candidates(rec: pl.DataFrame, oom_open: bool = True) -> pl.DataFrame:
-    """The record frame with the candidate columns of :func:`marks` (computed here when the frame
-    has none), ``oom_part`` as the state at the chunk's start allows it.
+    """The record frame with the per-row candidate columns: ``hit`` (a signature needle),
+    ``oom_part`` and ``stack_head``.
 
     A report part is only read while an OOM report is open (``KernelEngine._oom_part``), and only an
     ``oom.invoked`` or ``oom.select`` message opens one: unless one is open at the chunk's start
-    (``oom_open``), the column is false before the first hit holding such a needle (none: on
-    every row)."""
-    if "hit" not in rec.columns:
-        rec = marks(rec, subsys=False)
+    (``oom_open``), the test runs from the first hit holding such a needle (none: not at all)."""
+    ok, kern, msg = pl.col("ok"), pl.col("kern"), pl.col("msg")
+    rec = rec.with_columns((kern & ok & msg.str.contains(NEEDLES_RE)).alias("hit"))
+    hit = rec["hit"]
+    hits = hit.arg_true()
+    part = kern & ok & msg.str.contains(OOM_PART)
     if oom_open:
-        return rec
-    hits = rec["hit"].arg_true()
-    starts = rec["msg"].gather(hits).str.contains_any(list(OOM_START_NEEDLES)) if len(hits) else hits
-    at = int(hits[int(starts.arg_true()[0])]) if len(hits) and starts.any() else len(rec)
-    if at == 0:
-        return rec
-    part = pl.repeat(False, at, eager=True, dtype=pl.Boolean).append(rec["oom_part"].slice(at))
-    return rec.with_columns(part.alias("oom_part"))
+        rec = rec.with_columns(part.alias("oom_part"))
+    else:
+        starts = rec["msg"].gather(hits).str.contains_any(list(OOM_START_NEEDLES)) if len(hits) else hits
+        at = int(hits[int(starts.arg_true()[0])]) if len(hits) and starts.any() else len(rec)
+        tail = rec.slice(at).select(part.alias("oom_part"))["oom_part"]
+        rec = rec.with_columns(pl.repeat(False, at, eager=True, dtype=pl.Boolean).append(tail).alias("oom_part"))
+    # stack heads are hits with a stack signature's needle: tested on the hit rows only
+    return rec.with_columns(scatter(hit, hit, lambda m: m.str.contains_any(list(STACK_NEEDLES)), rec["msg"])
+                            .alias("stack_head"))
 
 
 @dataclass
@@ -685,7 +672,8 @@ class KernelEngine:
         if self.parser.per_line_host:
             cols.append(pl.col("host"))
         keep = ~recs["lineno"].is_in(list(typed_lines)) if typed_lines else None
-        # (the subsystem names come with the records, from the reading thread: see ``marks``)
+        # the subsystem names here, on the engine's thread, while the writer still writes the previous
+        # chunk: the Parquet write makes the writer the busiest of the three threads
         r = recs if "subsys" in recs.columns else recs.with_columns(subsystem(recs["msg"]))
 
         def job() -> None:
@@ -808,9 +796,7 @@ class KernelLogParser(Parser):
         self.prepare(ctx)
         engine = KernelEngine(ctx, self)
         try:
-            # (a reader whose lines are not all the kernel's names them all alike: no subsystems)
-            subsys = not getattr(self, "plain_category", None)
-            for rec in records_ahead(ctx, lambda df, c: marks(self.records(df, c), subsys)):
+            for rec in records_ahead(ctx, self.records):
                 engine.feed(rec)
         finally:   # a truncated or limited stream still writes the findings read before the cut
             engine.finish()
