@@ -335,7 +335,7 @@ class PerfScriptParser(Parser):
             if len(hdr_idx):
                 # the last record may go on in the next frame: it waits for it (the carry); in the
                 # last frame it is whole and is read with the others, in the same chunk (a chunk
-                # costs a few dozen queries whatever its size: most of the parse of a small file)
+                # costs a few dozen queries whatever its size)
                 last = int(hdr_idx[-1])
                 if nxt is None:
                     df = pl.concat([df.slice(0, last), _last_record(df.slice(last))])
