@@ -20,7 +20,6 @@ import io
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -38,7 +37,7 @@ LOG = (ROOT / "sample_traces" / "oom-after-throttle" / "vm" / "logs" / "torchrun
 def bundle(k: int) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        for name, data in ((f"job/vm/logs/torchrun.log", LOG + f"[load {k}] unique line {k}\n".encode()),
+        for name, data in (("job/vm/logs/torchrun.log", LOG + f"[load {k}] unique line {k}\n".encode()),
                            (f"job/vm/notes-{k}.txt", f"bundle {k}\n".encode())):
             ti = tarfile.TarInfo(name)
             ti.size, ti.mtime = len(data), 1700000000

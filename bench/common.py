@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -46,6 +45,30 @@ def run_child(code: str, cwd: Path | None = None) -> dict:
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+REFERENCE = """
+import time
+t = time.perf_counter()
+x = 0
+for i in range(10_000_000):
+    x += i
+loop = time.perf_counter() - t
+b = bytearray(256 << 20)
+t = time.perf_counter()
+for _ in range(4):
+    bytes(b)
+copy = (time.perf_counter() - t) / 4
+RESULT = dict(loop=loop, copy=copy)
+"""
+
+
+def machine_reference() -> str:
+    """How fast this machine is right now, for rows that have no baseline of their own in the same
+    run (this machine's speed varies from day to day): a 10 M-step Python loop and a 256 MB copy,
+    in a fresh process."""
+    r = run_child(REFERENCE)
+    return f"machine reference: a 10 M-step Python loop {r['loop']:.2f} s, a 256 MB copy {r['copy'] * 1000:.0f} ms"
 
 
 def machine() -> str:

@@ -47,7 +47,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -288,7 +287,9 @@ def build_rank_bundle(ranks: int, dest: Path, per_host: int = 8) -> tuple[Path, 
 
 
 def stage_e2e(quick: bool) -> list[dict]:
+    from common import machine_reference
     rows = []
+    ref = machine_reference()
     for ranks in ([8, 64] if quick else [8, 64, 512]):
         bundle, mb = build_rank_bundle(ranks, OUT / f"bundle-{ranks}-ranks")
         files = sum(1 for f in bundle.rglob("*") if f.is_file())
@@ -313,7 +314,7 @@ RESULT = dict(seconds=dt, sources=len(rep['sources']), ok=ok, chain=' -> '.join(
         rows.append(row("end to end", f"{ranks} ranks: {files:,} files, {mb:.0f} MB", "aftertrace analyze",
                         r["seconds"], "s", target, (per_gb < 60) if target else None, r["peak_rss_mib"],
                         f"{mb / r['seconds']:.0f} MB/s; {r['ok']:,} of {r['sources']:,} sources parsed; "
-                        f"chain {r['chain'] or '-'}"))
+                        f"chain {r['chain'] or '-'}; {ref}"))
     return rows
 
 
