@@ -9,7 +9,11 @@ while writing leaves a prefix with no closing ``]``. Loading the whole document 
 need several times the file in memory, so the file is read in blocks and the event array
 is cut into *chunks of whole events* that are each decoded at C speed (msgspec into a
 small typed struct per event, ``args`` kept as raw JSON text; orjson for the header, the
-trailer and for chunks holding an event that does not fit the typed form).
+trailer and for chunks holding an event that does not fit the typed form). For the parser a
+block of at least ``COLUMNS_MIN`` bytes of events is first given to the compiled reader
+(``at_kineto_events`` in ``ingest/native/scan.c``), which reads the same fields into columns
+(:class:`EventColumns`) without an object per event, and leaves to msgspec any block it is not
+sure it reads as msgspec does (``tests/ingest/test_kineto_columns.py``).
 
 A cut candidate is a ``}`` followed by optional whitespace, ``,`` and optional whitespace
 and ``{`` -- what separates two events of the array. The same bytes can occur inside a
@@ -45,6 +49,9 @@ from typing import Any, Iterator, Literal
 
 import msgspec
 import orjson
+import pyarrow as pa
+
+from .. import native
 
 BLOCK = 8 << 20                 # bytes read per step (one chunk of events per block)
 PIECE = 1 << 20                 # bytes decoded at once (see _complete_events)
@@ -55,7 +62,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 @dataclass
 class Chunk:
-    events: list                 # Ev structs (typed=True), else whatever the array held
+    events: list | EventColumns  # Ev structs (typed=True), else whatever the array held; or the compiled reader's columns
     offset: int                  # byte offset of the chunk's first byte in the stream
     typed: bool = True
 
@@ -123,6 +130,45 @@ class Ev(msgspec.Struct, gc=False):
 
 
 _TYPED = msgspec.json.Decoder(list[Ev])
+_ONE = msgspec.json.Decoder(Ev)
+COLUMNS_MIN = 1 << 20        # a block of fewer bytes of events is decoded by msgspec (a few thousand
+                             # events at most: read as Ev lists by the parser anyway, see SMALL_CHUNK)
+
+
+class EventColumns:
+    """The events of a chunk as the compiled reader read them (:func:`ingest.native.kineto_events`):
+    columns instead of one :class:`Ev` per event, over ``data`` (the chunk's bytes: its strings are
+    views into them). An event as an :class:`Ev` (``cols[i]``), or all of them (:meth:`events`), is
+    decoded from its own bytes by msgspec, which reads it as it would have read it in the array."""
+
+    def __init__(self, data: bytes, cols):
+        self.data = data
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return self.cols.n
+
+    def __getitem__(self, i: int) -> Ev:
+        return _ONE.decode(memoryview(self.data)[self.cols.start[i].as_py():self.cols.end[i].as_py()])
+
+    def events(self) -> list:
+        return _TYPED.decode(b"".join((b"[", self.data, b"]")))
+
+    def column(self, name: str) -> pa.Array:
+        """One column (see :class:`ingest.native.KinetoEvents`)."""
+        return getattr(self.cols, name)
+
+    def ids(self, j: int) -> tuple[pa.Array, pa.Array]:
+        """pid (0), tid (1) or id (2): the integers and the strings (see KinetoEvents.ids)."""
+        return self.cols.ids[j]
+
+
+def _read_columns(body: bytes, lo: int, hi: int):
+    """``body[lo:hi]``'s events as :class:`EventColumns`, or None where the compiled reader leaves
+    them to msgspec."""
+    piece = bytes(memoryview(body)[lo:hi])
+    cols = native.kineto_events(piece)
+    return None if cols is None else EventColumns(piece, cols)
 
 
 def _parse_array(body: bytes, lo: int = 0, hi: int | None = None):
@@ -142,7 +188,7 @@ def _parse_array(body: bytes, lo: int = 0, hi: int | None = None):
         return None, False
 
 
-def _complete_events(buf: bytes, pos: int, hi: int):
+def _complete_events(buf: bytes, pos: int, hi: int, columns: bool = False):
     """The complete events at the start of ``buf[pos:hi]``: (events, typed, index of the ``{``
     after the last of them), or None when no candidate cut parses.
 
@@ -152,7 +198,16 @@ def _complete_events(buf: bytes, pos: int, hi: int):
     (about 1.6x faster than 8 MB at once), and the pieces together are exactly the events
     before ``k``, because after a true boundary the rest of a valid prefix is valid and
     vice versa. When a piece needs the untyped reader, the whole range is read again in
-    one go, so a chunk is typed or not as a whole, as it was."""
+    one go, so a chunk is typed or not as a whole, as it was. With ``columns``, a range of at
+    least COLUMNS_MIN bytes is first given whole (to its last candidate cut) to the compiled
+    reader: the events it reads come as :class:`EventColumns`."""
+    if columns and hi - pos >= COLUMNS_MIN:
+        # the compiled reader takes the whole range up to its last cut at once (it does not need
+        # the pieces msgspec is fed); a range it leaves is decoded below, as it always was
+        k, nxt = _boundary_before(buf, pos, hi)
+        got = _read_columns(buf, pos, k + 1) if k >= 0 else None
+        if got is not None:
+            return got, True, nxt
     out: list = []
     typed = True
     p = end = pos
@@ -191,9 +246,10 @@ def _complete_events(buf: bytes, pos: int, hi: int):
 class EventReader:
     """Iterate :class:`Chunk` s of complete events from a binary stream; then read ``outcome``."""
 
-    def __init__(self, stream, block: int = BLOCK):
+    def __init__(self, stream, block: int = BLOCK, *, columns: bool = False):
         self.stream = stream
         self.block = block
+        self.columns = columns       # large pieces as EventColumns where the compiled reader reads them
         self.outcome = Outcome()
 
     def _read(self) -> bytes:
@@ -278,7 +334,7 @@ class EventReader:
         # -- the event array ----------------------------------------------------------
         pos = _skip_ws(buf, pos)
         while True:
-            got = _complete_events(buf, pos, len(buf))
+            got = _complete_events(buf, pos, len(buf), self.columns)
             if got is not None:
                 evs, typed, nxt = got
                 got = None

@@ -80,6 +80,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .. import native
 from ..sink import SinkThread
 from ..model import CLOCK_PROCESS, CLOCK_WALL
 from ..reader import Head
@@ -87,7 +88,7 @@ from ..registry import ParseContext, Parser
 from ._kineto_fields import (BACKEND_ANNOTATION, C10D_NOT_COLLECTIVE, C10D_OP, CATEGORY_ALIASES,
                              DERIVED_NAMES, GPU_CATEGORIES, NCCL_KERNEL, OPTIMIZER_STEP, STEP_MARKER,
                              canonical_collective, dtype_bytes, read_args)
-from ._kineto_stream import Chunk, EventReader, Ev, Outcome, Phase
+from ._kineto_stream import Chunk, EventColumns, EventReader, Ev, Outcome, Phase
 
 FLOW_PART_ROWS = 1 << 16        # rows per Parquet part of the flows table
 ABSOLUTE_US = 1e15               # ts above this many microseconds is absolute epoch time
@@ -187,9 +188,41 @@ def _attrs(raws: list) -> pa.Array:
             arr.validate(full=True)
     except pa.ArrowInvalid:     # not UTF-8: fails as the text cast always did
         arr = pl.Series([bytes(r) or None for r in raws], dtype=pl.Binary).cast(pl.String).to_arrow()
-    if b"\n" in data:
-        arr = pl.Series(arr).str.replace_all(r"\r?\n[ \t]*", "").to_arrow()
-    return arr
+    return _flat(arr) if b"\n" in data else arr
+
+
+def _flat(attrs: pa.Array) -> pa.Array:
+    """Raw args JSON texts without the line breaks (and the indentation after them) of a
+    pretty-printed file."""
+    s = pl.Series(attrs)
+    if not s.str.contains("\n", literal=True).any():
+        return attrs
+    return s.str.replace_all(r"\r?\n[ \t]*", "").to_arrow()
+
+
+def _column_ids(evs: EventColumns, j: int) -> pl.Series:
+    """pid (0), tid (1) or id (2) of every event of the columns, as :func:`_ints` reads them."""
+    ints, strs = (pl.Series(a) for a in evs.ids(j))
+    if strs.null_count() == len(strs):
+        return ints
+    seen = strs.drop_nulls().unique().to_list()
+    return ints.fill_null(strs.replace_strict(dict(zip(seen, _ints(seen).to_list())), default=None,
+                                              return_dtype=pl.Int64))
+
+
+def _columns_frame(evs: EventColumns) -> pl.DataFrame:
+    """The chunk's frame (what :meth:`_State.chunk` builds from Ev lists) from the columns the
+    compiled reader read: the same values, a pid/tid string read as ``_ints`` reads it."""
+    return pl.DataFrame({
+        "ph": pl.Series(evs.column("ph")).replace_strict(dict(enumerate(native.KINETO_PHASES)),
+                                                         return_dtype=pl.String),
+        "cat": pl.Series(evs.column("cat")),        # (views into the bytes read: see the flow ends)
+        "name": pl.Series(evs.column("name")),
+        "pid": _column_ids(evs, 0).alias("pid"),
+        "tid": _column_ids(evs, 1).alias("tid"),
+        "ts": pl.Series(evs.column("ts")),
+        "dur": pl.Series(evs.column("dur")),
+    })
 
 
 def _texts(values: list) -> pl.Series:
@@ -395,7 +428,7 @@ class KinetoParser(Parser):
         stream = ctx.open()
         st = _State(ctx)
         try:
-            reader = EventReader(stream)
+            reader = EventReader(stream, columns=True)
             for chunk in reader:
                 st.chunk(chunk, reader.outcome)
                 del chunk                # its events go before the next chunk is decoded
@@ -453,6 +486,8 @@ class _State:
             self.sink.hold()   # the parts are rewritten if baseTimeNanoseconds comes after the events
 
     def chunk(self, chunk: Chunk, out: Outcome) -> None:
+        if isinstance(chunk.events, EventColumns) and len(chunk.events) < SMALL_CHUNK:
+            chunk = Chunk(chunk.events.events(), chunk.offset, chunk.typed)    # (read with the small ones)
         evs = chunk.events
         if chunk.typed and len(evs) < SMALL_CHUNK:
             # read with the next ones while they stay few (a file's last event is a chunk of its own)
@@ -479,15 +514,18 @@ class _State:
         if len(evs) < SMALL_CHUNK:
             self._small_chunk(evs, [(0, chunk.offset)], out)
             return
-        df = pl.DataFrame({
-            "ph": pl.Series([e.ph for e in evs], dtype=pl.String),
-            "cat": pl.Series([e.cat for e in evs], dtype=pl.String),
-            "name": _texts([e.name for e in evs]),
-            "pid": _ints([e.pid for e in evs]),
-            "tid": _ints([e.tid for e in evs]),
-            "ts": pl.Series([e.ts for e in evs], dtype=pl.Float64),
-            "dur": pl.Series([e.dur for e in evs], dtype=pl.Float64),
-        })
+        if isinstance(evs, EventColumns):
+            df = _columns_frame(evs)
+        else:
+            df = pl.DataFrame({
+                "ph": pl.Series([e.ph for e in evs], dtype=pl.String),
+                "cat": pl.Series([e.cat for e in evs], dtype=pl.String),
+                "name": _texts([e.name for e in evs]),
+                "pid": _ints([e.pid for e in evs]),
+                "tid": _ints([e.tid for e in evs]),
+                "ts": pl.Series([e.ts for e in evs], dtype=pl.Float64),
+                "dur": pl.Series([e.dur for e in evs], dtype=pl.Float64),
+            })
         # a ts whose ns do not fit Int64 (a corrupted number) is no time: counted as an issue below
         df = df.with_columns(ts=pl.when(pl.col("ts").abs() < MAX_TS_US).then(pl.col("ts")))
         if self.offset is None:
@@ -514,8 +552,11 @@ class _State:
         # flows
         fl = df.filter(pl.col("ph").is_in(_FLOW_PHASES))
         if len(fl):
-            ids = _ints([evs[i].id for i in fl["i"].to_list()])
-            fl = fl.select("ph", "cat", "pid", "tid", "ts_ns").with_columns(flow_id=ids)
+            ids = _column_ids(evs, 2).gather(fl["i"]) if isinstance(evs, EventColumns) else \
+                _ints([evs[i].id for i in fl["i"].to_list()])
+            # (the category as a copy of its own: the flow ends are kept to the end of the file, and a
+            # view into the bytes a chunk was read from would keep those bytes alive with them)
+            fl = fl.select("ph", pl.Series("cat", fl["cat"].to_arrow()), "pid", "tid", "ts_ns").with_columns(flow_id=ids)
             for ends, keep, side in ((self.flow_src, pl.col("ph") == "s", "src"),
                                      (self.flow_dst, pl.col("ph") != "s", "dst")):
                 ends.append(fl.filter(keep).select(pl.col("cat").alias("category"), "flow_id", **{
@@ -695,7 +736,11 @@ class _State:
             category=pl.col("category"),
             name=pl.col("name").fill_null("(unnamed)"),
         )
-        attrs = _attrs([e.args for e in evs] if len(ev) == len(evs) else [evs[i].args for i in ev["i"].to_list()])
+        if isinstance(evs, EventColumns):
+            raw = pl.Series(evs.column("args"))
+            attrs = _flat((raw if len(ev) == len(evs) else raw.gather(ev["i"])).to_arrow())
+        else:
+            attrs = _attrs([e.args for e in evs] if len(ev) == len(evs) else [evs[i].args for i in ev["i"].to_list()])
         self.sink.add_frame("events", frame.to_arrow().append_column("attrs", attrs))
         st = ev.select(lo=pl.col("ts_ns").min(), hi=pl.col("ts_ns").max(),
                        kineto=pl.col("cat").is_in(list(KINETO_CATS)).sum(),

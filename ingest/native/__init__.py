@@ -60,6 +60,10 @@ def library() -> ctypes.CDLL:
             lib.at_dmesg_raw.restype = _I64
             lib.at_subsys.argtypes = [_P, _I64, _P, _P]
             lib.at_subsys.restype = _I64
+            lib.at_kineto_events.argtypes = [_P, _I64, _I64] + [_P] * 17
+            lib.at_kineto_events.restype = _I64
+            lib.at_views.argtypes = [_P, _I64, _P, _P, _P, _P]
+            lib.at_views.restype = _I64
             _lib = lib
     return _lib
 
@@ -391,3 +395,64 @@ def subsys(msgs: pa.Array) -> tuple[pa.Array, pa.Array, int]:
     left = lib.at_subsys(ctypes.byref(col), n, code.address, end.address) if n else 0
     del alive       # (the buffers it read stayed alive through the call)
     return (pa.Array.from_buffers(pa.uint8(), n, [None, code]), pa.Array.from_buffers(pa.int32(), n, [None, end]), left)
+
+
+# The trace event phases (the Literal of ingest.formats._kineto_stream.Phase, in at_kineto_events' order)
+KINETO_PHASES = ("X", "i", "I", "C", "s", "t", "f", "M", "B", "E", "b", "e", "n", "O", "P", "N", "D", "R", "c", "")
+
+
+class KinetoEvents(NamedTuple):
+    """The events :func:`kineto_events` read, as columns (one row per event): ``ph`` (uint8, an
+    index into KINETO_PHASES), ``cat``, ``name`` and ``args`` (string arrays: the text, args as its
+    raw JSON; null where the event has none), ``ids`` (pid, tid and id: per field a pair of an
+    int64 array, null unless the value was an integer, and a string array, null unless it was a
+    string), ``ts`` and ``dur`` (float64, nullable), ``start``/``end`` (int64: each event's bytes
+    in the body). The string arrays are views into the body (Arrow ``string_view``), not copies."""
+    n: int
+    ph: pa.Array
+    cat: pa.Array
+    name: pa.Array
+    args: pa.Array
+    ids: tuple
+    ts: pa.Array
+    dur: pa.Array
+    start: pa.Array
+    end: pa.Array
+
+
+def kineto_events(body: bytes) -> KinetoEvents | None:
+    """The elements of a JSON array's body (``ev, ev, ...``) as :class:`KinetoEvents`, or None
+    where the compiled reader leaves the body to msgspec (see ``at_kineto_events`` in scan.c:
+    anything it is not sure msgspec reads the same way, and anything that is not JSON)."""
+    lib = library()
+    data = pa.py_buffer(body)
+    cap = len(body) // 64 + 16           # (an event of the traces seen takes 100-400 bytes)
+    while True:
+        b1 = lambda k=1: pa.allocate_buffer(k * cap)      # noqa: E731
+        b4 = lambda k=1: pa.allocate_buffer(4 * k * cap)  # noqa: E731
+        b8 = lambda k=1: pa.allocate_buffer(8 * k * cap)  # noqa: E731
+        ph, cat_at, cat_len, name_at, name_len = b1(), b8(), b4(), b8(), b4()
+        int_ok, ints, str_at, str_len = b1(3), b8(3), b8(3), b4(3)
+        ts, ts_ok, dur, dur_ok, args_at, args_len, start, end = b8(), b1(), b8(), b1(), b8(), b4(), b8(), b8()
+        n = lib.at_kineto_events(data.address, len(body), cap, ph.address, cat_at.address, cat_len.address,
+                                 name_at.address, name_len.address, int_ok.address, ints.address, str_at.address,
+                                 str_len.address, ts.address, ts_ok.address, dur.address, dur_ok.address,
+                                 args_at.address, args_len.address, start.address, end.address)
+        if n != -2:
+            break
+        cap = body.count(b"{")           # (more events than the guess: room for every one there can be)
+    if n < 0:
+        return None
+
+    def views(at, ln) -> pa.Array:
+        v, valid = pa.allocate_buffer(16 * max(n, 1)), pa.allocate_buffer(max(n, 1))
+        nulls = lib.at_views(data.address, n, at.address, ln.address, v.address, valid.address)
+        bits = pa.Array.from_buffers(pa.uint8(), n, [None, valid]).cast(pa.bool_()).buffers()[1]
+        return pa.Array.from_buffers(pa.string_view(), n, [bits, v, data], null_count=nulls)
+
+    ids = tuple((_nullable(ints.slice(8 * cap * j), int_ok.slice(cap * j), pa.int64(), n),
+                 views(str_at.slice(8 * cap * j), str_len.slice(4 * cap * j))) for j in range(3))
+    return KinetoEvents(
+        n, pa.Array.from_buffers(pa.uint8(), n, [None, ph]), views(cat_at, cat_len), views(name_at, name_len),
+        views(args_at, args_len), ids, _nullable(ts, ts_ok, pa.float64(), n), _nullable(dur, dur_ok, pa.float64(), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, start]), pa.Array.from_buffers(pa.int64(), n, [None, end]))

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 /* The build writes the SHA-256 of this file here (-DAT_SOURCE_HASH), so the loader can tell a
  * library built from other source. */
@@ -1291,4 +1292,271 @@ int64_t at_subsys(const col_t *col, int64_t n, uint8_t *code, int32_t *end) {
         }
     }
     return left;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Chrome trace events (ingest/formats/_kineto_stream.py): the elements of a JSON array body
+ * ("ev, ev, ..." without the brackets) read into columns, as msgspec reads them into the Ev
+ * struct of that module: ph (one of KINETO_PHASES; absent: ""), cat, name, pid, tid, ts, dur, id,
+ * bp, s and args (its raw bytes). Only what msgspec is sure to read the same way is read here:
+ * the body must be ASCII, every element an object, each of those keys at most once and of the
+ * type Ev gives it (cat, name, bp, s: a string or null; pid, tid, id: an integer that fits int64,
+ * a string or null; ts, dur: a number or null), strings without \u escapes (and those that become
+ * columns without any escape), at most KT_DEPTH levels deep. Anything else (and any JSON error)
+ * returns -1: the caller then decodes the body with msgspec, which also says whether it is JSON.
+ * For element i: ph[i] (index into KINETO_PHASES), the spans (offset into the body, length; -1:
+ * null) of cat, name, args and of pid/tid/id where they are strings, their ints where they are
+ * integers (with ok bytes), ts/dur with ok bytes, and the element's own span (start, end). Returns the
+ * number of elements, -2 when there are more than cap. */
+#define KT_DEPTH 64
+static const char *const KINETO_PHASES[] = {"X", "i", "I", "C", "s", "t", "f", "M", "B", "E", "b", "e", "n",
+                                            "O", "P", "N", "D", "R", "c", ""};
+
+typedef struct { const uint8_t *b, *p, *e; } kt_t;
+
+static inline void kt_ws(kt_t *k) {
+    while (k->p < k->e && (*k->p == ' ' || *k->p == '\n' || *k->p == '\r' || *k->p == '\t')) k->p++;
+}
+
+/* a string at k->p (its opening quote); *esc: it holds an escape. 0 when it is not one read here */
+static int kt_string(kt_t *k, int *esc) {
+    const uint8_t *p = k->p + 1, *e = k->e;
+    *esc = 0;
+    while (p < e) {
+        uint8_t c = *p;
+        if (c == '"') { k->p = p + 1; return 1; }
+        if (c < 0x20 || c >= 0x80) return 0;
+        if (c == '\\') {
+            if (p + 1 >= e) return 0;
+            uint8_t d = p[1];
+            if (d != '"' && d != '\\' && d != '/' && d != 'b' && d != 'f' && d != 'n' && d != 'r' && d != 't')
+                return 0;             /* (\u: left to msgspec) */
+            *esc = 1;
+            p += 2;
+            continue;
+        }
+        p++;
+    }
+    return 0;
+}
+
+/* a number at k->p (JSON's grammar); *integral: no fraction, no exponent */
+static int kt_number(kt_t *k, int *integral) {
+    const uint8_t *p = k->p, *e = k->e;
+    *integral = 1;
+    if (p < e && *p == '-') p++;
+    if (p >= e) return 0;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') { while (p < e && is_d(*p)) p++; }
+    else return 0;
+    if (p < e && *p == '.') {
+        *integral = 0;
+        p++;
+        if (p >= e || !is_d(*p)) return 0;
+        while (p < e && is_d(*p)) p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        *integral = 0;
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        if (p >= e || !is_d(*p)) return 0;
+        while (p < e && is_d(*p)) p++;
+    }
+    k->p = p;
+    return 1;
+}
+
+static int kt_value(kt_t *k, int depth);
+
+static int kt_literal(kt_t *k, const char *w, size_t n) {
+    if ((size_t)(k->e - k->p) < n || memcmp(k->p, w, n) != 0) return 0;
+    k->p += n;
+    return 1;
+}
+
+static int kt_container(kt_t *k, int depth) {
+    uint8_t close = *k->p == '{' ? '}' : ']';
+    int obj = close == '}';
+    if (depth > KT_DEPTH) return 0;
+    k->p++;
+    kt_ws(k);
+    if (k->p < k->e && *k->p == close) { k->p++; return 1; }
+    for (;;) {
+        int esc;
+        if (obj) {
+            if (k->p >= k->e || *k->p != '"' || !kt_string(k, &esc)) return 0;
+            kt_ws(k);
+            if (k->p >= k->e || *k->p != ':') return 0;
+            k->p++;
+            kt_ws(k);
+        }
+        if (!kt_value(k, depth + 1)) return 0;
+        kt_ws(k);
+        if (k->p >= k->e) return 0;
+        if (*k->p == ',') { k->p++; kt_ws(k); continue; }
+        if (*k->p == close) { k->p++; return 1; }
+        return 0;
+    }
+}
+
+static int kt_value(kt_t *k, int depth) {
+    if (k->p >= k->e) return 0;
+    int esc, integral;
+    switch (*k->p) {
+    case '"': return kt_string(k, &esc);
+    case '{': case '[': return kt_container(k, depth);
+    case 't': return kt_literal(k, "true", 4);
+    case 'f': return kt_literal(k, "false", 5);
+    case 'n': return kt_literal(k, "null", 4);
+    default: return kt_number(k, &integral);
+    }
+}
+
+/* an int64 from the integral number text [a, b) (0 with *ok = 0 when it does not fit) */
+static int64_t kt_int(const uint8_t *a, const uint8_t *b, int *ok) {
+    int neg = *a == '-';
+    line_t l = {a, b - a};
+    int64_t v = digits_i64(l, neg, b - a, ok);
+    if (!*ok && neg && b - a == 20 && memcmp(a, "-9223372036854775808", 20) == 0) { *ok = 1; return INT64_MIN; }
+    return neg ? -v : v;
+}
+
+int64_t at_kineto_events(const uint8_t *body, int64_t n, int64_t cap, uint8_t *ph,
+                         int64_t *cat_at, int32_t *cat_len, int64_t *name_at, int32_t *name_len,
+                         uint8_t *int_ok, int64_t *ints, int64_t *str_at, int32_t *str_len,
+                         double *ts, uint8_t *ts_ok, double *dur, uint8_t *dur_ok,
+                         int64_t *args_at, int32_t *args_len, int64_t *ev_start, int64_t *ev_end) {
+    /* int_ok/ints/str_at/str_len hold pid, tid and id: row i's at [i], [cap + i], [2 * cap + i] */
+    kt_t k = {body, body, body + n};
+    int64_t m = 0;
+    kt_ws(&k);
+    if (k.p >= k.e) return 0;
+    for (;;) {
+        if (*k.p != '{') return -1;
+        if (m >= cap) return -2;
+        ev_start[m] = k.p - body;
+        ph[m] = 19;                                  /* "" */
+        cat_at[m] = name_at[m] = args_at[m] = -1;
+        cat_len[m] = name_len[m] = args_len[m] = 0;
+        for (int j = 0; j < 3; j++) { int_ok[j * cap + m] = 0; ints[j * cap + m] = 0; str_at[j * cap + m] = -1; str_len[j * cap + m] = 0; }
+        ts[m] = dur[m] = 0.0;
+        ts_ok[m] = dur_ok[m] = 0;
+        unsigned seen = 0;
+        k.p++;
+        kt_ws(&k);
+        if (k.p < k.e && *k.p == '}') k.p++;
+        else for (;;) {
+            int esc;
+            const uint8_t *ks = k.p + 1;
+            if (k.p >= k.e || *k.p != '"' || !kt_string(&k, &esc) || esc) return -1;
+            size_t kl = (size_t)(k.p - 1 - ks);
+            kt_ws(&k);
+            if (k.p >= k.e || *k.p != ':') return -1;
+            k.p++;
+            kt_ws(&k);
+            if (k.p >= k.e) return -1;
+            /* which field: 1 ph, 2 cat, 3 name, 4 pid, 5 tid, 6 id, 7 ts, 8 dur, 9 args, 10 bp, 11 s */
+            int f = 0;
+            if (kl == 2 && !memcmp(ks, "ph", 2)) f = 1;
+            else if (kl == 3 && !memcmp(ks, "cat", 3)) f = 2;
+            else if (kl == 4 && !memcmp(ks, "name", 4)) f = 3;
+            else if (kl == 3 && !memcmp(ks, "pid", 3)) f = 4;
+            else if (kl == 3 && !memcmp(ks, "tid", 3)) f = 5;
+            else if (kl == 2 && !memcmp(ks, "id", 2)) f = 6;
+            else if (kl == 2 && !memcmp(ks, "ts", 2)) f = 7;
+            else if (kl == 3 && !memcmp(ks, "dur", 3)) f = 8;
+            else if (kl == 4 && !memcmp(ks, "args", 4)) f = 9;
+            else if (kl == 2 && !memcmp(ks, "bp", 2)) f = 10;
+            else if (kl == 1 && ks[0] == 's') f = 11;
+            if (f) {
+                if (seen & (1u << f)) return -1;       /* (a key twice: left to msgspec) */
+                seen |= 1u << f;
+            }
+            const uint8_t *vs = k.p;
+            int is_null = *vs == 'n', is_str = *vs == '"', is_num = *vs == '-' || is_d(*vs), integral = 0;
+            if (f == 0 || f == 9) {
+                if (!kt_value(&k, 1)) return -1;
+                if (f == 9) { args_at[m] = vs - body; args_len[m] = (int32_t)(k.p - vs); }
+            } else if (is_null) {
+                if (!kt_literal(&k, "null", 4)) return -1;
+                if (f == 1) return -1;                 /* (ph is never null in Ev) */
+            } else if (is_str) {
+                if (!kt_string(&k, &esc) || esc) return -1;
+                int64_t a = vs + 1 - body;
+                int32_t len = (int32_t)(k.p - vs - 2);
+                if (f == 1) {
+                    int hit = -1;
+                    for (int q = 0; q < 20; q++)
+                        if ((size_t)len == strlen(KINETO_PHASES[q]) && !memcmp(vs + 1, KINETO_PHASES[q], (size_t)len)) { hit = q; break; }
+                    if (hit < 0) return -1;
+                    ph[m] = (uint8_t)hit;
+                } else if (f == 2) { cat_at[m] = a; cat_len[m] = len; }
+                else if (f == 3) { name_at[m] = a; name_len[m] = len; }
+                else if (f >= 4 && f <= 6) { str_at[(f - 4) * cap + m] = a; str_len[(f - 4) * cap + m] = len; }
+                else if (f == 7 || f == 8) return -1;  /* (a time as text: left to msgspec) */
+            } else if (is_num) {
+                if (!kt_number(&k, &integral)) return -1;
+                if (f >= 4 && f <= 6) {
+                    int ok = 1;
+                    if (!integral) return -1;
+                    int64_t v = kt_int(vs, k.p, &ok);
+                    if (!ok) return -1;
+                    int_ok[(f - 4) * cap + m] = 1; ints[(f - 4) * cap + m] = v;
+                } else if (f == 7 || f == 8) {
+                    double v;
+                    int ok = 1;
+                    int64_t iv = integral ? kt_int(vs, k.p, &ok) : 0;
+                    if (integral && ok) v = (double)iv;
+                    else {
+                        char tmp[64];
+                        size_t tl = (size_t)(k.p - vs);
+                        if (tl >= sizeof tmp) return -1;
+                        memcpy(tmp, vs, tl);
+                        tmp[tl] = 0;
+                        v = strtod(tmp, NULL);
+                        if (!isfinite(v)) return -1;
+                    }
+                    if (f == 7) { ts[m] = v; ts_ok[m] = 1; } else { dur[m] = v; dur_ok[m] = 1; }
+                } else return -1;                      /* (ph, cat, name, bp, s as a number) */
+            } else return -1;                          /* (true, false, an object ... for a field) */
+            kt_ws(&k);
+            if (k.p >= k.e) return -1;
+            if (*k.p == ',') { k.p++; kt_ws(&k); continue; }
+            if (*k.p == '}') { k.p++; break; }
+            return -1;
+        }
+        ev_end[m] = k.p - body;
+        m++;
+        kt_ws(&k);
+        if (k.p >= k.e) return m;
+        if (*k.p != ',') return -1;
+        k.p++;
+        kt_ws(&k);
+        if (k.p >= k.e) return -1;                     /* (a trailing comma) */
+    }
+}
+
+/* The spans (at[i], len[i]; at < 0: null) of a buffer as Arrow string views into it (buffer 0):
+ * 16 bytes per row, a string of at most 12 bytes inline; valid[i] says whether row i has one.
+ * Returns how many rows are null. */
+int64_t at_views(const uint8_t *src, int64_t n, const int64_t *at, const int32_t *len, uint8_t *views,
+                 uint8_t *valid) {
+    int64_t nulls = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t *v = views + 16 * i;
+        int64_t a = at[i];
+        memset(v, 0, 16);
+        if (a < 0) { valid[i] = 0; nulls++; continue; }
+        int32_t l = len[i];
+        valid[i] = 1;
+        memcpy(v, &l, 4);
+        if (l <= 12) memcpy(v + 4, src + a, (size_t)l);
+        else {
+            int32_t buf = 0, off = (int32_t)a;
+            memcpy(v + 4, src + a, 4);
+            memcpy(v + 8, &buf, 4);
+            memcpy(v + 12, &off, 4);
+        }
+    }
+    return nulls;
 }
