@@ -424,6 +424,8 @@ def kineto_events(body: bytes) -> KinetoEvents | None:
     """The elements of a JSON array's body (``ev, ev, ...``) as :class:`KinetoEvents`, or None
     where the compiled reader leaves the body to msgspec (see ``at_kineto_events`` in scan.c:
     anything it is not sure msgspec reads the same way, and anything that is not JSON)."""
+    if len(body) >= 1 << 31:             # (a view's offset is 32 bits)
+        return None
     lib = library()
     data = pa.py_buffer(body)
     cap = len(body) // 64 + 16           # (an event of the traces seen takes 100-400 bytes)
