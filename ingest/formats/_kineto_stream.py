@@ -62,7 +62,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 @dataclass
 class Chunk:
-    events: list | EventColumns  # Ev structs (typed=True), else whatever the array held; or the compiled reader's columns
+    events: list | EventColumns  # Ev structs (typed), whatever the array held, or the compiled reader's
     offset: int                  # byte offset of the chunk's first byte in the stream
     typed: bool = True
 

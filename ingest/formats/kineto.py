@@ -193,11 +193,8 @@ def _attrs(raws: list) -> pa.Array:
 
 def _flat(attrs: pa.Array) -> pa.Array:
     """Raw args JSON texts without the line breaks (and the indentation after them) of a
-    pretty-printed file."""
-    s = pl.Series(attrs)
-    if not s.str.contains("\n", literal=True).any():
-        return attrs
-    return s.str.replace_all(r"\r?\n[ \t]*", "").to_arrow()
+    pretty-printed file (the callers skip it where their bytes hold no line break)."""
+    return pl.Series(attrs).str.replace_all(r"\r?\n[ \t]*", "").to_arrow()
 
 
 def _column_ids(evs: EventColumns, j: int) -> pl.Series:
@@ -738,7 +735,9 @@ class _State:
         )
         if isinstance(evs, EventColumns):
             raw = pl.Series(evs.column("args"))
-            attrs = _flat((raw if len(ev) == len(evs) else raw.gather(ev["i"])).to_arrow())
+            attrs = (raw if len(ev) == len(evs) else raw.gather(ev["i"])).to_arrow()
+            if b"\n" in evs.data:
+                attrs = _flat(attrs)
         else:
             attrs = _attrs([e.args for e in evs] if len(ev) == len(evs) else [evs[i].args for i in ev["i"].to_list()])
         self.sink.add_frame("events", frame.to_arrow().append_column("attrs", attrs))
