@@ -95,10 +95,9 @@ class IncidentLoad:
     def tables(self, source_id: int, tables: dict) -> None:
         """Insert the small tables a finished parse sent with its result (Arrow tables, see
         ``ingest.sink.INLINE_ROWS``), gathered with the parts."""
-        for table in PARSER_TABLES:
-            rows = tables.get(table)
-            if rows is not None and rows.num_rows:
-                self._submit(self._gather_rows, table, rows, source_id)
+        some = {t: rows for t, rows in tables.items() if rows is not None and rows.num_rows}
+        if some:        # (one queued call per source, not one per table: thousands of small files)
+            self._submit(self._gather_tables, some, source_id)
 
     def announcer(self, source_id: int) -> Callable[[str, Path], None]:
         """An ``on_part`` callback for ``parse_file`` that loads into ``source_id``."""
@@ -177,11 +176,15 @@ class IncidentLoad:
         if big or self._pending_bytes >= BATCH_BYTES or sum(map(len, self._pending.values())) >= BATCH_FILES:
             self._flush()
 
-    def _gather_rows(self, table: str, rows, source_id: int) -> None:
-        if self.root is not None and table in ATTACHED_TABLES:
-            raise ValueError(f"{table}: an attached incident's rows are Parquet partitions, not inline rows")
-        self._rows.setdefault(table, []).append((rows, source_id))
-        self._pending_rows += rows.num_rows
+    def _gather_tables(self, tables: dict, source_id: int) -> None:
+        for table in PARSER_TABLES:
+            rows = tables.get(table)
+            if rows is None:
+                continue
+            if self.root is not None and table in ATTACHED_TABLES:
+                raise ValueError(f"{table}: an attached incident's rows are Parquet partitions, not inline rows")
+            self._rows.setdefault(table, []).append((rows, source_id))
+            self._pending_rows += rows.num_rows
         if self._pending_rows >= BATCH_ROWS:
             self._flush()
 

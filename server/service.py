@@ -24,6 +24,7 @@ import shutil
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -528,29 +529,32 @@ class Service(Queries, Shares, Exports):
         if own:
             executor = self._executor(workers)
         done = 0
+        # (local workers hold the cores: the inserts of the parts they send run beside them)
+        beside = self.store.yield_cores(min(workers, len(tasks))) if executor.name == "local" else nullcontext()
         try:
-            for task, r in executor.map_unordered(parse_file, tasks):
-                job = task
-                if task.byte_range:
-                    whole, ranges, got = split[task.rel]
-                    got[task.part_base] = r
-                    if len(got) < len(ranges):
-                        continue
-                    job = whole
-                    r = merge_ranges(whole, ranges, [got[rg.part_base] for rg in ranges], self.registry)
-                if isinstance(r, BaseException):   # the worker itself died / the task was lost
-                    r = SourceResult(job.rel, status=STATUS_FAILED,
-                                     error=f"{job.rel}: parser process failed: {r!r}")
-                results[job.rel] = r
-                load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
-                load.tables(sid_of[job.rel], r.inline)
-                # (the rows are the loader's now; the facts are read again after the parse, as
-                # their parts are: the time zone of the host snapshots)
-                r.inline = {t: v for t, v in r.inline.items() if t in KEEP_PARTS}
-                if r.status == STATUS_FAILED and job.parts_root:
-                    load.drop_source(sid_of[job.rel])  # (a worker that died mid-way)
-                done += 1
-                progress("parse", done, n)
+            with beside:
+                for task, r in executor.map_unordered(parse_file, tasks):
+                    job = task
+                    if task.byte_range:
+                        whole, ranges, got = split[task.rel]
+                        got[task.part_base] = r
+                        if len(got) < len(ranges):
+                            continue
+                        job = whole
+                        r = merge_ranges(whole, ranges, [got[rg.part_base] for rg in ranges], self.registry)
+                    if isinstance(r, BaseException):   # the worker itself died / the task was lost
+                        r = SourceResult(job.rel, status=STATUS_FAILED,
+                                         error=f"{job.rel}: parser process failed: {r!r}")
+                    results[job.rel] = r
+                    load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
+                    load.tables(sid_of[job.rel], r.inline)
+                    # (the rows are the loader's now; the facts are read again after the parse, as
+                    # their parts are: the time zone of the host snapshots)
+                    r.inline = {t: v for t, v in r.inline.items() if t in KEEP_PARTS}
+                    if r.status == STATUS_FAILED and job.parts_root:
+                        load.drop_source(sid_of[job.rel])  # (a worker that died mid-way)
+                    done += 1
+                    progress("parse", done, n)
         finally:
             if own:
                 executor.close()

@@ -33,7 +33,10 @@ catalog entry.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -202,6 +205,8 @@ class Store:
         self._search_path: str | None = None   # set once the store has an attached incident
         self._path_gen = 0                       # bumped when it changes (cursors follow)
         self._cols: dict[str, list[tuple[str, str]]] = {}
+        self._yielding = 0                       # open yield_cores() blocks
+        self._threads_before: str | None = None  # the threads setting they lowered
         if not read_only:
             self.migrate()
         self._refresh_attached(rebuild=not read_only)
@@ -230,6 +235,29 @@ class Store:
                 _close_quietly(self._cursors.pop(k)[1])
             ent = self._cursors[me.ident] = [me, self._con.cursor(), 0]
             return ent
+
+    @contextlib.contextmanager
+    def yield_cores(self, busy: int):
+        """DuckDB's threads lowered to the cores that ``busy`` other processes leave (at least one)
+        for the block. While parse workers hold every core, more DuckDB threads for the inserts only
+        contend with them (the work is the same, handed between threads that wait for a core; see
+        ``bench/RESULTS.md``). The setting is the database's, so blocks may nest or overlap (two
+        analyses): the first one lowers it and the last one to end puts the setting back."""
+        spare = max(1, (os.cpu_count() or 1) - max(0, busy))
+        with self._lock:
+            if self._yielding == 0:
+                self._threads_before = self._con.execute("SELECT current_setting('threads')").fetchone()[0]
+                if spare < int(self._threads_before):
+                    self._con.execute(f"SET threads = {spare}")
+            self._yielding += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._yielding -= 1
+                if self._yielding == 0 and self._threads_before is not None:
+                    self._con.execute(f"SET threads = {int(self._threads_before)}")
+                    self._threads_before = None
 
     def close(self) -> None:
         with self._lock:
@@ -299,11 +327,19 @@ class Store:
         """Bulk-insert Arrow tables of a table's parser columns (``source_ids[i]`` owns
         ``tables[i]``) in one statement."""
         import pyarrow as pa
+        import pyarrow.compute as pc
         t = TABLES[table]
         schema = t.arrow_schema()
-        rows = pa.concat_tables([(x.cast(schema) if x.schema != schema else x).append_column(
-            "_sid", pa.array([int(sid)] * x.num_rows, pa.int32())) for x, sid in zip(tables, source_ids)]
-        ).combine_chunks()     # (one chunk: DuckDB stores a chunk of a few hundred rows in its own vectors)
+        some = [(x if x.schema == schema else x.cast(schema), int(sid)) for x, sid in zip(tables, source_ids)
+                if x.num_rows]
+        if not some:
+            return
+        # (one chunk: DuckDB stores a chunk of a few hundred rows in its own vectors)
+        rows = pa.concat_tables([x for x, _ in some]).combine_chunks()
+        # each table's source id over its rows: one run per table, decoded in one call
+        ends = pa.array(list(accumulate(x.num_rows for x, _ in some)), pa.int32())
+        sid = pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, pa.array([s for _, s in some], pa.int32())))
+        rows = rows.append_column("_sid", sid)
         cur = self.cursor()
         cur.register("_inline_rows", rows)
         try:

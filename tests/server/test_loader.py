@@ -118,3 +118,30 @@ def test_an_aborted_attached_load_removes_its_run_and_keeps_the_old_one(tmp_path
     load.part(1, "events", _partition(run2, 1, ["b"]))
     load.abort()
     assert _names(s) == [(1, "a")] and run1.exists() and not run2.exists()
+
+
+def _rows(names, ts_type=pa.int64()):
+    """An inline events table (the small tables a worker sends back), ``ts_raw_ns`` of ``ts_type``."""
+    schema = TABLES["events"].arrow_schema()
+    cols = {f.name: pa.nulls(len(names), f.type) for f in schema}
+    cols.update(name=pa.array(names, pa.string()), ts_raw_ns=pa.array(range(len(names)), ts_type))
+    return pa.table(cols)
+
+
+def test_inline_tables_of_many_sources_keep_their_source_ids(tmp_path, monkeypatch):
+    s = Store(tmp_path / "s.duckdb")
+    load = IncidentLoad(s, "inc")
+    load.tables(1, {"events": _rows(["a1", "a2", "a3"])})
+    load.tables(2, {"events": _rows([])})                          # (nothing to insert)
+    load.tables(3, {"events": _rows(["c1"], pa.int32())})          # (cast to the store's schema)
+    load.tables(4, {"events": _rows(["d1", "d2"]), "metrics": None})
+    load.commit(lambda: None)
+    assert _names(s) == [(1, "a1"), (1, "a2"), (1, "a3"), (3, "c1"), (4, "d1"), (4, "d2")]
+
+
+def test_store_load_tables_runs_each_source_id_over_its_rows(tmp_path):
+    s = Store(tmp_path / "s.duckdb")
+    s.load_tables("events", [_rows(["x"]), _rows([]), _rows(["y1", "y2"]), _rows(["z"])], [7, 8, 9, 10], "inc")
+    assert _names(s) == [(7, "x"), (9, "y1"), (9, "y2"), (10, "z")]
+    s.load_tables("events", [_rows([])], [1], "inc")                # only empty tables: no insert
+    assert len(_names(s)) == 4

@@ -204,3 +204,24 @@ def test_schema_6_store_gains_the_members_table(tmp_path):
     assert s2.query("SELECT metric, value FROM metrics") == [{"metric": "m", "value": 2.5}]
     cols = [c["name"] for c in s2.query("SELECT name FROM pragma_table_info('members')")]
     assert cols == TABLES["members"].names
+
+
+def test_yield_cores_lowers_duckdbs_threads_until_the_last_block_ends(tmp_path, monkeypatch):
+    import os
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    s = Store(tmp_path / "s.duckdb")
+    threads = lambda: int(s.query("SELECT current_setting('threads') AS t")[0]["t"])
+    s.cursor().execute("SET threads = 8")
+    with s.yield_cores(6):
+        assert threads() == 2                 # the cores the six workers leave
+        with s.yield_cores(8):               # (a second analysis beside it: no fewer than one)
+            assert threads() == 2
+        assert threads() == 2                 # the first block still runs
+    assert threads() == 8
+    with s.yield_cores(0):                   # nothing busy: the setting stays
+        assert threads() == 8
+    with pytest.raises(RuntimeError):
+        with s.yield_cores(7):
+            assert threads() == 1
+            raise RuntimeError("a failed parse")
+    assert threads() == 8
