@@ -81,11 +81,16 @@ class Member:
     size: int = 0                   # bytes written (decompressed)
     status: str = "ok"              # ok | refused | alias | skipped
     message: str = ""
-    file: Path | None = None        # extracted file
+    where: str | None = None        # the extracted file's path (a string: bundles of 100k files exist)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def file(self) -> Path | None:
+        """The extracted file."""
+        return None if self.where is None else Path(self.where)
 
 
 @dataclass
@@ -539,7 +544,7 @@ class _LimitHit(Exception):
         self.whole = whole   # True: the bundle-wide limit, stop everything
 
 
-def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[Path, int]:
+def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[str, int]:
     # ``rel`` passed safe_relpath (no '..', not absolute). Folders are created one by one and
     # anything on the way that is not a plain folder is refused; extraction never creates a
     # link, so a folder checked once stays inside the incident folder. (String paths: this
@@ -585,7 +590,7 @@ def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[Path, int
         except FileNotFoundError:
             pass
         raise
-    return Path(dest), n
+    return dest, n
 
 
 def _link_member(rel: str, target: str, hard: bool) -> Member:
@@ -633,7 +638,7 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits(),
             os.link(raw.raw_path, target)
         except OSError:     # (another file system, or one without hard links)
             shutil.copyfile(raw.raw_path, target)
-        out.members.append(Member(name, target.stat().st_size, "ok", "", target))
+        out.members.append(Member(name, target.stat().st_size, "ok", "", str(target)))
     _unique_paths(out.members)
     return out
 
@@ -749,7 +754,7 @@ def _admit(entries: Iterator[_Entry], dest: Path, budget: _Budget, out: Extracte
         out.members.append(Member(rel, n, "ok", "", path))
 
 
-def _use_in_place(path: str, size: int, budget: _Budget) -> tuple[Path, int]:
+def _use_in_place(path: str, size: int, budget: _Budget) -> tuple[str, int]:
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode) or st.st_size != size:
         raise OSError(f"{path} changed since the bundle was stored")
@@ -759,7 +764,7 @@ def _use_in_place(path: str, size: int, budget: _Budget) -> tuple[Path, int]:
         raise _LimitHit(f"refused: larger than the per-file limit of {lim.max_member_bytes} bytes", whole=False)
     if budget.total > lim.max_total_bytes:
         raise _LimitHit(f"refused: the bundle's size limit of {lim.max_total_bytes} bytes was reached", whole=True)
-    return Path(path), size
+    return path, size
 
 
 class _BoundedTarInfo(tarfile.TarInfo):

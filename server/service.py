@@ -325,7 +325,7 @@ class Service(Queries, Shares, Exports):
         # The manifests (any folder: a bundle folder tarred whole, node bundles side by side):
         # hosts' paths and the time zone before the parse; each is also parsed as a source.
         from ingest.formats.manifest import find_manifests
-        manifests = find_manifests([(m.path, str(m.file), m.size) for m in members if m.ok])
+        manifests = find_manifests([(m.path, m.where, m.size) for m in members if m.ok])
         notes += manifests.notes
 
         # Detect every extracted file (first KiBs after gunzip).
@@ -334,7 +334,7 @@ class Service(Queries, Shares, Exports):
         host_jobs: list[ParseJob] = []
         ok = [m for m in members if m.ok]
         # Group parsers first: each set of files they claim is parsed as one source.
-        groups = self.registry.claim_groups([(m.path, str(m.file)) for m in ok])
+        groups = self.registry.claim_groups([(m.path, m.where) for m in ok])
         in_group = {rel: g.rel for _, g in groups for rel, _ in g.members}
         ok = [m for m in ok if m.path not in in_group]
         # Source ids, known before the parse so that parts load while files are parsed:
@@ -365,9 +365,9 @@ class Service(Queries, Shares, Exports):
                                                    error=f"{m.path}: cannot be read: {det}", bytes=m.size)
                     continue
                 if det.reader is None or (not det.recognized and m.path in manifests.paths):
-                    results[m.path] = SourceResult(m.path, error=det.reason, bytes=m.file.stat().st_size)
+                    results[m.path] = SourceResult(m.path, error=det.reason, bytes=os.stat(m.where).st_size)
                     continue
-                job = ParseJob(str(m.file), m.path, max_bytes=self.settings.limits.max_member_bytes,
+                job = ParseJob(m.where, m.path, max_bytes=self.settings.limits.max_member_bytes,
                                parser=det.reader.name, unwrap=det.unwrap, from_line=det.from_line,
                                text_reason=None if det.recognized else det.reason,
                                **where(m.path, work_dir / f"{len(jobs) + len(host_jobs):06d}"))
@@ -462,7 +462,7 @@ class Service(Queries, Shares, Exports):
         """Each member's detection (:func:`ingest.parse.detect_files`), by path in the bundle.
         Many files are detected in batches on the executor, which is returned for the parse to
         go on with (its workers already started); a few in this process."""
-        files = [(str(m.file), m.path) for m in members]
+        files = [(m.where, m.path) for m in members]
         batches = [files[i:i + DETECT_BATCH] for i in range(0, len(files), DETECT_BATCH)]
         progress("detect", 0, len(files))
         out: dict[str, Any] = {}
