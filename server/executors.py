@@ -63,6 +63,7 @@ class LocalExecutor:
     def _submit(self, n_jobs: int, fn, job):
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=min(self.workers, n_jobs), mp_context=get_context("spawn"))
+            _widen_result_pipe(self._pool)
         try:
             return self._pool.submit(fn, job)
         except BrokenProcessPool:      # a worker of an earlier map died: a new pool for this one
@@ -98,6 +99,27 @@ class LocalExecutor:
 
     def __exit__(self, *exc):
         self.close()
+
+
+RESULT_PIPE_BYTES = 1 << 20
+
+
+def _widen_result_pipe(pool: ProcessPoolExecutor) -> None:
+    """Give the pipe the workers send their results through room for a whole result (Linux;
+    best effort: the pool works as it is otherwise).
+
+    A result carries a small file's rows (``ingest.sink.INLINE_ROWS``): often more than a pipe's
+    default 64 KiB. A worker writing more than the pipe holds waits until this process has read
+    the rest, and while every core is busy parsing, this process's reading thread waits its turn
+    for the interpreter lock: the worker sits idle meanwhile instead of parsing its next file.
+    With the result in the pipe's buffer, the worker goes on at once."""
+    try:
+        import fcntl
+        fd = pool._result_queue._reader.fileno()    # (the pool's own pipe: no public handle to it)
+        limit = min(RESULT_PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, limit)
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass
 
 
 def _import_ray():

@@ -156,6 +156,22 @@ def _pid(_):
     return os.getpid()
 
 
+def _payload(n):
+    return bytes([n % 251]) * (300_000 + n)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are a Linux setting")
+def test_local_executor_results_fit_the_pipe_whole():
+    """A worker sends a result larger than a pipe's default 64 KiB without waiting for the reader."""
+    import fcntl
+    from server.executors import RESULT_PIPE_BYTES
+    with LocalExecutor(2) as ex:
+        got = dict(ex.map_unordered(_payload, range(6)))
+        assert got == {n: _payload(n) for n in range(6)}
+        size = fcntl.fcntl(ex._pool._result_queue._reader.fileno(), fcntl.F_GETPIPE_SZ)
+    assert size >= min(RESULT_PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
+
+
 def test_settings_choose_the_executor(tmp_path, monkeypatch):
     assert Settings.from_env(home=tmp_path).executor == "local"
     monkeypatch.setenv("AFTERTRACE_EXECUTOR", "ray")
