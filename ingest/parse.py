@@ -99,6 +99,11 @@ def _ipc_bytes(table) -> bytes:
     return out.getvalue().to_pybytes()
 
 
+def warm_up(_=None) -> None:
+    """What a fresh worker process does before its first file: import the parsers."""
+    default_registry()
+
+
 def detect_files(files: list[tuple[str, str]], registry: Registry | None = None) -> list:
     """The detect stage for a batch of ``(path on disk, path in the bundle)``: each file's
     :class:`~ingest.registry.Detection`, or the message of what stopped it (unreadable, damaged

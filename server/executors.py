@@ -46,6 +46,11 @@ class Executor(Protocol):
         call could not complete. Every job is yielded exactly once."""
         ...
 
+    def start(self, warm: Callable[[Any], Any]) -> None:
+        """Start the workers now (``warm(None)`` runs once in each: imports), so that they are
+        ready when the first map comes; an executor without workers of its own ignores it."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -70,6 +75,12 @@ class LocalExecutor:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
             return self._submit(n_jobs, fn, job)
+
+    def start(self, warm) -> None:
+        # (one call per worker: the pool spawns a worker for each call that finds none idle;
+        # their futures are not kept, a failure shows again in the first map)
+        for _ in range(self.workers):
+            self._submit(self.workers, warm, None)
 
     def map_unordered(self, fn, jobs):
         jobs = list(jobs)
@@ -203,6 +214,9 @@ class RayExecutor:
                     ray.cancel(ref)
                 except Exception:
                     pass
+
+    def start(self, warm) -> None:
+        """Nothing to start: Ray's workers are the cluster's."""
 
     def close(self) -> None:
         """Leaves Ray running: connecting again costs seconds; :meth:`shutdown` stops it."""

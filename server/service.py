@@ -37,7 +37,7 @@ from ingest import attribution
 from ingest.bundle import (DiskFull, RawBundle, disk_full, extract, is_disk_full, sniff_kind, store_raw,
                            store_stream)
 from ingest.model import STATUS_FAILED, STATUS_PARSED
-from ingest.parse import ParseJob, SourceResult, detect_files, merge_ranges, parse_file, split_job
+from ingest.parse import ParseJob, SourceResult, detect_files, merge_ranges, parse_file, split_job, warm_up
 from ingest.sink import INLINE_ROWS
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
@@ -304,60 +304,61 @@ class Service(Queries, Shares, Exports):
         raw_path = Path(inc["raw_path"])
         kind, comp = sniff_kind(raw_path)    # a folder is kept as a tar
         raw = RawBundle(inc["bundle_sha256"], inc["bundle_name"], kind, raw_path, inc["bundle_bytes"], comp)
-        progress("extract", 0, 1)
-        local = self._local_dirs.pop(iid, None)
-        ex = extract(raw, files_dir, self.settings.limits, local if local and local.is_dir() else None)
-        progress("extract", 1, 1)
-        if work_dir.exists():
-            shutil.rmtree(work_dir)
-        work_dir.mkdir(parents=True)
-        root = load.root                     # attached: the run folder of the partitions
-        staging = Path(root) / "_staging" if root else None
-
-        notes: list[str] = []
-        if ex.stopped:
-            notes.append(f"extraction: {ex.stopped}")
-        if inc["bundle_kind"] in ("tar", "zip"):   # not for folders given as they are
-            stripped = _strip_common_root(ex.members)
-            if stripped:
-                notes.append(f"all files were in one folder {stripped}/; paths are shown without it")
-        members = sorted(ex.members, key=lambda m: m.path)
-        # The manifests (any folder: a bundle folder tarred whole, node bundles side by side):
-        # hosts' paths and the time zone before the parse; each is also parsed as a source.
-        from ingest.formats.manifest import find_manifests
-        manifests = find_manifests([(m.path, m.where, m.size) for m in members if m.ok])
-        notes += manifests.notes
-
-        # Detect every extracted file (first KiBs after gunzip).
-        results: dict[str, SourceResult] = {}
-        jobs: list[ParseJob] = []
-        host_jobs: list[ParseJob] = []
-        ok = [m for m in members if m.ok]
-        # Group parsers first: each set of files they claim is parsed as one source.
-        groups = self.registry.claim_groups([(m.path, m.where) for m in ok])
-        in_group = {rel: g.rel for _, g in groups for rel, _ in g.members}
-        ok = [m for m in ok if m.path not in in_group]
-        # Source ids, known before the parse so that parts load while files are parsed:
-        # groups first, then every other member by path (the order of the sources rows).
-        sid_of = {g.rel: n for n, (_, g) in enumerate(groups, 1)}
-        for m in members:
-            if m.path not in in_group:
-                sid_of[m.path] = len(sid_of) + 1
-
-        def where(rel: str, out: Path) -> dict:
-            """out_dir, and with a Parquet location the partitions the parts go to."""
-            if staging is None:
-                return {"out_dir": str(out)}
-            return {"out_dir": str(staging / str(sid_of[rel])), "source_id": sid_of[rel],
-                    "parts_root": str(root), "host": attribution.host_from_path(rel)}
-
-        for n, (parser, g) in enumerate(groups):
-            man = write_group_manifest(g, work_dir / f"group{n:05d}.json")
-            jobs.append(ParseJob(man, g.rel, max_bytes=self.settings.limits.max_member_bytes, parser=parser.name,
-                                 **where(g.rel, work_dir / f"group{n:05d}")))
-        executor = None
+        # (a large bundle of many files: the workers start, and import, while it is extracted)
+        executor = self._early_executor(inc)
         try:
-            dets, executor = self._detect_all(ok, progress)
+            progress("extract", 0, 1)
+            local = self._local_dirs.pop(iid, None)
+            ex = extract(raw, files_dir, self.settings.limits, local if local and local.is_dir() else None)
+            progress("extract", 1, 1)
+            if work_dir.exists():
+                shutil.rmtree(work_dir)
+            work_dir.mkdir(parents=True)
+            root = load.root                     # attached: the run folder of the partitions
+            staging = Path(root) / "_staging" if root else None
+
+            notes: list[str] = []
+            if ex.stopped:
+                notes.append(f"extraction: {ex.stopped}")
+            if inc["bundle_kind"] in ("tar", "zip"):   # not for folders given as they are
+                stripped = _strip_common_root(ex.members)
+                if stripped:
+                    notes.append(f"all files were in one folder {stripped}/; paths are shown without it")
+            members = sorted(ex.members, key=lambda m: m.path)
+            # The manifests (any folder: a bundle folder tarred whole, node bundles side by side):
+            # hosts' paths and the time zone before the parse; each is also parsed as a source.
+            from ingest.formats.manifest import find_manifests
+            manifests = find_manifests([(m.path, m.where, m.size) for m in members if m.ok])
+            notes += manifests.notes
+
+            # Detect every extracted file (first KiBs after gunzip).
+            results: dict[str, SourceResult] = {}
+            jobs: list[ParseJob] = []
+            host_jobs: list[ParseJob] = []
+            ok = [m for m in members if m.ok]
+            # Group parsers first: each set of files they claim is parsed as one source.
+            groups = self.registry.claim_groups([(m.path, m.where) for m in ok])
+            in_group = {rel: g.rel for _, g in groups for rel, _ in g.members}
+            ok = [m for m in ok if m.path not in in_group]
+            # Source ids, known before the parse so that parts load while files are parsed:
+            # groups first, then every other member by path (the order of the sources rows).
+            sid_of = {g.rel: n for n, (_, g) in enumerate(groups, 1)}
+            for m in members:
+                if m.path not in in_group:
+                    sid_of[m.path] = len(sid_of) + 1
+
+            def where(rel: str, out: Path) -> dict:
+                """out_dir, and with a Parquet location the partitions the parts go to."""
+                if staging is None:
+                    return {"out_dir": str(out)}
+                return {"out_dir": str(staging / str(sid_of[rel])), "source_id": sid_of[rel],
+                        "parts_root": str(root), "host": attribution.host_from_path(rel)}
+
+            for n, (parser, g) in enumerate(groups):
+                man = write_group_manifest(g, work_dir / f"group{n:05d}.json")
+                jobs.append(ParseJob(man, g.rel, max_bytes=self.settings.limits.max_member_bytes, parser=parser.name,
+                                     **where(g.rel, work_dir / f"group{n:05d}")))
+            dets, executor = self._detect_all(ok, progress, executor)
             for m in ok:
                 det = dets[m.path]
                 if isinstance(det, str):    # unreadable / damaged compression
@@ -458,17 +459,29 @@ class Service(Queries, Shares, Exports):
             return False
         return min(self.settings.parse_workers, n) > 1 if self.settings.executor == "local" else n > 1
 
-    def _detect_all(self, members: list, progress: Progress) -> tuple[dict[str, Any], Executor | None]:
+    def _early_executor(self, inc: dict) -> Executor | None:
+        """The local pool, started before the extraction when the bundle is likely to need it (an
+        archive or folder of at least ``settings.inline_bytes``): its workers start and import
+        the parsers on the other cores meanwhile. None otherwise (a single file never needs it)."""
+        if self.settings.executor != "local" or self.settings.parse_workers < 2 \
+                or inc["bundle_kind"] not in ("tar", "zip", "dir") or inc["bundle_bytes"] < self.settings.inline_bytes:
+            return None
+        executor = self._executor(self.settings.parse_workers)
+        executor.start(warm_up)
+        return executor
+
+    def _detect_all(self, members: list, progress: Progress,
+                    executor: Executor | None = None) -> tuple[dict[str, Any], Executor | None]:
         """Each member's detection (:func:`ingest.parse.detect_files`), by path in the bundle.
-        Many files are detected in batches on the executor, which is returned for the parse to
-        go on with (its workers already started); a few in this process."""
+        Many files are detected in batches on the executor (``executor`` when one was started
+        already), which is returned for the parse to go on with (its workers already started);
+        a few in this process."""
         files = [(m.where, m.path) for m in members]
         batches = [files[i:i + DETECT_BATCH] for i in range(0, len(files), DETECT_BATCH)]
         progress("detect", 0, len(files))
         out: dict[str, Any] = {}
-        executor = None
         if len(batches) >= DETECT_POOLED_BATCHES and self._pooled(len(files), sum(m.size for m in members)):
-            executor = self._executor(min(self.settings.parse_workers, len(batches)))
+            executor = executor or self._executor(min(self.settings.parse_workers, len(batches)))
             done = 0
             try:
                 for batch, dets in executor.map_unordered(detect_files, batches):

@@ -156,6 +156,28 @@ def _pid(_):
     return os.getpid()
 
 
+def test_local_executor_start_spawns_the_workers_the_first_map_uses():
+    from ingest.parse import warm_up
+    with LocalExecutor(2) as ex:
+        ex.start(warm_up)
+        started = set(ex._pool._processes)     # (spawned at once, before any map)
+        assert len(started) == 2
+        assert {r for _, r in ex.map_unordered(_pid, range(8))} <= started
+
+
+def test_a_large_bundle_of_many_files_starts_the_pool_before_its_extraction(tmp_path):
+    svc = Service(Settings(home=tmp_path, db_path=tmp_path / "db.duckdb", workers=2, inline_bytes=1000))
+    early = svc._early_executor({"bundle_kind": "dir", "bundle_bytes": 5000})
+    try:
+        assert early is not None and len(early._pool._processes) == 2
+    finally:
+        early.close()
+    for kind, size in (("file", 5000), ("tar", 999)):     # a single file; a bundle parsed in-process
+        assert svc._early_executor({"bundle_kind": kind, "bundle_bytes": size}) is None
+    one = Service(Settings(home=tmp_path / "b", db_path=tmp_path / "b.duckdb", workers=1, inline_bytes=1000))
+    assert one._early_executor({"bundle_kind": "zip", "bundle_bytes": 5000}) is None
+
+
 def _payload(n):
     return bytes([n % 251]) * (300_000 + n)
 
