@@ -81,6 +81,7 @@ def _noop(stage: str, done: int, total: int) -> None:
 # (from this many batches on, where the parse is pooled too).
 DETECT_BATCH = 512
 DETECT_POOLED_BATCHES = 4
+POOLED_HOST_FILES = 64       # host-info files parsed on the running workers from this many on
 
 STAGES = {"start": "starting", "extract": "unpacking the bundle", "detect": "recognising the files",
           "parse": "parsing the files", "store": "storing the rows",
@@ -374,8 +375,9 @@ class Service(Queries, Shares, Exports):
                                **where(m.path, work_dir / f"{len(jobs) + len(host_jobs):06d}"))
                 (host_jobs if det.reader.kind == "host_info" else jobs).append(job)
             # Host info first: it tells the bundle's time zone for local-time strings.
-            for job in host_jobs:
-                results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
+            # (hundreds of host files, when the workers are up: parsed there, side by side)
+            self._parse_all(host_jobs, results, _noop, sid_of, load, executor,
+                            pooled=executor is not None and len(host_jobs) >= POOLED_HOST_FILES)
             tz, tz_from = self._time_zone(manifests, [results[j.rel] for j in host_jobs])
             tz_ok = tzinfo_for(tz) is not None
             if not tz_ok:
@@ -511,16 +513,18 @@ class Service(Queries, Shares, Exports):
         return r
 
     def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress,
-                   sid_of: dict[str, int], load: IncidentLoad, executor: Executor | None = None) -> None:
+                   sid_of: dict[str, int], load: IncidentLoad, executor: Executor | None = None,
+                   pooled: bool | None = None) -> None:
         """Small bundles and single files in this process (parts load as they are written);
         the rest on the executor of the settings: a local process pool or Ray
         (:mod:`server.executors`), each file one task (a large perf script text: one task per
-        byte range of about ``settings.split_bytes``), its parts loaded as it finishes."""
+        byte range of about ``settings.split_bytes``), its parts loaded as it finishes.
+        ``pooled`` decides where instead of the files' number and size."""
         total = sum(Path(j.path).stat().st_size for j in jobs)
         n = len(jobs)
         progress("parse", 0, n)
         workers = min(self.settings.parse_workers, n)
-        if not self._pooled(n, total):
+        if not (self._pooled(n, total) if pooled is None else pooled and n):
             for i, job in enumerate(jobs):
                 results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
                 progress("parse", i + 1, n)

@@ -43,6 +43,31 @@ def test_parallel_and_inline_give_the_same_rows(tmp_path, settings, monkeypatch,
     assert statuses["node-1/notes.bin"] == "unrecognized" and statuses["node-0/broken.log.gz"] != "parsed"
 
 
+def test_host_files_parsed_on_the_running_workers_give_what_this_process_gives(tmp_path, settings, monkeypatch):
+    """Many host-info files (a node's date, uptime, boot id...) go to the workers once they run;
+    the time zone they state and every source's rows are those of a parse in this process."""
+    import shutil
+    b = _bundle(tmp_path / "b", n_files=4, lines=50)
+    for node in ("node-0", "node-1"):
+        shutil.copytree(ROOT / "sample_traces/oom-after-throttle/vm/host", b / node / "host")
+    monkeypatch.setattr(service_mod, "DETECT_BATCH", 1)          # (the workers start for the detection)
+    monkeypatch.setattr(service_mod, "POOLED_HOST_FILES", 1)
+    par = Service(settings.with_(workers=2, inline_bytes=0))
+    calls = []
+    real = par._parse_all
+    monkeypatch.setattr(par, "_parse_all", lambda jobs, *a, **k: calls.append(k.get("pooled")) or real(jobs, *a, **k))
+    rep_par = par.analyze(par.submit_path(b).incident_id)
+    assert calls[0] is True                                      # (the host files' call)
+    seq = Service(settings.with_(home=tmp_path / "h2", db_path=tmp_path / "h2" / "db.duckdb", workers=1))
+    rep_seq = seq.analyze(seq.submit_path(b).incident_id)
+    rows = lambda svc: sorted(svc.store.query("SELECT s.path, f.key, f.value FROM facts f JOIN sources s "
+                                              "USING (incident_id, source_id)"), key=str)
+    assert rows(par) == rows(seq) and len(rows(par)) > 10
+    assert rep_par["time_zone"] == rep_seq["time_zone"]
+    assert [(s["path"], s["status"], s["records"], s["host"]) for s in rep_par["sources"]] == \
+           [(s["path"], s["status"], s["records"], s["host"]) for s in rep_seq["sources"]]
+
+
 class Crashing(Parser):
     name = "crashing"
     kind = "app_log"
