@@ -469,7 +469,11 @@ class Service(Queries, Shares, Exports):
                 or inc["bundle_kind"] not in ("tar", "zip", "dir") or inc["bundle_bytes"] < self.settings.inline_bytes:
             return None
         executor = self._executor(self.settings.parse_workers)
-        executor.start(warm_up)
+        try:
+            executor.start(warm_up)
+        except BaseException:
+            executor.close()
+            raise
         return executor
 
     def _detect_all(self, members: list, progress: Progress,
