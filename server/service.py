@@ -529,9 +529,10 @@ class Service(Queries, Shares, Exports):
         progress("parse", 0, n)
         workers = min(self.settings.parse_workers, n)
         if not (self._pooled(n, total) if pooled is None else pooled and n):
-            for i, job in enumerate(jobs):
-                results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
-                progress("parse", i + 1, n)
+            with self.store.yield_cores(1) if jobs else nullcontext():   # (this thread parses)
+                for i, job in enumerate(jobs):
+                    results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
+                    progress("parse", i + 1, n)
             return
         # Large files whose format allows it are parsed in byte ranges, one task each; their
         # results are merged into one source when the last range is in (ingest/parse.py).

@@ -68,6 +68,26 @@ def test_host_files_parsed_on_the_running_workers_give_what_this_process_gives(t
            [(s["path"], s["status"], s["records"], s["host"]) for s in rep_seq["sources"]]
 
 
+def test_the_store_yields_the_cores_the_parse_holds(tmp_path, settings, monkeypatch):
+    """In this process the parse holds one core; with the pool, every worker's."""
+    from contextlib import contextmanager
+    from server.store import Store
+    busy = []
+
+    @contextmanager
+    def recorded(self, n):
+        busy.append(n)
+        yield
+    monkeypatch.setattr(Store, "yield_cores", recorded)
+    b = _bundle(tmp_path / "b", n_files=4, lines=20)
+    here = Service(settings.with_(workers=1))
+    here.analyze(here.submit_path(b).incident_id)
+    pooled = Service(settings.with_(home=tmp_path / "h2", db_path=tmp_path / "h2" / "db.duckdb", workers=2,
+                                    inline_bytes=0))
+    pooled.analyze(pooled.submit_path(b).incident_id)
+    assert busy == [1, 2]
+
+
 class Crashing(Parser):
     name = "crashing"
     kind = "app_log"
