@@ -524,12 +524,15 @@ class Service(Queries, Shares, Exports):
         (:mod:`server.executors`), each file one task (a large perf script text: one task per
         byte range of about ``settings.split_bytes``), its parts loaded as it finishes.
         ``pooled`` decides where instead of the files' number and size."""
-        total = sum(Path(j.path).stat().st_size for j in jobs)
         n = len(jobs)
         progress("parse", 0, n)
+        if not n:
+            return
         workers = min(self.settings.parse_workers, n)
-        if not (self._pooled(n, total) if pooled is None else pooled and n):
-            with self.store.yield_cores(1) if jobs else nullcontext():   # (this thread parses)
+        if pooled is None:
+            pooled = self._pooled(n, sum(Path(j.path).stat().st_size for j in jobs))
+        if not pooled:
+            with self.store.yield_cores(1):        # (this thread parses)
                 for i, job in enumerate(jobs):
                     results[job.rel] = self._parse_one(job, sid_of[job.rel], load)
                     progress("parse", i + 1, n)
