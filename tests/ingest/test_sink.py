@@ -1,4 +1,6 @@
 """RowSink: parts of whole row groups, in order; streamed announcements and held parts."""
+import json
+
 import polars as pl
 import pyarrow.parquet as pq
 
@@ -156,7 +158,20 @@ def test_add_rows_writes_what_add_writes_row_by_row(tmp_path):
     for fa, fb in zip(one.files, bulk.files):
         assert pq.read_table(fa).to_pylist() == pq.read_table(fb).to_pylist()
     got = [r for f in bulk.files if f.name.startswith("events") for r in pq.read_table(f).to_pylist()]
-    assert got[5]["attrs"] == '{"n": 4, "s": "ü"}' and got[5]["text"].endswith("…")
+    assert got[5]["attrs"] == '{"n":4,"s":"ü"}' and got[5]["text"].endswith("…")
     assert len(got[5]["text"]) == sink_mod.MAX_TEXT and got[8]["pid"] is None
     with pytest.raises(KeyError):
         bulk.add_rows("events", [{"nope": 1}])
+
+
+def test_attrs_json_is_compact_json_of_every_value():
+    """attrs are compact JSON text; what orjson refuses (an integer beyond 64 bits, a lone
+    surrogate) takes the standard library in the same shape; keys that are not strings become
+    strings and other objects their ``str``, as before."""
+    from pathlib import PurePosixPath
+    assert sink_mod.attrs_json({"n": 4, "s": "ü", "l": [1, 2.5, None], 3: True}) == \
+        '{"n":4,"s":"ü","l":[1,2.5,null],"3":true}'
+    assert sink_mod.attrs_json({"p": PurePosixPath("/a/b"), "t": (1, 2)}) == '{"p":"/a/b","t":[1,2]}'
+    big = {"pid": 10 ** 30, "s": "é"}
+    assert sink_mod.attrs_json(big) == '{"pid":1000000000000000000000000000000,"s":"é"}'
+    assert json.loads(sink_mod.attrs_json({"x": "\ud800"})) == {"x": "\ud800"}

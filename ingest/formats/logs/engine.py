@@ -95,7 +95,7 @@ import polars as pl
 from ... import native
 from ...model import CLOCK_NONE
 from ...registry import ParseContext
-from ...sink import SinkThread
+from ...sink import SinkThread, attrs_json
 from ...timeparse import NS
 from ..kernel.signatures import Unknown
 from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
@@ -1299,7 +1299,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
             "sev": [r["severity"] for r in brows], "rank": [r.get("rank") for r in brows],
             "pid": [r.get("pid") for r in brows], "host": [r.get("host") for r in brows],
             "ts": [r.get("ts") for r in brows], "res": [r.get("res") for r in brows],
-            "attrs": [json.dumps(r["attrs"], default=str) for r in brows],
+            "attrs": [attrs_json(r["attrs"]) for r in brows],
             "wrank": [None] * len(brows), "_blk": [True] * len(brows)}, schema_overrides={
             "lineno": pl.Int64, "rank": pl.Int64, "pid": pl.Int64, "ts": pl.Int64, "res": pl.Int64,
             "host": pl.String, "wrank": pl.String, "kind": pl.String}, strict=False)   # (a 30-digit pid: null)
