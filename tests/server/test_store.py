@@ -225,3 +225,23 @@ def test_yield_cores_lowers_duckdbs_threads_until_the_last_block_ends(tmp_path, 
             assert threads() == 1
             raise RuntimeError("a failed parse")
     assert threads() == 8
+
+
+def test_a_loads_rows_are_written_to_the_file_before_its_commit(tmp_path):
+    """Rows inserted in a transaction go to the file as row groups fill, also when each insert is
+    less than one row group (the loader inserts part by part), so the COMMIT that ends a load
+    does not compress and write them all after the parse."""
+    st = Store(tmp_path / "a.duckdb")
+    st.cursor().execute("CHECKPOINT")
+    before = (tmp_path / "a.duckdb").stat().st_size
+    cur = st.cursor()
+    cur.execute("BEGIN TRANSACTION")
+    for k in range(3):
+        cur.execute("INSERT INTO events (incident_id, source_id, ts_raw_ns, category, name, text) "
+                    "SELECT 'i', 1, r, 'c', 'n' || (r % 97), 'line ' || r || ' of a log, long enough to weigh' "
+                    f"FROM range({k * 100_000}, {(k + 1) * 100_000}) t(r)")
+    written = (tmp_path / "a.duckdb").stat().st_size - before
+    cur.execute("COMMIT")
+    assert written > 1_000_000
+    assert st.query("SELECT count(*) AS n FROM events")[0]["n"] == 300_000
+    st.close()
