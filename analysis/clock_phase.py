@@ -36,13 +36,18 @@ def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
     """Per host: the phase arcs (ns, within [0, 1 s) or starting below 0 where one crosses 0)
     that every log of the host allows, with the logs read and the wall times their lines cover."""
     rows = store.query(
-        """SELECT COALESCE(s.host, '') AS host, s.path, f.value,
-                  (SELECT min(e.ts_raw_ns) FROM events e WHERE e.incident_id = f.incident_id
-                     AND e.source_id = f.source_id) AS first_ns,
-                  (SELECT max(e.ts_raw_ns) FROM events e WHERE e.incident_id = f.incident_id
-                     AND e.source_id = f.source_id) AS last_ns
+        """SELECT f.source_id, COALESCE(s.host, '') AS host, s.path, f.value
            FROM facts f JOIN sources s USING (incident_id, source_id)
            WHERE f.incident_id = ? AND f.key = 'wall_monotonic_phase' ORDER BY s.path""", [incident_id])
+    if not rows:
+        return {}
+    # the wall times each of those logs' events cover, read for those sources only (the query with
+    # the facts computed them for every source of the incident: a trace's million events)
+    ids = sorted({r["source_id"] for r in rows})
+    span = {r["source_id"]: (r["first_ns"], r["last_ns"]) for r in store.query(
+        f"""SELECT source_id, min(ts_raw_ns) AS first_ns, max(ts_raw_ns) AS last_ns FROM events
+            WHERE incident_id = ? AND source_id IN ({", ".join("?" * len(ids))}) GROUP BY source_id""",
+        [incident_id, *ids])}
     named = hosts - {""}
     by: dict[str, list] = {}
     for r in rows:
@@ -51,7 +56,7 @@ def phases(store, incident_id: str, hosts: set[str]) -> dict[str, dict]:
             v = json.loads(r["value"])
         except ValueError:
             continue
-        v["span_ns"] = (r["first_ns"], r["last_ns"])
+        v["span_ns"] = span.get(r["source_id"], (None, None))
         by.setdefault(host, []).append((r["path"], v))
     out = {}
     for host, logs in by.items():

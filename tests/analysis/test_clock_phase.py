@@ -27,3 +27,29 @@ def test_arcs_across_zero_and_intersections():
     assert intersect(across, [(0, 1_000_000), (990_000_000, 999_000_000)]) == [(0, 1_000_000),
                                                                               (995_000_000, 999_000_000)]
     assert narrow(B + 990_000_000, B + SEC + 2_000_000, across) == (B + 995_000_000, B + SEC + 2_000_000)
+
+
+def test_phases_of_an_analysed_incident_read_the_logs_that_state_one(tmp_path):
+    """``phases`` on the store: the logs with a phase fact, each with the wall times its events
+    cover (read for those sources only); an incident without such a log has none."""
+    from pathlib import Path
+
+    from analysis.clock_phase import phases
+    from server.service import Service
+    from server.settings import Settings
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    root = Path(__file__).resolve().parents[2] / "sample_traces" / "logs-hang" / "vm" / "logs"
+    iid = svc.submit_path(root).incident_id
+    svc.analyze(iid)
+    stated = svc.store.query("""SELECT s.path, min(e.ts_raw_ns) AS lo, max(e.ts_raw_ns) AS hi
+        FROM facts f JOIN sources s USING (incident_id, source_id) JOIN events e USING (incident_id, source_id)
+        WHERE f.incident_id = ? AND f.key = 'wall_monotonic_phase' GROUP BY s.path ORDER BY s.path""", [iid])
+    assert len(stated) >= 2
+    (got,) = phases(svc.store, iid, {""}).values()
+    assert got["logs"] == [r["path"] for r in stated]
+    assert got["span_ns"] == (min(r["lo"] for r in stated), max(r["hi"] for r in stated))
+    assert got["arcs_ns"] and got["pairs"] > 0
+    trace = Path(__file__).resolve().parents[1] / "data" / "torch_trace" / "gloo2_truth_rank0.json"
+    other = svc.submit_path(trace).incident_id
+    svc.analyze(other)
+    assert phases(svc.store, other, {""}) == {}
