@@ -214,6 +214,11 @@ def _pid_deaths(store, incident_id: str, launcher: list[dict] | None = None) -> 
     dates a failure by its error file whatever the exit code: a rank that recorded a timeout and
     was then SIGTERMed while tearing down is dated before its death).
     """
+    # (a pair needs a source on each clock: without both, the scan of every event finds none)
+    domains = {r["clock_domain"] for r in store.query(
+        "SELECT DISTINCT clock_domain FROM sources WHERE incident_id = ?", [incident_id])}
+    if not {"boot", "wall"} <= domains:
+        return []
     rows = store.query(
         r"""WITH k AS (
               SELECT COALESCE(s.host, '') AS host, e.pid, min(e.ts_raw_ns) AS raw_ns,
