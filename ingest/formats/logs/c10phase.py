@@ -44,6 +44,7 @@ are 0.8090-0.8177 s (and 0.8194-0.8196 s); the recorder measured ``wall - monoto
 """
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime, timezone
 from itertools import accumulate
@@ -61,6 +62,7 @@ ELASTIC = re.compile(r"^(?:\[rank\d+\]:)?[DIWEC](\d{1,2})(\d\d) (\d\d):(\d\d):(\
 DATED = re.compile(r"^\[?\d{4}-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)[.,](\d{3,9})(?![\d:]|\s*(?:Z|[+-]\d\d))")
 
 
+@functools.lru_cache(maxsize=4096)      # (a log's lines share their seconds: one datetime per second)
 def _local_s(mo: str, d: str, hh: str, mm: str, ss: str) -> int | None:
     """Seconds of a local month-day-time on one fixed leap year: only differences within a file
     matter, and every stamp of the file is read the same way."""
@@ -111,14 +113,22 @@ def forbidden(a, b) -> list[tuple[int, int]]:
             w = (SEC - it[2]) % SEC
             cuts.update((w, (w + TICK_NS) % SEC))
     cuts = sorted(cuts)
+    a_c, a1, a2 = a[0] == "c", a[1], a[2]
+    b_c, b1, b2 = b[0] == "c", b[1], b[2]
+    slope = b_c - a_c
     out = []
     for p, q in zip(cuts, cuts[1:]):
         if q <= p:
             continue
         # d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q) (no wrap inside): find where < 0
+        # (_hi and _lo written out: this runs for every pair of a long log)
         mid = (p + q) // 2
-        d_mid = _hi(b, mid) - _lo(a, mid) + ORDER_SLACK_NS
-        slope = (b[0] == "c") - (a[0] == "c")
+        if b_c:
+            r = (b2 + mid) % SEC
+            hi_b = b1 + r + (SEC if r < TICK_NS else 0)
+        else:
+            hi_b = b1 + b2
+        d_mid = hi_b - (a1 + (a2 + mid) % SEC if a_c else a1) + ORDER_SLACK_NS
         if slope == 0:
             if d_mid < 0:
                 out.append((p, q))
