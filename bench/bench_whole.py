@@ -110,6 +110,10 @@ def run_once(argv: list[str]) -> tuple[float, float]:
     # writes them on the first run)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["AFTERTRACE_HOME"] = home
+    # (the dirty pages of the runs before -- each aftertrace run stores a copy of its input -- are
+    # written out first: else a run may wait for the disk's writeback of its predecessors; the disk
+    # here writes ~210 MB/s, and the perf row's runs took 2.7 to 4.4 s depending on it)
+    os.sync()
     try:
         t = time.perf_counter()
         p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=home)
