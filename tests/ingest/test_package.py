@@ -43,3 +43,28 @@ def test_pyarrow_conversions_of_python_values_search_no_import_path(monkeypatch)
         pc.equal(a, 2)
         pa.array([1, 2])
     assert look.names == []
+
+
+def test_arrows_allocator_asks_for_no_huge_pages():
+    """A buffer pyarrow allocates after ``import ingest`` lies in a mapping without the huge-page
+    advice (``hg`` in its VmFlags): such faults may stall for a memory compaction."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import os
+        os.environ.pop("MIMALLOC_ALLOW_THP", None)
+        import ingest
+        import pyarrow as pa
+        b = pa.allocate_buffer(64 << 20)
+        inside = None
+        for line in open("/proc/self/smaps"):
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= b.address < hi
+            elif inside and line.startswith("VmFlags:"):
+                print("hg" in line.split())
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
