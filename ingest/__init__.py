@@ -27,10 +27,10 @@ _absent_stays_absent("dateutil")
 def _no_huge_pages_for_arrow() -> None:
     """Keep pyarrow's allocator (mimalloc) from asking for transparent huge pages on its arenas
     (``MADV_HUGEPAGE``). Under the kernel's usual ``defrag=madvise``, a fault in such a region
-    compacts memory first whenever no free huge page is at hand: a 32 MB chunk's line buffer then
-    took 150-430 ms instead of 17, in half the runs (a 500 MB perf script parse 1.45-2.62 s;
-    1.55-1.67 s with 4 kB pages). mimalloc reads the option when pyarrow's library loads: it is
-    set here, before any module of the package imports pyarrow; a value the user set stands."""
+    compacts memory first whenever no free huge page is at hand: a chunk's line buffer then took
+    ten to twenty-five times as long as with 4 kB pages, in about half the runs of a large parse.
+    mimalloc reads the option when pyarrow's library loads: it is set here, before any module of
+    the package imports pyarrow; a value the user set stands."""
     _os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
 
 

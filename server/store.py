@@ -199,7 +199,7 @@ class Store:
         # A load's inserts are compressed and written to the file as each row group fills (DuckDB's
         # optimistic write), while the parse goes on; with DuckDB's default a transaction gathers five
         # row groups before it writes, so a load of fewer rows (a 232 MB Kineto trace: 546 k events)
-        # was all compressed by its COMMIT, after the parse: 0.39-0.45 s of it, 0.06 s this way.
+        # was all compressed by its COMMIT, after the parse, where nothing runs beside it.
         try:
             self._con.execute("SET write_buffer_row_group_count = 1")
         except duckdb.Error:       # (a DuckDB without the setting: its own way of writing)
