@@ -91,20 +91,6 @@ def reading(body: str) -> tuple | None:
     return None
 
 
-def _lo(it, g: int) -> int:
-    """The earliest wall time an item can have under phase g (ns)."""
-    if it[0] == "x":
-        return it[1]
-    return it[1] + (it[2] + g) % SEC
-
-
-def _hi(it, g: int) -> int:
-    if it[0] == "x":
-        return it[1] + it[2]
-    r = (it[2] + g) % SEC
-    return it[1] + r + (SEC if r < TICK_NS else 0)
-
-
 def forbidden(a, b) -> list[tuple[int, int]]:
     """Phases (ns ranges of [0, 1 s)) under which ``b``, written after ``a``, would be earlier."""
     cuts = {0, SEC}
@@ -120,8 +106,9 @@ def forbidden(a, b) -> list[tuple[int, int]]:
     for p, q in zip(cuts, cuts[1:]):
         if q <= p:
             continue
-        # d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q) (no wrap inside): find where < 0
-        # (_hi and _lo written out: this runs for every pair of a long log)
+        # d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q) (no wrap inside): find where < 0.
+        # hi_b: the latest wall time b can have under phase g (a c10 second may lag by a tick);
+        # lo_a: the earliest a can have (inline: this runs for every pair of a long log)
         mid = (p + q) // 2
         if b_c:
             r = (b2 + mid) % SEC
