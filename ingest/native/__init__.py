@@ -1,5 +1,6 @@
 """aftertrace's line engine: compiled single passes over text (``scan.c``), as Arrow arrays: the
-lines of a chunk (:func:`split_lines`), the numbers of step lines (:func:`step_values`), the
+lines of a chunk (:func:`split_lines`), the launchers' wrappers before them (:func:`wraps`), the
+numbers of step lines (:func:`step_values`), the
 rank a message states (:func:`rank_said`), the classes and headers of NCCL INFO lines
 (:func:`nccl_info`) and the fields of perf script record headers (:func:`perf_headers`).
 
@@ -58,6 +59,8 @@ def library() -> ctypes.CDLL:
             lib.at_log_heads.restype = _I64
             lib.at_dmesg_raw.argtypes = [_P, _I64] + [_P] * 7
             lib.at_dmesg_raw.restype = _I64
+            lib.at_wraps.argtypes = [_P, _I64] + [_P] * 7
+            lib.at_wraps.restype = _I64
             lib.at_subsys.argtypes = [_P, _I64, _P, _P]
             lib.at_subsys.restype = _I64
             lib.at_kineto_events.argtypes = [_P, _I64, _I64] + [_P] * 17
@@ -351,6 +354,50 @@ def log_heads(bodies: pa.Array) -> LogHeads:
                     _nullable(hh, k_hms, pa.int32(), n), _nullable(mi, k_hms, pa.int32(), n),
                     _nullable(ss, k_hms, pa.int32(), n), _nullable(fns, k_fns, pa.int64(), n),
                     _nullable(res, k_res, pa.int64(), n), _nullable(off, k_off, pa.int64(), n), left)
+
+
+WRAP_GROUPS = ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wrank")
+
+
+class Wraps(NamedTuple):
+    """What :func:`wraps` read, per line: ``code`` (uint8: 1 a wrapper or Ray's repeat suffix was
+    read, 0 neither, UNSURE where the regexes decide); ``groups``: for each of
+    :data:`WRAP_GROUPS`, None when no line has it, else the int32 arrays of its start and length
+    in bytes (-1 where the line does not have it); ``body_at`` (int32: where the rest starts,
+    bytes), ``cut`` (int32: the bytes Ray's suffix takes off the rest's end), ``repeated``
+    (nullable int32: the suffix's count); ``unsure``: how many rows were left."""
+    code: pa.Array
+    groups: dict
+    body_at: pa.Array
+    cut: pa.Array
+    repeated: pa.Array
+    unsure: int
+
+
+def wraps(lines: pa.Array) -> Wraps:
+    """The launchers' wrappers before each line of a text array (:func:`texts`), as the log
+    engine's WRAP reads them (see ``at_wraps`` in scan.c)."""
+    lib = library()
+    n = len(lines)
+    alive, col = _column(lines)
+    m = max(n, 1)
+    code, rep_ok = pa.allocate_buffer(m), pa.allocate_buffer(m)
+    g0, g1 = pa.allocate_buffer(4 * m * len(WRAP_GROUPS)), pa.allocate_buffer(4 * m * len(WRAP_GROUPS))
+    body_at, cut, rep = (pa.allocate_buffer(4 * m) for _ in range(3))
+    left = lib.at_wraps(ctypes.byref(col), n, code.address, g0.address, g1.address, body_at.address, cut.address,
+                        rep.address, rep_ok.address) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
+    codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])
+    groups = {}
+    if n and pc.any(pc.equal(codes, 1)).as_py():
+        starts = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g0])
+        ends = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g1])
+        for k, name in enumerate(WRAP_GROUPS):
+            a = starts.slice(k * n, n)
+            if pc.max(a).as_py() >= 0:
+                groups[name] = (a, pc.subtract(ends.slice(k * n, n), a))
+    return Wraps(codes, groups, pa.Array.from_buffers(pa.int32(), n, [None, body_at]),
+                 pa.Array.from_buffers(pa.int32(), n, [None, cut]), _nullable(rep, rep_ok, pa.int32(), n), left)
 
 
 class DmesgRaw(NamedTuple):

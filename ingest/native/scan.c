@@ -1236,6 +1236,142 @@ int64_t at_dmesg_raw(const col_t *col, int64_t n, uint8_t *code, int64_t *ts, ui
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Wrappers that launchers put before a process's lines: the log engine's WRAP
+ * (ingest/formats/logs/engine.py),
+ *
+ *   ^(?:> )*(?:\((?P<ray_actor>\w[\w.]*) pid=(?P<ray_pid>\d+)(?:, ip=[\d.]+)?\) )?
+ *    (?:\[(?P<mpi_job>\d+),(?P<mpi_rank>\d+)\]<std(?:out|err)>:)?(?:\[default(?P<tee>\d+)\]:)?
+ *    (?:(?P<srun>\d{1,6}): )?(?:\[rank(?P<wrank>\d+)\]: )?
+ *
+ * and Ray's " [repeated (\d+)x across cluster]" at the end of the rest. Every group is optional
+ * and the next one starts with a byte the one before cannot end on, so the regex's match takes
+ * each group that matches where it stands, in order (a group that starts to match and fails takes
+ * nothing). A line where a byte the match looked at is not ASCII is left to the regexes (\d and
+ * \w are Unicode's there).
+ */
+enum { WG_ACTOR, WG_RPID, WG_JOB, WG_MRANK, WG_TEE, WG_SRUN, WG_WRANK, WG_N };
+
+static inline int lstarts(line_t l, int64_t i, const char *s, size_t k, int64_t *far) {
+    int64_t last = i + (int64_t)k - 1 < l.n ? i + (int64_t)k - 1 : l.n - 1;
+    if (last > *far) *far = last;
+    return starts(l, i, s, k);
+}
+
+/* "[" digits tail at i (e.g. "[default" digits "]:"): the digits' span and where the group ends, or 0 */
+static int bracket_num(line_t l, int64_t i, const char *head, size_t hk, const char *tail, size_t tk,
+                       int64_t *d0, int64_t *d1, int64_t *end, int64_t *far) {
+    if (!lstarts(l, i, head, hk, far)) return 0;
+    int64_t a = i + (int64_t)hk, b = look_d(l, a, far);
+    if (b == a || !lstarts(l, b, tail, tk, far)) return 0;
+    *d0 = a; *d1 = b; *end = b + (int64_t)tk;
+    return 1;
+}
+
+/* One line: the groups' spans (g0, g1: -1 where a group took nothing), where the rest starts
+ * and how many bytes Ray's suffix takes off its end (*rep: its count, *rep_ok 0 when the count
+ * does not fit an int32). Returns 1 when a group or the suffix matched, 0 when not, UNSURE. */
+static int wrap_line(line_t l, int32_t *g0, int32_t *g1, int32_t *body_at, int32_t *cut, int32_t *rep,
+                     uint8_t *rep_ok) {
+    int64_t far = 0, q = 0, a, b, c, d, e;
+    for (int g = 0; g < WG_N; g++) g0[g] = g1[g] = -1;
+    *cut = 0; *rep = 0; *rep_ok = 0;
+    int hit = 0;
+    while (look(l, q, &far) == '>' && look(l, q + 1, &far) == ' ') q += 2;
+    if (look(l, q, &far) == '(' && w_ascii(look(l, q + 1, &far))) {
+        a = q + 1;
+        b = a + 1;
+        while (w_ascii(look(l, b, &far)) || at(l, b) == '.') b++;
+        if (lstarts(l, b, " pid=", 5, &far)) {
+            c = b + 5;
+            d = look_d(l, c, &far);
+            e = d;
+            if (d > c && lstarts(l, d, ", ip=", 5, &far)) {
+                int64_t r = d + 5, r1 = r;
+                while (is_d(look(l, r1, &far)) || at(l, r1) == '.') r1++;
+                if (r1 > r && lstarts(l, r1, ") ", 2, &far)) e = r1;
+            }
+            if (d > c && lstarts(l, e, ") ", 2, &far)) {
+                g0[WG_ACTOR] = (int32_t)a; g1[WG_ACTOR] = (int32_t)b;
+                g0[WG_RPID] = (int32_t)c; g1[WG_RPID] = (int32_t)d;
+                q = e + 2;
+            }
+        }
+    }
+    if (look(l, q, &far) == '[') {
+        if (is_d(look(l, q + 1, &far))) {
+            a = q + 1;
+            b = look_d(l, a, &far);
+            if (look(l, b, &far) == ',' && is_d(look(l, b + 1, &far))) {
+                c = b + 1;
+                d = look_d(l, c, &far);
+                if (lstarts(l, d, "]<std", 5, &far)
+                    && (lstarts(l, d + 5, "out>:", 5, &far) || lstarts(l, d + 5, "err>:", 5, &far))) {
+                    g0[WG_JOB] = (int32_t)a; g1[WG_JOB] = (int32_t)b;
+                    g0[WG_MRANK] = (int32_t)c; g1[WG_MRANK] = (int32_t)d;
+                    q = d + 10;
+                }
+            }
+        }
+        if (bracket_num(l, q, "[default", 8, "]:", 2, &a, &b, &e, &far)) {
+            g0[WG_TEE] = (int32_t)a; g1[WG_TEE] = (int32_t)b;
+            q = e;
+        }
+    }
+    a = q;
+    b = look_d(l, a, &far);
+    if (b > a && b - a <= 6 && lstarts(l, b, ": ", 2, &far)) {
+        g0[WG_SRUN] = (int32_t)a; g1[WG_SRUN] = (int32_t)b;
+        q = b + 2;
+    }
+    if (bracket_num(l, q, "[rank", 5, "]: ", 3, &a, &b, &e, &far)) {
+        g0[WG_WRANK] = (int32_t)a; g1[WG_WRANK] = (int32_t)b;
+        q = e;
+    }
+    if (!is_ascii(l.p, far + 1 < l.n ? far + 1 : l.n)) return UNSURE;
+    for (int g = 0; g < WG_N; g++) hit |= g0[g] >= 0;
+    *body_at = (int32_t)q;
+    /* " [repeated N x across cluster]" ends the rest: read from the end back */
+    static const char TAIL[] = "x across cluster]", HEAD[] = " [repeated ";
+    const int64_t tk = (int64_t)sizeof TAIL - 1, hk = (int64_t)sizeof HEAD - 1;
+    if (l.n - q >= tk + 1 + hk && memcmp(l.p + l.n - tk, TAIL, (size_t)tk) == 0) {
+        int64_t de = l.n - tk, ds = de;
+        while (ds > q && l.p[ds - 1] < 0x80 && is_d(l.p[ds - 1])) ds--;
+        if (ds > q && l.p[ds - 1] >= 0x80) return UNSURE;
+        if (ds < de && ds - hk >= q && memcmp(l.p + ds - hk, HEAD, (size_t)hk) == 0) {
+            int ok = 1;
+            int64_t v = digits_i64(l, ds, de, &ok);
+            if (ok && v <= INT32_MAX) { *rep = (int32_t)v; *rep_ok = 1; }
+            *cut = (int32_t)(l.n - (ds - hk));
+            hit = 1;
+        }
+    }
+    return hit;
+}
+
+/* For the lines [0, n) of col: code (0 no wrapper, 1 one read, UNSURE where the regexes decide),
+ * the start and end of each group (g0, g1: WG_N arrays of n, -1 where the group took nothing),
+ * where the rest starts (bytes), the bytes Ray's suffix cuts off its end, and the suffix's count
+ * (rep, rep_ok). Null lines are code 0. Returns the number left to the regexes. */
+int64_t at_wraps(const col_t *col, int64_t n, uint8_t *code, int32_t *g0, int32_t *g1, int32_t *body_at,
+                 int32_t *cut, int32_t *rep, uint8_t *rep_ok) {
+    int64_t left = 0;
+    int32_t a[WG_N], b[WG_N];
+    for (int64_t i = 0; i < n; i++) {
+        for (int g = 0; g < WG_N; g++) g0[g * n + i] = g1[g * n + i] = -1;
+        body_at[i] = 0; cut[i] = 0; rep[i] = 0; rep_ok[i] = 0;
+        code[i] = 0;
+        if (!is_valid(col, i)) continue;
+        line_t l = line_of(col, i);
+        int c = l.n > INT32_MAX ? UNSURE : wrap_line(l, a, b, &body_at[i], &cut[i], &rep[i], &rep_ok[i]);
+        code[i] = (uint8_t)c;
+        if (c == UNSURE) { left++; body_at[i] = 0; cut[i] = 0; rep_ok[i] = 0; continue; }
+        if (c == 1)
+            for (int g = 0; g < WG_N; g++) { g0[g * n + i] = a[g]; g1[g * n + i] = b[g]; }
+    }
+    return left;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * The subsystem a kernel message names first: the kernel-log engine's SUBSYS
  * (ingest/formats/kernel/engine.py),
  *

@@ -316,9 +316,9 @@ def test_step_and_plain_lines_are_collapsed_per_rank(tmp_path):
     assert not [e for e in ev.values() if e["name"] == "step" and e["line"] not in (90, 91)]
 
 
-def test_wrapper_split_fast_path_equals_the_wrap_grammar():
-    # torchrun's "[defaultN]:" alone is cut without the WRAP regex; every other wrapper (and a tee
-    # prefix followed by an srun task or "[rankN]: ") takes WRAP: both give what WRAP gives.
+def test_wrapper_split_equals_the_wrap_grammar():
+    # The wrappers are read by the compiled reader (the lines it leaves by the regexes, which cut
+    # torchrun's "[defaultN]:" alone without the WRAP regex): every line gives what WRAP gives.
     import polars as pl
     from ingest.formats.logs.engine import WRAP, _wrap, extract_prefix
     lines = ["[default0]:hello", "[default12]:3: x", "[default1]:[rank1]: Traceback", "[default1]:[rank1]:[I1129 x",
@@ -429,6 +429,56 @@ def test_compiled_family_reader_equals_the_family_regexes():
     assert len(lines) > 4000
     wrapped = E._wrap(pl.DataFrame({"lineno": range(1, len(lines) + 1), "line": lines}, schema={"lineno": pl.Int64, "line": pl.String}))
     same(wrapped["body"].to_list())
+
+
+_WRAPS = [
+    ["[default0]:", "2026-11-29 13:28:11,298 INFO [rank0] train: step=0"],
+    ["> ", "> ", "(", "RayTrainWorker", " pid=", "4242", ", ip=", "10.0.0.1", ") ", "[rank", "3", "]: ", "hello",
+     " [repeated ", "5", "x across cluster]"],
+    ["(", "a.b_c", " pid=", "7", ") ", "[", "0", ",", "12", "]<std", "err", ">:", "[default", "1", "]:", "123456", ": ",
+     "[rank", "2", "]: ", "msg"],
+    ["[", "1", ",", "2", "]<stdout>:", "[default", "3", "]:", "12", ": ", "[rank4]: ", "yo"],
+    ["12", ": ", "[rank", "0", "]: ", "Traceback (most recent call last):"],
+    ["[default", "00", "]:", "> ", "x [repeated 2x across cluster]"],
+]
+_WRAP_PIECES = sorted({p for h in _WRAPS for p in h}) + [
+    "", " ", ">", "(", ")", "[", "]", ",", ".", ":", ": ", "1234567", "99999999999999999999", "\u00e9", "\u0663",
+    "\u00a0", "<stdin>:", " [repeated ", "x across cluster]", "across cluster]", "\t", "\x01"]
+
+
+def test_compiled_wrapper_reader_equals_the_wrapper_regexes():
+    # The launchers' wrappers (torchrun's [defaultN]:, Ray's actor prefix and repeat suffix,
+    # mpirun's [job,rank]<stdout>:, srun's task number, the [rankN]: prefix), whole and with pieces
+    # dropped, doubled or replaced (hypothesis, a fixed number of examples), and the lines of the
+    # corpus's logs: the compiled reader's frame (the regexes for the lines it leaves) equals the
+    # regexes' frame, column for column.
+    import polars as pl
+    from hypothesis import HealthCheck, given, settings
+    from ingest.formats.logs import engine as E
+
+    def same(lines):
+        df = pl.DataFrame({"lineno": range(1, len(lines) + 1), "line": lines}, schema={"lineno": pl.Int64, "line": pl.String})
+        got, want = E._wrap(df), E._wrap_regex(df)
+        assert got.columns == want.columns and got.dtypes == want.dtypes, lines
+        assert got.equals(want, null_equal=True), (lines, got, want)
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(edited_heads(_WRAPS, _WRAP_PIECES))
+    def check(lines):
+        same(lines)
+
+    check()
+    odd = ["", "1x", "\u0663", "\u00e9", "1234567", "99999999999999999999", ":", "]", "(", " ", "stdin"]
+    same(each_piece_replaced(_WRAPS, odd) + [None])
+    lines = []
+    for p in sorted(APP.glob("*.log")) + sorted((ROOT / "sample_traces").glob("*/*/logs/*.log")):
+        lines += p.read_text(errors="replace").splitlines()
+    assert len(lines) > 4000
+    same(lines)
+    got = E._wrap(pl.DataFrame({"lineno": [1, 2], "line": ["[default3]:12: hi", "(W pid=9) x [repeated 4x across cluster]"]}))
+    assert got.select("tee", "srun", "ray_actor", "ray_pid", "body", "repeated", "stream").rows() == [
+        ("3", "12", None, None, "hi", None, "3|12||"), (None, None, "W", "9", "x", 4, "||9|")]
 
 
 STEP_TEXTS = [
@@ -610,7 +660,10 @@ def test_compiled_readers_read_both_arrow_layouts_alike():
     def read(arr):
         sv, rs, ni = native.step_values(arr), native.rank_said(arr), native.nccl_info(arr)
         lh, dr, ss = native.log_heads(arr), native.dmesg_raw(arr), native.subsys(arr)
+        wr = native.wraps(arr)
         return ([c.to_pylist() for c in sv[:5]] + [c.to_pylist() for c in rs[:4]]
+                + [wr.code.to_pylist(), {k: (a.to_pylist(), b.to_pylist()) for k, (a, b) in wr.groups.items()}]
+                + [c.to_pylist() for c in wr[2:5]] + [wr.unsure]
                 + [c.to_pylist() for c in ni[:5]] + [sv.unsure, rs.unsure, ni.unsure]
                 + [c.to_pylist() for c in lh[:-1]] + [c.to_pylist() for c in dr[:-1]] + [c.to_pylist() for c in ss[:2]]
                 + [lh.unsure, dr.unsure, ss[2]])

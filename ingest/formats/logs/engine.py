@@ -508,8 +508,50 @@ class _State:
     phase: Phase = field(default_factory=Phase)
 
 
+_WRAP_COLS = native.WRAP_GROUPS
+
+
 def _wrap(df: pl.DataFrame) -> pl.DataFrame:
-    """lineno, line, body, stream, wrank, tee, srun, ray_pid, repeated."""
+    """lineno, line, the wrapper's groups (``_WRAP_COLS``), body, repeated, stream: what WRAP and
+    RAY_REPEAT read from each line. The compiled reader (:func:`ingest.native.wraps`) reads them;
+    the lines it leaves (a byte it looked at is not ASCII) take the regexes (:func:`_wrap_regex`)."""
+    base = df.select("lineno", "line")
+    w = native.wraps(native.texts(base["line"]))
+    n = base.height
+    line = pl.col("line")
+    cols = []
+    for c in _WRAP_COLS:
+        if c in w.groups:
+            a, k = w.groups[c]
+            cols.append(pl.when(pl.lit(pl.Series(a)) >= 0).then(line.str.slice(pl.lit(pl.Series(a)), pl.lit(pl.Series(k))))
+                        .alias(c))
+        else:
+            cols.append(pl.lit(None, pl.String).alias(c))
+    body_at = pl.Series("_ba", w.body_at)
+    cut = pl.Series("_cut", w.cut)
+    out = base.with_columns(*cols, (line.str.slice(pl.lit(body_at)) if body_at.max() else line).alias("body"),
+                            pl.lit(pl.Series("repeated", w.repeated)).alias("repeated"))
+    if cut.max():
+        some = cut > 0
+        i = some.arg_true()
+        b = out.filter(some).select(pl.col("body").str.slice(0, pl.col("body").str.len_chars() - pl.lit(cut.filter(some))))
+        out = out.with_columns(body=out["body"].scatter(i, b.to_series()))
+    if any(c in w.groups for c in ("tee", "srun", "ray_pid", "mpi_rank")):
+        stream = pl.concat_str([pl.col("tee").fill_null(""), pl.col("srun").fill_null(""), pl.col("ray_pid").fill_null(""),
+                                pl.col("mpi_rank").fill_null("")], separator="|")
+    else:
+        stream = pl.lit("|||", pl.String)
+    out = out.with_columns(stream.alias("stream"))
+    if w.unsure:
+        left = pl.Series(w.code) == native.UNSURE
+        i = left.arg_true()
+        sub = _wrap_regex(base.filter(left))
+        out = out.with_columns(*(out[c].scatter(i, sub[c].cast(out[c].dtype)) for c in out.columns if c not in ("lineno", "line")))
+    return out
+
+
+def _wrap_regex(df: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_wrap` by the regexes."""
     # WRAP is all-optional and anchored: on a line without a wrapper it matches the empty string
     # at once (every first token of WRAP needs the WRAP_START prefix), so body = line there.
     base = df.select("lineno", "line")
@@ -1351,9 +1393,9 @@ def _times(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
     ev = ev.with_columns(
         pl.when(dated).then(pl.col("t_y")).forward_fill().backward_fill().alias("_ry"),
         pl.when(dated).then(pl.col("t_mo")).forward_fill().backward_fill().alias("_rm"))
-    if ev.select(dated.any()).item():
-        last = ev.filter(dated).tail(1)
-        st.ref_year, st.ref_month = int(last["t_y"][0]), int(last["t_mo"][0])
+    y, mo = ev.select(pl.col("t_y").filter(dated).last(), pl.col("t_mo").filter(dated).last()).row(0)
+    if y is not None:       # (the last dated row's year and month; no copy of the rows)
+        st.ref_year, st.ref_month = int(y), int(mo)
         st.year_from = st.year_from or "dated lines in the file"
     need_year = (pl.col("t_y").is_null() & pl.col("t_h").is_not_null())
     if ev.select(need_year.any()).item() and st.ref_year is None and ev.select(pl.col("_ry").is_null().all()).item():
