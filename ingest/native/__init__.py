@@ -1,8 +1,8 @@
 """aftertrace's line engine: compiled single passes over text (``scan.c``), as Arrow arrays: the
 lines of a chunk (:func:`split_lines`), the launchers' wrappers before them (:func:`wraps`), the
-numbers of step lines (:func:`step_values`), the
-rank a message states (:func:`rank_said`), the classes and headers of NCCL INFO lines
-(:func:`nccl_info`) and the fields of perf script record headers (:func:`perf_headers`).
+numbers of step lines (:func:`step_values`), the rank a message states (:func:`rank_said`), the
+classes and headers of NCCL INFO lines (:func:`nccl_info`) and the fields of perf script record
+headers (:func:`perf_headers`); and cuts of a text column that share its bytes (:func:`slices`).
 
 The library is plain C loaded with ctypes (no Python headers, no ABI to match): the wheel ships
 it built (``hatch_build.py``); a checkout or an editable install builds it on first use when
@@ -61,6 +61,8 @@ def library() -> ctypes.CDLL:
             lib.at_dmesg_raw.restype = _I64
             lib.at_wraps.argtypes = [_P, _I64] + [_P] * 7
             lib.at_wraps.restype = _I64
+            lib.at_slice_views.argtypes = [_P, _I64, _P, _P, _P, _P]
+            lib.at_slice_views.restype = _I64
             lib.at_subsys.argtypes = [_P, _I64, _P, _P]
             lib.at_subsys.restype = _I64
             lib.at_kineto_events.argtypes = [_P, _I64, _I64] + [_P] * 17
@@ -149,6 +151,46 @@ def _column(texts: pa.Array) -> tuple[object, _Col]:
         return texts, _Col(offs.address + 8 * texts.offset, data.address if data is not None else 0, 0, 0, valid)
     data = (ctypes.c_void_p * max(1, len(bufs) - 2))(*(b.address for b in bufs[2:]))
     return (texts, data), _Col(0, 0, bufs[1].address + 16 * texts.offset, ctypes.addressof(data), valid)
+
+
+def slices(texts: pa.Array, start: pa.Array, length: pa.Array | None = None) -> pa.Array:
+    """``texts[i][start[i] : start[i] + length[i]]`` for each row of a text array (:func:`texts`), as a
+    ``string_view`` array that shares the bytes of ``texts`` (no copy of the text; Polars takes it
+    as it is). ``start`` and ``length`` are int32 arrays of bytes (the callers cut ASCII prefixes,
+    where bytes are characters); a row is null where its text is null or its start is null or
+    negative; a null or negative length, or none, cuts to the end."""
+    lib = library()
+    n = len(texts)
+    if len(start) != n or (length is not None and len(length) != n):
+        raise ValueError("slices: start and length must have a value per row")
+    alive, col = _column(texts)
+    start = _int32s(start, -1)
+    length = _int32s(length, -1) if length is not None else None
+    views, valid = pa.allocate_buffer(max(16 * n, 1)), pa.allocate_buffer(max((n + 7) // 8, 1))
+    nulls = lib.at_slice_views(ctypes.byref(col), n, _values_address(start),
+                               _values_address(length) if length is not None else None,
+                               views.address, valid.address) if n else 0
+    src = alive[0] if isinstance(alive, tuple) else alive
+    data = src.buffers()[2:] if src.type == pa.string_view() else [src.buffers()[2]]
+    del alive
+    return pa.Array.from_buffers(pa.string_view(), n, [valid if nulls else None, views, *data], null_count=nulls)
+
+
+def _int32s(a: pa.Array, null_as: int) -> pa.Array:
+    """An int32 array without nulls (each null as ``null_as``) and without a slice offset."""
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    if a.type != pa.int32():
+        a = a.cast(pa.int32())
+    if a.null_count:
+        a = pc.fill_null(a, null_as)
+    if a.offset:
+        a = pa.concat_arrays([a])
+    return a
+
+
+def _values_address(a: pa.Array) -> int:
+    return a.buffers()[1].address if len(a) else 0
 
 
 class Steps(NamedTuple):
@@ -382,14 +424,18 @@ def wraps(lines: pa.Array) -> Wraps:
     alive, col = _column(lines)
     m = max(n, 1)
     code, rep_ok = pa.allocate_buffer(m), pa.allocate_buffer(m)
-    g0, g1 = pa.allocate_buffer(4 * m * len(WRAP_GROUPS)), pa.allocate_buffer(4 * m * len(WRAP_GROUPS))
     body_at, cut, rep = (pa.allocate_buffer(4 * m) for _ in range(3))
-    left = lib.at_wraps(ctypes.byref(col), n, code.address, g0.address, g1.address, body_at.address, cut.address,
-                        rep.address, rep_ok.address) if n else 0
-    del alive       # (the buffers it read stayed alive through the call)
+
+    def read(g0, g1) -> int:
+        return lib.at_wraps(ctypes.byref(col), n, code.address, g0, g1, body_at.address, cut.address, rep.address,
+                            rep_ok.address) if n else 0
+
+    left = read(None, None)
     codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])
     groups = {}
-    if n and pc.any(pc.equal(codes, 1)).as_py():
+    if n and pc.any(pc.equal(codes, 1)).as_py():    # (the groups' spans: read again, with room for them)
+        g0, g1 = pa.allocate_buffer(4 * m * len(WRAP_GROUPS)), pa.allocate_buffer(4 * m * len(WRAP_GROUPS))
+        read(g0.address, g1.address)
         starts = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g0])
         ends = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g1])
         for k, name in enumerate(WRAP_GROUPS):

@@ -232,6 +232,46 @@ static inline int is_valid(const col_t *c, int64_t i) {
     return c->valid == NULL || (c->valid[i >> 3] >> (i & 7)) & 1;
 }
 
+/* Cuts of a text column as a string_view column that shares the column's bytes: row i is
+ * col[i][start[i] : start[i] + len[i]] (len NULL or len[i] < 0: to the end; clipped to the text),
+ * null where col[i] is null or start[i] < 0. Offsets count bytes: the callers cut ASCII prefixes,
+ * where bytes are characters. A cut of 12 bytes or fewer is held in its view; a longer one points
+ * into the column's data buffer (string_view: the buffer the row's own view names; large_string:
+ * buffer 0, which must stay under 2 GiB). views: 16 bytes per row; valid: the validity bitmap.
+ * Returns the number of nulls. */
+int64_t at_slice_views(const col_t *col, int64_t n, const int32_t *start, const int32_t *len, uint8_t *views,
+                       uint8_t *valid) {
+    int64_t nulls = 0;
+    memset(valid, 0, (size_t)((n + 7) / 8));
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t *v = views + 16 * i;
+        memset(v, 0, 16);
+        if (!is_valid(col, i) || start[i] < 0) { nulls++; continue; }
+        valid[i >> 3] |= (uint8_t)(1u << (i & 7));
+        line_t l = line_of(col, i);
+        int64_t a = start[i] < l.n ? start[i] : l.n;
+        int64_t k = l.n - a;
+        if (len != NULL && len[i] >= 0 && len[i] < k) k = len[i];
+        int32_t k32 = (int32_t)k;
+        memcpy(v, &k32, 4);
+        if (k <= 12) { memcpy(v + 4, l.p + a, (size_t)k); continue; }
+        int32_t buf, off;
+        if (col->views == NULL) {
+            buf = 0;
+            off = (int32_t)(col->offs[i] + a);
+        } else {            /* (a row longer than 12 bytes: its view names its buffer and offset) */
+            const uint8_t *src = col->views + 16 * i;
+            memcpy(&buf, src + 8, 4);
+            memcpy(&off, src + 12, 4);
+            off += (int32_t)a;
+        }
+        memcpy(v + 4, l.p + a, 4);
+        memcpy(v + 8, &buf, 4);
+        memcpy(v + 12, &off, 4);
+    }
+    return nulls;
+}
+
 static inline int w_ascii(int c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
@@ -1349,15 +1389,17 @@ static int wrap_line(line_t l, int32_t *g0, int32_t *g1, int32_t *body_at, int32
 }
 
 /* For the lines [0, n) of col: code (0 no wrapper, 1 one read, UNSURE where the regexes decide),
- * the start and end of each group (g0, g1: WG_N arrays of n, -1 where the group took nothing),
  * where the rest starts (bytes), the bytes Ray's suffix cuts off its end, and the suffix's count
- * (rep, rep_ok). Null lines are code 0. Returns the number left to the regexes. */
+ * (rep, rep_ok); with g0 and g1 (else NULL: most logs have no wrapper, and these are the bulk of
+ * the output) the start and end of each group (WG_N arrays of n, -1 where the group took nothing).
+ * Null lines are code 0. Returns the number left to the regexes. */
 int64_t at_wraps(const col_t *col, int64_t n, uint8_t *code, int32_t *g0, int32_t *g1, int32_t *body_at,
                  int32_t *cut, int32_t *rep, uint8_t *rep_ok) {
     int64_t left = 0;
     int32_t a[WG_N], b[WG_N];
     for (int64_t i = 0; i < n; i++) {
-        for (int g = 0; g < WG_N; g++) g0[g * n + i] = g1[g * n + i] = -1;
+        if (g0 != NULL)
+            for (int g = 0; g < WG_N; g++) g0[g * n + i] = g1[g * n + i] = -1;
         body_at[i] = 0; cut[i] = 0; rep[i] = 0; rep_ok[i] = 0;
         code[i] = 0;
         if (!is_valid(col, i)) continue;
@@ -1365,7 +1407,7 @@ int64_t at_wraps(const col_t *col, int64_t n, uint8_t *code, int32_t *g0, int32_
         int c = l.n > INT32_MAX ? UNSURE : wrap_line(l, a, b, &body_at[i], &cut[i], &rep[i], &rep_ok[i]);
         code[i] = (uint8_t)c;
         if (c == UNSURE) { left++; body_at[i] = 0; cut[i] = 0; rep_ok[i] = 0; continue; }
-        if (c == 1)
+        if (c == 1 && g0 != NULL)
             for (int g = 0; g < WG_N; g++) { g0[g * n + i] = a[g]; g1[g * n + i] = b[g]; }
     }
     return left;

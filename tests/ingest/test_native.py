@@ -61,3 +61,34 @@ def test_compiled_readers_equal_the_regexes_on_real_files(path, tmp_path, monkey
     for name in READERS:
         monkeypatch.setattr(native, name, _left_to_the_regexes(name, getattr(native, name)))
     assert _tables(path, tmp_path / "b") == compiled
+
+
+def test_slices_cut_as_polars_cuts_in_both_layouts():
+    # native.slices cuts each row at its own start and length, sharing the column's bytes: on ASCII
+    # text it gives what Polars' str.slice gives (a negative or null start: null; a null or negative
+    # length, or none: to the end; past the end: clipped), from either Arrow layout, sliced or not,
+    # short rows (held in their views) and long ones (pointing into several data buffers) alike.
+    import random
+
+    import polars as pl
+
+    rng = random.Random(5)
+    texts = [None if rng.random() < .05 else "".join(rng.choice("ab yz019") for _ in range(rng.randint(0, 40)))
+             for _ in range(3000)] + ["x" * 70 + str(i) for i in range(200_000)]
+    start = [None if rng.random() < .05 else rng.randint(-2, 45) for _ in texts]
+    length = [None if rng.random() < .1 else rng.randint(-1, 30) for _ in texts]
+    df = pl.DataFrame({"t": pl.Series(texts, dtype=pl.String), "a": pl.Series(start, dtype=pl.Int32),
+                       "k": pl.Series(length, dtype=pl.Int32)})
+    a, k = pl.col("a"), pl.col("k")
+    for off in (0, 7):
+        d = df.slice(off)
+        want = d.select(pl.when(a >= 0).then(pl.col("t").str.slice(a, pl.when(k >= 0).then(k)))).to_series()
+        to_end = d.select(pl.when(a >= 0).then(pl.col("t").str.slice(a))).to_series()
+        views = native.texts(d["t"])
+        assert views.type == pa.string_view() and len(views.buffers()) > 3
+        for src in (views, pa.array(texts[off:], pa.large_string())):
+            got = pl.Series(native.slices(src, d["a"].to_arrow(), d["k"].to_arrow()))
+            assert got.to_list() == want.to_list(), (src.type, off)
+            assert pl.Series(native.slices(src, d["a"].to_arrow())).to_list() == to_end.to_list()
+    with pytest.raises(ValueError):
+        native.slices(pa.array(["a", "b"], pa.large_string()), pa.array([0], pa.int32()))

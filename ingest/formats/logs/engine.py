@@ -91,6 +91,7 @@ from datetime import datetime, timezone
 from typing import NamedTuple
 
 import polars as pl
+import pyarrow.compute as pc
 
 from ... import native
 from ...model import CLOCK_NONE
@@ -516,21 +517,13 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
     RAY_REPEAT read from each line. The compiled reader (:func:`ingest.native.wraps`) reads them;
     the lines it leaves (a byte it looked at is not ASCII) take the regexes (:func:`_wrap_regex`)."""
     base = df.select("lineno", "line")
-    w = native.wraps(native.texts(base["line"]))
-    n = base.height
-    line = pl.col("line")
-    cols = []
-    for c in _WRAP_COLS:
-        if c in w.groups:
-            a, k = w.groups[c]
-            cols.append(pl.when(pl.lit(pl.Series(a)) >= 0).then(line.str.slice(pl.lit(pl.Series(a)), pl.lit(pl.Series(k))))
-                        .alias(c))
-        else:
-            cols.append(pl.lit(None, pl.String).alias(c))
-    body_at = pl.Series("_ba", w.body_at)
+    lines = native.texts(base["line"])
+    w = native.wraps(lines)
+    cols = [pl.Series(c, native.slices(lines, *w.groups[c])) if c in w.groups else pl.lit(None, pl.String).alias(c)
+            for c in _WRAP_COLS]
     cut = pl.Series("_cut", w.cut)
-    out = base.with_columns(*cols, (line.str.slice(pl.lit(body_at)) if body_at.max() else line).alias("body"),
-                            pl.lit(pl.Series("repeated", w.repeated)).alias("repeated"))
+    body = pl.Series("body", native.slices(lines, w.body_at)) if pc.max(w.body_at).as_py() else pl.col("line")
+    out = base.with_columns(*cols, body.alias("body"), pl.Series("repeated", w.repeated))
     if cut.max():
         some = cut > 0
         i = some.arg_true()
@@ -720,9 +713,12 @@ def _compiled_family(r: pl.DataFrame, fam: str) -> pl.DataFrame:
     as :func:`_timed_family` makes it from the regexes' groups (the texts are ASCII: byte offsets
     are character offsets)."""
     h = lambda k: pl.col("_h_" + k)
-    b = pl.col("body")
-    span = lambda a, e: b.str.slice(h(a), h(e) - h(a))
-    cols = dict(msg=b.str.slice(h("msg_at")), sev=h("sev").replace_strict(_SEV_CODE, default=None, return_dtype=pl.String),
+    body = native.texts(r["body"])
+
+    def span(a: str, e: str) -> pl.Expr:
+        return pl.lit(pl.Series(native.slices(body, r["_h_" + a].to_arrow(), (r["_h_" + e] - r["_h_" + a]).to_arrow())))
+
+    cols = dict(msg=pl.lit(pl.Series(native.slices(body, r["_h_msg_at"].to_arrow()))), sev=h("sev").replace_strict(_SEV_CODE, default=None, return_dtype=pl.String),
                 rank=h("rank"), pid=h("pid"), tid=h("tid"), t_y=h("y"), t_mo=h("mo"), t_d=h("d"), t_h=h("hh"),
                 t_mi=h("mi"), t_s=h("ss"), t_fns=h("fns"), t_res=h("res"), t_off=h("off"))
     if fam in ("c10", "elastic", "usdt"):
@@ -730,8 +726,8 @@ def _compiled_family(r: pl.DataFrame, fam: str) -> pl.DataFrame:
                                        h("fline").cast(pl.String), pl.lit("}")])
         cols["name"] = span("f_at", "name_end") if fam == "c10" else pl.lit("elastic" if fam == "elastic" else "kineto")
     elif fam == "syslog":
-        cols.update(host=span("h_at", "h_end"), name=span("f_at", "f_end"),
-                    attrs=pl.concat_str([pl.lit('{"prog":"'), span("f_at", "f_end"), pl.lit('"}')]))
+        prog = span("f_at", "f_end")
+        cols.update(host=span("h_at", "h_end"), name=prog, attrs=pl.concat_str([pl.lit('{"prog":"'), prog, pl.lit('"}')]))
     elif fam == "pylog":
         cols.update(name=pl.lit("log"), attrs=pl.concat_str([pl.lit('{"logger":"'), span("f_at", "f_end"), pl.lit('"}')]))
     else:
