@@ -87,17 +87,18 @@ class DmesgRawParser(KernelLogParser):
     def records(self, df, ctx):
         # One compiled pass reads the records (``ingest.native.dmesg_raw``: the grammar above on
         # ASCII text); the lines it leaves take the regexes (``_records_regex``).
-        r = native.dmesg_raw(native.texts(df["line"]))
-        line, ok = pl.col("line"), pl.col("_ok")
+        lines = native.texts(df["line"])
+        r = native.dmesg_raw(lines)
+        ok = pl.col("_ok")
         code = pl.Series("_code", r.code)
-        src, df = df, df.with_columns((code == 1).alias("_ok"), pl.Series("_ts", r.ts), pl.Series("_mat", r.msg_at))
+        src, df = df, df.with_columns((code == 1).alias("_ok"), pl.Series("_ts", r.ts))
         sev = kern = None
         if r.prio.null_count < len(r.prio) or pc.max(r.lvl).as_py():     # ("<6>" priorities, "--decode" levels)
             prio = pl.Series("_prio", r.prio)
             lvl = pl.Series("_lvl", r.lvl).replace_strict(_LEVEL_CODE, default=None, return_dtype=pl.String)
             sev, kern = pl.coalesce((prio % 8).cast(pl.String), lvl), prio.is_null() | (prio < 8)
-        out = frame(df, ok=ok, ts=pl.col("_ts"), msg=pl.when(ok).then(line.str.slice(pl.col("_mat"))).otherwise(line),
-                    sev=sev, kern=kern)
+        # (a line that is no record is its own message: its msg_at is 0)
+        out = frame(df, ok=ok, ts=pl.col("_ts"), msg=pl.lit(pl.Series(native.slices(lines, r.msg_at))), sev=sev, kern=kern)
         if r.unsure:
             left = code == native.UNSURE
             out = pl.concat([out.filter(~left), self._records_regex(src.filter(left))]).sort(
