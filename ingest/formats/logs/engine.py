@@ -1346,7 +1346,8 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         carry = None if final else (df.filter(pl.col("lineno") >= open_at) if open_at else None)
         _count_other(st, None if carry is None else open_at)
         return pl.DataFrame(), carry
-    ev = ev.sort("lineno", maintain_order=True)
+    if not ev["lineno"].is_sorted():     # (one family and no blocks: in order already)
+        ev = ev.sort("lineno", maintain_order=True)
     # what waits for the next chunk: rows after the last timed row, and any open block
     carry_from = None
     if not final:
