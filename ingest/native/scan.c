@@ -181,7 +181,7 @@ int64_t at_split_lines(const uint8_t *buf, int64_t n, int complete, int blank_as
 
 /* ---------------------------------------------------------------------------------------------
  * Step lines: the values the log engine's STEP, LOSS and STEP_TIME regexes read from a message
- * (ingest/formats/logs/engine.py: _messages, _step_values), read in one pass. A message that holds
+ * (ingest/formats/logs/grammar.py; engine.py: _messages), read in one pass. A message that holds
  * "step" or "iteration" in any case is lowercased; the leftmost STEP match gives the step (its
  * first run of digits) and the total (its second); the leftmost LOSS match's number is the loss;
  * the leftmost STEP_TIME match's first run of digits and dots is the step time, in s (ms for
@@ -554,8 +554,8 @@ int64_t at_step_values(const col_t *col, int64_t n, uint8_t *code, int64_t *step
 }
 
 /* ---------------------------------------------------------------------------------------------
- * A rank a message states, as the log engine's regexes read it (ingest/formats/logs/engine.py:
- * _ranks): RANK_IN_TEXT, (?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b, its leftmost match (g1 from
+ * A rank a message states, as the log engine's regexes read it (ingest/formats/logs/grammar.py;
+ * engine.py: _ranks): RANK_IN_TEXT, (?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b, its leftmost match (g1 from
  * the first alternative, g2 from the second), and c10d's process-group prefix
  * ^\[(?:PG[^\]]*? )?Rank (\d+)\] (pg). ASCII messages only, as for the step lines.
  */
@@ -830,7 +830,7 @@ int64_t at_perf_headers(const col_t *col, int64_t n, uint8_t *code, int32_t *p, 
 
 /* ---------------------------------------------------------------------------------------------
  * Line families: the header of a log line's body as the log engine's FAMILIES read it
- * (ingest/formats/logs/engine.py): a line belongs to the first family whose test matches, and
+ * (ingest/formats/logs/grammar.py): a line belongs to the first family whose test matches, and
  * that family's prefix regex reads its fields. One pass per body here, in the regexes' order:
  *
  *   c10      ^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{3,4} \d\d:| \w)
@@ -1277,7 +1277,7 @@ int64_t at_dmesg_raw(const col_t *col, int64_t n, uint8_t *code, int64_t *ts, ui
 
 /* ---------------------------------------------------------------------------------------------
  * Wrappers that launchers put before a process's lines: the log engine's WRAP
- * (ingest/formats/logs/engine.py),
+ * (ingest/formats/logs/grammar.py),
  *
  *   ^(?:> )*(?:\((?P<ray_actor>\w[\w.]*) pid=(?P<ray_pid>\d+)(?:, ip=[\d.]+)?\) )?
  *    (?:\[(?P<mpi_job>\d+),(?P<mpi_rank>\d+)\]<std(?:out|err)>:)?(?:\[default(?P<tee>\d+)\]:)?

@@ -320,7 +320,8 @@ def test_wrapper_split_equals_the_wrap_grammar():
     # The wrappers are read by the compiled reader (the lines it leaves by the regexes, which cut
     # torchrun's "[defaultN]:" alone without the WRAP regex): every line gives what WRAP gives.
     import polars as pl
-    from ingest.formats.logs.engine import WRAP, _wrap, extract_prefix
+    from ingest.formats.logs.engine import _wrap, extract_prefix
+    from ingest.formats.logs.grammar import WRAP
     lines = ["[default0]:hello", "[default12]:3: x", "[default1]:[rank1]: Traceback", "[default1]:[rank1]:[I1129 x",
              "> > [default0]:a", "(Worker pid=12, ip=1.2.3.4) [default0]:x [repeated 3x across cluster]",
              "[1,3]<stdout>:[default2]:y", "12: foo", "[rank3]: bar", "[default]:x", "[default0]x",
@@ -495,20 +496,21 @@ STEP_TEXTS = [
 
 
 def test_step_values_equal_the_step_grammar():
-    # the step-line numbers are read without capture regexes (applog._NOCAP): on every text they
+    # the step-line numbers are read without capture regexes (grammar.NOCAP): on every text they
     # equal the groups of the STEP, LOSS and STEP_TIME regexes
     import polars as pl
-    from ingest.formats.logs.engine import LOSS, STEP, STEP_TIME, _LOWER, _step_match, _step_values
+    from ingest.formats.logs.engine import _step_match, _step_values
+    from ingest.formats.logs.grammar import LOSS, LOWER, STEP, STEP_TIME
     low = pl.col("t")
     for texts in (STEP_TEXTS, [t for t in STEP_TEXTS if t.isascii()]):
         df = pl.DataFrame({"t": texts})
-        s = low.str.extract_groups(_LOWER[STEP])
-        st = low.str.extract_groups(_LOWER[STEP_TIME])
+        s = low.str.extract_groups(LOWER[STEP])
+        st = low.str.extract_groups(LOWER[STEP_TIME])
         want = df.select(
             pl.coalesce(s.struct.field("step"), s.struct.field("iter"), s.struct.field("step2"))
             .cast(pl.Int64, strict=False).alias("_step"),
             pl.coalesce(s.struct.field("total"), s.struct.field("total2")).cast(pl.Int64, strict=False).alias("_total"),
-            low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
+            low.str.extract(LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
             pl.coalesce(st.struct.field("step_time_s").cast(pl.Float64, strict=False),
                         st.struct.field("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime"),
             s.struct.field("step").is_not_null() | s.struct.field("iter").is_not_null()
@@ -526,7 +528,7 @@ def test_compiled_step_reader_equals_the_step_grammar():
     # a message holding "step" or "iteration" in any case); other messages are left to the regexes
     import polars as pl
     from ingest import native
-    from ingest.formats.logs.engine import LOSS, STEP, STEP_TIME, _LOWER
+    from ingest.formats.logs.grammar import LOSS, LOWER, STEP, STEP_TIME
     more = ["STEP=5 LOSS=1E5", "Iteration 3 / 4", "xstep=1 step=2", "global_step=3", "global_stepx=1 step=4",
             "lm losses=1 lm loss=2", "loss :  -7e-3x step=1", "step_time=1.5 S step=1", "step=5loss=3",
             "Elapsed Time Per Iteration (ms): 12 iteration 1/2", "step\t=\t7", "step 5/ x step=6", "step=1 loss=1e+",
@@ -544,8 +546,8 @@ def test_compiled_step_reader_equals_the_step_grammar():
     got = native.step_values(pa.array(texts, pa.large_string()))
     low = pl.col("t").str.to_lowercase()
     df = pl.DataFrame({"t": texts})
-    s = low.str.extract_groups(_LOWER[STEP])
-    st = low.str.extract_groups(_LOWER[STEP_TIME])
+    s = low.str.extract_groups(LOWER[STEP])
+    st = low.str.extract_groups(LOWER[STEP_TIME])
     flag = pl.col("t").str.contains("(?i)step|iteration") & (
         s.struct.field("step").is_not_null() | s.struct.field("iter").is_not_null() | s.struct.field("step2").is_not_null())
     want = df.select(
@@ -553,7 +555,7 @@ def test_compiled_step_reader_equals_the_step_grammar():
         pl.coalesce(s.struct.field("step"), s.struct.field("iter"), s.struct.field("step2"))
         .cast(pl.Int64, strict=False).alias("_step"),
         pl.coalesce(s.struct.field("total"), s.struct.field("total2")).cast(pl.Int64, strict=False).alias("_total"),
-        low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
+        low.str.extract(LOWER[LOSS], 1).cast(pl.Float64, strict=False).alias("_loss"),
         pl.coalesce(st.struct.field("step_time_s").cast(pl.Float64, strict=False),
                     st.struct.field("iter_ms").cast(pl.Float64, strict=False) / 1000).alias("_stime")).rows()
     codes = got.code.to_pylist()
@@ -572,7 +574,7 @@ def test_compiled_rank_reader_equals_the_rank_grammar():
     # RANK_IN_TEXT's two groups and the PG_RANK prefix give; other messages are left to the regexes
     import polars as pl
     from ingest import native
-    from ingest.formats.logs.engine import PG_RANK, RANK_IN_TEXT
+    from ingest.formats.logs.grammar import PG_RANK, RANK_IN_TEXT
     texts = ["[rank3] x", "Rank=4 y", "[PG 0 (default_pg) Rank 5] z", "xrank=1 rank:2", "[RANK: 7]", "[rank :7] rank=8",
              "[rank  9] rank:10x rank:11", "[rank99999999999999999999] rank=3", "rank=99999999999999999999",
              "[PG 0 ] x] Rank 1]", "[PG 1 Rank 2] Rank 3]", "[Rank 6] y", "[PGx Rank 12]", "[PG Rank 13]", "[PG  Rank 14]",
@@ -607,7 +609,7 @@ def test_compiled_readers_equal_the_regexes_on_generated_messages():
     import polars as pl
     from hypothesis import HealthCheck, given, settings, strategies as st
     from ingest import native
-    from ingest.formats.logs.engine import LOSS, PG_RANK, RANK_IN_TEXT, STEP, STEP_TIME, _LOWER
+    from ingest.formats.logs.grammar import LOSS, LOWER, PG_RANK, RANK_IN_TEXT, STEP, STEP_TIME
 
     @settings(max_examples=300, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
@@ -615,7 +617,7 @@ def test_compiled_readers_equal_the_regexes_on_generated_messages():
     def check(texts):
         df = pl.DataFrame({"t": texts})
         low = pl.col("t").str.to_lowercase()
-        s, stt = low.str.extract_groups(_LOWER[STEP]), low.str.extract_groups(_LOWER[STEP_TIME])
+        s, stt = low.str.extract_groups(LOWER[STEP]), low.str.extract_groups(LOWER[STEP_TIME])
         flag = pl.col("t").str.contains("(?i)step|iteration") & (
             s.struct.field("step").is_not_null() | s.struct.field("iter").is_not_null()
             | s.struct.field("step2").is_not_null())
@@ -623,7 +625,7 @@ def test_compiled_readers_equal_the_regexes_on_generated_messages():
         cols = [flag, pl.coalesce(s.struct.field("step"), s.struct.field("iter"), s.struct.field("step2"))
                 .cast(pl.Int64, strict=False),
                 pl.coalesce(s.struct.field("total"), s.struct.field("total2")).cast(pl.Int64, strict=False),
-                low.str.extract(_LOWER[LOSS], 1).cast(pl.Float64, strict=False),
+                low.str.extract(LOWER[LOSS], 1).cast(pl.Float64, strict=False),
                 pl.coalesce(stt.struct.field("step_time_s").cast(pl.Float64, strict=False),
                             stt.struct.field("iter_ms").cast(pl.Float64, strict=False) / 1000),
                 rk.struct.field("1").cast(pl.Int64, strict=False), rk.struct.field("2").cast(pl.Int64, strict=False),

@@ -1,13 +1,15 @@
 """The log engine: training and launcher logs (PyTorch c10/c10d, torchrun/elastic, Python
 logging, tracebacks) and NCCL lines, read by the same code line by line, so a job's stdout that
 interleaves everything is handled whichever format (:mod:`.applog`, :mod:`.nccl`) claimed the
-file. The NCCL line grammar is :mod:`.nccl_grammar`.
+file. What it reads is :mod:`.grammar` (wrappers, line families, messages, blocks; NCCL's lines:
+:mod:`.nccl_grammar`); the blocks are grouped and walked by :mod:`.blocks`, the times read by
+:mod:`.logtime`.
 
 Per 32 MiB chunk of lines (``ctx.line_frames()``), vectorised Polars regex and the compiled
 readers of :mod:`ingest.native` (each reads what the regexes here state, on ASCII text, and
 leaves any other line to them):
 
-1. Wrapper prefixes are peeled off and kept (``WRAPPERS``): ``torchrun --tee``
+1. Wrapper prefixes are peeled off and kept (``WRAP``): ``torchrun --tee``
    ``[default3]:`` (local rank), torch's ``[rank3]: `` on Python output,
    ``srun --label`` ``12: `` (task = rank), OpenMPI ``[1,3]<stdout>:``, Ray
    ``(Actor pid=N) ... [repeated 15x across cluster]`` and markdown quotes.
@@ -85,10 +87,8 @@ import functools
 import json
 import os
 import re
-import signal as _signal
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import NamedTuple
 
 import polars as pl
 import pyarrow.compute as pc
@@ -99,377 +99,20 @@ from ...registry import ParseContext
 from ...sink import SinkThread, attrs_json
 from ...timeparse import NS
 from ..kernel.signatures import Unknown
+from .blocks import block_rows, group_blocks
 from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
 from .frames import extract_prefix, in_halves, rows_in_halves
+from .grammar import (EXC_LINE, FAMILIES, LOSS_NOCAP, LOSS_VALUE, MESSAGE_ANY, MESSAGE_LITERALS, MESSAGES, NOCAP,
+                      PG_RANK, PLAIN_HINTS, RANK_IN_TEXT, RAY_REPEAT, SAID, SEVERITY, STEP, STEP_TIME, TEE, TEE_MORE,
+                      UNDERLYING, WRAP, WRAP_START, message_in, signame, timeout_summary)
 from .logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
 from .nccl_grammar import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT,
                            WARN_LABELS, collapse_info, nccl_frame, warn_class)
 
 MAX_CARRY_ROWS = 200_000
-MAX_BLOCK_LINES = 400
 
-# ---------------------------------------------------------------------------------------------
-# 1. wrapper prefixes
-WRAP_START = r"^(?:> |\(\w[\w.]* pid=\d|\[default\d|\d{1,6}: |\[\d+,\d+\]<|\[rank\d+\]: )"
-WRAP = (r"^(?:> )*(?:\((?P<ray_actor>\w[\w.]*) pid=(?P<ray_pid>\d+)(?:, ip=[\d.]+)?\) )?"
-        r"(?:\[(?P<mpi_job>\d+),(?P<mpi_rank>\d+)\]<std(?:out|err)>:)?"
-        r"(?:\[default(?P<tee>\d+)\]:)?(?:(?P<srun>\d{1,6}): )?(?:\[rank(?P<wrank>\d+)\]: )?")
-RAY_REPEAT = r" \[repeated (\d+)x across cluster\]$"
-TEE = r"^\[default(\d+)\]:"                    # (WRAP's tee group alone)
-TEE_MORE = r"^(?:\d{1,6}: |\[rank\d+\]: )"    # (what WRAP may take after a tee prefix)
-
-# ---------------------------------------------------------------------------------------------
-# 2. line families
-class Family(NamedTuple):
-    """A line family: a line belongs to the first family whose ``test`` matches its body, and
-    ``extract`` (an anchored prefix regex, see :func:`extract_prefix`) reads its header fields."""
-    test: str
-    extract: str
-
-
-_MD = r"(?P<mo_d>\d{3,4})"
-FAMILIES: dict[str, Family] = {
-    "c10": Family(r"^(?:\[rank\d+\]:)?\[[FEWIV](?:\d{3,4} \d\d:| \w)",
-            r"^(?:\[rank(?P<rank>\d+)\]:)?\[(?P<sev>[FEWIV])(?:" + _MD +
-            r" (?P<hms>\d\d:\d\d:\d\d)\.(?P<mono>\d{6,9}))? (?P<file>[^\s:\]]+):(?P<fline>\d+)\] ?"),
-    "elastic": Family(r"^(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ",
-                r"^(?:\[rank(?P<rank>\d+)\]:)?(?P<sev>[DIWEC])" + _MD +
-                r" (?P<hms>\d\d:\d\d:\d\d)\.(?P<us>\d{6}) (?P<pid>\d+) (?P<file>\S+?):(?P<fline>\d+)\] ?"),
-    "usdt": Family(r"^USDT:\d{4}-",
-             r"^USDT:(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d) (?P<pid>\d+):(?P<tid>\d+) "
-             r"(?P<file>[^\s:\]]+):(?P<fline>\d+)\] ?"),
-    "dated": Family(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d",
-              r"^\[?(?P<date>\d{4}-\d\d-\d\d)[ T_](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
-              r"(?P<off>Z|[+-]\d\d:?\d\d)?\]?[ :|-]*(?:\[?(?P<sev>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|NOTICE)\]?)?"
-              r"[ :|-]*"),
-    "syslog": Family(r"^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d \S+ ",
-               r"^(?P<mon>\w{3}) (?P<day>[ \d]\d) (?P<hms>\d\d:\d\d:\d\d) (?P<host>\S+) "
-               r"(?P<prog>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ?"),
-    "pylog": Family(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:",
-              r"^(?P<sev>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]*):"),
-}
-SEVERITY = {"F": "crit", "E": "error", "W": "warning", "I": "info", "V": "debug", "D": "debug", "C": "crit",
-            "DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "error",
-            "CRITICAL": "crit", "FATAL": "crit", "NOTICE": "notice",
-            "TRACE": "debug", "CALL": "debug", "ABORT": "error"}
-
-# ---------------------------------------------------------------------------------------------
-# 3. message grammar: (name, kind, literal prefilter, regex with named groups, integer fields)
-_WORK = (r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op_type>\w+)(?:, NumelIn=(?P<numel_in>-?\d+), "
-         r"NumelOut=(?P<numel_out>-?\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\)")
-# a pod's row in `kubectl get pods`: NAME READY STATUS RESTARTS AGE (RESTARTS may say "3 (2m ago)")
-# (after a NAMESPACE column with -A; "pod/" with `kubectl get all`)
-_POD_ROW = (r"^\s*(?:[a-z0-9][\w.\-]*\s+)?(?:pod/)?(?P<pod>[a-z0-9][\w.\-]*)\s+(?P<ready>\d+/\d+)\s+"
-            r"(?P<pod_status>{})\s+(?P<restarts>\d+)")
-# a row of `sacct`: the job or step id first; its State, then its ExitCode "status:signal" as a field
-_SACCT_ROW = (r"^\s*(?P<job_id>\d+(?:_(?:\d+|\[[^\]]*\]))?(?:\.[\w+\-]+)?)(?:\s|\|).*?(?:\s|\|)"
-              r"(?P<sacct_state>{})(?: by (?:\d+|\+))?\+?(?:\s+|\|)(?P<exit_status>\d+):(?P<exit_signal>\d+)(?:\s|\||$)")
-
-# Open MPI: "mpirun noticed that process rank 14 with PID 4257 on node n1 exited on signal 11 (Segmentation fault)."
-_MPI_SIGNAL = (r"(?P<mpi_launcher>mpirun|mpiexec|prterun) noticed that process rank (?P<mpi_rank>\d+)"
-               r"(?: with PID \d+)?(?: on node (?P<node>\S+))?\s+exited\s+on signal (?P<signal_no>{}) \((?P<signal>[^)]+)\)")
-
-class Message(NamedTuple):
-    """A message the engine recognises in a line's text: lines that contain ``literal`` are
-    matched against ``regex`` (named groups: the event's fields, ``ints`` of them integers); the
-    first entry that matches names the event ``name`` and types it ``kind`` (None: an event that
-    is no finding by itself)."""
-    name: str
-    kind: str | None
-    literal: str
-    regex: str
-    ints: tuple[str, ...]
-
-
-MESSAGES: tuple[Message, ...] = (
-    Message("watchdog_timeout", "collective_timeout", "Watchdog caught collective operation timeout",
-     r"Watchdog caught collective operation timeout: " + _WORK + r" ran for (?P<ran_ms>\d+) milliseconds",
-     ("seq", "numel_in", "numel_out", "timeout_ms", "ran_ms")),
-    Message("blocking_wait_timeout", "collective_timeout", "timed out in blocking wait",
-     r"Work " + _WORK + r" timed out in blocking wait", ("seq", "numel_in", "numel_out", "timeout_ms")),
-    Message("watchdog_exception", None, "detected by watchdog at work",
-     r"detected by watchdog at work: (?P<seq>-?\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), "
-     r"last completed NCCL work: (?P<last_completed>-?\d+)", ("seq", "last_enqueued", "last_completed")),
-    Message("async_exception", None, "raised the following async exception",
-     r"Collective " + _WORK + r" raised the following async exception: (?P<error>.*)$",
-     ("seq", "numel_in", "numel_out", "timeout_ms")),
-    Message("nccl_ops_failed", None, "Some NCCL operations have failed or timed out",
-     r"(?P<what>Some NCCL operations have failed or timed out)", ()),
-    Message("heartbeat_timeout", "collective_timeout", "Heartbeat monitor timed out",
-     r"Heartbeat monitor timed out!.*?(?:workMetaList_\.size\(\)\s*=\s*(?P<pending_works>\d+))?",
-     ("pending_works",)),
-    Message("watchdog_stuck", "collective_timeout", "watchdog got stuck for",
-     r"watchdog got stuck for (?P<stuck_s>\d+) seconds", ("stuck_s",)),
-    Message("desync_not_joined", "collective_mismatch", "but didn't join collective",
-     r"(?P<ranks>\[[\d, ]*\]) finished collective #(?P<seq>\d+), but didn't join collective #(?P<next_seq>\d+)",
-     ("seq", "next_seq")),
-    Message("desync_not_finished", "collective_mismatch", "joined but didn't finish collective",
-     r"(?P<ranks>\[[\d, ]*\]) joined but didn't finish collective #(?P<seq>\d+)", ("seq",)),
-    Message("desync_lagging", "collective_mismatch", "are the lagging ranks",
-     r"ranks (?P<ranks>\[[\d, ]*\]) are the lagging ranks", ()),
-    Message("collective_mismatch", "collective_mismatch", "Detected mismatch between collectives",
-     r"Detected mismatch between collectives on ranks\. Rank (?P<rank_a>\d+) is running collective: "
-     r"CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), OpType=(?P<op_type>\w+)"
-     r"(?:.*?Rank (?P<rank_b>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq_b>\d+), "
-     r"OpType=(?P<op_type_b>\w+))?", ("rank_a", "seq", "rank_b", "seq_b")),
-    Message("flight_recorder", None, "Flight Recorder",
-     r"(?P<fr_msg>(?:Finished writing|Writing|Error \w+) [^:]*Flight Recorder[^:]*?)(?: to (?P<fr_path>\S+))?$", ()),
-    Message("flight_recorder", None, "FlightRecorder is disabled", r"(?P<fr_msg>FlightRecorder is disabled)", ()),
-    Message("gloo_timeout", "collective_timeout", "Timed out waiting ",
-     r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?Timed out waiting (?P<wait_ms>\d+)ms for (?P<gloo_op>\w+) operation",
-     ("wait_ms",)),
-    # c10d's TCPStore: a rank waited for keys its peers never wrote (at start: a peer that never
-    # joined), or could not reach the store at all
-    Message("store_wait_timeout", None, "timeout after",
-     r"wait timeout after (?P<wait_ms>\d+)ms, keys: (?P<store_keys>\S+(?:, \S+)*)", ("wait_ms",)),
-    Message("store_connect_timeout", None, "has timed out after",
-     r"The client socket has timed out after (?P<wait_ms>\d+)ms while trying to connect to "
-     r"\((?P<store_host>[^,()]+), (?P<store_port>\d+)\)", ("wait_ms", "store_port")),
-    Message("gloo_peer_closed", None, "by peer",
-     r"(?:\[(?P<gloo_src>[^\]]*gloo[^\]]*)\] )?(?P<gloo_error>Connection closed by peer|Read error|"
-     r"Connection reset by peer)(?: \[(?P<peer>[^\]]+)\]:?(?P<peer_port>\d+)?)?", ()),
-    Message("worker_failed", None, "failed (exitcode:",
-     r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<worker_pid>\d+)\)"
-     r"(?: of binary: (?P<binary>.*))?", ("exitcode", "local_rank", "worker_pid")),
-    Message("closing_signal", None, "closing signal",
-     r"Sending process (?P<worker_pid>\d+) closing signal (?P<signal>SIG\w+)", ("worker_pid",)),
-    # the grace period ran out: torchrun sends the kill signal (numbers, as `via 15 ... via 9`)
-    Message("closing_signal", None, "forcefully exiting via",
-     r"Unable to shutdown process (?P<worker_pid>\d+) via (?P<ignored_signal>\S+), forcefully exiting via "
-     r"(?P<signal>\S+)", ("worker_pid",)),
-    # what a rank's input pipeline or checkpoint writer says when it runs out of room
-    Message("shm_exhausted", "shm_exhausted", "shared memory",
-     r"(?P<io_error>unable to allocate shared memory\(shm\)[^\n]*|Unexpected bus error encountered in worker[^\n]*"
-     r"insufficient shared memory[^\n]*)", ()),
-    Message("dataloader_worker_killed", "dataloader_worker_killed", "DataLoader worker (pid",
-     r"DataLoader worker \(pid\(?s?\)? ?(?P<worker_pids>[\d, ]+)\) (?:is killed by signal: (?P<worker_signal>[^.\n]+)|"
-     r"exited unexpectedly)", ()),
-    Message("dataloader_timeout", None, "DataLoader timed out after",
-     r"DataLoader timed out after (?P<loader_wait_s>\d+(?:\.\d+)?) seconds", ()),
-    # Slurm: srun reports each task that ended badly; slurmstepd the OOM kills its cgroup counted
-    Message("srun_task_exit", "process_exit", "srun: error:",
-     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Exited with exit code (?P<exitcode>\d+)",
-     ("exitcode",)),
-    Message("srun_task_killed", "signal_kill", "srun: error:",
-     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<signal>Killed|Terminated|Aborted|"
-     r"Out Of Memory)", ()),
-    Message("srun_task_segfault", "segfault", "srun: error:",
-     r"srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]+): Segmentation fault", ()),
-    Message("slurm_oom_kill", "oom_kill", "kill event",
-     r"Detected (?P<oom_kills>\d+) oom[_-]kill events?(?:\(s\))? in (?P<step>\S+?)\.?(?:\s|$)", ("oom_kills",)),
-    Message("slurm_cancelled", "job_failure", "CANCELLED AT",
-     r"\*\*\* (?P<slurm_unit>STEP|JOB) (?P<step>\S+) ON (?P<node>\S+) CANCELLED AT (?P<cancelled_at>\S+)"
-     r"(?: DUE TO (?P<reason>[^*]+?))? \*\*\*", ()),
-    # PBS/Torque: the server's or the MOM's account of a job it ended (job e-mail, the job's .e/.o file)
-    Message("pbs_killed", "job_failure", "PBS: job killed:",
-     r"PBS: job killed: (?P<pbs_limit>\w+) (?P<pbs_used>\d+\S*) exceeded limit (?P<pbs_max>\d+\S*)", ()),
-    Message("pbs_aborted", "job_failure", "Aborted by PBS Server", r"(?P<pbs_msg>Aborted by PBS Server)", ()),
-    Message("pbs_exit_status", "job_failure", "Exit_status=", r"(?:^|\s)Exit_status=(?P<exitcode>-?[1-9]\d*)\b", ("exitcode",)),
-    # a child process a launcher or script waited for, as Python's subprocess reports it
-    Message("child_died_segfault", "segfault", "died with <Signals.SIG",
-     r"died with <Signals\.(?P<signal>SIGSEGV|SIGBUS): \d+>", ()),
-    Message("child_died_signal", "signal_kill", "died with <Signals.SIG",
-     r"died with <Signals\.(?P<signal>SIG\w+): \d+>", ()),
-    Message("child_exit_status", "process_exit", "returned non-zero exit status",
-     r"returned non-zero exit status (?P<exitcode>\d+)", ("exitcode",)),
-    Message("watchdog_terminated", "nccl_warn", "watchdog thread terminated with exception",
-     r"NCCL watchdog thread terminated with exception: (?P<error>.*)$", ()),
-    # a Kubeflow training operator's account of a replica's end
-    Message("pod_exit", "process_exit", "exited with code",
-     r"Pod: (?P<pod>\S+?) exited with code (?P<exitcode>\d+)", ("exitcode",)),
-    # an uncaught C++ exception ends the process in abort() (SIGABRT)
-    Message("cpp_terminate", "signal_kill", "terminate called after throwing",
-     r"terminate called after throwing an instance of '(?P<cpp_exception>[^']+)'", ()),
-    # a container runtime's account of how the container ended (docker inspect, kubectl describe)
-    Message("container_oom_killed", "oom_kill", "OOMKilled", r"(?P<container_state>Reason:\s+OOMKilled|\"OOMKilled\":\s*true)",
-     ()),
-    Message("container_exit_signal", "signal_kill", '"ExitCode":',
-     r"\"ExitCode\":\s*(?P<exitcode>129|1[3-5]\d)\b", ("exitcode",)),
-    Message("container_exit_signal", "signal_kill", "Exit Code:", r"Exit Code:\s+(?P<exitcode>129|1[3-5]\d)\b",
-     ("exitcode",)),
-    Message("container_exit", "process_exit", "Exit Code:", r"Exit Code:\s+(?P<exitcode>[1-9]\d*)\b", ("exitcode",)),
-    # Kubernetes: the kubelet restarting a container that keeps exiting (an event), a pod's row in
-    # `kubectl get pods`, and what `kubectl describe pod` says of a pod that failed
-    Message("k8s_backoff", "process_exit", "Back-off restarting failed container",
-     r"(?P<k8s_event>Back-off restarting failed container)(?: (?P<container>[\w.\-]+) in pod (?P<pod>[\w.\-]+))?",
-     ()),
-    Message("k8s_pod_status", "process_exit", "CrashLoopBackOff", _POD_ROW.format("(?:Init:)?CrashLoopBackOff"),
-     ("restarts",)),
-    Message("k8s_pod_status", "process_exit", "Error", _POD_ROW.format("(?:Init:)?Error"), ("restarts",)),
-    Message("k8s_pod_status", "oom_kill", "OOMKilled", _POD_ROW.format("OOMKilled"), ("restarts",)),
-    Message("k8s_pod_status", "job_failure", "Evicted", _POD_ROW.format("Evicted"), ("restarts",)),
-    Message("k8s_pod_failed", "job_failure", "Status:", r"^\s*Status:\s+(?P<pod_phase>Failed)\s*$", ()),
-    Message("k8s_pod_evicted", "job_failure", "Reason:", r"^\s*Reason:\s+(?P<pod_reason>Evicted)\s*$", ()),
-    Message("k8s_node_pressure", "memory_pressure", "The node was low on resource",
-     r"The node was low on resource: (?P<resource>memory)", ()),
-    Message("k8s_node_pressure", "disk_full", "The node was low on resource",
-     r"The node was low on resource: (?P<resource>ephemeral-storage)", ()),
-    # Slurm's accounting (`sacct`, fixed width or --parsable): a job or step's State, then its
-    # ExitCode "status:signal"
-    Message("sacct_state", "oom_kill", "OUT_OF_ME", _SACCT_ROW.format("OUT_OF_ME(?:MORY)?"), ("exit_status", "exit_signal")),
-    Message("sacct_state", "job_failure", "FAILED", _SACCT_ROW.format("FAILED"), ("exit_status", "exit_signal")),
-    Message("sacct_state", "job_failure", "TIMEOUT", _SACCT_ROW.format("TIMEOUT"), ("exit_status", "exit_signal")),
-    Message("sacct_state", "job_failure", "NODE_FAIL", _SACCT_ROW.format("NODE_FAIL"), ("exit_status", "exit_signal")),
-    Message("sacct_state", "job_failure", "CANCELLED", _SACCT_ROW.format("CANCELLED"), ("exit_status", "exit_signal")),
-    # IBM LSF's job report: why it killed the job, and how the job ended (exit code 128 + N: signal N)
-    Message("lsf_term", "oom_kill", "TERM_MEMLIMIT",
-     r"(?P<lsf_term>TERM_MEMLIMIT): job killed after reaching LSF memory usage limit", ()),
-    Message("lsf_term", "job_failure", "TERM_", r"^(?P<lsf_term>TERM_[A-Z_]+): (?P<lsf_why>job killed[^.]*)", ()),
-    Message("lsf_exit", "signal_kill", "Exited with exit code", r"^Exited with exit code (?P<exitcode>129|1[3-5]\d)\.",
-     ("exitcode",)),
-    Message("lsf_exit", "process_exit", "Exited with exit code", r"^Exited with exit code (?P<exitcode>[1-9]\d*)\.",
-     ("exitcode",)),
-    # DeepSpeed's launcher, when a worker ended badly: it kills the others and exits with that code
-    # (negative: the worker was killed by that signal)
-    Message("deepspeed_exit", "signal_kill", "exits with return code =", r"exits with return code = (?P<exitcode>-\d+)",
-     ("exitcode",)),
-    Message("deepspeed_exit", "process_exit", "exits with return code =",
-     r"exits with return code = (?P<exitcode>[1-9]\d*)", ("exitcode",)),
-    # Open MPI's mpirun/mpiexec: a rank that ended badly ends the job
-    Message("mpi_job_aborted", "job_failure", "terminated normally, but",
-     r"Primary job\s+terminated normally, but (?P<mpi_failed>\d+) process(?:es)? returned", ("mpi_failed",)),
-    Message("mpi_job_aborted", "job_failure", "exited with non-zero status",
-     r"(?P<mpi_launcher>mpirun|mpiexec|prterun) detected that one or more processes exited with non-zero status", ()),
-    Message("mpi_rank_signal", "segfault", "noticed that process rank", _MPI_SIGNAL.format("11|7"), ("mpi_rank", "signal_no")),
-    Message("mpi_rank_signal", "signal_kill", "noticed that process rank", _MPI_SIGNAL.format(r"\d+"), ("mpi_rank", "signal_no")),
-    Message("mpi_exit_code", "process_exit", "Exit code:", r"^\s*Exit code:\s+(?P<exitcode>[1-9]\d*)\s*$", ("exitcode",)),
-    # Ray Jobs: the job's end as `ray job submit` reports it, and the entrypoint's exit code
-    Message("ray_job_failed", "job_failure", "' failed", r"Job '(?P<ray_job>[^']+)' failed", ()),
-    Message("ray_entrypoint_exit", "process_exit", "Job entrypoint command failed",
-     r"Job entrypoint command failed with exit code (?P<exitcode>\d+)", ("exitcode",)),
-    Message("disk_full", "disk_full", "No space left on device", r"(?P<io_error>No space left on device)", ()),
-    Message("checkpoint_write_failed", "disk_full", "inline_container.cc",
-     r"(?P<io_error>\[enforce fail at inline_container\.cc:\d+\] \. (?:unexpected pos \d+ vs \d+|"
-     r"PytorchStreamWriter failed writing[^\n]*))", ()),
-    Message("nccl_error", None, "NCCL error",
-     r"NCCL error(?: in: (?P<where>[^,]*))?, (?P<nccl_error>[^,]+?)(?:, NCCL version (?P<nccl_version>[\w.+\-]+))?(?:$|\n|\s{2})",
-     ()),
-)
-# What the runner's own words mean, for the messages whose fields say it all (``{field}`` from the
-# message's groups; a field the line did not have prints as "?")
-SAID = {
-    "srun_task_exit": "srun: task(s) {tasks} on {node} exited with code {exitcode}",
-    "srun_task_killed": "srun: task(s) {tasks} on {node} ended: {signal}",
-    "srun_task_segfault": "srun: task(s) {tasks} on {node} ended: segmentation fault",
-    "slurm_oom_kill": "Slurm counted {oom_kills} OOM kill(s) by the cgroup OOM killer in {step}",
-    "slurm_cancelled": "Slurm cancelled {slurm_unit} {step} on {node} at {cancelled_at}",
-    "pbs_killed": "PBS killed the job: its {pbs_limit} {pbs_used} exceeded the limit {pbs_max}",
-    "pbs_aborted": "the PBS server aborted the job",
-    "pbs_exit_status": "PBS: the job ended with Exit_status={exitcode}",
-    "child_died_segfault": "a child process died of {signal}",
-    "child_died_signal": "a child process died of {signal}",
-    "child_exit_status": "a child process exited with status {exitcode}",
-    "cpp_terminate": "the process aborted (SIGABRT) on an uncaught C++ exception {cpp_exception}",
-    "container_oom_killed": "the container runtime says it was OOM-killed ({container_state})",
-    "container_exit_signal": "the container exited with code {exitcode}: killed by a signal (code - 128)",
-    "watchdog_terminated": "the NCCL watchdog thread ended on an error: {error}",
-    "pod_exit": "the training operator saw pod {pod} exit with code {exitcode}",
-    "container_exit": "the container exited with code {exitcode}",
-    "k8s_backoff": "Kubernetes keeps restarting a container that exits (back-off)",
-    "k8s_pod_status": "Kubernetes: pod {pod} is {pod_status} ({restarts} restart(s))",
-    "k8s_pod_failed": "Kubernetes: the pod's phase is Failed",
-    "k8s_pod_evicted": "Kubernetes evicted the pod",
-    "k8s_node_pressure": "Kubernetes: the node was low on {resource}",
-    "sacct_state": "Slurm accounting: job {job_id} ended {sacct_state} (ExitCode {exit_status}:{exit_signal})",
-    "lsf_term": "LSF killed the job ({lsf_term})",
-    "lsf_exit": "LSF: the job exited with exit code {exitcode}",
-    "deepspeed_exit": "DeepSpeed's launcher saw a worker end with return code {exitcode} and stopped the job",
-    "mpi_job_aborted": "Open MPI aborted the job: a process exited with a non-zero code",
-    "mpi_rank_signal": "{mpi_launcher}: rank {mpi_rank} exited on signal {signal_no} ({signal})",
-    "mpi_exit_code": "Open MPI: the first process to fail exited with code {exitcode}",
-    "ray_job_failed": "Ray: job {ray_job} failed",
-    "ray_entrypoint_exit": "Ray: the job's entrypoint command failed with exit code {exitcode}",
-}
-
-# Faults a message names beneath the error it reports: the hardware or the link under a CUDA error
-# or an NCCL warning. Each is a finding of its own on the same line (the error stays one too), so a
-# chain can run from the fault to the error it caused: (name, kind, literal, summary).
-UNDERLYING = (
-    ("gpu_ecc_error", "hardware_error", "uncorrectable ECC error",
-     "the GPU reported an uncorrectable ECC error (a memory fault in the GPU)"),
-    ("ib_catastrophic_error", "hardware_error", "local catastrophic error",
-     "the InfiniBand adapter reported a local catastrophic error (a fault in the adapter)"),
-    ("ib_port_error", "link_down", "Got async event : port error",
-     "the InfiniBand port reported a port error (its link went down)"),
-)
-
-
-STEP = (r"(?i)(?:\b(?:global_step|step)\s*[=:]\s*(?P<step>\d+)|\biteration\s+(?P<iter>\d+)\s*/\s*(?P<total>\d+)"
-        r"|\bstep\s+(?P<step2>\d+)\s*/\s*(?P<total2>\d+))")
-STEP_FIELDS = (r"(?i)(?:\bloss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?))?", )
-LOSS = r"(?i)\b(?:lm )?loss\b\s*[=:]?\s*(?P<loss>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)"
-STEP_TIME = (r"(?i)(?:step_time\s*[=:]\s*(?P<step_time_s>[\d.]+)\s*s|elapsed time per iteration \(ms\):\s*"
-             r"(?P<iter_ms>[\d.]+))")
-_LOWER = {rx: rx.removeprefix("(?i)") for rx in (STEP, LOSS, STEP_TIME)}
-
-
-def _nocap(rx: str) -> str:
-    """``rx`` with its named groups made non-capturing (see :data:`_NOCAP`)."""
-    return re.sub(r"\(\?P<\w+>", "(?:", rx)
-
-
-# Numbers read from a message without a capture regex (the step lines the compiled reader leaves:
-# ingest.native.step_values reads the ASCII ones, exactly as these do). Polars runs an unanchored regex with
-# capture groups several times slower per line than one without (a DFA finds the match; the
-# groups need a second engine on every line): the step-line patterns below take the whole match
-# (group 0, no captures) and then the numbers inside it, which these patterns place without
-# ambiguity: the text before each number group holds no digit (STEP: the first and second digit
-# runs are step and total; STEP_TIME: the first run of digits and dots is the value; LOSS: the
-# value is the match's tail, and nothing before it is a sign or digit).
-_NOCAP = {rx: _nocap(_LOWER[rx]) for rx in (STEP, STEP_TIME)}
-_LOSS_NOCAP = _nocap(_LOWER[LOSS])
-_LOSS_VALUE = r"[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?$"
-RANK_IN_TEXT = r"(?i)\[rank:? ?(\d+)\]|\brank[=:](\d+)\b"
-PG_RANK = r"^\[(?:PG[^\]]*? )?Rank (\d+)\]"       # c10d's process-group prefix of a message
-# (Ray names a remote error with its cause: ``ray.exceptions.RayTaskError(RuntimeError): ...``)
-# (TensorFlow 1.x names the error raised out of a session "AbortedError (see above for traceback): ...")
-EXC_LINE = (r"^(?P<exc>(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?:\([\w.]+\))?)"
-            r"(?: \(see above for traceback\))?(?:: ?(?P<exc_msg>.*))?$")
-_MESSAGE_LITERALS = list(dict.fromkeys(m.literal for m in MESSAGES))
-_MESSAGE_ANY = "|".join(re.escape(lit) for lit in _MESSAGE_LITERALS)
-PLAIN_HINTS = ("step", "STEP", "Step", "iteration", "Error", "Exception", "collective", "Timed out waiting",
-               "by peer", "NCCL error", "Flight Recorder", "FlightRecorder", "closing signal", "failed (exitcode")
-# (an untimed line that holds any message of the grammar says something too)
-PLAIN_HINTS = tuple(dict.fromkeys(PLAIN_HINTS + tuple(m.literal for m in MESSAGES)))
-
-# INFO_GRAMMAR literal -> entry number (the first entry whose literal occurs in a line wins)
 _INFO_ENTRY = {lit: i for i, (_n, lit, _rx, _ints) in enumerate(INFO_GRAMMAR)}
 assert len(_INFO_ENTRY) == len(INFO_GRAMMAR), "INFO_GRAMMAR literals must be distinct"
-
-# ---------------------------------------------------------------------------------------------
-# blocks
-TB_START = "Traceback (most recent call last):"
-TB_CHAIN = ("During handling of the above exception, another exception occurred:",
-            "The above exception was the direct cause of the following exception:")
-FATAL_START = "Fatal Python error: "
-# faulthandler's words for the fatal signals it catches (Modules/faulthandler.c), and the kind of
-# each; any other "Fatal Python error" is the interpreter's own (Py_FatalError), which ends the
-# process with abort()
-FATAL_SIGNALS = {"Segmentation fault": ("SIGSEGV", "segfault"), "Bus error": ("SIGBUS", "segfault"),
-                 "Aborted": ("SIGABRT", "signal_kill"), "Floating-point exception": ("SIGFPE", "signal_kill"),
-                 "Illegal instruction": ("SIGILL", "signal_kill")}
-CFE_HEAD = r"^(?:[a-z_]\w*\.)*ChildFailedError:?\s*$"
-BLOCK_ROW = (r"^(?:$|\s|Traceback \(|Fatal Python error|Current thread|Thread 0x|Extension modules|Stack \(most"
-             r"|During handling|The above exception|=+$|-+$|Failures:|Root Cause|\[\d+\]:$"
-             r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b)")
-FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in | in )(?P<func>.*)$')
-EXC = re.compile(EXC_LINE)
-CFE_KV = re.compile(r"^\s{2}(?P<key>\w+)\s*: ?(?P<val>.*)$")
-CFE_ENTRY = re.compile(r"^\[(?P<idx>\d+)\]:$")
-CFE_TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)$")
-CFE_RANK = re.compile(r"^(?P<rank>-?\d+) \(local_rank: (?P<local_rank>-?\d+)\)")
-CFE_EXIT = re.compile(r"^(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)(?:\s+\((?P<sig>SIG\w+)\))?")
-LOCAL_HOSTS = {"localhost", "localhost.localdomain", "127.0.0.1", "::1"}
-
-
-def _signame(code: int) -> str | None:
-    if code >= 0:
-        return None
-    try:
-        return _signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
 
 # ---------------------------------------------------------------------------------------------
 @dataclass
@@ -857,12 +500,12 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
         names.append(pl.repeat("exception", x.height, eager=True, dtype=pl.String))
         kinds.append(pl.repeat("python_exception", x.height, eager=True, dtype=pl.String))
         narrow = narrow.filter(~pl.col("_i").is_in(x["_i"].implode()))
-    cand = narrow.filter(m.str.contains(_MESSAGE_ANY))
+    cand = narrow.filter(m.str.contains(MESSAGE_ANY))
     # Which literals each candidate holds, in one Aho-Corasick pass (``overlapping``: every
     # occurrence of every literal): the entries whose literal no candidate holds are not tested.
     present = set()
     if not cand.is_empty():
-        cand = cand.with_columns(m.str.extract_many(_MESSAGE_LITERALS, overlapping=True).alias("_lits"))
+        cand = cand.with_columns(m.str.extract_many(MESSAGE_LITERALS, overlapping=True).alias("_lits"))
         present = set(cand["_lits"].explode().drop_nulls().unique().to_list())
     for name, kind, lit, rx, ints in MESSAGES:
         if cand.is_empty():
@@ -938,22 +581,22 @@ def _messages(ev: pl.DataFrame) -> pl.DataFrame:
 
 def _step_match(low: pl.Expr) -> pl.Expr:
     """The STEP match in lowercased text (null: not a step line)."""
-    return low.str.extract(_NOCAP[STEP], 0)
+    return low.str.extract(NOCAP[STEP], 0)
 
 
 def _step_values(df: pl.DataFrame, low: str, match: str) -> pl.DataFrame:
     """``_step``, ``_total``, ``_loss`` and ``_stime`` (s) of lowercased step lines (column ``low``;
     ``match``: their :func:`_step_match`), as the groups of STEP, LOSS and STEP_TIME give them,
-    without capture regexes (see :data:`_NOCAP`); ``df``'s other columns are kept."""
+    without capture regexes (see :data:`NOCAP`); ``df``'s other columns are kept."""
     # (the two matches used twice are computed once, in a step of their own)
     df = df.with_columns(pl.col(match).str.extract_all(r"\d+").alias("_nums"),
-                         pl.col(low).str.extract(_NOCAP[STEP_TIME], 0).alias("_stm"))
+                         pl.col(low).str.extract(NOCAP[STEP_TIME], 0).alias("_stm"))
     nums, stm = pl.col("_nums"), pl.col("_stm")
     st_v = stm.str.extract(r"[\d.]+", 0).cast(pl.Float64, strict=False)
     return df.with_columns(
         nums.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False).alias("_step"),
         nums.list.get(1, null_on_oob=True).cast(pl.Int64, strict=False).alias("_total"),
-        pl.col(low).str.extract(_LOSS_NOCAP, 0).str.extract(_LOSS_VALUE, 0)
+        pl.col(low).str.extract(LOSS_NOCAP, 0).str.extract(LOSS_VALUE, 0)
         .cast(pl.Float64, strict=False).alias("_loss"),
         (st_v / pl.when(stm.str.starts_with("step_time")).then(1.0).otherwise(1000.0)).alias("_stime"),
     ).drop("_nums", "_stm")
@@ -976,338 +619,6 @@ def _merge_json_some(df: pl.DataFrame, a: pl.Expr, b: str) -> pl.Expr:
 
 
 # ---------------------------------------------------------------------------------------------
-def _blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int | None]:
-    """Group tracebacks / faulthandler dumps / ChildFailedError summaries per stream.
-
-    Returns (block dicts, consumed linenos, lineno of a block still open at the chunk's end).
-    """
-    # (a ChildFailedError summary pasted without the launcher's traceback starts at its exception line)
-    # (a logger's message may lead into the traceback on the header's line: "... hit an exception: Traceback
-    # ..."; not a DataLoader's "Original Traceback ...", which is the message of the exception above it)
-    is_start = (pl.col("body") == TB_START) | pl.col("body").str.ends_with(": " + TB_START) | \
-        pl.col("body").str.starts_with(FATAL_START) | pl.col("body").str.contains(CFE_HEAD)
-    starts = base.filter(is_start)
-    if starts.is_empty():
-        return [], set(), None
-    blocks, consumed, open_at = [], set(), None
-    # only rows that can belong to a block are walked (tracebacks are contiguous in their stream)
-    first = int(starts["lineno"].min())
-    # (lines ending in " FAILED" or a traceback's header are tested apart: a ".* FAILED$" branch scans
-    # every line to its end)
-    # (on the five columns the walk reads: a filter copies every column it is given)
-    maybe = base.lazy().select("lineno", "line", "body", "wrank", "stream").filter(
-        (pl.col("lineno") >= first) & (pl.col("body").str.contains(BLOCK_ROW)
-                                       | pl.col("body").str.ends_with(" FAILED")
-                                       | pl.col("body").str.ends_with(": " + TB_START))).collect()
-    for stream in starts["stream"].unique().to_list():
-        rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
-        linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
-        lines, wranks = rows["line"].to_list(), rows["wrank"].to_list()
-        # only the block starts are visited (not every row in Python); i = first row not yet used
-        at = rows.with_row_index("_i").filter(is_start)["_i"].to_list()
-        i, n = 0, len(bodies)
-        any_wrank = any(wranks)     # (most streams have no [rankN]: prefix: no block needs a search)
-        for i0 in at:
-            if i0 < i:
-                continue
-            i = i0
-            walk = _walk_traceback if bodies[i].endswith(TB_START) else (
-                _walk_fatal if bodies[i].startswith(FATAL_START) else _walk_cfe_alone)
-            j, blk = walk(bodies, i)
-            if j is None:           # ran off the chunk: wait for more lines (at the end: the block as it is)
-                if not final:
-                    open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
-                    break
-                j = n
-            blk.update(lineno=linenos[i], text="\n".join(lines[i:j]), stream=stream, lines=lines[i:j],
-                       linenos=linenos[i:j],
-                       wrank=next(filter(None, wranks[i:j]), None) if any_wrank else None, nlines=j - i)
-            blocks.append(blk)
-            consumed.update(linenos[i:j])
-            i = j
-    return blocks, consumed, open_at
-
-
-def _walk_traceback(bodies: list[str], i: int):
-    """Index after the block (None if it may continue past the chunk) and the parsed block."""
-    n = len(bodies)
-    frames, j = [], i + 1
-    while True:
-        while j < n and (bodies[j].startswith((" ", "\t")) or bodies[j] == TB_START):
-            # (FRAME only where it can match: whitespace, then 'File "'; most indented lines are code)
-            if 'File "' in bodies[j] and bodies[j].lstrip().startswith('File "'):
-                f = FRAME.match(bodies[j])
-                if f:
-                    frames.append((f["file"], int(f["line"]), f["func"]))
-            j += 1
-        if j >= n:      # (at the end of the file: the traceback was cut off before its exception line)
-            return None, {"type": "traceback", "exc": None, "exc_msg": "traceback cut off (the file ends inside it)",
-                          "frames": frames}
-        m = EXC.match(bodies[j])
-        exc, msg = (m["exc"], m["exc_msg"] or "") if m else (bodies[j].split(":", 1)[0], bodies[j])
-        j += 1
-        # chained: blank, "During handling ...", blank, Traceback ...
-        k = j
-        while k < n and bodies[k].strip() == "":
-            k += 1
-        if k < n and bodies[k] in TB_CHAIN:
-            k += 1
-            while k < n and bodies[k].strip() == "":
-                k += 1
-            if k < n and bodies[k] == TB_START:
-                j = k + 1
-                continue
-        break
-    blk = {"type": "traceback", "exc": exc, "exc_msg": msg, "frames": frames}
-    if exc.endswith("ChildFailedError"):
-        end = _walk_cfe(bodies, j)
-        if end is None:
-            return None, blk
-        blk["cfe"] = _parse_cfe(bodies[j:end], j - i)
-        j = end
-    return j, blk
-
-
-def _walk_cfe_alone(bodies: list[str], i: int):
-    """A ChildFailedError summary whose traceback is not in the file: its exception line, then the block."""
-    m = EXC.match(bodies[i])
-    blk = {"type": "traceback", "exc": m["exc"] if m else "ChildFailedError",
-           "exc_msg": (m["exc_msg"] or "") if m else "", "frames": []}
-    end = _walk_cfe(bodies, i + 1)
-    if end is None:
-        return None, blk
-    if end > i + 1:
-        blk["cfe"] = _parse_cfe(bodies[i + 1:end], 1)
-    return end, blk
-
-
-def _walk_cfe(bodies: list[str], j: int):
-    n = len(bodies)
-    if j < n and not bodies[j].startswith("==="):
-        return j
-    borders = 0
-    k = j
-    while k < n and k - j < MAX_BLOCK_LINES:
-        if bodies[k].startswith("===") and set(bodies[k]) == {"="}:
-            borders += 1
-            if borders == 2:
-                return k + 1
-        k += 1
-    return None if k >= n else k
-
-
-def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
-    """The ChildFailedError summary; ``rel`` of each failure = its ``[i]:`` line's offset in the block."""
-    title, failures, cur, root, key = None, [], None, False, None
-    # (the regexes run only on lines that can match them: CFE_ENTRY on "[...]:", CFE_KV on two
-    # whitespace characters and a word character)
-    for pos, ln in enumerate(lines):
-        if ln.startswith("   ") and cur is not None and title is not None:
-            # (the common line, inside a failure's traceback: what the tests below do with it)
-            cur["rel_end"] = rel0 + pos + 1
-            if key == "traceback":
-                cur["traceback_lines"].append(ln[2:])
-            continue
-        if title is None and ln.endswith(" FAILED"):
-            title = ln[: -len(" FAILED")]
-            continue
-        if ln.startswith("Root Cause"):
-            root = True
-            continue
-        m = CFE_ENTRY.match(ln) if ln.startswith("[") else None
-        if m:
-            cur = {"index": int(m["idx"]), "root_cause": root, "traceback_lines": [], "rel": rel0 + pos,
-                   "rel_end": rel0 + pos + 1}
-            failures.append(cur)
-            key = None
-            continue
-        if cur is None:
-            continue
-        if not ln.startswith(("---", "===")):
-            cur["rel_end"] = rel0 + pos + 1
-        kv = CFE_KV.match(ln) if ln[:2].isspace() and ln[2:3] and not ln[2].isspace() else None
-        if kv and kv["key"] in ("time", "host", "rank", "exitcode", "error_file", "traceback"):
-            key = kv["key"]
-            val = kv["val"].strip()
-            if key == "traceback":
-                cur["traceback_lines"].append(val)
-            else:
-                cur[key] = val
-            continue
-        if key == "traceback" and ln.startswith("  ") and not ln.startswith("---"):
-            cur["traceback_lines"].append(ln[2:])
-    out = []
-    for f in failures:
-        d = {"index": f["index"], "root_cause": f["root_cause"], "rel": f["rel"], "rel_end": f["rel_end"]}
-        t = CFE_TIME.match(f.get("time", ""))
-        if t:
-            d["time_parts"] = tuple(map(int, t.groups()))
-        d["time"] = f.get("time")
-        d["host"] = f.get("host")
-        r = CFE_RANK.match(f.get("rank", ""))
-        if r:
-            d["rank"], d["local_rank"] = int(r["rank"]), int(r["local_rank"])
-        e = CFE_EXIT.match(f.get("exitcode", ""))
-        if e:
-            d["exitcode"], d["pid"] = int(e["code"]), int(e["pid"])
-            d["signal"] = e["sig"] or _signame(d["exitcode"])
-        ef = f.get("error_file")
-        d["error_file"] = None if ef in (None, "<N/A>") else ef
-        tb = list(f["traceback_lines"])
-        while tb and not tb[-1].strip():
-            tb.pop()
-        d["traceback"] = "\n".join(tb) or None
-        last = tb[-1].strip() if tb else ""       # (the last line that is not blank)
-        m = EXC.match(last)
-        if m:
-            d["exc"], d["exc_msg"] = m["exc"], m["exc_msg"]
-        out.append(d)
-    return {"title": title, "failures": out}
-
-
-def _walk_fatal(bodies: list[str], i: int):
-    n = len(bodies)
-    what = bodies[i][len(FATAL_START):].strip()
-    frames, j = [], i + 1
-    while j < n:
-        b = bodies[j]
-        if b.strip() == "" or b.startswith(("Current thread", "Thread 0x", "Extension modules:",
-                                            "Stack (most recent call first)", "  File", "  <no Python frame>")):
-            f = FRAME.match(b)
-            if f:
-                frames.append((f["file"], int(f["line"]), f["func"]))
-            j += 1
-            if b.startswith("Extension modules:"):
-                break
-            continue
-        break
-    else:
-        return None, {"type": "fatal", "what": what, "frames": frames}
-    return j, {"type": "fatal", "what": what, "frames": frames}
-
-
-# ---------------------------------------------------------------------------------------------
-def _block_rows(blocks: list[dict], st: _State, zone: str | None) -> list[dict]:
-    """Event dicts for the grouped blocks (ChildFailedError entries included)."""
-    from ...timeparse import local_ns
-    rows = []
-    for b in blocks:
-        rank = int(b["wrank"]) if b.get("wrank") is not None else None
-        common = dict(line=b["lineno"], text=b["text"], stream=b["stream"], rank=rank)
-        where = ""
-        if b.get("frames"):
-            # tracebacks list the innermost frame last; faulthandler ("most recent call first") first
-            f = b["frames"][0] if b["type"] == "fatal" else b["frames"][-1]
-            where = f" at {os.path.basename(f[0])}:{f[1]} in {f[2]}"
-        if b["type"] == "fatal":
-            what = b["what"]
-            sig, kind = next((v for k, v in FATAL_SIGNALS.items() if what.startswith(k)), ("SIGABRT", "signal_kill"))
-            attrs = {"error": what, "frames": len(b["frames"]), "last_frame": where.strip() or None,
-                     "signal": sig, "self_signal": True}
-            attrs["summary"] = f"Python fatal error: {what}{where}" + (f" (rank {rank})" if rank is not None else "")
-            rows.append(dict(common, category="traceback", name="fatal_error", kind=kind, severity="crit",
-                             attrs=attrs))
-            continue
-        cfe = b.get("cfe")
-        attrs = {"exc_type": b["exc"], "exc_msg": b["exc_msg"], "frames": len(b["frames"]),
-                 "last_frame": where.strip() or None}
-        if cfe is None:
-            summary = f"{b['exc'] or 'Python traceback'}: {b['exc_msg']}".strip().rstrip(":")[:300] + where
-            kind, name = "python_exception", "traceback"
-            said = _message_in(b["exc_msg"] or "")
-            if said and said[1]:      # e.g. a gloo timeout or a collective mismatch raised as an exception
-                name, kind, fields = said
-                attrs.update(fields)
-                summary = (_timeout_summary(name, fields, "", b["exc_msg"]) if kind == "collective_timeout" else
-                           f"collective mismatch: {b['exc_msg'][:240]}" if kind == "collective_mismatch" else
-                           f"{KIND_WORDS.get(name, name)}: {b['exc_msg'][:240]}")
-                summary += f" ({b['exc']}{where})"
-            elif said:
-                attrs.update(said[2])
-            by_type = EXC_KINDS.get((b["exc"] or "").rsplit(".", 1)[-1])
-            if by_type and kind == "python_exception":
-                name, kind = by_type[0], by_type[1]
-                summary = f"{by_type[2]} ({b['exc']}{where})"
-            if rank is not None:
-                summary = f"rank {rank}: " + summary
-            rows.append(dict(common, category="traceback", name=name, kind=kind,
-                             severity="error", attrs=dict(attrs, summary=summary)))
-            continue
-        fails = cfe["failures"]
-        root = next((f for f in fails if f["root_cause"]), fails[0] if fails else None)
-        jsum = f"torchrun: {cfe['title'] or 'job'} FAILED"
-        if root:
-            jsum += "; root cause " + _failure_text(root)
-        others = [f for f in fails if f is not root]
-        if others:
-            jsum += "; then " + "; ".join(_failure_text(f, short=True) for f in others)
-        ts = None
-        if root and root.get("time_parts"):
-            ts = local_ns(*root["time_parts"], 0, zone)
-        rows.append(dict(common, category="launcher", name="child_failed", kind="job_failure", severity="error",
-                         ts=ts, res=NS if ts is not None else None,
-                         attrs=dict(attrs, summary=jsum, title=cfe["title"], failures=len(fails),
-                                    root_cause_rank=root.get("rank") if root else None,
-                                    root_cause_pid=root.get("pid") if root else None)))
-        for f in fails:
-            code = f.get("exitcode")
-            kind = "signal_kill" if code is not None and code < 0 else "process_exit"
-            fts = local_ns(*f["time_parts"], 0, zone) if f.get("time_parts") else None
-            host = f.get("host")
-            fline = b["linenos"][f["rel"]]
-            ftext = "\n".join(b["lines"][f["rel"]:f["rel_end"]])
-            fa = {k: f.get(k) for k in ("index", "root_cause", "time", "host", "rank", "local_rank", "exitcode",
-                                        "signal", "pid", "error_file", "exc", "exc_msg", "traceback")}
-            fa["summary"] = ("torchrun: " + _failure_text(f) +
-                             (" (root cause)" if f["root_cause"] else " (after the root-cause failure)"))
-            if f.get("pid") is not None:
-                st.block_pids.add(f["pid"])
-            rows.append(dict(line=fline, text=ftext, stream="", category="launcher",
-                             name="worker_failure", kind=kind, severity="error", ts=fts,
-                             res=NS if fts is not None else None,
-                             host=None if (host or "").lower() in LOCAL_HOSTS else host,
-                             rank=f.get("rank"), pid=f.get("pid"), attrs=fa))
-    return rows
-
-
-# How a typed exception is named in its summary.
-# Exceptions whose class says what happened, message or not: (event name, kind, summary).
-EXC_KINDS = {
-    "RendezvousTimeoutError": ("rendezvous_timeout", "rendezvous_failure",
-                               "the launcher gave up waiting for the other nodes to join the rendezvous"),
-}
-KIND_WORDS = {"shm_exhausted": "out of shared memory (/dev/shm)", "dataloader_worker_killed": "a DataLoader worker died",
-              "disk_full": "no space left on the device", "checkpoint_write_failed": "writing a checkpoint failed "
-              "(torch.save could not write: the file system is full or failing)"}
-
-_MESSAGES_PY = [(n, k, lit, re.compile(rx), ints) for n, k, lit, rx, ints in MESSAGES]
-
-
-def _message_in(text: str) -> tuple[str, str | None, dict] | None:
-    """(name, kind, fields) of the first MESSAGES entry found in a text (Python side, for blocks)."""
-    for name, kind, lit, rx, ints in _MESSAGES_PY:
-        if lit in text:
-            m = rx.search(text)
-            if m:
-                fields = {k: (int(v) if k in ints else v) for k, v in m.groupdict().items() if v is not None}
-                return name, kind, fields
-    return None
-
-
-def _failure_text(f: dict, short: bool = False) -> str:
-    who = f"rank {f.get('rank')}"
-    if not short:
-        who += f" (local_rank {f.get('local_rank')}, pid {f.get('pid')})"
-    code = f.get("exitcode")
-    how = f"exitcode {code}" + (f" ({f['signal']})" if f.get("signal") else "")
-    if f.get("exc") and not short:
-        how += f": {f['exc']}: {(f.get('exc_msg') or '')[:200]}"
-    if short:
-        return f"{who} {how}"
-    return f"{who} {how} at {f.get('time')} on {f.get('host')}"
-
-
-# ---------------------------------------------------------------------------------------------
 def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """Events of one chunk, and the raw rows to carry into the next chunk."""
     base = rows_in_halves(_wrap, df)
@@ -1315,7 +626,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
     base, kept = collapse_info(base, st.pending, st.collapse_floor)
     if kept is not None:
         df = df.filter(kept)
-    blocks, consumed, open_at = _blocks(base, final)
+    blocks, consumed, open_at = group_blocks(base, final)
     lines_for_fams = base.filter(~pl.col("lineno").is_in(pl.Series(list(consumed), dtype=pl.Int64).implode())) \
         if consumed else base
     fams = _families(lines_for_fams, st)
@@ -1328,7 +639,7 @@ def _chunk_events(df: pl.DataFrame, st: _State, final: bool) -> tuple[pl.DataFra
         ev = _times(ev, st)
     else:
         ev = pl.DataFrame(schema={"lineno": pl.Int64})
-    brows = _block_rows(blocks, st, st.zone)
+    brows = block_rows(blocks, st.block_pids, st.zone)
     if brows:
         bf = pl.DataFrame({      # (columns, not row dicts: Polars reads lists much faster)
             "lineno": [r["line"] for r in brows], "line": [r["text"] for r in brows],
@@ -1539,7 +850,7 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
             continue
         if name == "closing_signal":     # `via 9`: the signal's name, as the other lines give it
             if str(a.get("signal") or "").isdigit():
-                a["signal"] = _signame(-int(a["signal"])) or a["signal"]
+                a["signal"] = signame(-int(a["signal"])) or a["signal"]
                 upd[r["lineno"]] = (kind, json.dumps(a))
             continue
         if a.get("summary"):        # blocks: summarised where they were grouped
@@ -1565,17 +876,17 @@ def _typed(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
                 continue
         elif name == "worker_failed":
             code = a.get("exitcode")
-            sig = _signame(code) if code is not None else None
+            sig = signame(code) if code is not None else None
             a["signal"] = sig
             a["summary"] = (f"torchrun: worker local_rank {a.get('local_rank')} (pid {a.get('worker_pid')}) failed "
                             f"with exitcode {code}" + (f" ({sig})" if sig else ""))
             st.pending_failed.append((r["lineno"], a))
         elif kind == "collective_timeout":
-            a["summary"] = _timeout_summary(name, a, who, msg)
+            a["summary"] = timeout_summary(name, a, who, msg)
         elif kind == "collective_mismatch":
             a["summary"] = f"collective mismatch{who}: {msg[:240]}"
         elif kind == "python_exception":
-            said = _message_in(a.get("exc_msg") or "")
+            said = message_in(a.get("exc_msg") or "")
             if said:
                 a.update(said[2])
                 if said[1]:
@@ -1608,15 +919,6 @@ def _who(r: dict) -> str:
         parts.append(f"pid {r['pid']}")
     return (" on " + ", ".join(parts)) if parts else ""
 
-
-def _timeout_summary(name: str, a: dict, who: str, msg: str) -> str:
-    if name in ("watchdog_timeout", "blocking_wait_timeout"):
-        s = (f"collective {a.get('op_type')} (SeqNum {a.get('seq')}) timed out{who}"
-             f" after {a.get('ran_ms', a.get('timeout_ms'))} ms (timeout {a.get('timeout_ms')} ms)")
-        return s
-    if name == "gloo_timeout":
-        return f"gloo {a.get('gloo_op')} timed out after {a.get('wait_ms')} ms{who}"
-    return f"{name.replace('_', ' ')}{who}: {msg[:200]}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,333 @@
+"""Multi-line blocks of a log, grouped per output stream: Python tracebacks (chained ones
+included), faulthandler dumps (``Fatal Python error: ...``) and torchrun's ChildFailedError
+summaries, walked line by line from each block's first line; and the event rows they become
+(one per block, and one per failure a summary lists). See :mod:`.engine`, step 4."""
+from __future__ import annotations
+
+import os
+
+import polars as pl
+
+from ...timeparse import NS
+from .grammar import (BLOCK_ROW, CFE_ENTRY, CFE_EXIT, CFE_HEAD, CFE_KV, CFE_RANK, CFE_TIME, EXC, FATAL_SIGNALS,
+                      FATAL_START, FRAME, LOCAL_HOSTS, MAX_BLOCK_LINES, TB_CHAIN, TB_START, message_in, signame,
+                      timeout_summary)
+
+
+def group_blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int], int | None]:
+    """Group tracebacks / faulthandler dumps / ChildFailedError summaries per stream.
+
+    Returns (block dicts, consumed linenos, lineno of a block still open at the chunk's end).
+    """
+    # (a ChildFailedError summary pasted without the launcher's traceback starts at its exception line)
+    # (a logger's message may lead into the traceback on the header's line: "... hit an exception: Traceback
+    # ..."; not a DataLoader's "Original Traceback ...", which is the message of the exception above it)
+    is_start = (pl.col("body") == TB_START) | pl.col("body").str.ends_with(": " + TB_START) | \
+        pl.col("body").str.starts_with(FATAL_START) | pl.col("body").str.contains(CFE_HEAD)
+    starts = base.filter(is_start)
+    if starts.is_empty():
+        return [], set(), None
+    blocks, consumed, open_at = [], set(), None
+    # only rows that can belong to a block are walked (tracebacks are contiguous in their stream)
+    first = int(starts["lineno"].min())
+    # (lines ending in " FAILED" or a traceback's header are tested apart: a ".* FAILED$" branch scans
+    # every line to its end)
+    # (on the five columns the walk reads: a filter copies every column it is given)
+    maybe = base.lazy().select("lineno", "line", "body", "wrank", "stream").filter(
+        (pl.col("lineno") >= first) & (pl.col("body").str.contains(BLOCK_ROW)
+                                       | pl.col("body").str.ends_with(" FAILED")
+                                       | pl.col("body").str.ends_with(": " + TB_START))).collect()
+    for stream in starts["stream"].unique().to_list():
+        rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
+        linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
+        lines, wranks = rows["line"].to_list(), rows["wrank"].to_list()
+        # only the block starts are visited (not every row in Python); i = first row not yet used
+        at = rows.with_row_index("_i").filter(is_start)["_i"].to_list()
+        i, n = 0, len(bodies)
+        any_wrank = any(wranks)     # (most streams have no [rankN]: prefix: no block needs a search)
+        for i0 in at:
+            if i0 < i:
+                continue
+            i = i0
+            walk = _walk_traceback if bodies[i].endswith(TB_START) else (
+                _walk_fatal if bodies[i].startswith(FATAL_START) else _walk_cfe_alone)
+            j, blk = walk(bodies, i)
+            if j is None:           # ran off the chunk: wait for more lines (at the end: the block as it is)
+                if not final:
+                    open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
+                    break
+                j = n
+            blk.update(lineno=linenos[i], text="\n".join(lines[i:j]), stream=stream, lines=lines[i:j],
+                       linenos=linenos[i:j],
+                       wrank=next(filter(None, wranks[i:j]), None) if any_wrank else None, nlines=j - i)
+            blocks.append(blk)
+            consumed.update(linenos[i:j])
+            i = j
+    return blocks, consumed, open_at
+
+
+def _walk_traceback(bodies: list[str], i: int):
+    """Index after the block (None if it may continue past the chunk) and the parsed block."""
+    n = len(bodies)
+    frames, j = [], i + 1
+    while True:
+        while j < n and (bodies[j].startswith((" ", "\t")) or bodies[j] == TB_START):
+            # (FRAME only where it can match: whitespace, then 'File "'; most indented lines are code)
+            if 'File "' in bodies[j] and bodies[j].lstrip().startswith('File "'):
+                f = FRAME.match(bodies[j])
+                if f:
+                    frames.append((f["file"], int(f["line"]), f["func"]))
+            j += 1
+        if j >= n:      # (at the end of the file: the traceback was cut off before its exception line)
+            return None, {"type": "traceback", "exc": None, "exc_msg": "traceback cut off (the file ends inside it)",
+                          "frames": frames}
+        m = EXC.match(bodies[j])
+        exc, msg = (m["exc"], m["exc_msg"] or "") if m else (bodies[j].split(":", 1)[0], bodies[j])
+        j += 1
+        # chained: blank, "During handling ...", blank, Traceback ...
+        k = j
+        while k < n and bodies[k].strip() == "":
+            k += 1
+        if k < n and bodies[k] in TB_CHAIN:
+            k += 1
+            while k < n and bodies[k].strip() == "":
+                k += 1
+            if k < n and bodies[k] == TB_START:
+                j = k + 1
+                continue
+        break
+    blk = {"type": "traceback", "exc": exc, "exc_msg": msg, "frames": frames}
+    if exc.endswith("ChildFailedError"):
+        end = _walk_cfe(bodies, j)
+        if end is None:
+            return None, blk
+        blk["cfe"] = _parse_cfe(bodies[j:end], j - i)
+        j = end
+    return j, blk
+
+
+def _walk_cfe_alone(bodies: list[str], i: int):
+    """A ChildFailedError summary whose traceback is not in the file: its exception line, then the block."""
+    m = EXC.match(bodies[i])
+    blk = {"type": "traceback", "exc": m["exc"] if m else "ChildFailedError",
+           "exc_msg": (m["exc_msg"] or "") if m else "", "frames": []}
+    end = _walk_cfe(bodies, i + 1)
+    if end is None:
+        return None, blk
+    if end > i + 1:
+        blk["cfe"] = _parse_cfe(bodies[i + 1:end], 1)
+    return end, blk
+
+
+def _walk_cfe(bodies: list[str], j: int):
+    n = len(bodies)
+    if j < n and not bodies[j].startswith("==="):
+        return j
+    borders = 0
+    k = j
+    while k < n and k - j < MAX_BLOCK_LINES:
+        if bodies[k].startswith("===") and set(bodies[k]) == {"="}:
+            borders += 1
+            if borders == 2:
+                return k + 1
+        k += 1
+    return None if k >= n else k
+
+
+def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
+    """The ChildFailedError summary; ``rel`` of each failure = its ``[i]:`` line's offset in the block."""
+    title, failures, cur, root, key = None, [], None, False, None
+    # (the regexes run only on lines that can match them: CFE_ENTRY on "[...]:", CFE_KV on two
+    # whitespace characters and a word character)
+    for pos, ln in enumerate(lines):
+        if ln.startswith("   ") and cur is not None and title is not None:
+            # (the common line, inside a failure's traceback: what the tests below do with it)
+            cur["rel_end"] = rel0 + pos + 1
+            if key == "traceback":
+                cur["traceback_lines"].append(ln[2:])
+            continue
+        if title is None and ln.endswith(" FAILED"):
+            title = ln[: -len(" FAILED")]
+            continue
+        if ln.startswith("Root Cause"):
+            root = True
+            continue
+        m = CFE_ENTRY.match(ln) if ln.startswith("[") else None
+        if m:
+            cur = {"index": int(m["idx"]), "root_cause": root, "traceback_lines": [], "rel": rel0 + pos,
+                   "rel_end": rel0 + pos + 1}
+            failures.append(cur)
+            key = None
+            continue
+        if cur is None:
+            continue
+        if not ln.startswith(("---", "===")):
+            cur["rel_end"] = rel0 + pos + 1
+        kv = CFE_KV.match(ln) if ln[:2].isspace() and ln[2:3] and not ln[2].isspace() else None
+        if kv and kv["key"] in ("time", "host", "rank", "exitcode", "error_file", "traceback"):
+            key = kv["key"]
+            val = kv["val"].strip()
+            if key == "traceback":
+                cur["traceback_lines"].append(val)
+            else:
+                cur[key] = val
+            continue
+        if key == "traceback" and ln.startswith("  ") and not ln.startswith("---"):
+            cur["traceback_lines"].append(ln[2:])
+    out = []
+    for f in failures:
+        d = {"index": f["index"], "root_cause": f["root_cause"], "rel": f["rel"], "rel_end": f["rel_end"]}
+        t = CFE_TIME.match(f.get("time", ""))
+        if t:
+            d["time_parts"] = tuple(map(int, t.groups()))
+        d["time"] = f.get("time")
+        d["host"] = f.get("host")
+        r = CFE_RANK.match(f.get("rank", ""))
+        if r:
+            d["rank"], d["local_rank"] = int(r["rank"]), int(r["local_rank"])
+        e = CFE_EXIT.match(f.get("exitcode", ""))
+        if e:
+            d["exitcode"], d["pid"] = int(e["code"]), int(e["pid"])
+            d["signal"] = e["sig"] or signame(d["exitcode"])
+        ef = f.get("error_file")
+        d["error_file"] = None if ef in (None, "<N/A>") else ef
+        tb = list(f["traceback_lines"])
+        while tb and not tb[-1].strip():
+            tb.pop()
+        d["traceback"] = "\n".join(tb) or None
+        last = tb[-1].strip() if tb else ""       # (the last line that is not blank)
+        m = EXC.match(last)
+        if m:
+            d["exc"], d["exc_msg"] = m["exc"], m["exc_msg"]
+        out.append(d)
+    return {"title": title, "failures": out}
+
+
+def _walk_fatal(bodies: list[str], i: int):
+    n = len(bodies)
+    what = bodies[i][len(FATAL_START):].strip()
+    frames, j = [], i + 1
+    while j < n:
+        b = bodies[j]
+        if b.strip() == "" or b.startswith(("Current thread", "Thread 0x", "Extension modules:",
+                                            "Stack (most recent call first)", "  File", "  <no Python frame>")):
+            f = FRAME.match(b)
+            if f:
+                frames.append((f["file"], int(f["line"]), f["func"]))
+            j += 1
+            if b.startswith("Extension modules:"):
+                break
+            continue
+        break
+    else:
+        return None, {"type": "fatal", "what": what, "frames": frames}
+    return j, {"type": "fatal", "what": what, "frames": frames}
+
+
+# ---------------------------------------------------------------------------------------------
+def block_rows(blocks: list[dict], block_pids: set, zone: str | None) -> list[dict]:
+    """Event dicts for the grouped blocks (ChildFailedError entries included)."""
+    from ...timeparse import local_ns
+    rows = []
+    for b in blocks:
+        rank = int(b["wrank"]) if b.get("wrank") is not None else None
+        common = dict(line=b["lineno"], text=b["text"], stream=b["stream"], rank=rank)
+        where = ""
+        if b.get("frames"):
+            # tracebacks list the innermost frame last; faulthandler ("most recent call first") first
+            f = b["frames"][0] if b["type"] == "fatal" else b["frames"][-1]
+            where = f" at {os.path.basename(f[0])}:{f[1]} in {f[2]}"
+        if b["type"] == "fatal":
+            what = b["what"]
+            sig, kind = next((v for k, v in FATAL_SIGNALS.items() if what.startswith(k)), ("SIGABRT", "signal_kill"))
+            attrs = {"error": what, "frames": len(b["frames"]), "last_frame": where.strip() or None,
+                     "signal": sig, "self_signal": True}
+            attrs["summary"] = f"Python fatal error: {what}{where}" + (f" (rank {rank})" if rank is not None else "")
+            rows.append(dict(common, category="traceback", name="fatal_error", kind=kind, severity="crit",
+                             attrs=attrs))
+            continue
+        cfe = b.get("cfe")
+        attrs = {"exc_type": b["exc"], "exc_msg": b["exc_msg"], "frames": len(b["frames"]),
+                 "last_frame": where.strip() or None}
+        if cfe is None:
+            summary = f"{b['exc'] or 'Python traceback'}: {b['exc_msg']}".strip().rstrip(":")[:300] + where
+            kind, name = "python_exception", "traceback"
+            said = message_in(b["exc_msg"] or "")
+            if said and said[1]:      # e.g. a gloo timeout or a collective mismatch raised as an exception
+                name, kind, fields = said
+                attrs.update(fields)
+                summary = (timeout_summary(name, fields, "", b["exc_msg"]) if kind == "collective_timeout" else
+                           f"collective mismatch: {b['exc_msg'][:240]}" if kind == "collective_mismatch" else
+                           f"{KIND_WORDS.get(name, name)}: {b['exc_msg'][:240]}")
+                summary += f" ({b['exc']}{where})"
+            elif said:
+                attrs.update(said[2])
+            by_type = EXC_KINDS.get((b["exc"] or "").rsplit(".", 1)[-1])
+            if by_type and kind == "python_exception":
+                name, kind = by_type[0], by_type[1]
+                summary = f"{by_type[2]} ({b['exc']}{where})"
+            if rank is not None:
+                summary = f"rank {rank}: " + summary
+            rows.append(dict(common, category="traceback", name=name, kind=kind,
+                             severity="error", attrs=dict(attrs, summary=summary)))
+            continue
+        fails = cfe["failures"]
+        root = next((f for f in fails if f["root_cause"]), fails[0] if fails else None)
+        jsum = f"torchrun: {cfe['title'] or 'job'} FAILED"
+        if root:
+            jsum += "; root cause " + _failure_text(root)
+        others = [f for f in fails if f is not root]
+        if others:
+            jsum += "; then " + "; ".join(_failure_text(f, short=True) for f in others)
+        ts = None
+        if root and root.get("time_parts"):
+            ts = local_ns(*root["time_parts"], 0, zone)
+        rows.append(dict(common, category="launcher", name="child_failed", kind="job_failure", severity="error",
+                         ts=ts, res=NS if ts is not None else None,
+                         attrs=dict(attrs, summary=jsum, title=cfe["title"], failures=len(fails),
+                                    root_cause_rank=root.get("rank") if root else None,
+                                    root_cause_pid=root.get("pid") if root else None)))
+        for f in fails:
+            code = f.get("exitcode")
+            kind = "signal_kill" if code is not None and code < 0 else "process_exit"
+            fts = local_ns(*f["time_parts"], 0, zone) if f.get("time_parts") else None
+            host = f.get("host")
+            fline = b["linenos"][f["rel"]]
+            ftext = "\n".join(b["lines"][f["rel"]:f["rel_end"]])
+            fa = {k: f.get(k) for k in ("index", "root_cause", "time", "host", "rank", "local_rank", "exitcode",
+                                        "signal", "pid", "error_file", "exc", "exc_msg", "traceback")}
+            fa["summary"] = ("torchrun: " + _failure_text(f) +
+                             (" (root cause)" if f["root_cause"] else " (after the root-cause failure)"))
+            if f.get("pid") is not None:
+                block_pids.add(f["pid"])
+            rows.append(dict(line=fline, text=ftext, stream="", category="launcher",
+                             name="worker_failure", kind=kind, severity="error", ts=fts,
+                             res=NS if fts is not None else None,
+                             host=None if (host or "").lower() in LOCAL_HOSTS else host,
+                             rank=f.get("rank"), pid=f.get("pid"), attrs=fa))
+    return rows
+
+
+# How a typed exception is named in its summary.
+# Exceptions whose class says what happened, message or not: (event name, kind, summary).
+EXC_KINDS = {
+    "RendezvousTimeoutError": ("rendezvous_timeout", "rendezvous_failure",
+                               "the launcher gave up waiting for the other nodes to join the rendezvous"),
+}
+KIND_WORDS = {"shm_exhausted": "out of shared memory (/dev/shm)", "dataloader_worker_killed": "a DataLoader worker died",
+              "disk_full": "no space left on the device", "checkpoint_write_failed": "writing a checkpoint failed "
+              "(torch.save could not write: the file system is full or failing)"}
+
+
+
+def _failure_text(f: dict, short: bool = False) -> str:
+    who = f"rank {f.get('rank')}"
+    if not short:
+        who += f" (local_rank {f.get('local_rank')}, pid {f.get('pid')})"
+    code = f.get("exitcode")
+    how = f"exitcode {code}" + (f" ({f['signal']})" if f.get("signal") else "")
+    if f.get("exc") and not short:
+        how += f": {f['exc']}: {(f.get('exc_msg') or '')[:200]}"
+    if short:
+        return f"{who} {how}"
+    return f"{who} {how} at {f.get('time')} on {f.get('host')}"
