@@ -115,7 +115,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sql import rows_named
+from .sql import events_named
 
 SEND_SLACK_NS = 1_000_000          # torchrun's poll() to its log call, allowed generously
 LAUNCHER_RES_NS = 1_000_000        # torchrun prints milliseconds (padded to six digits)
@@ -215,15 +215,17 @@ def _last_samples(store, incident_id: str, want: set[tuple[str, int]]) -> dict[t
     return out
 
 
+LAUNCHER_NAMES = ("closing_signal", "worker_failed")    # the launcher lines' event names
+
+
 def launcher_lines(store, incident_id: str) -> list[dict]:
     """torchrun's closing-signal and ``failed`` lines, in file order (what the rules read)."""
     return store.query(
-        f"""WITH named AS ({rows_named(('closing_signal', 'worker_failed'))})
-           SELECT COALESCE(s.host, '') AS host, s.path, e.pid AS launcher, e.line, e.name, e.ts_raw_ns AS wall_ns,
+        f"""SELECT COALESCE(s.host, '') AS host, s.path, e.pid AS launcher, e.line, e.name, e.ts_raw_ns AS wall_ns,
                   TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT) AS worker
-           FROM named JOIN events e ON e.rowid = named.rid JOIN sources s USING (incident_id, source_id)
+           FROM {events_named(LAUNCHER_NAMES)} e JOIN sources s USING (incident_id, source_id)
            WHERE e.incident_id = ? AND s.clock_domain = 'wall' AND e.ts_raw_ns IS NOT NULL
-           ORDER BY s.path, e.line""", [incident_id, incident_id])
+           ORDER BY s.path, e.line""", [incident_id] * (len(LAUNCHER_NAMES) + 1))
 
 
 def shutdowns(lines: list[dict]) -> list[list[dict]]:

@@ -11,9 +11,10 @@ import dataclasses
 import json
 from bisect import bisect_left
 
+from .clock_match import LAUNCHER_NAMES
 from .clocks import row_uncertainty_sql
 from .links import Evidence, Link, LinkKind, Provenance
-from .sql import rows_named
+from .sql import events_named
 
 _UNC = row_uncertainty_sql()   # a row's own stretch where its clock stepped
 
@@ -430,12 +431,11 @@ def refine_launcher_times(store, incident_id: str, links: list[Link]) -> list[Li
     stopped it; the failed worker's window ends there (it died before the launcher noticed).
     """
     rows = store.query(
-        f"""WITH named AS ({rows_named(('worker_failed', 'closing_signal'))})
-           SELECT e.ts_utc_ns AS ts, e.name, TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT) AS pid,
+        f"""SELECT e.ts_utc_ns AS ts, e.name, TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT) AS pid,
                   COALESCE(e.host, s.host) AS host
-           FROM named JOIN events e ON e.rowid = named.rid JOIN sources s USING (incident_id, source_id)
+           FROM {events_named(LAUNCHER_NAMES)} e JOIN sources s USING (incident_id, source_id)
            WHERE e.incident_id = ? AND e.ts_utc_ns IS NOT NULL
-           ORDER BY e.ts_utc_ns, e.source_id, e.line""", [incident_id, incident_id])
+           ORDER BY e.ts_utc_ns, e.source_id, e.line""", [incident_id] * (len(LAUNCHER_NAMES) + 1))
     if not rows:
         return links
     near = _LauncherLines(rows)

@@ -163,6 +163,8 @@ def slices(texts: pa.Array, start: pa.Array, length: pa.Array | None = None) -> 
     n = len(texts)
     if len(start) != n or (length is not None and len(length) != n):
         raise ValueError("slices: start and length must have a value per row")
+    if texts.type == pa.large_string() and texts.buffers()[2] is not None and texts.buffers()[2].size > 2 ** 31 - 1:
+        texts = texts.cast(pa.string_view())    # (a view's offset into its buffer is an int32)
     alive, col = _column(texts)
     start = _int32s(start, -1)
     length = _int32s(length, -1) if length is not None else None
@@ -171,7 +173,7 @@ def slices(texts: pa.Array, start: pa.Array, length: pa.Array | None = None) -> 
                                _values_address(length) if length is not None else None,
                                views.address, valid.address) if n else 0
     src = alive[0] if isinstance(alive, tuple) else alive
-    data = src.buffers()[2:] if src.type == pa.string_view() else [src.buffers()[2]]
+    data = [b for b in src.buffers()[2:] if b is not None]
     del alive
     return pa.Array.from_buffers(pa.string_view(), n, [valid if nulls else None, views, *data], null_count=nulls)
 
