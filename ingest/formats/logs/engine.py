@@ -778,14 +778,17 @@ def _ranks(ev: pl.DataFrame, st: _State) -> pl.DataFrame:
         ev = ev.with_columns(pl.lit(None, pl.Int64).alias("_said"))
     ev = ev.with_columns(pl.coalesce(own, pl.col("_said"), pl.col("srun").cast(pl.Int64, strict=False))
                          .alias("rank")).drop("_said")
-    # stream -> rank / pid learnt from lines that state them (worker streams only)
+    # stream -> rank / pid learnt from lines that state them (worker streams only; the first value
+    # a stream states stays, so the streams already in a map are not read for it again)
     ws = ev.lazy().select("stream", "rank", "category", "pid", "body").filter(
         (pl.col("stream").fill_null("") != "|||") & (pl.col("stream").fill_null("") != "")).collect()
-    for s, r in ws.filter(pl.col("rank").is_not_null()).group_by("stream").agg(
-            pl.col("rank").first()).iter_rows():
+    for s, r in ws.filter(pl.col("rank").is_not_null() & ~pl.col("stream").is_in(list(st.stream_rank))).group_by(
+            "stream").agg(pl.col("rank").first()).iter_rows():
         st.stream_rank.setdefault(s, r)
     pid_said = pl.coalesce(pl.when(pl.col("category").is_in(["usdt"])).then(pl.col("pid")),
                            pl.col("body").str.extract(r"\bpid[=:] ?(\d+)\b", 1).cast(pl.Int64, strict=False))
+    if st.stream_pid:
+        ws = ws.filter(~pl.col("stream").is_in(list(st.stream_pid)))
     ws = ws.filter((pl.col("category") == "usdt") | pl.col("body").str.contains("pid", literal=True))
     for s, p in ws.with_columns(pid_said.alias("_p")).filter(pl.col("_p").is_not_null()).group_by("stream").agg(
             pl.col("_p").first()).iter_rows():
