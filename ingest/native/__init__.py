@@ -157,8 +157,9 @@ def slices(texts: pa.Array, start: pa.Array, length: pa.Array | None = None) -> 
     """``texts[i][start[i] : start[i] + length[i]]`` for each row of a text array (:func:`texts`), as a
     ``string_view`` array that shares the bytes of ``texts`` (no copy of the text; Polars takes it
     as it is). ``start`` and ``length`` are int32 arrays of bytes (the callers cut ASCII prefixes,
-    where bytes are characters); a row is null where its text is null or its start is null or
-    negative; a null or negative length, or none, cuts to the end."""
+    where bytes are characters; a cut inside a character moves to its edge, so the rows stay
+    UTF-8); a row is null where its text is null or its start is null or negative; a null or
+    negative length, or none, cuts to the end."""
     lib = library()
     n = len(texts)
     if len(start) != n or (length is not None and len(length) != n):
@@ -405,9 +406,9 @@ WRAP_GROUPS = ("ray_actor", "ray_pid", "mpi_job", "mpi_rank", "tee", "srun", "wr
 
 class Wraps(NamedTuple):
     """What :func:`wraps` read, per line: ``code`` (uint8: 1 a wrapper or Ray's repeat suffix was
-    read, 0 neither, UNSURE where the regexes decide); ``groups``: for each of
-    :data:`WRAP_GROUPS`, None when no line has it, else the int32 arrays of its start and length
-    in bytes (-1 where the line does not have it); ``body_at`` (int32: where the rest starts,
+    read, 0 neither, UNSURE where the regexes decide); ``groups``: each of :data:`WRAP_GROUPS`
+    that some line has, as the int32 arrays of its start and length in bytes (start -1 where a
+    line does not have it); ``body_at`` (int32: where the rest starts,
     bytes), ``cut`` (int32: the bytes Ray's suffix takes off the rest's end), ``repeated``
     (nullable int32: the suffix's count); ``unsure``: how many rows were left."""
     code: pa.Array

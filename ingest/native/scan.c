@@ -235,7 +235,8 @@ static inline int is_valid(const col_t *c, int64_t i) {
 /* Cuts of a text column as a string_view column that shares the column's bytes: row i is
  * col[i][start[i] : start[i] + len[i]] (len NULL or len[i] < 0: to the end; clipped to the text),
  * null where col[i] is null or start[i] < 0. Offsets count bytes: the callers cut ASCII prefixes,
- * where bytes are characters. A cut of 12 bytes or fewer is held in its view; a longer one points
+ * where bytes are characters (a cut that falls inside a character moves to its edge: the output
+ * is UTF-8 whenever the input is). A cut of 12 bytes or fewer is held in its view; a longer one points
  * into the column's data buffer (string_view: the buffer the row's own view names; large_string:
  * buffer 0, which must stay under 2 GiB). views: 16 bytes per row; valid: the validity bitmap.
  * Returns the number of nulls. */
@@ -252,6 +253,10 @@ int64_t at_slice_views(const col_t *col, int64_t n, const int32_t *start, const 
         int64_t a = start[i] < l.n ? start[i] : l.n;
         int64_t k = l.n - a;
         if (len != NULL && len[i] >= 0 && len[i] < k) k = len[i];
+        /* (a cut inside a character would leave bytes that are not UTF-8: its start moves past
+         * the character, its end back before it) */
+        while (k > 0 && (l.p[a] & 0xC0) == 0x80) { a++; k--; }
+        while (k > 0 && a + k < l.n && (l.p[a + k] & 0xC0) == 0x80) k--;
         int32_t k32 = (int32_t)k;
         memcpy(v, &k32, 4);
         if (k <= 12) { memcpy(v + 4, l.p + a, (size_t)k); continue; }

@@ -90,5 +90,12 @@ def test_slices_cut_as_polars_cuts_in_both_layouts():
             got = pl.Series(native.slices(src, d["a"].to_arrow(), d["k"].to_arrow()))
             assert got.to_list() == want.to_list(), (src.type, off)
             assert pl.Series(native.slices(src, d["a"].to_arrow())).to_list() == to_end.to_list()
+    # a cut inside a character moves to its edge: the output stays text, a piece of the row
+    wide = ["\u00e9t\u00e9 \u4e2d\u6587 \U0001F600 ok", "x\u00e9", "\u00e9" * 20]
+    for a0 in range(0, 14):
+        for k0 in (-1, 1, 2, 3, 5, 30):
+            got = pl.Series(native.slices(pa.array(wide, pa.large_string()), pa.array([a0] * 3, pa.int32()),
+                                          pa.array([k0] * 3, pa.int32()))).to_list()
+            assert all(g is not None and g in w for g, w in zip(got, wide)), (a0, k0, got)
     with pytest.raises(ValueError):
         native.slices(pa.array(["a", "b"], pa.large_string()), pa.array([0], pa.int32()))

@@ -170,11 +170,11 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
     if cut.max():
         some = cut > 0
         i = some.arg_true()
-        b = out.filter(some).select(pl.col("body").str.slice(0, pl.col("body").str.len_chars() - pl.lit(cut.filter(some))))
+        b = out.filter(some).select(
+            pl.col("body").str.slice(0, pl.col("body").str.len_chars() - pl.lit(cut.filter(some))))
         out = out.with_columns(body=out["body"].scatter(i, b.to_series()))
     if any(c in w.groups for c in ("tee", "srun", "ray_pid", "mpi_rank")):
-        stream = pl.concat_str([pl.col("tee").fill_null(""), pl.col("srun").fill_null(""), pl.col("ray_pid").fill_null(""),
-                                pl.col("mpi_rank").fill_null("")], separator="|")
+        stream = pl.concat_str([pl.col(c).fill_null("") for c in ("tee", "srun", "ray_pid", "mpi_rank")], separator="|")
     else:
         stream = pl.lit("|||", pl.String)
     out = out.with_columns(stream.alias("stream"))
@@ -182,7 +182,8 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
         left = pl.Series(w.code) == native.UNSURE
         i = left.arg_true()
         sub = _wrap_regex(base.filter(left))
-        out = out.with_columns(*(out[c].scatter(i, sub[c].cast(out[c].dtype)) for c in out.columns if c not in ("lineno", "line")))
+        out = out.with_columns(*(out[c].scatter(i, sub[c].cast(out[c].dtype)) for c in out.columns
+                                 if c not in ("lineno", "line")))
     return out
 
 
@@ -361,7 +362,8 @@ def _compiled_family(r: pl.DataFrame, fam: str) -> pl.DataFrame:
     def span(a: str, e: str) -> pl.Expr:
         return pl.lit(pl.Series(native.slices(body, r["_h_" + a].to_arrow(), (r["_h_" + e] - r["_h_" + a]).to_arrow())))
 
-    cols = dict(msg=pl.lit(pl.Series(native.slices(body, r["_h_msg_at"].to_arrow()))), sev=h("sev").replace_strict(_SEV_CODE, default=None, return_dtype=pl.String),
+    cols = dict(msg=pl.lit(pl.Series(native.slices(body, r["_h_msg_at"].to_arrow()))),
+                sev=h("sev").replace_strict(_SEV_CODE, default=None, return_dtype=pl.String),
                 rank=h("rank"), pid=h("pid"), tid=h("tid"), t_y=h("y"), t_mo=h("mo"), t_d=h("d"), t_h=h("hh"),
                 t_mi=h("mi"), t_s=h("ss"), t_fns=h("fns"), t_res=h("res"), t_off=h("off"))
     if fam in ("c10", "elastic", "usdt"):
