@@ -409,12 +409,13 @@ class Wraps(NamedTuple):
     read, 0 neither, UNSURE where the regexes decide); ``groups``: each of :data:`WRAP_GROUPS`
     that some line has, as the int32 arrays of its start and length in bytes (start -1 where a
     line does not have it); ``body_at`` (int32: where the rest starts,
-    bytes), ``cut`` (int32: the bytes Ray's suffix takes off the rest's end), ``repeated``
-    (nullable int32: the suffix's count); ``unsure``: how many rows were left."""
+    bytes), ``body_len`` (int32: the rest's length in bytes where Ray's suffix ends it, -1 to the
+    line's end), ``repeated`` (nullable int32: the suffix's count); ``unsure``: how many rows
+    were left."""
     code: pa.Array
     groups: dict
     body_at: pa.Array
-    cut: pa.Array
+    body_len: pa.Array
     repeated: pa.Array
     unsure: int
 
@@ -427,10 +428,10 @@ def wraps(lines: pa.Array) -> Wraps:
     alive, col = _column(lines)
     m = max(n, 1)
     code, rep_ok = pa.allocate_buffer(m), pa.allocate_buffer(m)
-    body_at, cut, rep = (pa.allocate_buffer(4 * m) for _ in range(3))
+    body_at, body_len, rep = (pa.allocate_buffer(4 * m) for _ in range(3))
 
     def read(g0, g1) -> int:
-        return lib.at_wraps(ctypes.byref(col), n, code.address, g0, g1, body_at.address, cut.address, rep.address,
+        return lib.at_wraps(ctypes.byref(col), n, code.address, g0, g1, body_at.address, body_len.address, rep.address,
                             rep_ok.address) if n else 0
 
     left = read(None, None)
@@ -446,7 +447,7 @@ def wraps(lines: pa.Array) -> Wraps:
             if pc.max(a).as_py() >= 0:
                 groups[name] = (a, pc.subtract(ends.slice(k * n, n), a))
     return Wraps(codes, groups, pa.Array.from_buffers(pa.int32(), n, [None, body_at]),
-                 pa.Array.from_buffers(pa.int32(), n, [None, cut]), _nullable(rep, rep_ok, pa.int32(), n), left)
+                 pa.Array.from_buffers(pa.int32(), n, [None, body_len]), _nullable(rep, rep_ok, pa.int32(), n), left)
 
 
 class DmesgRaw(NamedTuple):

@@ -1313,13 +1313,13 @@ static int bracket_num(line_t l, int64_t i, const char *head, size_t hk, const c
 }
 
 /* One line: the groups' spans (g0, g1: -1 where a group took nothing), where the rest starts
- * and how many bytes Ray's suffix takes off its end (*rep: its count, *rep_ok 0 when the count
- * does not fit an int32). Returns 1 when a group or the suffix matched, 0 when not, UNSURE. */
-static int wrap_line(line_t l, int32_t *g0, int32_t *g1, int32_t *body_at, int32_t *cut, int32_t *rep,
+ * and its length in bytes when Ray's suffix ends it (-1: to the line's end; *rep: the suffix's
+ * count, *rep_ok 0 when the count does not fit an int32). Returns 1 when a group or the suffix matched, 0 when not, UNSURE. */
+static int wrap_line(line_t l, int32_t *g0, int32_t *g1, int32_t *body_at, int32_t *body_len, int32_t *rep,
                      uint8_t *rep_ok) {
     int64_t far = 0, q = 0, a, b, c, d, e;
     for (int g = 0; g < WG_N; g++) g0[g] = g1[g] = -1;
-    *cut = 0; *rep = 0; *rep_ok = 0;
+    *body_len = -1; *rep = 0; *rep_ok = 0;
     int hit = 0;
     while (look(l, q, &far) == '>' && look(l, q + 1, &far) == ' ') q += 2;
     if (look(l, q, &far) == '(' && w_ascii(look(l, q + 1, &far))) {
@@ -1386,7 +1386,7 @@ static int wrap_line(line_t l, int32_t *g0, int32_t *g1, int32_t *body_at, int32
             int ok = 1;
             int64_t v = digits_i64(l, ds, de, &ok);
             if (ok && v <= INT32_MAX) { *rep = (int32_t)v; *rep_ok = 1; }
-            *cut = (int32_t)(l.n - (ds - hk));
+            *body_len = (int32_t)(ds - hk - q);
             hit = 1;
         }
     }
@@ -1394,24 +1394,24 @@ static int wrap_line(line_t l, int32_t *g0, int32_t *g1, int32_t *body_at, int32
 }
 
 /* For the lines [0, n) of col: code (0 no wrapper, 1 one read, UNSURE where the regexes decide),
- * where the rest starts (bytes), the bytes Ray's suffix cuts off its end, and the suffix's count
- * (rep, rep_ok); with g0 and g1 (else NULL: most logs have no wrapper, and these are the bulk of
+ * where the rest starts and its length (bytes; -1: to the line's end, else Ray's suffix ends it),
+ * and the suffix's count (rep, rep_ok); with g0 and g1 (else NULL: most logs have no wrapper, and these are the bulk of
  * the output) the start and end of each group (WG_N arrays of n, -1 where the group took nothing).
  * Null lines are code 0. Returns the number left to the regexes. */
 int64_t at_wraps(const col_t *col, int64_t n, uint8_t *code, int32_t *g0, int32_t *g1, int32_t *body_at,
-                 int32_t *cut, int32_t *rep, uint8_t *rep_ok) {
+                 int32_t *body_len, int32_t *rep, uint8_t *rep_ok) {
     int64_t left = 0;
     int32_t a[WG_N], b[WG_N];
     for (int64_t i = 0; i < n; i++) {
         if (g0 != NULL)
             for (int g = 0; g < WG_N; g++) g0[g * n + i] = g1[g * n + i] = -1;
-        body_at[i] = 0; cut[i] = 0; rep[i] = 0; rep_ok[i] = 0;
+        body_at[i] = 0; body_len[i] = -1; rep[i] = 0; rep_ok[i] = 0;
         code[i] = 0;
         if (!is_valid(col, i)) continue;
         line_t l = line_of(col, i);
-        int c = l.n > INT32_MAX ? UNSURE : wrap_line(l, a, b, &body_at[i], &cut[i], &rep[i], &rep_ok[i]);
+        int c = l.n > INT32_MAX ? UNSURE : wrap_line(l, a, b, &body_at[i], &body_len[i], &rep[i], &rep_ok[i]);
         code[i] = (uint8_t)c;
-        if (c == UNSURE) { left++; body_at[i] = 0; cut[i] = 0; rep_ok[i] = 0; continue; }
+        if (c == UNSURE) { left++; body_at[i] = 0; body_len[i] = -1; rep_ok[i] = 0; continue; }
         if (c == 1 && g0 != NULL)
             for (int g = 0; g < WG_N; g++) { g0[g * n + i] = a[g]; g1[g * n + i] = b[g]; }
     }

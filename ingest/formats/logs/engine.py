@@ -164,15 +164,10 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
     w = native.wraps(lines)
     cols = [pl.Series(c, native.slices(lines, *w.groups[c])) if c in w.groups else pl.lit(None, pl.String).alias(c)
             for c in _WRAP_COLS]
-    cut = pl.Series("_cut", w.cut)
-    body = pl.Series("body", native.slices(lines, w.body_at)) if pc.max(w.body_at).as_py() else pl.col("line")
+    ends = pc.max(w.body_len).as_py()
+    body = pl.col("line") if not pc.max(w.body_at).as_py() and (ends is None or ends < 0) else \
+        pl.Series("body", native.slices(lines, w.body_at, w.body_len))
     out = base.with_columns(*cols, body.alias("body"), pl.Series("repeated", w.repeated))
-    if cut.max():
-        some = cut > 0
-        i = some.arg_true()
-        b = out.filter(some).select(
-            pl.col("body").str.slice(0, pl.col("body").str.len_chars() - pl.lit(cut.filter(some))))
-        out = out.with_columns(body=out["body"].scatter(i, b.to_series()))
     if any(c in w.groups for c in ("tee", "srun", "ray_pid", "mpi_rank")):
         stream = pl.concat_str([pl.col(c).fill_null("") for c in ("tee", "srun", "ray_pid", "mpi_rank")], separator="|")
     else:
