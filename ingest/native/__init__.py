@@ -1,8 +1,9 @@
 """aftertrace's line engine: compiled single passes over text (``scan.c``), as Arrow arrays: the
 lines of a chunk (:func:`split_lines`), the launchers' wrappers before them (:func:`wraps`), the
 numbers of step lines (:func:`step_values`), the rank a message states (:func:`rank_said`), the
-classes and headers of NCCL INFO lines (:func:`nccl_info`) and the fields of perf script record
-headers (:func:`perf_headers`); and cuts of a text column that share its bytes (:func:`slices`).
+classes and headers of NCCL INFO lines (:func:`nccl_info`), the fields of perf script record
+headers (:func:`perf_headers`), the multi-line blocks of a log's stream (:class:`BlockWalker`);
+and cuts of a text column that share its bytes (:func:`slices`).
 
 The library is plain C loaded with ctypes (no Python headers, no ABI to match): the wheel ships
 it built (``hatch_build.py``); a checkout or an editable install builds it on first use when
@@ -69,6 +70,8 @@ def library() -> ctypes.CDLL:
             lib.at_kineto_events.restype = _I64
             lib.at_views.argtypes = [_P, _I64, _P, _P, _P, _P]
             lib.at_views.restype = _I64
+            lib.at_blocks.argtypes = [_P, _I64, _P, _P, _I64, _I64, _P, _I64, _P, _P, _P, _P, _P]
+            lib.at_blocks.restype = _I64
             _lib = lib
     return _lib
 
@@ -448,6 +451,63 @@ def wraps(lines: pa.Array) -> Wraps:
                 groups[name] = (a, pc.subtract(ends.slice(k * n, n), a))
     return Wraps(codes, groups, pa.Array.from_buffers(pa.int32(), n, [None, body_at]),
                  pa.Array.from_buffers(pa.int32(), n, [None, body_len]), _nullable(rep, rep_ok, pa.int32(), n), left)
+
+
+# the records of ``at_blocks`` (scan.c): int32 fields per block, per failure of a summary, per
+# traceback piece of a failure
+BLOCK_FIELDS = ("start", "end", "type", "exc", "fr_lo", "fr_hi", "has_cfe", "cfe_lo", "cfe_hi", "title", "fl_lo",
+                "fl_hi")
+FAILURE_KEYS = ("time", "host", "rank", "exitcode", "error_file")
+FAILURE_FIELDS = ("entry", "root", "end", *(f"{k}_{x}" for k in FAILURE_KEYS for x in ("row", "at")), "tb_lo",
+                  "tb_hi")
+BT_TRACEBACK, BT_FATAL, BT_CFE_ALONE, BT_UNSURE = range(4)
+
+
+class BlockWalk(NamedTuple):
+    """What :meth:`BlockWalker.walk` read: ``blocks``, ``fails`` and ``tb`` as flat int32
+    sequences of :data:`BLOCK_FIELDS`, :data:`FAILURE_FIELDS` and 3 (row, offset, stripped) per
+    record; ``frames``: the rows of the blocks' frames; ``count``: how many blocks."""
+    blocks: memoryview
+    frames: memoryview
+    fails: memoryview
+    tb: memoryview
+    count: int
+
+
+class BlockWalker:
+    """The multi-line blocks of one stream's rows (a text array, :func:`texts`) as the log
+    engine's block walkers read them (see ``at_blocks`` in scan.c): ``starts``, the rows that open
+    one, ascending, and ``kinds``, how (BT_TRACEBACK, BT_FATAL or BT_CFE_ALONE); ``cfe_exc``, a
+    byte per row: whether the row, read as a traceback's last line, names a ChildFailedError;
+    ``most``: how far a summary's closing border is looked for. The walk's buffers are reused:
+    a walk's results hold until the next walk."""
+
+    def __init__(self, bodies: pa.Array, starts: list[int], kinds: list[int], cfe_exc: bytes, most: int):
+        n, ns = len(bodies), len(starts)
+        if len(kinds) != ns or len(cfe_exc) != n:
+            raise ValueError("blocks: a kind per start and a flag per row, please")
+        self._alive, self._col = _column(bodies)
+        self._n, self._ns, self._most = n, ns, most
+        self._starts, self._kinds = (ctypes.c_int32 * ns)(*starts), (ctypes.c_uint8 * ns)(*kinds)
+        self._cfe_exc = bytes(cfe_exc)
+        m = max(n, 1)
+        self._blk = pa.allocate_buffer(4 * len(BLOCK_FIELDS) * max(ns, 1))
+        self._frames, self._tb = pa.allocate_buffer(4 * m), pa.allocate_buffer(12 * m)
+        self._fails = pa.allocate_buffer(4 * len(FAILURE_FIELDS) * m)
+
+    def walk(self, start_from: int = 0) -> BlockWalk:
+        """The blocks from the first start at or after row ``start_from``."""
+        counts = (ctypes.c_int64 * 3)()
+        got = library().at_blocks(
+            ctypes.byref(self._col), self._n, self._starts, self._kinds, self._ns, start_from, self._cfe_exc,
+            self._most, self._blk.address, self._frames.address, self._fails.address, self._tb.address,
+            counts) if self._ns else 0
+
+        def ints(buf, k):
+            return memoryview(buf).cast("B").cast("i")[:k]
+
+        return BlockWalk(ints(self._blk, got * len(BLOCK_FIELDS)), ints(self._frames, counts[0]),
+                         ints(self._fails, counts[1] * len(FAILURE_FIELDS)), ints(self._tb, 3 * counts[2]), got)
 
 
 class DmesgRaw(NamedTuple):

@@ -1743,3 +1743,284 @@ int64_t at_views(const uint8_t *src, int64_t n, const int64_t *at, const int32_t
     }
     return nulls;
 }
+
+/* ---- Multi-line blocks: Python tracebacks, faulthandler dumps, ChildFailedError summaries ----
+ *
+ * The walk of ingest/formats/logs/blocks.py (group_blocks and its walkers) over one output
+ * stream's candidate rows: from each block start not inside the block before, to the row after
+ * the block. Python's str tests are byte tests here where the bytes they look at are ASCII
+ * (str.isspace's ASCII members include \x1c-\x1f); where a test would have to know what a
+ * character that is not ASCII is (a space? a digit? a word character?), or a row is null, the walk
+ * stops and the block is left to Python's walkers.
+ *
+ * One record of BLK_N int32 per block: its start row and end row (-1: it ran past the last row;
+ * the walk stops there), its type, the exception row of a traceback (-1: none, the rows ended
+ * first), its frame rows (frames[fr_lo:fr_hi]: the rows FRAME matches), whether a summary was read, the
+ * summary's rows [cfe_lo, cfe_hi), its title row and its failures (fails[fl_lo:fl_hi], FL_N int32
+ * each: the "[i]:" row, whether it came after "Root Cause", the row after its last row, the row and
+ * offset after the colon of its time, host, rank, exitcode and error_file (the last one read; row -1: none),
+ * its traceback's pieces tb[tb_lo:tb_hi], 3 int32 each: row, offset, whether the piece is
+ * stripped). */
+enum { BT_TRACEBACK = 0, BT_FATAL = 1, BT_CFE_ALONE = 2, BT_UNSURE = 3 };
+enum { B_START, B_END, B_TYPE, B_EXC, B_FR_LO, B_FR_HI, B_HAS_CFE, B_CFE_LO, B_CFE_HI, B_TITLE, B_FL_LO, B_FL_HI,
+       BLK_N };
+enum { K_TIME, K_HOST, K_RANK, K_EXIT, K_ERRF, K_N };
+enum { F_ENTRY, F_ROOT, F_END, F_KEYS, F_TB_LO = F_KEYS + 2 * K_N, F_TB_HI, FL_N };
+
+typedef struct {
+    const col_t *col;
+    int64_t n;
+    int unsure;
+    int32_t *frames, *fails, *tb;
+    int64_t nfr, nfl, ntb;
+} walk_t;
+
+static inline int py_space(int c) { return c == ' ' || (c >= 9 && c <= 13) || (c >= 28 && c <= 31); }
+
+/* row i, or sets w->unsure (a null row) */
+static inline line_t w_row(walk_t *w, int64_t i) {
+    line_t l = line_of(w->col, i);
+    if (!is_valid(w->col, i)) {
+        w->unsure = 1;
+        l.n = 0;
+    }
+    return l;
+}
+
+/* str.strip() == "": no byte but spaces; unsure where the rest are not ASCII (Unicode's spaces) */
+static inline int blank(walk_t *w, line_t l) {
+    int other = 0;
+    for (int64_t i = 0; i < l.n; i++) {
+        if (l.p[i] >= 0x80) other = 1;
+        else if (!py_space(l.p[i])) return 0;
+    }
+    if (other) w->unsure = 1;
+    return !other;
+}
+
+static inline int is_lit(line_t l, const char *s) { size_t k = strlen(s); return l.n == (int64_t)k && memcmp(l.p, s, k) == 0; }
+static inline int has_head(line_t l, const char *s) { return starts(l, 0, s, strlen(s)); }
+static inline int has_tail(line_t l, const char *s) { size_t k = strlen(s); return starts(l, l.n - (int64_t)k, s, k); }
+
+static const char TB_HEAD[] = "Traceback (most recent call last):";
+
+static inline void tb_piece(walk_t *w, int64_t row, int32_t at, int32_t strip) {
+    int32_t *t = w->tb + 3 * w->ntb++;
+    t[0] = (int32_t)row; t[1] = at; t[2] = strip;
+}
+
+/* FRAME: whitespace, 'File "', a file name, '", line ', digits, ", in " or " in ", anything */
+static inline int frame_line(walk_t *w, line_t l) {
+    int64_t i = 0;
+    while (i < l.n && py_space(l.p[i])) i++;
+    if (i < l.n && l.p[i] >= 0x80) { w->unsure = 1; return 0; }     /* (\s: Unicode's spaces) */
+    if (i == 0 || !starts(l, i, "File \"", 6)) return 0;
+    int64_t a = i + 6, q = a;
+    while (q < l.n && l.p[q] != '"') q++;
+    if (q == a || !starts(l, q, "\", line ", 8)) return 0;
+    int64_t d = q + 8, e = d;
+    while (e < l.n && is_d(l.p[e])) e++;
+    if (e < l.n && l.p[e] >= 0x80) { w->unsure = 1; return 0; }     /* (\d: Unicode's digits) */
+    return e > d && (starts(l, e, ", in ", 5) || starts(l, e, " in ", 4));
+}
+
+/* _walk_cfe: the row after the summary's closing border, j when row j opens none, -1 when the
+ * rows end first */
+static int64_t walk_cfe(walk_t *w, int64_t j, int64_t most) {
+    if (j < w->n) {
+        line_t l = w_row(w, j);
+        if (w->unsure) return -1;
+        if (!has_head(l, "===")) return j;
+    }
+    int borders = 0;
+    int64_t k = j;
+    while (k < w->n && k - j < most) {
+        line_t l = w_row(w, k);
+        if (w->unsure) return -1;
+        if (has_head(l, "===")) {
+            int64_t a = 0;
+            while (a < l.n && l.p[a] == '=') a++;
+            if (a == l.n && ++borders == 2) return k + 1;
+        }
+        k++;
+    }
+    return k >= w->n ? -1 : k;
+}
+
+/* _parse_cfe's reading of rows [lo, hi) into the block record and w->fails / w->tb (a failure's
+ * traceback pieces are the ones read while it is the last failure) */
+static void parse_cfe(walk_t *w, int64_t lo, int64_t hi, int32_t *b) {
+    static const char *const keys[] = {"time", "host", "rank", "exitcode", "error_file"};
+    int32_t *cur = NULL;
+    int in_tb = 0, root = 0;        /* in_tb: the key read last is "traceback" */
+    b[B_TITLE] = -1;
+    b[B_FL_LO] = b[B_FL_HI] = (int32_t)w->nfl;
+    for (int64_t pos = lo; pos < hi; pos++) {
+        line_t l = w_row(w, pos);
+        if (w->unsure) return;
+        if (starts(l, 0, "   ", 3) && cur && b[B_TITLE] >= 0) {
+            cur[F_END] = (int32_t)(pos + 1);
+            if (in_tb) tb_piece(w, pos, 2, 0);
+            continue;
+        }
+        if (b[B_TITLE] < 0 && has_tail(l, " FAILED")) { b[B_TITLE] = (int32_t)pos; continue; }
+        if (has_head(l, "Root Cause")) { root = 1; continue; }
+        if (l.n >= 4 && l.p[0] == '[' && l.p[l.n - 2] == ']' && l.p[l.n - 1] == ':') {
+            int64_t d = 1;
+            while (d < l.n - 2 && is_d(l.p[d])) d++;
+            if (d < l.n - 2 && l.p[d] >= 0x80) { w->unsure = 1; return; }     /* (\d: Unicode's digits) */
+            if (d == l.n - 2) {
+                if (cur) cur[F_TB_HI] = (int32_t)w->ntb;
+                cur = w->fails + FL_N * w->nfl++;
+                cur[F_ENTRY] = (int32_t)pos; cur[F_ROOT] = root; cur[F_END] = (int32_t)(pos + 1);
+                for (int k = 0; k < K_N; k++) { cur[F_KEYS + 2 * k] = -1; cur[F_KEYS + 2 * k + 1] = 0; }
+                cur[F_TB_LO] = cur[F_TB_HI] = (int32_t)w->ntb;
+                in_tb = 0;
+                continue;
+            }
+        }
+        if (!cur) continue;
+        if (!has_head(l, "---") && !has_head(l, "===")) cur[F_END] = (int32_t)(pos + 1);
+        /* CFE_KV, where its first two characters are whitespace and the third is not (a byte of
+         * those, of the key or of the spaces after it that is not ASCII: Unicode's spaces and
+         * word characters) */
+        for (int64_t q = 0; q < 3 && q < l.n && (q < 2 ? py_space(l.p[q]) || l.p[q] >= 0x80 : 1); q++)
+            if (l.p[q] >= 0x80) { w->unsure = 1; return; }
+        if (l.n >= 3 && py_space(l.p[0]) && py_space(l.p[1]) && w_ascii(l.p[2])) {
+            int64_t e = 2;
+            while (e < l.n && w_ascii(l.p[e])) e++;
+            int64_t c = e;
+            while (c < l.n && py_space(l.p[c])) c++;
+            if (c < l.n && l.p[c] >= 0x80) { w->unsure = 1; return; }
+            if (c < l.n && l.p[c] == ':') {
+                int32_t v = (int32_t)(c + 1);         /* (": ?": the value is stripped) */
+                line_t k = {l.p + 2, e - 2};
+                int got = -1;
+                for (int q = 0; q < K_N; q++)
+                    if (is_lit(k, keys[q])) got = q;
+                if (got >= 0) {
+                    in_tb = 0;
+                    cur[F_KEYS + 2 * got] = (int32_t)pos; cur[F_KEYS + 2 * got + 1] = v;
+                    continue;
+                }
+                if (is_lit(k, "traceback")) {
+                    in_tb = 1;
+                    tb_piece(w, pos, v, 1);
+                    continue;
+                }
+            }
+        }
+        if (in_tb && starts(l, 0, "  ", 2) && !has_head(l, "---")) tb_piece(w, pos, 2, 0);
+    }
+    if (cur) cur[F_TB_HI] = (int32_t)w->ntb;
+    b[B_FL_HI] = (int32_t)w->nfl;
+}
+
+/* _walk_traceback from row i (its header); the block's end row, -1 when the rows end first */
+static int64_t walk_traceback(walk_t *w, int64_t i, const uint8_t *cfe_exc, int64_t most, int32_t *b) {
+    int64_t n = w->n, j = i + 1;
+    for (;;) {
+        while (j < n) {
+            line_t l = w_row(w, j);
+            if (w->unsure) return -1;
+            if (!(starts(l, 0, " ", 1) || starts(l, 0, "\t", 1) || is_lit(l, TB_HEAD))) break;
+            if (frame_line(w, l)) w->frames[w->nfr++] = (int32_t)j;
+            if (w->unsure) return -1;
+            j++;
+        }
+        if (j >= n) { b[B_EXC] = -1; return -1; }    /* (cut off before its exception line) */
+        b[B_EXC] = (int32_t)j;
+        j++;
+        /* chained: blank rows, "During handling ..." or "The above exception ...", blank rows, a header */
+        int64_t k = j;
+        while (k < n && blank(w, w_row(w, k)) && !w->unsure) k++;
+        if (w->unsure) return -1;
+        if (k < n) {
+            line_t l = w_row(w, k);
+            if (w->unsure) return -1;
+            if (is_lit(l, "During handling of the above exception, another exception occurred:") ||
+                is_lit(l, "The above exception was the direct cause of the following exception:")) {
+                k++;
+                while (k < n && blank(w, w_row(w, k)) && !w->unsure) k++;
+                if (w->unsure) return -1;
+                if (k < n && is_lit(w_row(w, k), TB_HEAD) && !w->unsure) { j = k + 1; continue; }
+                if (w->unsure) return -1;
+            }
+        }
+        break;
+    }
+    if (cfe_exc[b[B_EXC]]) {
+        int64_t end = walk_cfe(w, j, most);
+        if (end < 0) return -1;
+        b[B_HAS_CFE] = 1; b[B_CFE_LO] = (int32_t)j; b[B_CFE_HI] = (int32_t)end;
+        parse_cfe(w, j, end, b);
+        j = end;
+    }
+    return j;
+}
+
+/* _walk_fatal from row i ("Fatal Python error: ...") */
+static int64_t walk_fatal(walk_t *w, int64_t i) {
+    int64_t j = i + 1;
+    while (j < w->n) {
+        line_t l = w_row(w, j);
+        if (w->unsure) return -1;
+        int empty = blank(w, l);
+        if (w->unsure) return -1;
+        if (empty || has_head(l, "Current thread") || has_head(l, "Thread 0x") || has_head(l, "Extension modules:")
+            || has_head(l, "Stack (most recent call first)") || has_head(l, "  File") || has_head(l, "  <no Python frame>")) {
+            if (frame_line(w, l)) w->frames[w->nfr++] = (int32_t)j;
+            if (w->unsure) return -1;
+            j++;
+            if (has_head(l, "Extension modules:")) return j;
+            continue;
+        }
+        return j;
+    }
+    return -1;
+}
+
+/* The blocks of one stream's rows (col, n) from its block starts (starts[0:nstarts], ascending)
+ * at or after row from: kind[k] says how start k's row opens one (BT_*: a header, a fatal error,
+ * a summary's exception line); cfe_exc[r]: whether row r, read as an exception line, names a
+ * ChildFailedError; most: how far a summary's closing border is looked for. Writes the records
+ * (blk) and their frames, failures and traceback pieces; counts[0..2]: how many of each. Returns
+ * the number of blocks; the last one is BT_UNSURE when the walk stopped at a row it cannot read,
+ * or has end -1 when it ran past the rows (either way the walk ends there). */
+int64_t at_blocks(const col_t *col, int64_t n, const int32_t *starts_at, const uint8_t *kind, int64_t nstarts,
+                  int64_t from, const uint8_t *cfe_exc, int64_t most, int32_t *blk, int32_t *frames,
+                  int32_t *fails, int32_t *tb, int64_t *counts) {
+    walk_t w = {col, n, 0, frames, fails, tb, 0, 0, 0};
+    int64_t nb = 0, i = from, s = 0;
+    while (s < nstarts && starts_at[s] < from) s++;
+    for (; s < nstarts; s++) {
+        if (starts_at[s] < i) continue;
+        i = starts_at[s];
+        int32_t *b = blk + BLK_N * nb++;
+        for (int q = 0; q < BLK_N; q++) b[q] = -1;
+        b[B_START] = (int32_t)i; b[B_TYPE] = kind[s]; b[B_HAS_CFE] = 0;
+        b[B_FR_LO] = (int32_t)w.nfr;
+        b[B_FL_LO] = b[B_FL_HI] = (int32_t)w.nfl;
+        int64_t nfr0 = w.nfr, nfl0 = w.nfl, ntb0 = w.ntb, end;
+        if (kind[s] == BT_TRACEBACK) end = walk_traceback(&w, i, cfe_exc, most, b);
+        else if (kind[s] == BT_FATAL) end = walk_fatal(&w, i);
+        else {
+            end = walk_cfe(&w, i + 1, most);
+            if (end > i + 1) {
+                b[B_HAS_CFE] = 1; b[B_CFE_LO] = (int32_t)(i + 1); b[B_CFE_HI] = (int32_t)end;
+                parse_cfe(&w, i + 1, end, b);
+            }
+        }
+        b[B_FR_HI] = (int32_t)w.nfr;
+        if (w.unsure) {
+            w.nfr = nfr0; w.nfl = nfl0; w.ntb = ntb0;
+            b[B_TYPE] = BT_UNSURE; b[B_END] = -1; b[B_FR_HI] = b[B_FR_LO]; b[B_FL_LO] = b[B_FL_HI] = (int32_t)nfl0;
+            break;
+        }
+        b[B_END] = (int32_t)end;
+        if (end < 0) break;
+        i = end;
+    }
+    counts[0] = w.nfr; counts[1] = w.nfl; counts[2] = w.ntb;
+    return nb;
+}

@@ -482,6 +482,136 @@ def test_compiled_wrapper_reader_equals_the_wrapper_regexes():
         ("3", "12", None, None, "hi", None, "3|12||"), (None, None, "W", "9", "x", 4, "||9|")]
 
 
+_BLOCKS = [
+    ["Traceback (most recent call last):", '  File "/a/b.py", line 12, in main', "    x = f()",
+     '  File "/a/c.py", line 3 in f', "ValueError: boom", "",
+     "During handling of the above exception, another exception occurred:", "",
+     "Traceback (most recent call last):", '  File "/a/b.py", line 14, in main', "RuntimeError: again"],
+    ["Traceback (most recent call last):", '  File "/x/run.py", line 8, in <module>', "    sys.exit(main())",
+     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60, "train.py FAILED", "-" * 60,
+     "Failures:", "[1]:", "  time      : 2026-11-29_13:40:38", "  host      : localhost",
+     "  rank      : 1 (local_rank: 1)", "  exitcode  : -15 (pid: 32258)  (SIGTERM)", "  error_file: /tmp/error.json",
+     "  traceback : Traceback (most recent call last):", '    File "/x/t.py", line 79, in main',
+     "      loss.backward()", "  RuntimeError: Connection closed by peer", "  ", "-" * 60,
+     "Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-29_13:40:37", "  host      : localhost",
+     "  rank      : 0 (local_rank: 0)", "  exitcode  : -9 (pid: 32257)", "  error_file: <N/A>",
+     "  traceback : Signal 9 (SIGKILL) received by PID 32257", "=" * 60],
+    ["ChildFailedError:", "=" * 20, "job FAILED", "Failures:", "  <NO_OTHER_FAILURES>", "Root Cause:", "[0]:",
+     "  exitcode  : 1 (pid: 7)", "  traceback : To enable traceback see: https://pytorch.org/docs", "=" * 20],
+    ["Fatal Python error: Aborted", "", "Current thread 0x00007ff971c95b80 (most recent call first):",
+     '  File "/w/incident_job.py", line 193 in main', '  File "/w/x.py", line 251 in <module>', "",
+     "Extension modules: numpy._core (total: 1)"],
+    ["Fatal Python error: Segmentation fault", "Thread 0x1 (most recent call first):", "  <no Python frame>"],
+    ["I1202 03:49:07.565000 13929 api.py:1028] step=3", "worker: hit an exception: Traceback (most recent call last):",
+     '  File "/w/y.py", line 2, in g', "KeyError: 'k'", "plain text"],
+]
+_BLOCK_ODD = ["", " ", "\t", "\u00a0", "\u3000", "\x1c", "\x1f", "\u0663", "\u00e9", '"', "=", "===", "---", "[2]:", "[\u0663]:",
+              '  File "', ", line ", " in ", ", in ", "Root Cause", " FAILED", ":", "  traceback : ", "  host : ",
+              "  \u00a0File ", "Traceback (most recent call last):", "Extension modules:",
+              "The above exception was the direct cause of the following exception:", "x" * 30]
+
+
+class _PythonWalk:
+    """A stand-in for the compiled block walk that leaves every block to Python's walkers."""
+
+    def __init__(self, bodies, starts, kinds, cfe_exc, most):
+        self.starts = starts
+
+    def walk(self, start_from=0):
+        from array import array
+        from ingest import native
+        at = next((s for s in self.starts if s >= start_from), None)
+        rec = [-1] * len(native.BLOCK_FIELDS)
+        if at is not None:
+            rec[0], rec[2] = at, native.BT_UNSURE
+        empty = memoryview(array("i"))
+        return native.BlockWalk(memoryview(array("i", rec)), empty, empty, empty, int(at is not None))
+
+
+def test_compiled_block_walk_equals_the_python_walkers(monkeypatch):
+    # Tracebacks (chained ones), ChildFailedError summaries (with and without the launcher's
+    # traceback) and faulthandler dumps, whole and with lines dropped, doubled, replaced or given an
+    # odd piece (Unicode's spaces and digits among them: hypothesis, a fixed number of examples), and
+    # every corpus log: the compiled walk (Python's walkers for the blocks it leaves) groups the
+    # same blocks as Python's walkers alone, at a chunk's end and in the middle of a file.
+    import polars as pl
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from ingest import native
+    from ingest.formats.logs import blocks as B
+    from ingest.formats.logs import engine as E
+
+    def walk(lines, final=True):
+        base = E._wrap(pl.DataFrame({"lineno": range(1, len(lines) + 1), "line": lines},
+                                    schema={"lineno": pl.Int64, "line": pl.String}))
+        return B.group_blocks(base, final)
+
+    def same(lines):
+        base = E._wrap(pl.DataFrame({"lineno": range(1, len(lines) + 1), "line": lines},
+                                    schema={"lineno": pl.Int64, "line": pl.String}))
+        for final in (True, False):
+            got = B.group_blocks(base, final)
+            with monkeypatch.context() as m:
+                m.setattr(native, "BlockWalker", _PythonWalk)
+                want = B.group_blocks(base, final)
+            # (streams are walked in no set order; the engine orders the rows by line)
+            assert sorted(got[0], key=lambda b: b["lineno"]) == sorted(want[0], key=lambda b: b["lineno"]), (lines, final)
+            assert got[1:] == want[1:], (lines, final)
+        return got
+
+    edit = st.tuples(st.integers(0, 10 ** 6), st.sampled_from(["drop", "double", "line", "put"]),
+                     st.sampled_from(_BLOCK_ODD), st.integers(0, 200))
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.sampled_from(range(len(_BLOCKS))), min_size=1, max_size=4), st.lists(edit, max_size=6))
+    def check(picks, edits):
+        lines = [ln for k in picks for ln in _BLOCKS[k]]
+        for k, how, odd, pos in edits:
+            k %= len(lines)
+            if how == "drop" and len(lines) > 1:
+                del lines[k]
+            elif how == "double":
+                lines.insert(k, lines[k])
+            elif how == "line":
+                lines[k] = odd
+            else:
+                pos %= len(lines[k]) + 1
+                lines[k] = lines[k][:pos] + odd + lines[k][pos:]
+        same(lines)
+
+    check()
+    # each line of each block with a character that is not ASCII (or \x1f) put at, or in place of
+    # the one at, each of its first 4 places and each edge between letters or digits and the rest;
+    # a summary's closing border near the end of the lines looked at
+    variants = []
+    for b in _BLOCKS:
+        for k, ln in enumerate(b):
+            edges = {p for p in range(1, len(ln)) if ln[p - 1].isalnum() != ln[p].isalnum()}
+            for pos in sorted({*range(min(4, len(ln) + 1)), *edges, len(ln)}):
+                for odd in ("\u00a0", "\u0663", "\x1f", "\u00e9"):
+                    variants += b[:k] + [ln[:pos] + odd + ln[pos:]] + b[k + 1:]
+                    variants += b[:k] + [ln[:pos] + odd + ln[pos + 1:]] + b[k + 1:]
+    same(variants)
+    for k in range(B.MAX_BLOCK_LINES - 3, B.MAX_BLOCK_LINES + 1):
+        same(["ChildFailedError:", "=" * 5] + ["  x"] * k + ["=" * 5, "after"])
+    whole = same([ln for b in _BLOCKS for ln in b])
+    assert [(b["type"], b["nlines"], b["nframes"]) for b in whole[0]] == [
+        ("traceback", 11, 3), ("traceback", 29, 1), ("traceback", 10, 0), ("fatal", 7, 2), ("fatal", 3, 0),
+        ("traceback", 3, 1)]
+    assert [f["rank"] for f in whole[0][1]["cfe"]["failures"]] == [1, 0]
+    # (these ASCII blocks are the compiled walk's own: Python's walkers never run)
+    with monkeypatch.context() as m:
+        m.setattr(B, "_WALKERS", {})
+        assert walk([ln for b in _BLOCKS for ln in b]) == whole   # (one stream)
+    logs = sorted(APP.glob("*.log")) + sorted((ROOT / "sample_traces").glob("*/*/logs/*.log")) \
+        + sorted((ROOT / "tests" / "data" / "nccl_log").glob("*.log"))
+    walked = 0
+    for p in logs:
+        walked += len(same(p.read_text(errors="replace").splitlines())[0])
+    assert walked >= 40
+
+
 STEP_TEXTS = [
     "step=0 step_time=0.150s loss=2.3112", "global_step: 12 loss: -1.5e-3 step_time = 1.25 s",
     "step 3/10 loss 0.5 rank=3", "step 4 / 100 lm loss: 7.123456e+00 rank:4x",

@@ -1,13 +1,20 @@
 """Multi-line blocks of a log, grouped per output stream: Python tracebacks (chained ones
 included), faulthandler dumps (``Fatal Python error: ...``) and torchrun's ChildFailedError
 summaries, walked line by line from each block's first line; and the event rows they become
-(one per block, and one per failure a summary lists). See :mod:`.engine`, step 4."""
+(one per block, and one per failure a summary lists). See :mod:`.engine`, step 4.
+
+The walk is compiled (``native.BlockWalker``, ``at_blocks`` in scan.c): it returns each block's
+extent, the rows of its exception line, frames and summary fields, and Python reads only those
+rows. A block where the walk would have to know what a character that is not ASCII is (a
+Unicode space before a frame, a digit in a ``[i]:`` line) is walked by the Python walkers below,
+which are the grammar's reference: a test holds the two to the same blocks."""
 from __future__ import annotations
 
 import os
 
 import polars as pl
 
+from ... import native
 from ...timeparse import NS
 from .grammar import (BLOCK_ROW, CFE_ENTRY, CFE_EXIT, CFE_HEAD, CFE_KV, CFE_RANK, CFE_TIME, EXC, FATAL_SIGNALS,
                       FATAL_START, FRAME, LOCAL_HOSTS, MAX_BLOCK_LINES, TB_CHAIN, TB_START, message_in, signame,
@@ -41,29 +48,105 @@ def group_blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int],
         rows = maybe.filter(pl.col("stream") == stream).select("lineno", "line", "body", "wrank")
         linenos, bodies = rows["lineno"].to_list(), rows["body"].to_list()
         lines, wranks = rows["line"].to_list(), rows["wrank"].to_list()
-        # only the block starts are visited (not every row in Python); i = first row not yet used
-        at = rows.with_row_index("_i").filter(is_start)["_i"].to_list()
-        i, n = 0, len(bodies)
+        # only the block starts are visited (not every row in Python)
+        body = pl.col("body")
+        heads = rows.with_row_index("_i").filter(is_start).select("_i", pl.when(body.str.ends_with(TB_START)).then(
+            native.BT_TRACEBACK).when(body.str.starts_with(FATAL_START)).then(native.BT_FATAL).otherwise(
+            native.BT_CFE_ALONE).alias("_k"))
+        at, kinds = heads["_i"].to_list(), heads["_k"].to_list()
+        kind_at = dict(zip(at, kinds))
+        cfe_exc = bytearray(len(bodies))    # (the rows that, read as a traceback's last line, name a ChildFailedError)
+        for r in rows.with_row_index("_i").filter(body.str.contains("ChildFailedError", literal=True))["_i"].to_list():
+            cfe_exc[r] = _exc_of(bodies[r])[0].endswith("ChildFailedError")
+        walker = native.BlockWalker(native.texts(rows["body"]), at, kinds, cfe_exc, MAX_BLOCK_LINES)
+        n = len(bodies)
         any_wrank = any(wranks)     # (most streams have no [rankN]: prefix: no block needs a search)
-        for i0 in at:
-            if i0 < i:
-                continue
-            i = i0
-            walk = _walk_traceback if bodies[i].endswith(TB_START) else (
-                _walk_fatal if bodies[i].startswith(FATAL_START) else _walk_cfe_alone)
-            j, blk = walk(bodies, i)
-            if j is None:           # ran off the chunk: wait for more lines (at the end: the block as it is)
-                if not final:
-                    open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
-                    break
-                j = n
-            blk.update(lineno=linenos[i], text="\n".join(lines[i:j]), stream=stream, lines=lines[i:j],
-                       linenos=linenos[i:j],
-                       wrank=next(filter(None, wranks[i:j]), None) if any_wrank else None, nlines=j - i)
-            blocks.append(blk)
-            consumed.update(linenos[i:j])
-            i = j
+        i, stop = 0, False
+        while not stop:
+            walk = walker.walk(i)
+            stop = True
+            for k in range(walk.count):
+                rec = walk.blocks[k * _NB:(k + 1) * _NB]
+                i = rec[_START]
+                if rec[_TYPE] == native.BT_UNSURE:      # (a row the compiled walk does not read: Python's walkers)
+                    j, blk = _WALKERS[kind_at[i]](bodies, i)
+                    stop = False
+                else:
+                    j, blk = (None if rec[_END] < 0 else rec[_END]), _block_of(rec, bodies, walk)
+                if j is None:           # ran off the chunk: wait for more lines (at the end: the block as it is)
+                    if not final:
+                        open_at = linenos[i] if open_at is None else min(open_at, linenos[i])
+                        stop = True
+                        break
+                    j = n
+                blk.update(lineno=linenos[i], text="\n".join(lines[i:j]), stream=stream, lines=lines[i:j],
+                           linenos=linenos[i:j],
+                           wrank=next(filter(None, wranks[i:j]), None) if any_wrank else None, nlines=j - i)
+                blocks.append(blk)
+                consumed.update(linenos[i:j])
+                i = j
     return blocks, consumed, open_at
+
+
+# the fields of the compiled walk's records (native.BLOCK_FIELDS, native.FAILURE_FIELDS)
+_NB, _NF = len(native.BLOCK_FIELDS), len(native.FAILURE_FIELDS)
+_START, _END, _TYPE, _EXC, _FR_LO, _FR_HI, _HAS_CFE, _CFE_LO, _CFE_HI, _TITLE, _FL_LO, _FL_HI = range(_NB)
+_F_ENTRY, _F_ROOT, _F_END, _F_KEYS = range(4)
+_F_TB_LO, _F_TB_HI = _NF - 2, _NF - 1
+_CUT = "traceback cut off (the file ends inside it)"
+
+
+def _exc_of(line: str) -> tuple[str, str]:
+    """A traceback's last line as (exception type, message)."""
+    m = EXC.match(line)
+    return (m["exc"], m["exc_msg"] or "") if m else (line.split(":", 1)[0], line)
+
+
+def _frame(line: str) -> tuple[str, int, str]:
+    f = FRAME.match(line)
+    return f["file"], int(f["line"]), f["func"]
+
+
+def _shown(frames: list[tuple], fatal: bool) -> dict:
+    """A block's frames as its row tells them: how many, and the innermost (a traceback lists it
+    last; faulthandler, "most recent call first", first)."""
+    return {"nframes": len(frames), "frame": (frames[0] if fatal else frames[-1]) if frames else None}
+
+
+def _block_of(rec, bodies: list[str], walk) -> dict:
+    """The block dict of a record of the compiled walk (what the walkers below return)."""
+    i, kind = rec[_START], rec[_TYPE]
+    lo, hi = rec[_FR_LO], rec[_FR_HI]
+    fatal = kind == native.BT_FATAL
+    frames = {"nframes": hi - lo, "frame": _frame(bodies[walk.frames[lo if fatal else hi - 1]]) if hi > lo else None}
+    if fatal:
+        return {"type": "fatal", "what": bodies[i][len(FATAL_START):].strip(), **frames}
+    if kind == native.BT_CFE_ALONE:
+        m = EXC.match(bodies[i])
+        blk = {"type": "traceback", "exc": m["exc"] if m else "ChildFailedError",
+               "exc_msg": (m["exc_msg"] or "") if m else "", "nframes": 0, "frame": None}
+    elif rec[_EXC] < 0:
+        return {"type": "traceback", "exc": None, "exc_msg": _CUT, **frames}
+    else:
+        exc, msg = _exc_of(bodies[rec[_EXC]])
+        blk = {"type": "traceback", "exc": exc, "exc_msg": msg, **frames}
+    if rec[_HAS_CFE] == 1:
+        failures = []
+        for f in range(rec[_FL_LO], rec[_FL_HI]):
+            r = walk.fails[f * _NF:(f + 1) * _NF]
+            pieces = walk.tb[3 * r[_F_TB_LO]:3 * r[_F_TB_HI]]
+            cur = {"index": int(bodies[r[_F_ENTRY]][1:-2]), "root_cause": bool(r[_F_ROOT]), "traceback_lines": [
+                bodies[row][at:].strip() if strip else bodies[row][at:]
+                for row, at, strip in zip(pieces[0::3], pieces[1::3], pieces[2::3])],
+                "rel": r[_F_ENTRY] - i, "rel_end": r[_F_END] - i}
+            for q, key in enumerate(native.FAILURE_KEYS):
+                row = r[_F_KEYS + 2 * q]
+                if row >= 0:
+                    cur[key] = bodies[row][r[_F_KEYS + 2 * q + 1]:].strip()
+            failures.append(cur)
+        title = bodies[rec[_TITLE]][:-len(" FAILED")] if rec[_TITLE] >= 0 else None
+        blk["cfe"] = _cfe_result(title, failures)
+    return blk
 
 
 def _walk_traceback(bodies: list[str], i: int):
@@ -79,10 +162,8 @@ def _walk_traceback(bodies: list[str], i: int):
                     frames.append((f["file"], int(f["line"]), f["func"]))
             j += 1
         if j >= n:      # (at the end of the file: the traceback was cut off before its exception line)
-            return None, {"type": "traceback", "exc": None, "exc_msg": "traceback cut off (the file ends inside it)",
-                          "frames": frames}
-        m = EXC.match(bodies[j])
-        exc, msg = (m["exc"], m["exc_msg"] or "") if m else (bodies[j].split(":", 1)[0], bodies[j])
+            return None, {"type": "traceback", "exc": None, "exc_msg": _CUT, **_shown(frames, False)}
+        exc, msg = _exc_of(bodies[j])
         j += 1
         # chained: blank, "During handling ...", blank, Traceback ...
         k = j
@@ -96,7 +177,7 @@ def _walk_traceback(bodies: list[str], i: int):
                 j = k + 1
                 continue
         break
-    blk = {"type": "traceback", "exc": exc, "exc_msg": msg, "frames": frames}
+    blk = {"type": "traceback", "exc": exc, "exc_msg": msg, **_shown(frames, False)}
     if exc.endswith("ChildFailedError"):
         end = _walk_cfe(bodies, j)
         if end is None:
@@ -110,7 +191,7 @@ def _walk_cfe_alone(bodies: list[str], i: int):
     """A ChildFailedError summary whose traceback is not in the file: its exception line, then the block."""
     m = EXC.match(bodies[i])
     blk = {"type": "traceback", "exc": m["exc"] if m else "ChildFailedError",
-           "exc_msg": (m["exc_msg"] or "") if m else "", "frames": []}
+           "exc_msg": (m["exc_msg"] or "") if m else "", "nframes": 0, "frame": None}
     end = _walk_cfe(bodies, i + 1)
     if end is None:
         return None, blk
@@ -174,6 +255,11 @@ def _parse_cfe(lines: list[str], rel0: int = 0) -> dict:
             continue
         if key == "traceback" and ln.startswith("  ") and not ln.startswith("---"):
             cur["traceback_lines"].append(ln[2:])
+    return _cfe_result(title, failures)
+
+
+def _cfe_result(title: str | None, failures: list[dict]) -> dict:
+    """The summary from its failures as read (each failure's fields as the summary wrote them)."""
     out = []
     for f in failures:
         d = {"index": f["index"], "root_cause": f["root_cause"], "rel": f["rel"], "rel_end": f["rel_end"]}
@@ -220,8 +306,11 @@ def _walk_fatal(bodies: list[str], i: int):
             continue
         break
     else:
-        return None, {"type": "fatal", "what": what, "frames": frames}
-    return j, {"type": "fatal", "what": what, "frames": frames}
+        return None, {"type": "fatal", "what": what, **_shown(frames, True)}
+    return j, {"type": "fatal", "what": what, **_shown(frames, True)}
+
+
+_WALKERS = {native.BT_TRACEBACK: _walk_traceback, native.BT_FATAL: _walk_fatal, native.BT_CFE_ALONE: _walk_cfe_alone}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,21 +322,20 @@ def block_rows(blocks: list[dict], block_pids: set, zone: str | None) -> list[di
         rank = int(b["wrank"]) if b.get("wrank") is not None else None
         common = dict(line=b["lineno"], text=b["text"], stream=b["stream"], rank=rank)
         where = ""
-        if b.get("frames"):
-            # tracebacks list the innermost frame last; faulthandler ("most recent call first") first
-            f = b["frames"][0] if b["type"] == "fatal" else b["frames"][-1]
+        if b["frame"]:
+            f = b["frame"]
             where = f" at {os.path.basename(f[0])}:{f[1]} in {f[2]}"
         if b["type"] == "fatal":
             what = b["what"]
             sig, kind = next((v for k, v in FATAL_SIGNALS.items() if what.startswith(k)), ("SIGABRT", "signal_kill"))
-            attrs = {"error": what, "frames": len(b["frames"]), "last_frame": where.strip() or None,
+            attrs = {"error": what, "frames": b["nframes"], "last_frame": where.strip() or None,
                      "signal": sig, "self_signal": True}
             attrs["summary"] = f"Python fatal error: {what}{where}" + (f" (rank {rank})" if rank is not None else "")
             rows.append(dict(common, category="traceback", name="fatal_error", kind=kind, severity="crit",
                              attrs=attrs))
             continue
         cfe = b.get("cfe")
-        attrs = {"exc_type": b["exc"], "exc_msg": b["exc_msg"], "frames": len(b["frames"]),
+        attrs = {"exc_type": b["exc"], "exc_msg": b["exc_msg"], "frames": b["nframes"],
                  "last_frame": where.strip() or None}
         if cfe is None:
             summary = f"{b['exc'] or 'Python traceback'}: {b['exc_msg']}".strip().rstrip(":")[:300] + where
