@@ -4,8 +4,9 @@ Line-oriented parsers that must be fast (>= 150 MB/s) do not loop over lines in
 Python: they read the decompressed stream in large chunks, cut each chunk at its
 last newline, and split it into a one-column frame in one compiled pass
 (:func:`ingest.native.split_lines`: newlines, one trailing ``\\r`` dropped, bytes
-that are not UTF-8 replaced by U+FFFD and the line marked). Parsing is then
-column work over the frame.
+that are not UTF-8 replaced by U+FFFD and the line marked; the lines are string
+views into one copy of the chunk, the layout Polars holds strings in). Parsing is
+then column work over the frame.
 
 Memory is bounded by ``chunk_bytes`` (plus the frame built from it), never by
 the file.

@@ -14,7 +14,6 @@ way to Polars.
 from __future__ import annotations
 
 import ctypes
-import struct
 import threading
 from typing import NamedTuple
 from pathlib import Path
@@ -46,8 +45,9 @@ def library() -> ctypes.CDLL:
             lib = ctypes.CDLL(str(path))
             lib.at_count_newlines.argtypes = [_P, _I64]
             lib.at_count_newlines.restype = _I64
-            lib.at_split_lines.argtypes = [_P, _I64, ctypes.c_int, ctypes.c_int, _P, _I64, _P, _P, _P, _I64P, _I64P]
-            lib.at_split_lines.restype = _I64
+            lib.at_split_views.argtypes = [_P, _I64, ctypes.c_int, ctypes.c_int, _P, _P, _P, _P, _P, _I64,
+                                           ctypes.c_int32, _I64P, _I64P, _I64P]
+            lib.at_split_views.restype = _I64
             lib.at_step_values.argtypes = [_P, _I64] + [_P] * 9
             lib.at_step_values.restype = _I64
             lib.at_rank_said.argtypes = [_P, _I64] + [_P] * 7
@@ -81,33 +81,40 @@ def _address(buf) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(buf)) if len(buf) else 0
 
 
+WINDOW = 1 << 30       # scan.c's WINDOW_BITS: a view's offset is into the data buffer it names
+
+
 def split_lines(buf: bytearray, n: int, complete: bool, blank_as_null: bool) -> tuple[pa.Array, pa.Array, int]:
-    """The lines of ``buf[:n]`` as a ``large_string`` array, a uint8 array of flags per line (bit 0:
-    its bytes were not UTF-8, replaced with U+FFFD; bit 1: it holds a NUL byte), and how many
-    bytes of ``buf`` the lines used (all of ``n`` when ``complete``; else up to the last newline).
+    """The lines of ``buf[:n]`` as a ``string_view`` array (Polars takes it without a copy), a
+    uint8 array of flags per line (bit 0: its bytes were not UTF-8, replaced with U+FFFD; bit 1:
+    it holds a NUL byte), and how many bytes of ``buf`` the lines used (all of ``n`` when
+    ``complete``; else up to the last newline).
 
     A line loses its newline and one trailing ``\\r``; with ``blank_as_null`` an empty line is
-    null. ``buf`` is read, never kept: it may be reused at once.
+    null. ``buf`` is read, never kept: it may be reused at once (the lines' bytes are copied).
     """
     lib = library()
     src = _address(buf)
     lines = lib.at_count_newlines(src, n) + 1
-    offs = pa.allocate_buffer(8 * (lines + 1))
-    bits = (lines + 7) // 8
-    valid = pa.allocate_buffer(bits)
+    views = pa.allocate_buffer(16 * lines)
+    valid = pa.allocate_buffer((lines + 7) // 8)
     bad = pa.allocate_buffer(lines)
-    used, nulls = ctypes.c_int64(), ctypes.c_int64()
-    cap = n
+    data = pa.allocate_buffer(max(n, 1))
+    windows = [data.slice(k * WINDOW) for k in range(max(1, -(-n // WINDOW)))]
+    used, nulls, extra_len = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+    cap = 1 << 16
     while True:
-        out = pa.allocate_buffer(max(cap, 1), resizable=True)
-        count = lib.at_split_lines(src, n, int(complete), int(blank_as_null), out.address, cap, offs.address,
-                                   bad.address, valid.address, ctypes.byref(used), ctypes.byref(nulls))
+        extra = pa.allocate_buffer(cap)
+        count = lib.at_split_views(src, n, int(complete), int(blank_as_null), data.address, views.address,
+                                   bad.address, valid.address, extra.address, cap, len(windows),
+                                   ctypes.byref(used), ctypes.byref(nulls), ctypes.byref(extra_len))
+        if count == -2 ** 63:
+            raise ValueError("a line longer than 2 GiB")
         if count >= 0:
             break
-        cap = -count        # (bytes that were not UTF-8 grew into replacements: the size it needs)
-    out.resize(struct.unpack_from("<q", offs, 8 * count)[0])     # (the last offset: the text's size)
-    text = pa.Array.from_buffers(pa.large_string(), count, [valid if nulls.value else None, offs, out],
-                                 null_count=nulls.value)
+        cap = -count        # (bytes that were not UTF-8 grew into replacements: the size they need)
+    bufs = [valid if nulls.value else None, views, *windows] + ([extra.slice(0, extra_len.value)] if extra_len.value else [])
+    text = pa.Array.from_buffers(pa.string_view(), count, bufs, null_count=nulls.value)
     flags = pa.Array.from_buffers(pa.uint8(), count, [None, bad])
     return text, flags, used.value
 

@@ -124,26 +124,48 @@ static void copy_lossy(const uint8_t *p, int64_t n, uint8_t *out) {
     }
 }
 
-/* Split buf[0:n] into lines.
+/* Split buf[0:n] into lines, as Arrow string views (the layout Polars holds strings in, so the
+ * lines reach it without a copy).
  *
  * complete: the text after the last newline is a line too (the end of the file); otherwise it is
  * left out and *used says where the lines end (the caller keeps the rest for the next chunk).
- * Writes each line's text to out (capacity cap bytes), the Arrow offsets of the lines to
- * offs[0..count], in bad[i] bit 0 for a line whose bytes were not UTF-8 and bit 1 for a line that
- * holds a NUL byte, and the validity bitmap valid (bit i clear: line i is empty and blank_as_null
- * is set). The caller sizes offs, bad and valid for at_count_newlines(buf, n) + 1 lines.
+ * The lines' bytes are buf's: buf[0:*used] is copied to data once, and each view points into it
+ * (data is given as buffers 0, 1, ... of the array, each starting WINDOW bytes after the one before,
+ * so an offset in a view stays under 2^31 in a buffer of any size). A line whose bytes are not
+ * UTF-8 is written with its replacements to extra (buffer extra_buf, capacity cap bytes; *extra_len
+ * says how much it holds). A line of 12 bytes or fewer lives in its view. views: 16 bytes per
+ * line; bad[i]: bit 0 for a line whose bytes were not UTF-8, bit 1 for a line that holds a NUL
+ * byte; valid: the validity bitmap (bit i clear: line i is empty and blank_as_null is set). The
+ * caller sizes views, bad and valid for at_count_newlines(buf, n) + 1 lines.
  *
- * Returns the number of lines. When cap is too small (only possible with bytes that are not
- * UTF-8: a replacement takes 3 bytes where the input had 1 to 3) returns -(bytes needed) and
- * writes nothing usable.
+ * Returns the number of lines; -(bytes needed) when extra's capacity is too small (only possible
+ * with bytes that are not UTF-8), with nothing usable written; INT64_MIN when a line is longer
+ * than a view can say (2^31 - 1 bytes).
  */
-int64_t at_split_lines(const uint8_t *buf, int64_t n, int complete, int blank_as_null,
-                       uint8_t *out, int64_t cap, int64_t *offs, uint8_t *bad, uint8_t *valid,
-                       int64_t *used, int64_t *nulls) {
+#define WINDOW_BITS 30
+
+static inline void put_view(uint8_t *v, const uint8_t *bytes, int64_t len, int32_t buf, int64_t off) {
+    int32_t l = (int32_t)len;
+    memset(v, 0, 16);
+    memcpy(v, &l, 4);
+    if (len <= 12) {
+        memcpy(v + 4, bytes, (size_t)len);
+        return;
+    }
+    int32_t o = (int32_t)off;
+    memcpy(v + 4, bytes, 4);
+    memcpy(v + 8, &buf, 4);
+    memcpy(v + 12, &o, 4);
+}
+
+int64_t at_split_views(const uint8_t *buf, int64_t n, int complete, int blank_as_null, uint8_t *data,
+                       uint8_t *views, uint8_t *bad, uint8_t *valid, uint8_t *extra, int64_t cap, int32_t extra_buf,
+                       int64_t *used, int64_t *nulls, int64_t *extra_len) {
     const uint8_t *p = buf, *end = buf + n;
-    int64_t count = 0, o = 0, null_count = 0;
-    int overflow = 0;
-    offs[0] = 0;
+    int64_t count = 0, e = 0, null_count = 0;
+    int overflow = 0, nul_all;
+    /* (most chunks are ASCII without a NUL byte: one test of the whole chunk spares one per line) */
+    int plain = ascii_nul(buf, n, &nul_all) && !nul_all;
     while (p < end) {
         const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
         const uint8_t *stop;
@@ -152,31 +174,39 @@ int64_t at_split_lines(const uint8_t *buf, int64_t n, int complete, int blank_as
         else break;
         int64_t len = stop - p;
         if (len > 0 && p[len - 1] == '\r') len--;
-        int is_bad = 0, nul;
+        if (len > INT32_MAX) return INT64_MIN;
+        int is_bad = 0, nul = 0;
         int64_t take = len;
-        if (!ascii_nul(p, len, &nul)) {
-            take = lossy_len(p, len, &is_bad);
-        }
-        if (o + take > cap) overflow = 1;
-        if (!overflow) {
-            if (is_bad) copy_lossy(p, len, out + o);
-            else memcpy(out + o, p, (size_t)len);
-        }
-        o += take;
-        bad[count] = (uint8_t)(is_bad | nul << 1);
+        if (!plain && !ascii_nul(p, len, &nul)) take = lossy_len(p, len, &is_bad);
+        uint8_t *v = views + 16 * count;
         if (blank_as_null && len == 0) {
             valid[count >> 3] &= (uint8_t)~(1u << (count & 7));
             null_count++;
+            memset(v, 0, 16);
         } else {
             valid[count >> 3] |= (uint8_t)(1u << (count & 7));
+            if (is_bad) {
+                if (e + take > cap) overflow = 1;
+                if (!overflow) {
+                    copy_lossy(p, len, extra + e);
+                    put_view(v, extra + e, take, extra_buf, e);
+                }
+                e += take;
+            } else {
+                int64_t off = p - buf;
+                put_view(v, p, len, (int32_t)(off >> WINDOW_BITS), off & ((INT64_C(1) << WINDOW_BITS) - 1));
+            }
         }
+        bad[count] = (uint8_t)(is_bad | nul << 1);
         count++;
-        offs[count] = o;
         p = nl ? nl + 1 : end;
     }
     *used = p - buf;
     *nulls = null_count;
-    return overflow ? -o : count;
+    *extra_len = e;
+    if (overflow) return -e;
+    memcpy(data, buf, (size_t)*used);
+    return count;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -168,3 +168,36 @@ def test_lines_equal_a_plain_split_whatever_the_bytes_and_chunk_size(seed):
         assert [r[2] for r in rows] == [_refused(ln) for ln in data.split(b"\n")[:len(rows)]]
 
     check()
+
+
+def test_lines_not_utf8_past_the_first_replacement_buffer_and_blank_lines_as_nulls():
+    # 30,000 lines of bytes that are not UTF-8 grow into 270 kB of replacements (more than the
+    # split's first buffer for them holds: it splits again with room), between ASCII lines, empty
+    # ones (null with blank_as_null) and lines of at most 12 bytes (held in their views)
+    from ingest.native import split_lines
+    lines = [b"\xff\xfe\xfd", b"", b"short", b"a line of ASCII longer than twelve bytes", b"\xc3\xa9t\xc3\xa9"] * 30_000
+    buf = bytearray(b"\n".join(lines) + b"\npartial")
+    text, flags, used = split_lines(buf, len(buf), False, True)
+    assert used == len(buf) - len(b"partial")
+    want = [ln.decode("utf-8", "replace") if ln else None for ln in lines]
+    assert text.type.equals(__import__("pyarrow").string_view()) and text.to_pylist() == want
+    assert flags.to_pylist() == [int(_not_utf8(ln)) for ln in lines]
+    buf[:] = b"x" * len(buf)      # (the lines are copies: the caller may reuse its buffer at once)
+    assert text.to_pylist() == want
+
+
+def test_a_chunk_past_a_view_offset_window_is_split_into_its_lines():
+    # a view's offset is an int32 into the data buffer it names: past 1 GiB the lines point into
+    # the next window of the chunk's copy (a chunk grows this large for one very long line)
+    from ingest.native import WINDOW, split_lines
+    import polars as pl
+    line = (b"0123456789abcdef" * 65536)[:(1 << 20) - 1]           # 1 MiB with its newline
+    n = WINDOW // (1 << 20) + 3
+    buf = bytearray(b"".join(line[:-3] + b"%03d\n" % (i % 1000) for i in range(n)))
+    text, flags, used = split_lines(buf, len(buf), True, False)
+    s = pl.Series(text)
+    assert used == len(buf) and len(s) == n and not any(flags.to_pylist())
+    assert s.str.slice(-3).to_list() == ["%03d" % (i % 1000) for i in range(n)]
+    assert s.str.len_bytes().unique().to_list() == [len(line)]
+    assert s.str.starts_with("0123456789abcdef").all()
+    del buf, text, s
