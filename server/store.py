@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -177,6 +178,16 @@ def _loaded_columns(t, source_id: str) -> str:
     return ", ".join(sel)
 
 
+# the stores of this process that are open (the CLI closes them before it ends its process)
+_OPEN: "weakref.WeakSet[Store]" = weakref.WeakSet()
+
+
+def close_open_stores() -> None:
+    """Close every store this process still has open (DuckDB writes its checkpoint)."""
+    for store in list(_OPEN):
+        store.close()
+
+
 class Store:
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = str(path)
@@ -192,6 +203,7 @@ class Store:
                     "(is `aftertrace serve` running? stop it, pass another --db, or upload through the UI)"
                 ) from None
             raise StoreError(f"cannot open the store {self.path}: {msg}") from None
+        _OPEN.add(self)
         # Rows are never read back in insertion order (every query that needs an order says it), and
         # keeping it makes DuckDB re-assemble inserted row groups at commit: the commit of a 232 MB
         # Kineto trace's rows takes 0.25 s with it, 0.1 s without.
@@ -273,6 +285,7 @@ class Store:
                 _close_quietly(cur)
             self._cursors.clear()
         _close_quietly(self._con)
+        _OPEN.discard(self)
 
     # -- schema ------------------------------------------------------------------
     def schema_version(self) -> int:

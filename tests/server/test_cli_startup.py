@@ -109,3 +109,36 @@ def test_commands_that_read_the_store_load_no_parser(tmp_path):
     assert code == 0, r.stderr
     assert "server.service" in after
     assert not [m for m in after if m.startswith("ingest.formats")]
+
+
+def test_the_console_script_ends_its_process_once_everything_is_written(tmp_path):
+    # ``run`` (the installed ``aftertrace``) ends the process without the interpreter's teardown:
+    # before that its output is complete, its store closed (no write-ahead log left), the exit
+    # handlers run, and its exit code is main's
+    marker = tmp_path / "atexit-ran"
+    sample = ROOT / "tests" / "data" / "perf_script" / "flamegraph__perf-funcab-pid-01.txt"
+    code = ("import atexit, sys; p = sys.argv[1]; atexit.register(lambda: open(p, 'w').write('ran')); "
+            "sys.argv = ['aftertrace'] + sys.argv[2:]; from server.cli import run; run()")
+    env = dict(os.environ, AFTERTRACE_HOME=str(tmp_path / "home"), COLUMNS="200")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+
+    def aftertrace(*argv):
+        return subprocess.run([sys.executable, "-c", code, str(marker), *argv], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=300)
+
+    r = aftertrace("analyze", str(sample), "--json", "-")
+    assert r.returncode == 0, r.stderr
+    # (the summary, the report, then where it is stored: the last line, written before the exit)
+    start, end = r.stdout.index("\n{\n") + 1, r.stdout.rindex("\n}\n") + 2
+    iid = json.loads(r.stdout[start:end])["incident"]["id"]
+    assert r.stdout.rstrip().endswith(f"/incidents/{iid}") and marker.read_text() == "ran"
+    home = tmp_path / "home"
+    assert sorted(p.name for p in home.glob("aftertrace.duckdb*")) == ["aftertrace.duckdb"]
+    import duckdb
+    con = duckdb.connect(str(home / "aftertrace.duckdb"), read_only=True)
+    assert con.execute("SELECT status FROM incidents WHERE incident_id = ?", [iid]).fetchall() == [
+        ("done",)]
+    con.close()
+    marker.unlink()
+    r = aftertrace("analyze", str(tmp_path / "missing.txt"))
+    assert r.returncode == 2 and "no such file" in r.stderr and marker.read_text() == "ran"
