@@ -462,7 +462,7 @@ def wraps(lines: pa.Array) -> Wraps:
 
 # the records of ``at_blocks`` (scan.c): int32 fields per block, per failure of a summary, per
 # traceback piece of a failure
-BLOCK_FIELDS = ("start", "end", "type", "exc", "fr_lo", "fr_hi", "has_cfe", "cfe_lo", "cfe_hi", "title", "fl_lo",
+BLOCK_FIELDS = ("start", "end", "type", "exc", "fr_lo", "fr_hi", "has_cfe", "title", "fl_lo",
                 "fl_hi")
 FAILURE_KEYS = ("time", "host", "rank", "exitcode", "error_file")
 FAILURE_FIELDS = ("entry", "root", "end", *(f"{k}_{x}" for k in FAILURE_KEYS for x in ("row", "at")), "tb_lo",

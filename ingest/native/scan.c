@@ -1785,14 +1785,14 @@ int64_t at_views(const uint8_t *src, int64_t n, const int64_t *at, const int32_t
  *
  * One record of BLK_N int32 per block: its start row and end row (-1: it ran past the last row;
  * the walk stops there), its type, the exception row of a traceback (-1: none, the rows ended
- * first), its frame rows (frames[fr_lo:fr_hi]: the rows FRAME matches), whether a summary was read, the
- * summary's rows [cfe_lo, cfe_hi), its title row and its failures (fails[fl_lo:fl_hi], FL_N int32
+ * first), its frame rows (frames[fr_lo:fr_hi]: the rows FRAME matches), whether a summary was read,
+ * its title row and its failures (fails[fl_lo:fl_hi], FL_N int32
  * each: the "[i]:" row, whether it came after "Root Cause", the row after its last row, the row and
  * offset after the colon of its time, host, rank, exitcode and error_file (the last one read; row -1: none),
  * its traceback's pieces tb[tb_lo:tb_hi], 3 int32 each: row, offset, whether the piece is
  * stripped). */
 enum { BT_TRACEBACK = 0, BT_FATAL = 1, BT_CFE_ALONE = 2, BT_UNSURE = 3 };
-enum { B_START, B_END, B_TYPE, B_EXC, B_FR_LO, B_FR_HI, B_HAS_CFE, B_CFE_LO, B_CFE_HI, B_TITLE, B_FL_LO, B_FL_HI,
+enum { B_START, B_END, B_TYPE, B_EXC, B_FR_LO, B_FR_HI, B_HAS_CFE, B_TITLE, B_FL_LO, B_FL_HI,
        BLK_N };
 enum { K_TIME, K_HOST, K_RANK, K_EXIT, K_ERRF, K_N };
 enum { F_ENTRY, F_ROOT, F_END, F_KEYS, F_TB_LO = F_KEYS + 2 * K_N, F_TB_HI, FL_N };
@@ -1982,7 +1982,7 @@ static int64_t walk_traceback(walk_t *w, int64_t i, const uint8_t *cfe_exc, int6
     if (cfe_exc[b[B_EXC]]) {
         int64_t end = walk_cfe(w, j, most);
         if (end < 0) return -1;
-        b[B_HAS_CFE] = 1; b[B_CFE_LO] = (int32_t)j; b[B_CFE_HI] = (int32_t)end;
+        b[B_HAS_CFE] = 1;
         parse_cfe(w, j, end, b);
         j = end;
     }
@@ -2037,7 +2037,7 @@ int64_t at_blocks(const col_t *col, int64_t n, const int32_t *starts_at, const u
         else {
             end = walk_cfe(&w, i + 1, most);
             if (end > i + 1) {
-                b[B_HAS_CFE] = 1; b[B_CFE_LO] = (int32_t)(i + 1); b[B_CFE_HI] = (int32_t)end;
+                b[B_HAS_CFE] = 1;
                 parse_cfe(&w, i + 1, end, b);
             }
         }

@@ -90,7 +90,7 @@ def group_blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int],
 
 # the fields of the compiled walk's records (native.BLOCK_FIELDS, native.FAILURE_FIELDS)
 _NB, _NF = len(native.BLOCK_FIELDS), len(native.FAILURE_FIELDS)
-_START, _END, _TYPE, _EXC, _FR_LO, _FR_HI, _HAS_CFE, _CFE_LO, _CFE_HI, _TITLE, _FL_LO, _FL_HI = range(_NB)
+_START, _END, _TYPE, _EXC, _FR_LO, _FR_HI, _HAS_CFE, _TITLE, _FL_LO, _FL_HI = range(_NB)
 _F_ENTRY, _F_ROOT, _F_END, _F_KEYS = range(4)
 _F_TB_LO, _F_TB_HI = _NF - 2, _NF - 1
 _CUT = "traceback cut off (the file ends inside it)"
