@@ -243,6 +243,55 @@ def test_single_plain_file(tmp_path, bundles):
     assert ex.stopped is None
 
 
+@pytest.mark.parametrize("kernel", ["copy_file_range", "refused", "absent"])
+def test_a_single_file_is_copied_whole_and_named_by_the_hash_of_the_copy(tmp_path, bundles, monkeypatch, kernel):
+    """The kernel's copy where it can (a file system that refuses it, or a platform without it:
+    reads and writes): the same bytes and the same name either way, from where the file is read."""
+    import errno as _errno
+    import ingest.bundle as B
+    data = _incompressible(3 * (1 << 20) + 12_345, 7)        # (more than one read of the fallback)
+    src = tmp_path / "perf.txt"
+    src.write_bytes(data)
+    calls = []
+    if kernel == "refused":
+        def refuse(*a):
+            calls.append(a)
+            raise OSError(_errno.EXDEV, "Invalid cross-device link")
+        monkeypatch.setattr(B.os, "copy_file_range", refuse)
+    elif kernel == "absent":
+        monkeypatch.delattr(B.os, "copy_file_range")
+    raw = store_raw(src, bundles)
+    assert (raw.kind, raw.sha256, raw.bytes) == ("file", sha256(data), len(data))
+    assert raw.raw_path.read_bytes() == data
+    assert len(calls) == (1 if kernel == "refused" else 0)
+    assert [p.name for p in bundles.iterdir()] == [raw.raw_path.name]       # no temporary copy left
+    with open(src, "rb") as f:        # (from the file's position: what the caller has not read)
+        f.seek(100)
+        out = tmp_path / "tail"
+        with open(out, "wb") as o:
+            assert B._copy_file(f, o) == len(data) - 100
+        assert out.read_bytes() == data[100:]
+
+
+def test_a_full_disk_while_a_single_file_is_copied_is_named_and_leaves_nothing(tmp_path, bundles, monkeypatch):
+    import errno as _errno
+    import ingest.bundle as B
+    src = tmp_path / "perf.txt"
+    src.write_bytes(b"x" * 100_000)
+    sizes = iter([65_536])
+    real = os.copy_file_range
+
+    def fill(fin, fout, count):      # the kernel copies a first piece, then the disk is full
+        n = next(sizes, None)
+        if n is None:
+            raise OSError(_errno.ENOSPC, "No space left on device")
+        return real(fin, fout, n)
+    monkeypatch.setattr(B.os, "copy_file_range", fill)
+    with pytest.raises(B.DiskFull, match="perf.txt: not stored"):
+        store_raw(src, bundles)
+    assert list(bundles.iterdir()) == []
+
+
 def test_single_gz_file_kept_compressed_and_read_transparently(tmp_path, bundles):
     text = b"[    0.000000] Linux version 6.1\n[    1.500000] hello\n"
     gz = gzip.compress(text, mtime=0)
