@@ -13,7 +13,8 @@ the file.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
 
 import polars as pl
 
@@ -107,3 +108,37 @@ def _read_into(stream, buf: bytearray, start: int) -> tuple[int, BaseException |
 def _frame(lines: pl.DataFrame, first: int) -> pl.DataFrame:
     return lines.select(pl.int_range(first, first + lines.height, dtype=pl.Int64).alias("lineno"), "line",
                         "bad_utf8", "nul")
+
+
+_END = object()
+
+
+def ahead(items: Iterator, work: Callable | None = None, name: str = "ahead") -> Iterator:
+    """``work(item)`` (the item itself without ``work``) of each item of ``items``, the next one
+    taken from ``items`` and worked on by a worker thread while the caller uses this one: reads,
+    the splits of :func:`line_frames` and Polars release the GIL, so a chunk is read and split on
+    the other core while the parser works on the one before. Items come out in order, and an
+    error where it happened: the one that ended ``items`` after every item before it, the one
+    ``work`` raised on an item in its place. ``items`` is closed when this generator is (never
+    while the worker is in it)."""
+    def step():
+        item = next(items, _END)
+        return item if item is _END or work is None else work(item)
+
+    with ThreadPoolExecutor(1, thread_name_prefix=name) as pool:
+        fut = pool.submit(step)
+        try:
+            while True:
+                got = fut.result()
+                if got is _END:
+                    return
+                fut = pool.submit(step)
+                yield got
+        finally:
+            try:
+                fut.result()          # (a generator may not be closed while another thread runs it)
+            except BaseException:     # noqa: BLE001 - the consumer's error, if any, is the one that counts
+                pass
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()

@@ -91,10 +91,15 @@ class ParseContext:
         Lines that were not valid UTF-8 are counted as issues here; the frames still carry them
         (with U+FFFD) so the parser decides whether it can use them.
         """
-        from .lines import CHUNK_BYTES, line_frames
+        from .lines import CHUNK_BYTES, ahead, line_frames
         stream = self.open()
+        chunk = chunk_bytes or CHUNK_BYTES
+        hint = size_hint(self.path)
+        frames = line_frames(stream, chunk, blank_as_null, hint)
+        if hint is None or hint > chunk:     # (more than one chunk: the next is read while this one is parsed)
+            frames = ahead(frames, name="line-frames")
         try:
-            for df in line_frames(stream, chunk_bytes or CHUNK_BYTES, blank_as_null, size_hint(self.path)):
+            for df in frames:
                 df = self.without_joined(df)
                 if self.line_shift:
                     df = df.with_columns(df["lineno"] + self.line_shift)
@@ -109,6 +114,7 @@ class ParseContext:
         except STREAM_ENDS as e:
             self.stream_error = e
         finally:
+            frames.close()
             self.bytes_read = stream.raw.count
             stream.close()
 

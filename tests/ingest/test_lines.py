@@ -201,3 +201,72 @@ def test_a_chunk_past_a_view_offset_window_is_split_into_its_lines():
     assert s.str.len_bytes().unique().to_list() == [len(line)]
     assert s.str.starts_with("0123456789abcdef").all()
     del buf, text, s
+
+
+def test_ahead_hands_out_each_item_worked_in_order_and_each_error_where_it_happened():
+    import threading
+    from ingest.lines import ahead
+    where = []
+
+    def items():
+        for i in range(1, 5):
+            yield i
+        raise OSError("the stream was cut")
+
+    def work(x):
+        where.append(threading.current_thread() is threading.main_thread())
+        if x == 3:
+            raise ValueError("item 3")
+        return x * 10
+
+    got = []
+    with pytest.raises(OSError, match="cut"):
+        for x in ahead(items()):
+            got.append(x)
+    assert got == [1, 2, 3, 4]          # every item before the error that ended them
+    got = []
+    with pytest.raises(ValueError, match="item 3"):
+        for x in ahead(items(), work):
+            got.append(x)
+    assert got == [10, 20] and not any(where)     # (worked on the worker thread)
+
+
+def test_ahead_closed_early_closes_its_items_once_the_worker_is_out_of_them():
+    import threading
+    from ingest.lines import ahead
+    state = {"closed": False, "read": 0}
+    gate = threading.Event()
+
+    def items():
+        try:
+            for i in range(10):
+                if i == 2:
+                    gate.wait(5)        # (the worker is in here while the consumer closes)
+                state["read"] += 1
+                yield i
+        finally:
+            state["closed"] = True
+
+    gen = items()
+    it = ahead(gen)
+    assert (next(it), next(it)) == (0, 1)      # (the worker now waits in the read of item 2)
+    threading.Timer(0.2, gate.set).start()
+    it.close()                          # waits for the worker's read, then closes the items
+    assert state["closed"] and not gen.gi_running and state["read"] == 3
+
+
+@pytest.mark.parametrize("chunk", [4096, 1 << 20])
+def test_a_file_of_many_chunks_read_ahead_gives_every_line_then_the_limit(tmp_path, chunk):
+    # (a file larger than a chunk is read ahead on a thread: the same lines, line numbers and
+    # byte count, the issues of its lines on the parser's thread, and the size limit after them)
+    p = tmp_path / "x.log"
+    p.write_bytes(b"".join((b"line %06d \xff\n" if i % 997 == 0 else b"line %06d of a log\n") % i
+                           for i in range(100_000)))
+    limit = 1_234_567
+    sink = RowSink(tmp_path / "out")
+    ctx = ParseContext(p, "x.log", sink, max_bytes=limit)
+    rows = [(r["lineno"], r["line"]) for f in ctx.line_frames(chunk_bytes=chunk) for r in f.iter_rows(named=True)]
+    want = p.read_bytes()[:limit].decode("utf-8", "replace").split("\n")
+    assert rows == list(enumerate(want, 1))
+    assert ctx.stream_error is not None and ctx.bytes_read == limit and ctx.lineno == len(want)
+    assert sink.issues_total == sum(1 for w in want if "\ufffd" in w) > 50

@@ -72,12 +72,13 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from ... import native
-from ...lines import CHUNK_BYTES
+from ...lines import CHUNK_BYTES, ahead
 from ...lines import line_frames as _line_frames
 from ...model import CLOCK_BOOT
 from ...reader import Head, size_hint
@@ -824,41 +825,23 @@ def line_frames_to_the_cut(ctx: ParseContext, chunk_bytes: int = CHUNK_BYTES, tr
 
 def records_ahead(ctx: ParseContext, records, chunk_bytes: int = CHUNK_BYTES):
     """``records(df, ctx)`` of each chunk of ``line_frames_to_the_cut``, the next chunk read, split and
-    turned into records on a worker thread while the engine works on this one (Polars and the reads
-    release the GIL). Chunks come out in order, each error where it happened (a read error after every
-    chunk before it, as without the thread); ``ctx.lineno`` is set as each chunk is handed out."""
-    frames = line_frames_to_the_cut(ctx, chunk_bytes, track_lineno=False)
-
-    def work():
-        df = next(frames, None)
-        if df is None:
-            return None
+    turned into records on a worker thread while the engine works on this one (:func:`ingest.lines.ahead`).
+    Chunks come out in order, each error where it happened (a read error after every chunk before it,
+    as without the thread); ``ctx.lineno`` is set as each chunk is handed out."""
+    def work(df):
         last = int(df["lineno"][-1]) if len(df) else None
         try:
             return last, records(df, ctx), None
         except Exception as e:  # noqa: BLE001 - raised in order by the consumer
             return last, None, e
 
-    with ThreadPoolExecutor(1, thread_name_prefix="kernel-records") as pool:
-        fut = pool.submit(work)
-        try:
-            while True:
-                got = fut.result()
-                if got is None:
-                    return
-                last, rec, err = got
-                if last is not None:
-                    ctx.lineno = last
-                if err is not None:
-                    raise err
-                fut = pool.submit(work)
-                yield rec
-        finally:
-            try:
-                fut.result()          # the generator may not be closed while the worker runs it
-            except BaseException:     # noqa: BLE001 - the consumer's error is the one that counts
-                pass
-            frames.close()
+    with closing(ahead(line_frames_to_the_cut(ctx, chunk_bytes, track_lineno=False), work, "kernel-records")) as got:
+        for last, rec, err in got:
+            if last is not None:
+                ctx.lineno = last
+            if err is not None:
+                raise err
+            yield rec
 
 
 # -- a kernel log with no timestamps at all (printk.time=0, console captures, pasted reports) --------
