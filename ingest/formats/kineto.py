@@ -68,6 +68,7 @@ import math
 import operator
 import re
 from collections import Counter
+from contextlib import closing
 from array import array
 from itertools import accumulate, chain, compress, repeat
 from pathlib import PurePosixPath
@@ -83,12 +84,13 @@ import pyarrow.parquet as pq
 from .. import native
 from ..sink import SinkThread
 from ..model import CLOCK_PROCESS, CLOCK_WALL
-from ..reader import Head
+from ..lines import ahead
+from ..reader import Head, size_hint
 from ..registry import ParseContext, Parser
 from ._kineto_fields import (BACKEND_ANNOTATION, C10D_NOT_COLLECTIVE, C10D_OP, CATEGORY_ALIASES,
                              DERIVED_NAMES, GPU_CATEGORIES, NCCL_KERNEL, OPTIMIZER_STEP, STEP_MARKER,
                              canonical_collective, dtype_bytes, read_args)
-from ._kineto_stream import Chunk, EventColumns, EventReader, Ev, Outcome, Phase
+from ._kineto_stream import BLOCK, Chunk, EventColumns, EventReader, Ev, Outcome, Phase
 
 FLOW_PART_ROWS = 1 << 16        # rows per Parquet part of the flows table
 ABSOLUTE_US = 1e15               # ts above this many microseconds is absolute epoch time
@@ -426,9 +428,15 @@ class KinetoParser(Parser):
         st = _State(ctx)
         try:
             reader = EventReader(stream, columns=True)
-            for chunk in reader:
-                st.chunk(chunk, reader.outcome)
-                del chunk                # its events go before the next chunk is decoded
+            # (the next block is read and decoded on a worker thread while this chunk's rows are
+            # made: the compiled reader and the reads release the GIL; the reader's outcome is
+            # only read here for the header, which is known before the first chunk)
+            hint = size_hint(ctx.path)
+            many = hint is None or hint > BLOCK
+            with closing(ahead(iter(reader), name="kineto-chunks") if many else iter(reader)) as chunks:
+                for chunk in chunks:
+                    st.chunk(chunk, reader.outcome)
+                    del chunk            # its events go before the chunk after the next is decoded
             st.finish(reader.outcome)
             if reader.outcome.stream_error is not None:
                 raise reader.outcome.stream_error   # parse_file names it (cut gzip, size limit)

@@ -537,3 +537,35 @@ def test_detect_reads_a_prefix_of_the_head_to_the_same_answer(size, monkeypatch)
     monkeypatch.setattr(kineto, "DETECT_BYTES", size)
     assert [KinetoParser.detect(h) for h in heads] == want
     assert want.count(True) >= len(REAL) + 4
+
+
+@pytest.mark.parametrize("name", ["many_bad", "straddle", REC0.name, "cut.json.gz"])
+def test_blocks_read_ahead_on_a_worker_give_the_rows_of_blocks_read_in_turn(name, tmp_path, monkeypatch):
+    # a file of more than one block is read and decoded a block ahead on a worker thread; the
+    # rows, issues and outcome (a cut stream's error after every complete event) are the same
+    import ingest.formats.kineto as kineto
+    from ingest.formats._kineto_stream import EventReader
+    monkeypatch.setattr(EventReader.__init__, "__defaults__", (4096,))
+    path = tmp_path / name
+    if name == REC0.name:
+        path = REC0
+    elif name == "cut.json.gz":
+        raw = gzip.compress(load(REC0)[0], mtime=0)
+        path.write_bytes(raw[: len(raw) * 2 // 3])
+    else:
+        path.write_text(json.dumps(_chunked_variants()[name], indent=1))
+    got, threads = {}, {}
+    real_ahead = kineto.ahead
+    for block in (0, 1 << 40):          # (more than one block: read ahead; else not)
+        monkeypatch.setattr(kineto, "BLOCK", block)
+        used = []
+        monkeypatch.setattr(kineto, "ahead", lambda *a, **k: used.append(1) or real_ahead(*a, **k))
+        res = parse_file(ParseJob(str(path), path.name, str(tmp_path / f"out{block}")))
+        tables = {t: rows(res, t) for t in res.parts}
+        tables["flows"] = sorted(tables.get("flows", []), key=lambda r: json.dumps(r, sort_keys=True))
+        got[block] = (res.status, res.error, res.pid, res.clock_domain, res.attrs, res.issues, tables)
+        threads[block] = len(used)
+    assert threads == {0: 1, 1 << 40: 0}
+    assert got[0] == got[1 << 40]
+    if name == "cut.json.gz":
+        assert got[0][0] == "partial" and len(got[0][6]["events"]) > 100
