@@ -93,8 +93,9 @@ from datetime import datetime, timezone
 import polars as pl
 import pyarrow.compute as pc
 
-from ... import native
+from ... import lines as lines_mod, native
 from ...model import CLOCK_NONE
+from ...reader import size_hint
 from ...registry import ParseContext
 from ...sink import SinkThread, attrs_json
 from ...timeparse import NS
@@ -1165,9 +1166,15 @@ def parse_log(ctx: ParseContext) -> None:
 def _chunks(ctx: ParseContext, st: _State, sink: SinkThread) -> None:
     carry = None
     frames = ctx.line_frames()
+    # A file of one chunk is known to end with it (the look at what follows costs nothing). In a
+    # larger one each chunk is parsed as if more followed, and what waits at the end for lines that
+    # never come is parsed last, as the end: a look ahead would wait for the next chunk's read,
+    # which goes on meanwhile on the reader's thread (see ParseContext.line_frames).
+    hint = size_hint(ctx.path)
+    peek = hint is not None and hint < lines_mod.CHUNK_BYTES
     pending = next(frames, None)
     while pending is not None:
-        nxt = next(frames, None)
+        nxt = next(frames, None) if peek else pending
         df = pending.select("lineno", "line")
         garbage = pending["nul"]
         if garbage.any():
@@ -1185,7 +1192,7 @@ def _chunks(ctx: ParseContext, st: _State, sink: SinkThread) -> None:
         if ev.width > 1 and not ev.is_empty():
             _emit(ev, st, sink)
         st.context_line = new_ctx
-        pending = nxt
+        pending = nxt if peek else next(frames, None)
     if carry is not None and not carry.is_empty():
         ctx_line = st.collapse_floor = st.context_line
         ev, _ = _chunk_events(carry, st, final=True)
