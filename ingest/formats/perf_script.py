@@ -57,9 +57,9 @@ import re
 
 import polars as pl
 
-from .. import native
+from .. import lines as lines_mod, native
 from ..model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
-from ..reader import Head
+from ..reader import Head, size_hint
 from ..registry import ParseContext, Parser
 from ..timeparse import MAX_SECONDS, NS, frac_to_ns
 
@@ -322,9 +322,13 @@ class PerfScriptParser(Parser):
         st = _State(ctx)
         carry = None
         frames = ctx.line_frames(blank_as_null=True)
+        # (only a file of one chunk looks at what follows it: in a larger one the next chunk is
+        # read meanwhile on the reader's thread, and the last record, carried, is read at the end)
+        hint = size_hint(ctx.path)
+        peek = hint is not None and hint < lines_mod.CHUNK_BYTES
         df = next(frames, None)
         while df is not None:
-            nxt = next(frames, None)
+            nxt = next(frames, None) if peek else df
             if carry is not None:
                 df = pl.concat([carry, df], rechunk=False)
             df = _classify(df)
@@ -343,7 +347,12 @@ class PerfScriptParser(Parser):
                     carry = df.slice(last).select("lineno", "line", "bad_utf8", "nul")
                     df = df.slice(0, last)
             st.chunk(df)
-            df = nxt
+            df = nxt if peek else next(frames, None)
+        if carry is not None:       # the file's last record, which waited for lines that never came
+            df = _classify(carry)
+            if not st.header_done:
+                st.header_block(df.filter(pl.col("comment")))
+            st.chunk(_last_record(df))
         st.finish()
 
 

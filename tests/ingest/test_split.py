@@ -122,3 +122,19 @@ def test_a_failed_range_fails_the_source_and_removes_its_parts(tmp_path):
     merged = merge_ranges(sjob, ranges, results)
     assert merged.status == "failed" and "worker died" in merged.error
     assert not any(Path(f).exists() for f in parts)
+
+
+@pytest.mark.parametrize("name", FILES + ["sample"])
+def test_a_parse_in_small_chunks_is_the_parse_in_one(tmp_path, monkeypatch, name):
+    # a file of more than one chunk is read ahead and its last record waits for the end of the
+    # lines (no look at the next chunk): the same rows as the file read in one chunk
+    import ingest.lines as lines_mod
+    path = _plain(SAMPLE_PERF if name == "sample" else DATA / name, tmp_path)
+    got = {}
+    small, whole = max(64, path.stat().st_size // 9), lines_mod.CHUNK_BYTES     # (about nine chunks; one)
+    for chunk in (whole, small):
+        monkeypatch.setattr(lines_mod, "CHUNK_BYTES", chunk)
+        r = parse_file(ParseJob(str(path), path.name, str(tmp_path / f"c{chunk}"), None, "UTC", PerfScriptParser.name))
+        assert r.status != "failed", r.error
+        got[chunk] = (_fields(r), _rows(r.parts))
+    assert got[small] == got[whole]
