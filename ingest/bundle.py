@@ -8,7 +8,7 @@ the bytes, not the name.
 Order of work (nothing a user gave is ever lost):
 
 1. :func:`store_raw` copies the input into the content-addressed store
-   ``<bundles>/<sha256>.<ext>`` while hashing it (a directory is packed into an
+   ``<bundles>/<sha256>.<ext>`` and hashes the copy (a directory is packed into an
    uncompressed tar; its hash is over the canonical listing of relative paths
    and file hashes, so the same tree always gets the same id).
 2. :func:`extract` unpacks that raw copy into ``<incident>/files``. Every
