@@ -197,22 +197,7 @@ def _finish_raw(tmp: Path, bundles: Path, sha: str, kind: str, comp, name: str, 
 
 def store_stream(stream, name: str, bundles: Path, limit: int | None = None) -> RawBundle:
     """Store an uploaded stream (file-like) under its SHA-256."""
-    bundles.mkdir(parents=True, exist_ok=True)
-    fd, tmpname = tempfile.mkstemp(prefix=".upload-", dir=bundles)
-    tmp = Path(tmpname)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            sha, size = _hash_copy(stream, out, limit)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if is_disk_full(e):
-            raise disk_full(f"{name}: not stored") from None
-        raise
-    if size == 0:
-        tmp.unlink()
-        raise IntakeError(f"{name}: the upload is empty")
-    kind, comp = sniff_kind(tmp)
-    return _finish_raw(tmp, bundles, sha, kind, comp, name, size)
+    return _store(name, bundles, "wb", lambda out: _hash_copy(stream, out, limit))
 
 
 def store_raw(path: str | os.PathLike, bundles: Path) -> RawBundle:
@@ -238,13 +223,21 @@ def _store_file(f, name: str, bundles: Path) -> RawBundle:
     copy hashed (its bytes are the bundle, whatever happens to the original meanwhile). A Python
     loop of reads and writes passes every byte through the interpreter twice; on a large file
     that took several times as long as the kernel's copy and a hash of it together."""
+    def copy(out):
+        size = _copy_file(f, out)
+        return _hash_file(out), size
+    return _store(name, bundles, "r+b", copy)
+
+
+def _store(name: str, bundles: Path, mode: str, write: Callable) -> RawBundle:
+    """The raw bundle that ``write(a new temporary file opened with mode)`` writes, stored under the
+    SHA-256 it returns with the size: ``(sha, size)``. Nothing is left of a failed or empty one."""
     bundles.mkdir(parents=True, exist_ok=True)
     fd, tmpname = tempfile.mkstemp(prefix=".upload-", dir=bundles)
     tmp = Path(tmpname)
     try:
-        with os.fdopen(fd, "r+b") as out:
-            size = _copy_file(f, out)
-            sha = _hash_file(out)
+        with os.fdopen(fd, mode) as out:
+            sha, size = write(out)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if is_disk_full(e):
