@@ -28,8 +28,8 @@ from ingest import __version__
 from ingest.bundle import DiskFull, IntakeError
 from web import pages
 
-from .service import NotFound, Service
-from .shares import ShareNotFound
+from .errors import NotFound, ServiceError, read_as
+from .service import Service
 from .settings import Settings
 
 log = logging.getLogger("aftertrace")
@@ -106,6 +106,14 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     async def _api_error(request: Request, exc: ApiError):
         return envelope(exc.status, exc.code, exc.message)
 
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError):
+        # what the service cannot answer (no such incident, a request it cannot read, an incident
+        # with nothing to show yet): the API's envelope, a page's error page
+        if not request.url.path.startswith("/api/"):
+            return HTMLResponse(pages.error_page(exc.status, str(exc)), status_code=exc.status)
+        return envelope(exc.status, exc.code, str(exc))
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         if not request.url.path.startswith("/api/"):
@@ -171,24 +179,15 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.get("/api/incidents/{incident_id}", summary="Incident status")
     def api_get(incident_id: str):
-        try:
-            return svc.get_incident(incident_id)
-        except NotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        return svc.get_incident(incident_id)
 
     @app.get("/api/incidents/{incident_id}/report", summary="The aftertrace.report/1 JSON")
     def api_report(incident_id: str):
-        try:
-            return svc.get_report(incident_id)
-        except NotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        return svc.get_report(incident_id)
 
     @app.get("/api/incidents/{incident_id}/issues", summary="Lines that could not be parsed")
     def api_issues(incident_id: str, limit: int = 200):
-        try:
-            svc.get_incident(incident_id)
-        except NotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        svc.get_incident(incident_id)
         return {"issues": svc.parse_issues(incident_id, max(1, min(limit, 5000)))}
 
     @app.get("/api/incidents/{incident_id}/flamegraph", summary="Stack tree of the perf samples in a window")
@@ -197,13 +196,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                        event: str | None = None, weight: str = "samples",
                        baseline_start: str | None = None, baseline_end: str | None = None,
                        rank: int | None = None):
-        try:
-            return svc.flamegraph(incident_id, start, end, host, pid, comm, event, weight,
-                                  baseline_start, baseline_end, rank)
-        except LookupError as e:
-            raise ApiError(404, "not_found", str(e)) from None
-        except ValueError as e:
-            raise ApiError(400, "bad_request", str(e)) from None
+        return svc.flamegraph(incident_id, start, end, host, pid, comm, event, weight,
+                              baseline_start, baseline_end, rank)
 
     @app.get("/api/incidents/{incident_id}/export", summary="The incident as a file for other tools",
              description="format: perfetto (.pftrace), chrome (merged Chrome trace JSON), folded/collapsed "
@@ -212,98 +206,54 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                          "flame graph). start/end: a window, for folded, speedscope and html.")
     def api_export(incident_id: str, format: str = "perfetto", start: str | None = None, end: str | None = None):
         from .exports import MEDIA_TYPES, normalize
-        try:
-            fmt = normalize(format)
-            path = svc.export_file(incident_id, fmt, start, end)
-        except (LookupError, NotFound) as e:
-            raise ApiError(404, "not_found", str(e)) from None
-        except ValueError as e:
-            raise ApiError(400, "bad_request", str(e)) from None
+        fmt = normalize(format)
+        path = svc.export_file(incident_id, fmt, start, end)
         return FileResponse(path, media_type=MEDIA_TYPES[fmt], filename=path.name)
-
-    def _timeline(iid: str, start, end, tracks, metrics, px, max_events, catalog):
-        try:
-            return svc.timeline(iid, start, end, tracks, metrics, px, max_events, catalog)
-        except LookupError as e:
-            raise ApiError(404, "not_found", str(e)) from None
-        except ValueError as e:
-            raise ApiError(400, "bad_request", str(e)) from None
-
-    def _timeline_detail(iid: str, track: int, t: int):
-        try:
-            return svc.timeline_detail(iid, track, t)
-        except LookupError as e:
-            raise ApiError(404, "not_found", str(e)) from None
-        except ValueError as e:
-            raise ApiError(400, "bad_request", str(e)) from None
 
     @app.get("/api/incidents/{incident_id}/timeline", summary="Tracks, spans and metrics of a time window")
     def api_timeline(incident_id: str, start: str | None = None, end: str | None = None,
                      tracks: str | None = None, metrics: str | None = None, px: int = 1600,
                      max_events: int = 2000, catalog: bool = True):
-        return _timeline(incident_id, start, end, tracks, metrics, px, max_events, catalog)
+        return svc.timeline(incident_id, start, end, tracks, metrics, px, max_events, catalog)
 
     @app.get("/api/incidents/{incident_id}/timeline/detail", summary="The events of a track at one time")
     def api_timeline_detail(incident_id: str, track: int, t: int):
-        return _timeline_detail(incident_id, track, t)
+        return svc.timeline_detail(incident_id, track, t)
 
     @app.post("/api/incidents/{incident_id}/shares", status_code=201, summary="Make a read-only link to the report")
     def api_share(incident_id: str, request: Request, body: ShareRequest | None = None):
         _writer(request)
         body = body or ShareRequest()
-        try:
-            return svc.create_share(incident_id, body.note, body.start, body.end, body.view)
-        except NotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
-        except ValueError as e:
-            raise ApiError(400, "bad_request", str(e)) from None
+        return svc.create_share(incident_id, body.note, body.start, body.end, body.view)
 
     @app.get("/api/incidents/{incident_id}/shares", summary="The incident's share links (without their tokens)")
     def api_shares(incident_id: str):
-        try:
-            return {"shares": svc.list_shares(incident_id)}
-        except NotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        return {"shares": svc.list_shares(incident_id)}
 
     @app.delete("/api/incidents/{incident_id}/shares/{share_id}", summary="Revoke a share link by its id")
     def api_revoke_by_id(incident_id: str, share_id: str, request: Request):
         _writer(request)
-        try:
-            return svc.revoke_share(share_id=share_id, incident_id=incident_id)
-        except ShareNotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        return svc.revoke_share(share_id=share_id, incident_id=incident_id)
 
     @app.delete("/api/shares/{token}", summary="Revoke a share link")
     def api_revoke(token: str, request: Request):
         _writer(request)
-        try:
-            return svc.revoke_share(token=token)
-        except ShareNotFound as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        return svc.revoke_share(token=token)
 
     @app.get("/api/shared/{token}", summary="What a share link shows: the share and the report")
     def api_shared(token: str):
-        try:
-            share, rep = svc.shared(token)
-        except (ShareNotFound, NotFound) as e:
-            raise ApiError(404, "not_found", str(e)) from None
+        share, rep = svc.shared(token)
         return {"share": share, "report": rep}
-
-    def _shared_incident(token: str) -> str:
-        try:
-            return svc.shared_incident(token)
-        except (ShareNotFound, NotFound) as e:
-            raise ApiError(404, "not_found", str(e)) from None
 
     @app.get("/api/shared/{token}/timeline", summary="The shared incident's timeline (as /api/incidents/{id}/timeline)")
     def api_shared_timeline(token: str, start: str | None = None, end: str | None = None,
                             tracks: str | None = None, metrics: str | None = None, px: int = 1600,
                             max_events: int = 2000, catalog: bool = True):
-        return _timeline(_shared_incident(token), start, end, tracks, metrics, px, max_events, catalog)
+        return svc.timeline(svc.shared_incident(token), start, end, tracks, metrics, px, max_events, catalog)
 
     @app.get("/api/shared/{token}/timeline/detail", summary="The events of a track of the shared incident")
     def api_shared_timeline_detail(token: str, track: int, t: int):
-        return _timeline_detail(_shared_incident(token), track, t)
+        return svc.timeline_detail(svc.shared_incident(token), track, t)
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js():
@@ -328,16 +278,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.get("/incidents/{incident_id}", response_class=HTMLResponse, include_in_schema=False)
     def incident_page(incident_id: str, all: bool = False):
-        try:
-            inc = svc.get_incident(incident_id)
-        except NotFound as e:
-            return HTMLResponse(pages.error_page(404, str(e)), status_code=404)
-        rep = None
-        if inc["status"] == "done":
-            try:
-                rep = svc.get_report(incident_id)
-            except NotFound:
-                rep = None
+        inc = svc.get_incident(incident_id)
+        rep = svc.get_report(incident_id) if inc["status"] == "done" else None
         issues = svc.parse_issues(incident_id, 200) if rep else []
         return pages.incident_page(inc, rep, all_files=all, needs_token=bool(settings.api_token), issues=issues)
 
@@ -347,25 +289,19 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                         baseline_start: str | None = None, baseline_end: str | None = None,
                         rank: str | None = None):
         from web.flamegraph import filter_form, flame_subtitle, standalone_html
-        try:
-            # (the page's form sends empty fields for "any")
+        # (the page's form sends empty fields for "any")
+        with read_as("the pid or rank (a number)"):
             pid_n = int(pid) if pid else None
             rank_n = int(rank) if rank else None
-            fg = svc.flamegraph(incident_id, start, end, host or None, pid_n, comm or None, None, "samples",
-                                baseline_start, baseline_end, rank_n)
-        except (LookupError, ValueError) as e:
-            return HTMLResponse(pages.error_page(404 if isinstance(e, LookupError) else 400, str(e)),
-                                status_code=404 if isinstance(e, LookupError) else 400)
+        fg = svc.flamegraph(incident_id, start, end, host or None, pid_n, comm or None, None, "samples",
+                            baseline_start, baseline_end, rank_n)
         diff = fg["baseline"] is not None
         return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}", flame_subtitle(fg), diff,
                                form=filter_form(fg, baseline_start, baseline_end))
 
     @app.get("/incidents/{incident_id}/timeline", response_class=HTMLResponse, include_in_schema=False)
     def timeline_page(incident_id: str):
-        try:
-            inc = svc.get_incident(incident_id)
-        except NotFound as e:
-            return HTMLResponse(pages.error_page(404, str(e)), status_code=404)
+        inc = svc.get_incident(incident_id)
         return pages.timeline_page(inc, api=f"/api/incidents/{inc['id']}/timeline", report=f"/incidents/{inc['id']}")
 
     def _shared_page(token: str, render) -> HTMLResponse:
@@ -373,7 +309,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         unknown link from a revoked one); never sent on as a referrer, never indexed."""
         try:
             share, rep = svc.shared(token)
-        except (ShareNotFound, NotFound):
+        except NotFound:
             return HTMLResponse(pages.error_page(404, "This link does not exist or was revoked."), status_code=404)
         return HTMLResponse(render(share, rep), headers={"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"})
 

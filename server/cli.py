@@ -303,20 +303,12 @@ def cmd_incidents(args, console: Console, err: Console) -> int:
 
 def cmd_flamegraph(args, console: Console, err: Console) -> int:
     from web.flamegraph import flame_subtitle, standalone_html
-    from .queries import NotFoundError
     settings, svc = _service(args, err)
     if svc is None:
         return 3
-    try:
-        fg = svc.flamegraph(args.incident, start=args.start, end=args.end, host=args.host, pid=args.pid,
-                            comm=args.comm, event=args.event, weight=args.weight,
-                            baseline_start=args.baseline_start, baseline_end=args.baseline_end, rank=args.rank)
-    except NotFoundError as e:
-        err.print(f"aftertrace: {escape(str(e))}")
-        return 2
-    except ValueError as e:
-        err.print(f"aftertrace: bad argument: {escape(str(e))}")
-        return 2
+    fg = svc.flamegraph(args.incident, start=args.start, end=args.end, host=args.host, pid=args.pid,
+                        comm=args.comm, event=args.event, weight=args.weight,
+                        baseline_start=args.baseline_start, baseline_end=args.baseline_end, rank=args.rank)
     out = args.output
     diff = fg["baseline"] is not None
     if out.endswith(".html"):
@@ -344,8 +336,6 @@ def cmd_export(args, console: Console, err: Console) -> int:
     except ValueError as e:
         err.print(f"aftertrace: {escape(str(e))}")
         return 2
-    from .queries import NotFoundError
-    from .service import NotFound
     settings, svc = _service(args, err)
     if svc is None:
         return 3
@@ -363,12 +353,6 @@ def cmd_export(args, console: Console, err: Console) -> int:
             with open(tmp, "wb") as fh:
                 stats = svc.export(args.incident, fmt, fh, args.start, args.end, progress)
         os.replace(tmp, out)
-    except (NotFoundError, NotFound) as e:
-        err.print(f"aftertrace: {escape(str(e))}")
-        return 2
-    except ValueError as e:
-        err.print(f"aftertrace: bad argument: {escape(str(e))}")
-        return 2
     except OSError as e:
         err.print(f"aftertrace: cannot write {escape(str(out))}: {escape(e.strerror or str(e))}")
         return 2
@@ -389,15 +373,10 @@ def cmd_export(args, console: Console, err: Console) -> int:
 
 def cmd_report(args, console: Console, err: Console) -> int:
     from web import report_render
-    from .queries import NotFoundError
     settings, svc = _service(args, err)
     if svc is None:
         return 3
-    try:
-        rep = svc.get_report(svc.resolve_incident(args.incident))
-    except NotFoundError as e:
-        err.print(f"aftertrace: {escape(str(e))}")
-        return 2
+    rep = svc.get_report(svc.resolve_incident(args.incident))
     fmt = args.format or {"md": "md", "html": "html", "htm": "html"}.get(
         (args.output or "").rsplit(".", 1)[-1].lower(), "json")
     text = (json.dumps(rep, indent=2) + "\n" if fmt == "json" else
@@ -412,15 +391,10 @@ def cmd_report(args, console: Console, err: Console) -> int:
 
 
 def cmd_clocks(args, console: Console, err: Console) -> int:
-    from .queries import NotFoundError
     settings, svc = _service(args, err)
     if svc is None:
         return 3
-    try:
-        iid = svc.resolve_incident(args.incident)
-    except NotFoundError as e:
-        err.print(f"aftertrace: {escape(str(e))}")
-        return 2
+    iid = svc.resolve_incident(args.incident)
     rows = svc.clock_table(iid)
     from rich.table import Table
     t = Table(title=f"Clocks of incident {iid}: utc = raw + offset", title_justify="left")
@@ -571,7 +545,12 @@ def main(argv: list[str] | None = None) -> int:
     if not console.is_terminal:
         console = Console(highlight=False, width=160, emoji=False)   # piped output: do not wrap at 80
     err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)   # one-line errors stay one line
-    return args.func(args, console, err)
+    from .errors import ServiceError
+    try:
+        return args.func(args, console, err)
+    except ServiceError as e:       # (no such incident, an argument it cannot read, nothing to show yet)
+        err.print(f"aftertrace: {escape(str(e))}")
+        return 2
 
 
 def run() -> None:

@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from .errors import BadRequest, read_as
+
 FORMATS = {"perfetto": ".pftrace", "chrome": ".json", "folded": ".folded", "speedscope": ".speedscope.json",
            "html": ".html"}
 ALIASES = {"collapsed": "folded", "pftrace": "perfetto", "json": "chrome"}
@@ -45,7 +47,7 @@ def format_of(path: str | os.PathLike) -> str:
 def normalize(fmt: str) -> str:
     f = ALIASES.get((fmt or "").lower(), (fmt or "").lower())
     if f not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)} (or collapsed)")
+        raise BadRequest(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)} (or collapsed)")
     return f
 
 
@@ -57,16 +59,17 @@ class Exports:
                end: str | None = None, progress: Progress | None = None) -> dict:
         """Write one export to ``out``; returns what was written (counts, window)."""
         fmt = normalize(fmt)
-        iid = self.resolve_incident(incident_id)
+        iid = self.analysed_incident(incident_id)
         if fmt in ("perfetto", "chrome"):
             if start or end:
-                raise ValueError(f"{fmt} exports the whole incident; a window applies to folded, speedscope and html")
+                raise BadRequest(f"{fmt} exports the whole incident; a window applies to folded, speedscope and html")
             from analysis.export import chrome, perfetto
             return (perfetto if fmt == "perfetto" else chrome).write(self.store, iid, out, progress)
         if fmt == "speedscope":
             from analysis import flamegraph as fgm
             from analysis.export import speedscope
-            f = fgm.Filter(fgm.parse_time(start), fgm.parse_time(end))
+            with read_as("the window"):
+                f = fgm.Filter(fgm.parse_time(start), fgm.parse_time(end))
             return dict(speedscope.write(self.store, iid, out, f, f"aftertrace incident {iid}",
                                          self._rank_processes(iid)), window={"start": start, "end": end})
         if fmt == "folded":
@@ -107,7 +110,7 @@ class Exports:
         """Write an export into the incident's folder (``exports/``) and return its path. Written
         to a temporary name first: a failed export leaves no half file behind."""
         fmt = normalize(fmt)
-        iid = self.resolve_incident(incident_id)
+        iid = self.analysed_incident(incident_id)
         folder = self.settings.incident_dir(iid) / "exports"
         folder.mkdir(parents=True, exist_ok=True)
         window = "" if not (start or end) else "-window"

@@ -7,13 +7,11 @@ from analysis import flamegraph as fg
 from analysis import timeline as tl
 from ingest.timeparse import fmt_utc
 
+from .errors import BadRequest, NotFound, NotReady, read_as
+
 
 # times beyond this (ns from 1970) are refused: the store's columns are 64-bit
 _YEARS_9000 = 9000 * 365 * 86400 * 10**9
-
-
-class NotFoundError(LookupError):
-    pass
 
 
 class Queries:
@@ -23,18 +21,28 @@ class Queries:
         """An incident id from an id or a unique prefix of one (ids are hex: anything else, LIKE's
         wildcards included, names no incident)."""
         if not ref or not all(c in "0123456789abcdef" for c in ref):
-            raise NotFoundError(f"no incident {ref!r}")
+            raise NotFound(f"no incident {ref!r}")
         rows = self.store.query("SELECT incident_id FROM incidents WHERE incident_id LIKE ? || '%'", [ref])
         if len(rows) == 1:
             return rows[0]["incident_id"]
         if not rows:
-            raise NotFoundError(f"no incident {ref!r}")
-        raise NotFoundError(f"{ref!r} matches {len(rows)} incidents; give more of the id")
+            raise NotFound(f"no incident {ref!r}")
+        raise NotFound(f"{ref!r} matches {len(rows)} incidents; give more of the id")
+
+    def analysed_incident(self, ref: str) -> str:
+        """:meth:`resolve_incident` for what only an analysed incident has (its rows, its report, its
+        exports): one that is queued, being analysed or whose analysis failed has none of them to
+        show (:class:`NotReady`, with its status and reason)."""
+        iid = self.resolve_incident(ref)
+        row = self.store.query("SELECT status, error FROM incidents WHERE incident_id = ?", [iid])
+        if row and row[0]["status"] != "done":
+            raise NotReady(not_ready(iid, row[0]["status"], row[0]["error"]))
+        return iid
 
     def clock_table(self, incident_id: str) -> list[dict]:
         """clock_map rows of the incident with the number of sources each one places, and, for a
         clock that stepped, its stretches (``segments``, in raw-time order; empty otherwise)."""
-        iid = self.resolve_incident(incident_id)
+        iid = self.analysed_incident(incident_id)
         rows = self.store.query(
             """SELECT c.host, c.domain, c.offset_ns, c.uncertainty_ns, c.method, c.evidence,
                       (SELECT count(*) FROM sources s WHERE s.incident_id = c.incident_id
@@ -56,19 +64,23 @@ class Queries:
                    rank: int | None = None) -> dict:
         """The stack tree of the samples in a window; with a baseline window, a differential tree.
         ``rank`` stands for that rank's process (its host and pid, as the report's progress names them)."""
-        incident_id = self.resolve_incident(incident_id)
+        incident_id = self.analysed_incident(incident_id)
         if weight not in ("samples", "period"):
-            raise ValueError("weight must be 'samples' or 'period'")
+            raise BadRequest("weight must be 'samples' or 'period'")
         ranks = self._rank_processes(incident_id)
         if rank is not None:
             if rank not in ranks:
-                raise ValueError(f"no process of rank {rank} is known in this incident")
+                raise BadRequest(f"no process of rank {rank} is known in this incident")
             host, pid = host or ranks[rank]["host"], ranks[rank]["pid"]
-        f = fg.Filter(fg.parse_time(start), fg.parse_time(end), host or None, pid, comm or None,
+        with read_as("the window"):
+            s_ns, e_ns = fg.parse_time(start), fg.parse_time(end)
+        with read_as("the baseline window"):
+            b_lo, b_hi = fg.parse_time(baseline_start), fg.parse_time(baseline_end)
+        f = fg.Filter(s_ns, e_ns, host or None, pid, comm or None,
                       event or None, weight)
         base = None
         if baseline_start or baseline_end:
-            base = fg.Filter(fg.parse_time(baseline_start), fg.parse_time(baseline_end), host or None, pid,
+            base = fg.Filter(b_lo, b_hi, host or None, pid,
                              comm or None, event or None, weight)
         root = fg.build(self.store, incident_id, f, base)
         span = self.store.query(
@@ -141,21 +153,18 @@ class Queries:
         spans and buckets at ``px`` pixels, the metric series, and the report's findings and chain
         to mark on it. With ``catalog`` also the incident's track list, its default window and the
         overview strip (what a viewer needs once)."""
-        incident_id = self.resolve_incident(incident_id)
-        rep = None
-        try:
-            rep = self.get_report(incident_id)
-        except LookupError:
-            pass
+        incident_id = self.analysed_incident(incident_id)
+        rep = self.get_report(incident_id)
         lo, hi = self._bounds(incident_id)
         if lo is None or hi is None:
-            raise ValueError("nothing in this incident could be placed in time")
+            raise BadRequest("nothing in this incident could be placed in time")
         d0, d1 = self.default_window(incident_id, rep)
-        s_ns, e_ns = fg.parse_time(start), fg.parse_time(end)
+        with read_as("the window"):
+            s_ns, e_ns = fg.parse_time(start), fg.parse_time(end)
         s_ns = d0 if s_ns is None else s_ns
         e_ns = d1 if e_ns is None else e_ns
         if not (-_YEARS_9000 < s_ns < _YEARS_9000 and -_YEARS_9000 < e_ns < _YEARS_9000):
-            raise ValueError("the window is outside the years 1970 ± 9000")
+            raise BadRequest("the window is outside the years 1970 ± 9000")
         if e_ns <= s_ns:
             e_ns = s_ns + 1_000_000_000
         cat = self._tracks(incident_id)
@@ -165,7 +174,7 @@ class Queries:
             try:
                 ids = tuple(sorted({int(x) for x in tracks.split(",") if x.strip()}))
             except ValueError:
-                raise ValueError("tracks must be a comma-separated list of track ids") from None
+                raise BadRequest("tracks must be a comma-separated list of track ids") from None
             ids = tuple(i for i in ids if 0 <= i < 2**31)      # (no track has another id)
         w = tl.Window(s_ns, e_ns, max(100, min(px, 8000)), max(10, min(max_events, 20_000)), ids,
                       metrics=tuple(x for x in metrics.split(",") if x) if metrics is not None else tl.DEFAULT_METRICS)
@@ -195,13 +204,22 @@ class Queries:
 
     def timeline_detail(self, incident_id: str, track: int, t: int) -> dict:
         """The events of a track at one time (relative to the incident's origin, as the viewer has it)."""
-        incident_id = self.resolve_incident(incident_id)
+        incident_id = self.analysed_incident(incident_id)
         lo, _ = self._bounds(incident_id)
         if lo is None:
-            raise ValueError("nothing in this incident could be placed in time")
+            raise BadRequest("nothing in this incident could be placed in time")
         if not (0 <= track < 2**31 and -_YEARS_9000 < lo + t < _YEARS_9000):
             return {"incident": incident_id, "track": track, "events": []}
         rows = tl.detail(self.store, incident_id, track, lo + t)
         for r in rows:
             r["time"] = fmt_utc(r.pop("ts"))
         return {"incident": incident_id, "track": track, "events": rows}
+
+
+def not_ready(iid: str, status: str, error: str | None) -> str:
+    """Why an incident has nothing to show: its status, and the reason its analysis failed."""
+    if status == "failed":
+        return f"the analysis of incident {iid} failed: {error or 'no reason was recorded'}"
+    if status == "running":
+        return f"incident {iid} is being analysed: nothing to show yet"
+    return f"incident {iid} is {status}: nothing to show yet"

@@ -42,10 +42,11 @@ from ingest.sink import INLINE_ROWS
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
+from .errors import NotFound, NotReady
 from .executors import Executor, make_executor
 from .exports import Exports
 from .loader import KEEP_PARTS, IncidentLoad
-from .queries import Queries
+from .queries import Queries, not_ready
 from .settings import Settings
 from .shares import Shares
 from .store import Store
@@ -55,10 +56,6 @@ if TYPE_CHECKING:
 
 INTERRUPTED = "interrupted: the aftertrace process stopped during the analysis; analyse again"
 Progress = Callable[[str, int, int], None]
-
-
-class NotFound(Exception):
-    pass
 
 
 @dataclass
@@ -226,11 +223,12 @@ class Service(Queries, Shares, Exports):
                                 [incident_id])
         if not rows:
             raise NotFound(f"no incident {incident_id!r}")
-        if not rows[0]["report"]:
-            raise NotFound(f"incident {incident_id} has no report yet (status: {rows[0]['status']})")
+        if rows[0]["status"] != "done" or not rows[0]["report"]:
+            raise NotReady(not_ready(incident_id, rows[0]["status"], rows[0]["error"]))
         return json.loads(rows[0]["report"])
 
     def parse_issues(self, incident_id: str, limit: int = 200) -> list[dict]:
+        incident_id = self.analysed_incident(incident_id)
         return self.store.query(
             """SELECT s.path, p.line, p.kind, p.message, p.text FROM parse_issues p
                JOIN sources s USING (incident_id, source_id) WHERE p.incident_id = ?

@@ -15,13 +15,11 @@ import time
 from analysis.flamegraph import parse_time
 from ingest.timeparse import fmt_utc
 
+from .errors import BadRequest, NotFound, read_as
+
 
 # what a viewer's state may hold (it is put back into a URL fragment as it is)
 _VIEW = re.compile(r"[A-Za-z0-9=&.,:;_~+%@-]*")
-
-
-class ShareNotFound(LookupError):
-    pass
 
 
 def _hash(token: str) -> str:
@@ -33,22 +31,23 @@ class Shares:
 
     def create_share(self, incident_id: str, note: str | None = None, start: str | None = None,
                      end: str | None = None, view: str | None = None) -> dict:
-        inc = self.get_incident(incident_id)
-        s_ns, e_ns = parse_time(start), parse_time(end)
+        iid = self.analysed_incident(incident_id)
+        with read_as("the window"):
+            s_ns, e_ns = parse_time(start), parse_time(end)
         if (s_ns is None) != (e_ns is None) or (s_ns is not None and e_ns <= s_ns):
-            raise ValueError("a shared window needs both start and end, end after start")
+            raise BadRequest("a shared window needs both start and end, end after start")
         if note is not None and len(note) > 2000:
-            raise ValueError("the note is longer than 2000 characters")
+            raise BadRequest("the note is longer than 2000 characters")
         if view is not None and (len(view) > 4000 or not _VIEW.fullmatch(view)):
-            raise ValueError("the view is the timeline's URL fragment: at most 4000 characters of "
+            raise BadRequest("the view is the timeline's URL fragment: at most 4000 characters of "
                              "letters, digits and = & . , : ; _ ~ + % @ -")
         token = secrets.token_urlsafe(32)
         h = _hash(token)
         self.store.insert_rows("shares", [{
-            "share_id": h[:16], "token_sha256": h, "incident_id": inc["id"],
+            "share_id": h[:16], "token_sha256": h, "incident_id": iid,
             "created_ns": time.time_ns(), "note": note or None,
             "window_start_ns": s_ns, "window_end_ns": e_ns, "revoked_ns": None, "view": view or None}])
-        return {"token": token, "url": f"/r/{token}", "share_id": h[:16], "incident": inc["id"]}
+        return {"token": token, "url": f"/r/{token}", "share_id": h[:16], "incident": iid}
 
     def list_shares(self, incident_id: str) -> list[dict]:
         inc = self.get_incident(incident_id)
@@ -65,7 +64,7 @@ class Shares:
             rows = self.store.query("SELECT * FROM shares WHERE share_id = ? AND incident_id = ?",
                                     [share_id or "", incident_id or ""])
         if not rows:
-            raise ShareNotFound("no such share link")
+            raise NotFound("no such share link")
         r = rows[0]
         if r["revoked_ns"] is None:
             now = time.time_ns()
@@ -74,20 +73,20 @@ class Shares:
         return self._share_json(r)
 
     def shared(self, token: str) -> tuple[dict, dict]:
-        """(share, report) for a live token; ShareNotFound otherwise."""
+        """(share, report) for a live token; :class:`NotFound` otherwise."""
         rows = self.store.query("SELECT * FROM shares WHERE token_sha256 = ? AND revoked_ns IS NULL",
                                 [_hash(token)])
         if not rows:
-            raise ShareNotFound("this link does not exist or was revoked")
+            raise NotFound("this link does not exist or was revoked")
         share = self._share_json(rows[0])
         return share, self.get_report(rows[0]["incident_id"])
 
     def shared_incident(self, token: str) -> str:
-        """The incident a live token shows; ShareNotFound otherwise."""
+        """The incident a live token shows; :class:`NotFound` otherwise."""
         rows = self.store.query("SELECT incident_id FROM shares WHERE token_sha256 = ? AND revoked_ns IS NULL",
                                 [_hash(token)])
         if not rows:
-            raise ShareNotFound("this link does not exist or was revoked")
+            raise NotFound("this link does not exist or was revoked")
         return rows[0]["incident_id"]
 
     @staticmethod

@@ -135,7 +135,14 @@ def test_cli_killed_during_ingest(tmp_path, baseline):
     with TestClient(app) as c:
         st = c.get(f"/api/incidents/{iid}").json()
         assert st["status"] == "failed" and st["error"] == INTERRUPTED, st
-        assert c.get(f"/api/incidents/{iid}/report").status_code == 404
+        # a failed incident serves its status and reason, and nothing of its data (no half-loaded rows)
+        for what in ("report", "timeline", "timeline/detail?track=0&t=0", "flamegraph", "export?format=chrome",
+                     "issues"):
+            r = c.get(f"/api/incidents/{iid}/{what}")
+            assert r.status_code == 409, (what, r.text)
+            assert r.json()["error"]["code"] == "not_analysed" and INTERRUPTED in r.json()["error"]["message"]
+        r = c.get(f"/incidents/{iid}/flamegraph")
+        assert r.status_code == 409 and "failed" in r.text
     app.state.service.store.close()     # (the app keeps its store open until its process ends)
 
     out = tmp_path / "rep.json"

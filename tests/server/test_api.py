@@ -283,3 +283,36 @@ def test_a_running_analysis_says_its_stage_and_time(client):
     assert {s[1] for s in seen} >= {"extract", "detect", "parse", "store", "analyze"}
     assert all(s[0] == "running" for s in seen)
     assert "progress" not in client.get(f"/api/incidents/{iid}").json()
+
+
+def test_an_incident_not_analysed_yet_answers_409_with_its_status(settings, tmp_path):
+    # a queued (or running, or failed) incident has no rows to show: each data endpoint says so in the
+    # envelope, its pages show its status; an unknown id is a 404 and an unreadable window a 400
+    from server.service import Service
+    log = tmp_path / "train.log"
+    log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=499 step_time=0.123s loss=2.3080\n")
+    svc = Service(settings)
+    iid = svc.submit_path(log).incident_id
+    with TestClient(create_app(settings, svc)) as c:
+        for what in ("report", "timeline", "timeline/detail?track=0&t=0", "flamegraph", "export?format=folded",
+                     "issues"):
+            r = c.get(f"/api/incidents/{iid}/{what}")
+            assert r.status_code == 409, (what, r.text)
+            assert r.json() == {"error": {"status": 409, "code": "not_analysed",
+                                          "message": f"incident {iid} is queued: nothing to show yet"}}, what
+            assert c.get(f"/api/incidents/ffff{iid}/{what}").status_code == 404, what
+        r = c.post(f"/api/incidents/{iid}/shares", json={})
+        assert r.status_code == 409
+        assert c.get(f"/incidents/{iid}").status_code == 200
+        assert c.get(f"/incidents/{iid}/timeline").status_code == 200     # (its data: the 409 above)
+        r = c.get(f"/incidents/{iid}/flamegraph")
+        assert r.status_code == 409 and "queued" in r.text
+        svc.analyze(iid)
+        r = c.get(f"/api/incidents/{iid}/timeline", params={"start": "half past nine"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+        assert r.json()["error"]["message"].startswith("the window: ")
+        r = c.get(f"/api/incidents/{iid}/flamegraph", params={"start": "1e400"})
+        assert r.status_code == 400, r.text
+        r = c.get(f"/incidents/{iid}/flamegraph", params={"pid": "x"})
+        assert r.status_code == 400 and "pid or rank" in r.text
+        assert c.get(f"/api/incidents/{iid}/timeline").status_code == 200

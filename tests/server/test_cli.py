@@ -166,3 +166,25 @@ def test_evidence_without_a_line_names_its_source_alone(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "clock_step" in r.stdout and "vm/cgroup/: " in r.stdout
     assert ":None:" not in r.stdout
+
+
+def test_an_incident_whose_analysis_failed_answers_its_reason_in_one_line(tmp_path):
+    # every command that shows an incident's data says why there is none, exit status 2, no traceback
+    from server.service import Service
+    from server.settings import Settings
+    log = tmp_path / "train.log"
+    log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=499 step_time=0.123s loss=2.3080\n")
+    svc = Service(Settings.from_env(home=tmp_path / "h"))
+    iid = svc.submit_path(log).incident_id
+    svc.store.cursor().execute("UPDATE incidents SET status = 'failed', error = 'parser process failed: boom'")
+    svc.store.close()
+    out = tmp_path / "x.json"
+    for args in (["report", iid], ["flamegraph", iid, "-o", str(tmp_path / "f.folded")],
+                 ["export", iid, "-o", str(out)], ["clocks", iid]):
+        r = run(*args, home=tmp_path / "h")
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.strip() == f"aftertrace: the analysis of incident {iid} failed: parser process failed: boom", args
+        assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not out.exists() and not (tmp_path / "x.json.part").exists()
+    r = run("report", "0123abc", home=tmp_path / "h")
+    assert r.returncode == 2 and r.stderr.strip() == "aftertrace: no incident '0123abc'"
