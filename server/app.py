@@ -151,8 +151,9 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         except IntakeError as e:
             status = 413 if "limit" in str(e) else 400
             raise ApiError(status, _CODES[status], str(e)) from None
-        pool.submit(_run, sub.incident_id)
-        return {"id": sub.incident_id, "status": "queued", "url": f"/incidents/{sub.incident_id}",
+        if sub.queued:          # (a bundle sent again joins its incident as it stands)
+            pool.submit(_run, sub.incident_id)
+        return {"id": sub.incident_id, "status": sub.status, "url": f"/incidents/{sub.incident_id}",
                 "existing": sub.existed}
 
     def _writer(request: Request, form_token: str | None = None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -61,8 +62,9 @@ Progress = Callable[[str, int, int], None]
 @dataclass
 class Submitted:
     incident_id: str
-    status: str
-    existed: bool
+    status: str                 # the incident's status after the submission
+    existed: bool               # the bundle was sent before
+    queued: bool = True         # this submission queued it for analysis (else it joined the incident)
 
 
 def _now() -> datetime:
@@ -127,6 +129,7 @@ class Service(Queries, Shares, Exports):
         self._ray = None                 # the RayExecutor, once connected
         # what each running analysis of this process is doing: incident -> stage, done, total, start
         self._running: dict[str, dict] = {}
+        self._intake = threading.Lock()
         if own_store:
             self.recover_interrupted()
 
@@ -166,20 +169,28 @@ class Service(Queries, Shares, Exports):
         return self._register(raw, title)
 
     def _register(self, raw: RawBundle, title: str | None) -> Submitted:
+        """The incident of a stored bundle: one per bundle, however often and however many at once
+        send it. A new one is queued. A bundle sent again joins its incident as it stands (queued,
+        being analysed or done: never a second analysis of it beside the first), except one whose
+        analysis failed, which is queued again (the retry after a full disk or a crash).
+        ``Submitted.queued``: whether this call queued it (the caller then has it analysed)."""
         iid = raw.sha256[:12]
-        cur = self.store.cursor()
-        existing = self.store.query("SELECT incident_id FROM incidents WHERE incident_id = ?", [iid])
-        if existing:
-            cur.execute("UPDATE incidents SET status = 'queued', error = NULL, raw_path = ?, "
-                        "title = COALESCE(?, title) WHERE incident_id = ?", [str(raw.raw_path), title, iid])
-        else:
-            self.store.insert_rows("incidents", [{
-                "incident_id": iid, "title": title or raw.name, "bundle_sha256": raw.sha256,
-                "bundle_name": raw.name, "bundle_kind": raw.origin, "bundle_bytes": raw.bytes,
-                "raw_path": str(raw.raw_path),
-                "folder": str(self.settings.incident_dir(iid)), "created_at": _now(),
-                "status": "queued"}])
-        return Submitted(iid, "queued", bool(existing))
+        with self._intake:      # (the look and the write as one step: two uploads of one bundle at once)
+            rows = self.store.query("SELECT status FROM incidents WHERE incident_id = ?", [iid])
+            if rows and rows[0]["status"] != "failed":
+                return Submitted(iid, rows[0]["status"], True, queued=False)
+            if rows:
+                self.store.cursor().execute(
+                    "UPDATE incidents SET status = 'queued', error = NULL, raw_path = ?, title = COALESCE(?, title) "
+                    "WHERE incident_id = ?", [str(raw.raw_path), title, iid])
+            else:
+                self.store.insert_rows("incidents", [{
+                    "incident_id": iid, "title": title or raw.name, "bundle_sha256": raw.sha256,
+                    "bundle_name": raw.name, "bundle_kind": raw.origin, "bundle_bytes": raw.bytes,
+                    "raw_path": str(raw.raw_path),
+                    "folder": str(self.settings.incident_dir(iid)), "created_at": _now(),
+                    "status": "queued"}])
+        return Submitted(iid, "queued", bool(rows), queued=True)
 
     # -- queries ---------------------------------------------------------------------
     def list_incidents(self) -> list[dict]:

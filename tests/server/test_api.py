@@ -316,3 +316,43 @@ def test_an_incident_not_analysed_yet_answers_409_with_its_status(settings, tmp_
         r = c.get(f"/incidents/{iid}/flamegraph", params={"pid": "x"})
         assert r.status_code == 400 and "pid or rank" in r.text
         assert c.get(f"/api/incidents/{iid}/timeline").status_code == 200
+
+
+def test_the_same_bundle_uploaded_at_once_is_one_incident_analysed_once(settings):
+    # 8 uploads of one bundle at once, 5 bundles: every upload answers 201 with the one incident, and
+    # each incident is analysed once (a bundle sent again joins its incident as it stands)
+    import threading
+    svc_runs = []
+    with TestClient(create_app(settings)) as c:
+        svc = c.app.state.service
+        real = svc.analyze
+        svc.analyze = lambda iid, **k: svc_runs.append(iid) or real(iid, **k)
+        sent = []
+        for n in range(5):
+            data = _tgz({"dmesg.txt": f"[ 1.{n:06d}] round {n}\n{OOM_LINE}\n".encode()})
+            sent.append(data)
+            gate, got = threading.Barrier(8), []
+
+            def upload():
+                gate.wait()
+                got.append(c.post("/api/incidents", files={"bundle": (f"r{n}.tgz", data)}))
+            threads = [threading.Thread(target=upload) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert [r.status_code for r in got] == [201] * 8, [r.text for r in got if r.status_code != 201]
+            ids = {r.json()["id"] for r in got}
+            assert len(ids) == 1
+            assert sorted(r.json()["existing"] for r in got) == [False] + [True] * 7
+            assert _wait(c, ids.pop())["status"] == "done"
+        assert len(svc_runs) == len(set(svc_runs)) == 5
+        assert svc.store.query("SELECT count(*) AS n FROM incidents")[0]["n"] == 5
+        # the same bundle once more, when done: it joins (no second analysis); one that failed is retried
+        iid = svc_runs[0]
+        r = c.post("/api/incidents", files={"bundle": ("again.tgz", sent[0])})
+        assert r.json() == {"id": iid, "status": "done", "url": f"/incidents/{iid}", "existing": True}
+        svc.store.cursor().execute("UPDATE incidents SET status = 'failed', error = 'x' WHERE incident_id = ?", [iid])
+        r = c.post("/api/incidents", files={"bundle": ("again.tgz", sent[0])})
+        assert r.json()["status"] == "queued" and r.json()["existing"] is True
+        assert _wait(c, iid)["status"] == "done" and svc_runs.count(iid) == 2
