@@ -52,6 +52,12 @@ _CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 409: 
           507: "insufficient_storage"}
 
 
+# the pages' own scripts and styles (some inline: the self-contained report, the API docs), nothing
+# from elsewhere
+_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
 class ShareRequest(BaseModel):
     note: str | None = None
     start: str | None = None      # optional timeline window to point at (ISO-8601 UTC or epoch s)
@@ -97,9 +103,14 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     @app.middleware("http")
     async def no_sniffing(request: Request, call_next):
         # bundle text is served as text/plain or JSON (exports, issues): never let a browser
-        # guess HTML or script from it
+        # guess HTML or script from it; no page of this server is framed by another site, and a
+        # page loads, sends and submits to this server alone (a string from a bundle that got into
+        # a page as markup could not fetch or send anything elsewhere)
         response = await call_next(request)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        if response.headers.get("content-type", "").startswith("text/html"):
+            response.headers.setdefault("Content-Security-Policy", _CSP)
         return response
 
     @app.exception_handler(ApiError)

@@ -347,3 +347,24 @@ def test_like_wildcards_in_an_id_name_no_incident_and_nothing_is_sniffed(client)
     assert client.get(f"/api/incidents/{iid[:6]}/flamegraph").status_code == 200   # a real prefix resolves
     r = client.get(f"/api/incidents/{iid}/issues")
     assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_no_page_is_framed_elsewhere_and_pages_load_from_this_server_alone(client):
+    # every answer refuses to be framed by another site; every page (error pages too) carries a CSP
+    # that lets it load, connect and submit to this server only, with no plugins and no <base>
+    iid = _upload(client, _small_bundle("frame"))
+    _wait(client, iid)
+    token = client.post(f"/api/incidents/{iid}/shares", json={}).json()["token"]
+    pages = ["/", f"/incidents/{iid}", f"/incidents/{iid}/timeline", f"/incidents/{iid}/flamegraph",
+             f"/r/{token}", f"/r/{token}/timeline", "/incidents/0000", "/docs", "/no-such-page"]
+    for url in pages:
+        r = client.get(url)
+        assert r.headers["content-type"].startswith("text/html"), url
+        assert r.headers["x-frame-options"] == "DENY", url
+        csp = dict(d.strip().split(" ", 1) for d in r.headers["content-security-policy"].split(";"))
+        assert csp["default-src"] == "'self'" and csp["frame-ancestors"] == "'none'", url
+        assert csp["object-src"] == "'none'" and csp["base-uri"] == "'none'" and csp["form-action"] == "'self'", url
+        assert "http" not in r.headers["content-security-policy"] and "*" not in r.headers["content-security-policy"]
+    for url in (f"/api/incidents/{iid}", f"/api/incidents/{iid}/report", "/api/incidents/0000"):
+        r = client.get(url)
+        assert r.headers["x-frame-options"] == "DENY" and "content-security-policy" not in r.headers, url

@@ -69,11 +69,30 @@ def _shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+def _until(page, js: str, timeout: int = 30_000) -> None:
+    """Wait until ``js`` is true in the page. (Playwright's ``wait_for_function`` evaluates its text
+    with ``eval``, which the pages' Content-Security-Policy refuses, as it should; ``evaluate`` is
+    not subject to it.)"""
+    t0 = time.monotonic()
+    while not page.evaluate(js):
+        if time.monotonic() - t0 > timeout / 1000:
+            raise AssertionError(f"not true after {timeout / 1000:.0f} s: {js}")
+        time.sleep(0.05)
+
+
+def _csp_refusals(page) -> list[str]:
+    """The page's console messages that say its Content-Security-Policy refused something."""
+    got: list[str] = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and got.append(m.text))
+    return got
+
+
 def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_path):
     bundle = tmp_path / "oom-after-throttle.tgz"
     with tarfile.open(bundle, "w:gz") as tf:
         tf.add(ROOT / "sample_traces" / "oom-after-throttle", arcname="oom-after-throttle")
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    refused = _csp_refusals(page)       # (every page below works within the server's CSP)
     page.goto(server + "/")
     assert "Upload a crash bundle" in page.content()
     page.set_input_files("input[name=bundle]", str(bundle))
@@ -138,7 +157,7 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     assert [shared.get_attribute("a >> nth=0", "href")] == [url + "/timeline"] and shared.locator("a").count() == 1
     row = page.locator("#share-list tbody tr", has_text="rank 0 OOM-killed")
     row.locator("button.revoke").click()
-    page.wait_for_function("[...document.querySelectorAll('#share-list tbody tr')].some("
+    _until(page, "[...document.querySelectorAll('#share-list tbody tr')].some("
                            "tr => tr.textContent.includes('rank 0 OOM-killed') && tr.textContent.includes('revoked'))")
     r = shared.goto(server + url)
     assert r.status == 404 and "revoked" in shared.content()
@@ -151,13 +170,14 @@ def test_upload_to_root_cause_to_timeline_to_flame_graph(server, browser, tmp_pa
     _shot(page, "8-incident-list")
     assert "2026-11-29 13:28:56.147" in row and "job_failure" in row
     assert "cpu_throttle" in row and "T−31.7 s" in row
+    assert refused == []
 
 
 def _settle(page) -> None:
     """Wait until the trace viewer has drawn and no window is being fetched."""
-    page.wait_for_function("window.aftertraceView && !window.aftertraceView.state().busy", timeout=60_000)
+    _until(page, "window.aftertraceView && !window.aftertraceView.state().busy", timeout=60_000)
     time.sleep(0.3)          # (a view change asks for its window after a short pause)
-    page.wait_for_function("!window.aftertraceView.state().busy", timeout=60_000)
+    _until(page, "!window.aftertraceView.state().busy", timeout=60_000)
 
 
 def _view(page) -> dict:
@@ -228,7 +248,7 @@ def _timeline_like_a_trace_viewer(page, browser, server) -> None:
     assert main["spans"] > 20 and main["maxDepth"] >= 4
     box = page.locator(".tv-main").bounding_box()
     page.mouse.click(box["x"] + 700, box["y"] + main["y"] + 8)       # depth 0: the step
-    page.wait_for_function("document.getElementById('detail').textContent.includes('External id')")
+    _until(page, "document.getElementById('detail').textContent.includes('External id')")
     _shot(page, "3c-timeline-200ms-step-selected")
     detail = page.inner_text("#detail")
     assert detail.startswith("ProfilerStep#78") and "984.3 ms" in detail and "13:28:25.266919 UTC" in detail
@@ -279,7 +299,7 @@ def _timeline_like_a_trace_viewer(page, browser, server) -> None:
     with page.expect_popup() as pop:
         page.click("#open-perfetto")
     ui = pop.value
-    ui.wait_for_function("window.got", timeout=30_000)
+    _until(ui, "window.got", timeout=30_000)
     got = ui.evaluate("window.got")
     assert got["bytes"] > 100_000 and got["fileName"].endswith(".pftrace") and "aftertrace incident" in got["title"]
     assert page.inner_text("#share-window-out") == "sent to the Perfetto UI"
@@ -378,7 +398,7 @@ def test_exported_report_file_works_offline(browser, tmp_path):
     page.on("request", lambda r: r.url.startswith("file:") or fetched.append(r.url))
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(out.as_uri())
-    page.wait_for_function("window.aftertraceView", timeout=30_000)
+    _until(page, "window.aftertraceView", timeout=30_000)
     page.wait_for_selector("#fg svg rect")
     assert fetched == [] and errors == []
     assert page.locator("#chain-1").count() == 1
