@@ -13,6 +13,7 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
@@ -47,7 +48,33 @@ def envelope(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"status": status, "code": code, "message": message}}, status_code=status)
 
 
-_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
+def _answer(request: Request, status: int, code: str, message: str):
+    """An error as the asker reads it: the envelope under ``/api/``, the error page elsewhere."""
+    if not request.url.path.startswith("/api/"):
+        return HTMLResponse(pages.error_page(status, message), status_code=status)
+    return envelope(status, code, message)
+
+
+def _host_name(host: str) -> str:
+    """The name of a Host header (``name:port``, ``[v6]:port``) without its port."""
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _same_origin(origin: str, host: str, scheme: str) -> bool:
+    """Whether an Origin header names this server as the request reached it (scheme, Host)."""
+    default = {"http": 80, "https": 443}
+    try:
+        o = urlsplit(origin)
+        h = urlsplit(f"{scheme}://{host}")
+        return (o.scheme == scheme and (o.hostname or "") == (h.hostname or "")
+                and (o.port or default.get(o.scheme)) == (h.port or default.get(scheme)))
+    except ValueError:      # (a port that is no number: no origin of this server)
+        return False
+
+
+_CODES = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
           413: "too_large", 422: "invalid_request", 500: "internal_error",
           507: "insufficient_storage"}
 
@@ -101,6 +128,23 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     # -- errors ------------------------------------------------------------------------
     @app.middleware("http")
+    async def own_names_and_own_pages_only(request: Request, call_next):
+        # A page on another site may send requests here (a form's POST needs no permission) and may
+        # even reach a server on this machine's loopback through a name of its own that it points
+        # there (DNS rebinding): a request for a name this server does not answer to is refused, and
+        # so is a write sent by another site's page (its Origin, or the browser's Sec-Fetch-Site)
+        host = request.headers.get("host", "")
+        if not settings.answers_to(_host_name(host)):
+            return _answer(request, 403, "forbidden", f"this server does not answer to the name {host!r} "
+                           "(AFTERTRACE_ALLOWED_HOSTS lists the names it answers to)")
+        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            origin = request.headers.get("origin")
+            if (origin is not None and not _same_origin(origin, host, request.url.scheme)) \
+                    or request.headers.get("sec-fetch-site") == "cross-site":
+                return _answer(request, 403, "forbidden", "a write sent by another site's page is refused")
+        return await call_next(request)
+
+    @app.middleware("http")
     async def no_sniffing(request: Request, call_next):
         # bundle text is served as text/plain or JSON (exports, issues): never let a browser
         # guess HTML or script from it; no page of this server is framed by another site, and a
@@ -120,10 +164,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
         # what the service cannot answer (no such incident, a request it cannot read, an incident
-        # with nothing to show yet): the API's envelope, a page's error page
-        if not request.url.path.startswith("/api/"):
-            return HTMLResponse(pages.error_page(exc.status, str(exc)), status_code=exc.status)
-        return envelope(exc.status, exc.code, str(exc))
+        # with nothing to show yet)
+        return _answer(request, exc.status, exc.code, str(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):

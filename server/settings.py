@@ -40,6 +40,10 @@ class Settings:
     # perf script text (uncompressed) larger than this is parsed in byte ranges of about this size,
     # one task each ($AFTERTRACE_SPLIT_BYTES; 0: never)
     split_bytes: int = 64 * 1024**2
+    # the names the server answers to (the request's Host; $AFTERTRACE_ALLOWED_HOSTS, comma-separated;
+    # "*": any). None: this machine's own names when it listens on a loopback address (a page
+    # elsewhere cannot reach it through a name of its own: DNS rebinding), any name otherwise
+    allowed_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.executor not in ("local", "ray"):
@@ -65,6 +69,9 @@ class Settings:
             kw["ray_address"] = os.environ.get("AFTERTRACE_RAY_ADDRESS") or None
         if kw.get("parts_dir") is None:
             kw["parts_dir"] = os.environ.get("AFTERTRACE_PARTS") or None
+        if kw.get("allowed_hosts") is None and os.environ.get("AFTERTRACE_ALLOWED_HOSTS"):
+            kw["allowed_hosts"] = tuple(h.strip().lower() for h in os.environ["AFTERTRACE_ALLOWED_HOSTS"].split(",")
+                                        if h.strip())
         if kw.get("split_bytes") is None:
             kw.pop("split_bytes", None)
             if os.environ.get("AFTERTRACE_SPLIT_BYTES"):
@@ -85,8 +92,31 @@ class Settings:
     def incident_dir(self, incident_id: str) -> Path:
         return self.incidents_dir / incident_id
 
+    def answers_to(self, name: str) -> bool:
+        """Whether a request for host ``name`` (the Host header without its port) is for this server."""
+        name = name.lower().strip("[]").rstrip(".")
+        allowed = self.allowed_hosts
+        if allowed is None:
+            if not _loopback(self.host):
+                return True
+            allowed = ("localhost", "127.0.0.1", "::1", self.host.lower())
+        return "*" in allowed or name in {a.strip("[]").rstrip(".") for a in allowed} or (
+            "localhost" in allowed and name.endswith(".localhost"))
+
     @property
     def parse_workers(self) -> int:
         if self.workers > 0:
             return self.workers
         return max(1, min(os.cpu_count() or 1, 8))
+
+
+def _loopback(host: str) -> bool:
+    """Whether a listening address is this machine's loopback alone."""
+    import ipaddress
+    h = host.strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False

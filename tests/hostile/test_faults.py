@@ -30,6 +30,8 @@ from server.service import INTERRUPTED
 from server.settings import Settings
 from server.store import Store
 
+LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"
 PY = sys.executable
@@ -132,7 +134,7 @@ def test_cli_killed_during_ingest(tmp_path, baseline):
     from fastapi.testclient import TestClient
     from server.app import create_app
     app = create_app(Settings.from_env(home=home))
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOCAL) as c:
         st = c.get(f"/api/incidents/{iid}").json()
         assert st["status"] == "failed" and st["error"] == INTERRUPTED, st
         # a failed incident serves its status and reason, and nothing of its data (no half-loaded rows)

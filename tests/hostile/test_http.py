@@ -21,6 +21,8 @@ import hostile_corpus as hc
 from hostile_corpus import LIMITS
 from server.app import create_app
 
+LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
+
 X, Y, J = hc.XSS
 PAYLOAD = X + Y + J
 CANARY = "aftertrace-canary-5f0d1e"
@@ -30,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def client(hsettings, monkeypatch):
     monkeypatch.setenv("AFTERTRACE_CANARY_SECRET", CANARY)
-    with TestClient(create_app(hsettings), raise_server_exceptions=False) as c:
+    with TestClient(create_app(hsettings), raise_server_exceptions=False, base_url=LOCAL) as c:
         yield c
 
 
@@ -284,7 +286,7 @@ def test_no_response_carries_the_environment(client, hsettings):
 
 def test_bearer_token_guards_every_write_and_only_writes(hsettings):
     secret = "tok-" + "9" * 40
-    with TestClient(create_app(hsettings.with_(api_token=secret)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(hsettings.with_(api_token=secret)), raise_server_exceptions=False, base_url=LOCAL) as c:
         data = _small_bundle()
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": secret},
                         {"Authorization": f"Basic {secret}"}, {"Authorization": "Bearer " + secret[:-1]}):
@@ -314,7 +316,17 @@ def test_bearer_token_guards_every_write_and_only_writes(hsettings):
 # ---------------------------------------------------------------------------------------------
 # OpenAPI-driven fuzz
 
-def test_openapi_fuzz_finds_no_server_error(client):
+@pytest.fixture
+def fuzz_client(hsettings, monkeypatch):
+    # (schemathesis calls an ASGI app by the test clients' name for a server, "testserver")
+    monkeypatch.setenv("AFTERTRACE_CANARY_SECRET", CANARY)
+    app = create_app(hsettings.with_(allowed_hosts=("127.0.0.1", "testserver")))
+    with TestClient(app, raise_server_exceptions=False, base_url=LOCAL) as c:
+        yield c
+
+
+def test_openapi_fuzz_finds_no_server_error(fuzz_client):
+    client = fuzz_client
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings
     from schemathesis.checks import not_a_server_error
@@ -368,3 +380,42 @@ def test_no_page_is_framed_elsewhere_and_pages_load_from_this_server_alone(clien
     for url in (f"/api/incidents/{iid}", f"/api/incidents/{iid}/report", "/api/incidents/0000"):
         r = client.get(url)
         assert r.headers["x-frame-options"] == "DENY" and "content-security-policy" not in r.headers, url
+
+
+def test_a_name_it_does_not_answer_to_and_writes_from_other_sites_are_refused(hsettings, monkeypatch):
+    # DNS rebinding: a page of attacker.example points its own name at 127.0.0.1 and reads the API;
+    # CSRF: a page elsewhere posts a form (multipart needs no CORS permission) or a fetch with no-cors
+    monkeypatch.setenv("AFTERTRACE_CANARY_SECRET", CANARY)
+    with TestClient(create_app(hsettings), raise_server_exceptions=False, base_url=LOCAL) as c:
+        iid = _upload(c, _small_bundle("csrf"))
+        _wait(c, iid)
+        for host in ("attacker.example", "attacker.example:8000", "127.0.0.1.nip.io", "10.0.0.5:8000", ""):
+            for url in ("/", f"/api/incidents/{iid}/report", f"/incidents/{iid}"):
+                r = c.get(url, headers={"host": host})
+                assert r.status_code == 403, (host, url)
+                assert CANARY not in r.text and iid not in r.text.replace(host, "")
+            assert c.get("/api/incidents", headers={"host": host}).json()["error"]["code"] == "forbidden"
+        for host in ("127.0.0.1:8000", "localhost:8000", "LOCALHOST", "[::1]:8000", "app.localhost:8000"):
+            assert c.get(f"/api/incidents/{iid}", headers={"host": host}).status_code == 200, host
+        before = sorted(p.name for p in hsettings.bundles_dir.iterdir())
+        data = _small_bundle("from elsewhere")
+        for headers in ({"origin": "http://attacker.example"}, {"origin": "null"},
+                        {"origin": "http://127.0.0.1:9999"}, {"origin": "https://127.0.0.1:8000"},
+                        {"sec-fetch-site": "cross-site"}, {"origin": "http://127.0.0.1:x"}):
+            r = c.post("/api/incidents", files={"bundle": ("b.tgz", data)}, headers=headers)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", headers
+            r = c.post("/upload", files={"bundle": ("b.tgz", data)}, headers=headers, follow_redirects=False)
+            assert r.status_code == 403 and "another site" in r.text, headers
+            assert c.post(f"/api/incidents/{iid}/shares", json={}, headers=headers).status_code == 403
+            assert c.delete("/api/shares/x", headers=headers).status_code == 403
+        assert sorted(p.name for p in hsettings.bundles_dir.iterdir()) == before     # nothing was stored
+        # the server's own pages, and clients that are no page (curl, the CLI), write as before
+        for headers in ({"origin": "http://127.0.0.1:8000"}, {"sec-fetch-site": "same-origin"}, {}):
+            r = c.post("/api/incidents", files={"bundle": ("b.tgz", data)}, headers=headers)
+            assert r.status_code == 201, (headers, r.text)
+    # listening on every address it answers to any name (AFTERTRACE_ALLOWED_HOSTS narrows it)
+    for allowed, host, status in ((None, "aftertrace.corp.example", 200), (("aftertrace.corp.example",),
+                                  "aftertrace.corp.example:8000", 200), (("aftertrace.corp.example",), "other.example", 403)):
+        s = hsettings.with_(host="0.0.0.0", allowed_hosts=allowed, db_path=hsettings.home / f"{status}{host}.duckdb")
+        with TestClient(create_app(s), raise_server_exceptions=False, base_url=LOCAL) as c:
+            assert c.get("/api/incidents", headers={"host": host}).status_code == status, (allowed, host)

@@ -9,6 +9,8 @@ from fastapi.testclient import TestClient
 
 from server.app import create_app
 
+LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
+
 OOM_LINE = ("[ 7063.247407] Memory cgroup out of memory: Killed process 12345 (python) total-vm:9216kB, "
             "anon-rss:2048kB, file-rss:512kB, shmem-rss:0kB, UID:0 pgtables:64kB oom_score_adj:0")
 
@@ -25,7 +27,7 @@ def _tgz(files: dict[str, bytes]) -> bytes:
 
 @pytest.fixture
 def client(settings):
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), base_url=LOCAL) as c:
         yield c
 
 
@@ -100,7 +102,7 @@ def test_error_envelope(client):
 def test_upload_limit(settings):
     from ingest.bundle import IntakeLimits
     s = settings.with_(limits=IntakeLimits(max_upload_bytes=1000))
-    with TestClient(create_app(s)) as c:
+    with TestClient(create_app(s), base_url=LOCAL) as c:
         r = c.post("/api/incidents", files={"bundle": ("big.txt", b"x" * 5000)})
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
     assert [p for p in s.bundles_dir.iterdir()] == []
@@ -215,7 +217,7 @@ def test_share_link_lifecycle(client):
 
 def test_bearer_token_guards_writes(settings):
     s = settings.with_(api_token="s3cret")
-    with TestClient(create_app(s)) as c:
+    with TestClient(create_app(s), base_url=LOCAL) as c:
         data = _tgz({"dmesg.txt": f"{OOM_LINE}\n".encode()})
         r = c.post("/api/incidents", files={"bundle": ("a.tgz", data)})
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
@@ -293,7 +295,7 @@ def test_an_incident_not_analysed_yet_answers_409_with_its_status(settings, tmp_
     log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=499 step_time=0.123s loss=2.3080\n")
     svc = Service(settings)
     iid = svc.submit_path(log).incident_id
-    with TestClient(create_app(settings, svc)) as c:
+    with TestClient(create_app(settings, svc), base_url=LOCAL) as c:
         for what in ("report", "timeline", "timeline/detail?track=0&t=0", "flamegraph", "export?format=folded",
                      "issues"):
             r = c.get(f"/api/incidents/{iid}/{what}")
@@ -323,7 +325,7 @@ def test_the_same_bundle_uploaded_at_once_is_one_incident_analysed_once(settings
     # each incident is analysed once (a bundle sent again joins its incident as it stands)
     import threading
     svc_runs = []
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), base_url=LOCAL) as c:
         svc = c.app.state.service
         real = svc.analyze
         svc.analyze = lambda iid, **k: svc_runs.append(iid) or real(iid, **k)

@@ -15,6 +15,8 @@ from server.exports import normalize
 from server.service import Service
 from server.settings import Settings
 
+LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"
 
@@ -86,7 +88,7 @@ def test_unknown_format_and_windows_are_refused(analysed):
 
 def test_http_route_sends_a_file_from_the_incident_folder(analysed):
     settings, svc, iid = analysed
-    client = TestClient(create_app(settings, svc))
+    client = TestClient(create_app(settings, svc), base_url=LOCAL)
     r = client.get(f"/api/incidents/{iid}/export", params={"format": "collapsed"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert f'filename="aftertrace-{iid}.folded"' in r.headers["content-disposition"]

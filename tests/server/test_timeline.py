@@ -11,6 +11,8 @@ from fastapi.testclient import TestClient
 from server.app import create_app
 from server.settings import Settings
 
+LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,7 +24,7 @@ def client(tmp_path_factory):
                         "--json", str(home / "r.json")], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     iid = json.loads((home / "r.json").read_text())["incident"]["id"]
-    with TestClient(create_app(Settings.from_env(home=home))) as c:
+    with TestClient(create_app(Settings.from_env(home=home)), base_url=LOCAL) as c:
         yield c, iid
 
 
