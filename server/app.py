@@ -74,6 +74,10 @@ def _same_origin(origin: str, host: str, scheme: str) -> bool:
         return False
 
 
+_MULTIPART_SLACK = 1024 * 1024      # an upload's form around the file: boundaries, its name, the title
+_SMALL_BODY = 64 * 1024             # the JSON of a share request is a few kB at most
+_UPLOADS = ("/api/incidents", "/upload")
+
 _CODES = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
           413: "too_large", 422: "invalid_request", 500: "internal_error",
           507: "insufficient_storage"}
@@ -102,6 +106,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         pool.shutdown(wait=False, cancel_futures=True)
 
     # (the API docs are served from this machine: the default page loads Swagger UI from a CDN)
+    # Bodies are counted as they arrive and refused past the limit (413; the routes' max_body_size),
+    # an honest Content-Length before any of it is read (own_names_and_own_pages_only): an upload's
+    # limit on its two routes, a small one on every other write
+    upload_limit = settings.limits.max_upload_bytes + _MULTIPART_SLACK
     app = FastAPI(title="aftertrace", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Post-mortem trace correlation for distributed ML training incidents.")
     app.state.service = svc
@@ -142,6 +150,9 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             if (origin is not None and not _same_origin(origin, host, request.url.scheme)) \
                     or request.headers.get("sec-fetch-site") == "cross-site":
                 return _answer(request, 403, "forbidden", "a write sent by another site's page is refused")
+            size = request.headers.get("content-length", "")
+            if size.isdigit() and int(size) > (upload_limit if request.url.path in _UPLOADS else _SMALL_BODY):
+                return _answer(request, 413, "too_large", _too_large(request.url.path))
         return await call_next(request)
 
     @app.middleware("http")
@@ -169,9 +180,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        if not request.url.path.startswith("/api/"):
-            return HTMLResponse(pages.error_page(exc.status_code, str(exc.detail)), status_code=exc.status_code)
-        return envelope(exc.status_code, _CODES.get(exc.status_code, "error"), str(exc.detail))
+        detail = str(exc.detail)
+        if exc.status_code == 413:      # (the body limit's own words name no limit)
+            detail = _too_large(request.url.path)
+        return _answer(request, exc.status_code, _CODES.get(exc.status_code, "error"), detail)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
@@ -187,6 +199,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         # the exception's text may carry paths, SQL or settings: it goes to the log, not the client
         return envelope(500, "internal_error", "internal error (the details are in the server's log)")
 
+    def _too_large(path: str) -> str:
+        return (f"the upload is larger than the limit of {settings.limits.max_upload_bytes} bytes" if path in _UPLOADS
+                else f"the request body is larger than the {_SMALL_BODY} bytes this endpoint takes")
+
     def _run(iid: str) -> None:
         try:
             svc.analyze(iid)
@@ -195,7 +211,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     def _submit(bundle: UploadFile, title: str | None, content_length: int | None) -> dict:
         limit = settings.limits.max_upload_bytes
-        if content_length is not None and content_length > limit + 1024 * 1024:
+        if content_length is not None and content_length > limit + _MULTIPART_SLACK:
             raise ApiError(413, "too_large", f"the upload is larger than the limit of {limit} bytes")
         try:
             sub = svc.submit_upload(bundle.file, bundle.filename or "upload", title or None)
@@ -220,7 +236,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                                                 "(AFTERTRACE_TOKEN)")
 
     # -- API -------------------------------------------------------------------------------
-    @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle")
+    @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle", max_body_size=upload_limit)
     async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
         _writer(request)
         cl = request.headers.get("content-length")
@@ -274,7 +290,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     def api_timeline_detail(incident_id: str, track: int, t: int):
         return svc.timeline_detail(incident_id, track, t)
 
-    @app.post("/api/incidents/{incident_id}/shares", status_code=201, summary="Make a read-only link to the report")
+    @app.post("/api/incidents/{incident_id}/shares", status_code=201, summary="Make a read-only link to the report",
+              max_body_size=_SMALL_BODY)
     def api_share(incident_id: str, request: Request, body: ShareRequest | None = None):
         _writer(request)
         body = body or ShareRequest()
@@ -319,7 +336,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     def index():
         return pages.index_page(svc.list_incidents(), needs_token=bool(settings.api_token))
 
-    @app.post("/upload", include_in_schema=False)
+    @app.post("/upload", include_in_schema=False, max_body_size=upload_limit)
     async def html_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None),
                           token: str | None = Form(None)):
         cl = request.headers.get("content-length")

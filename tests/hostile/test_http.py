@@ -139,6 +139,60 @@ def test_upload_size_limit_answers_413_with_the_envelope_and_keeps_nothing(clien
     assert client.get("/api/incidents").json()["incidents"] == []
 
 
+def _post_stream(app, path: str, headers: dict, chunks) -> tuple[int, bytes, int]:
+    """POST ``chunks`` to the ASGI app as a client streams a body: (status, response body, how many
+    chunks the server pulled before it answered)."""
+    import anyio
+    pulled, sent, it = 0, [], iter(chunks)
+
+    async def receive():
+        nonlocal pulled
+        body = next(it, None)
+        if body is None:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        pulled += 1
+        return {"type": "http.request", "body": body, "more_body": True}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(k.encode(), v.encode()) for k, v in dict(headers, host="127.0.0.1:8000").items()],
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+    anyio.run(app, scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"), pulled
+
+
+def test_an_upload_past_the_limit_is_refused_from_its_headers_or_as_it_streams(client, hsettings, tmp_path):
+    # an honest Content-Length past the limit: refused before a byte of the body is read; a chunked
+    # body: refused once the bytes read pass the limit (not after 4 GiB are spooled to disk)
+    chunk = b"x" * 65536
+    head = (b'--b0undary\r\nContent-Disposition: form-data; name="bundle"; filename="b.tgz"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n")
+
+    def endless():      # (a file of 6.5 GB, if anything read it all)
+        yield head
+        yield from (chunk for _ in range(100_000))
+    form = {"content-type": "multipart/form-data; boundary=b0undary"}
+    for path in ("/api/incidents", "/upload"):
+        status, body, pulled = _post_stream(client.app, path, dict(form, **{"content-length": str(5 * 1024**3)}), endless())
+        assert (status, pulled) == (413, 0), path
+        assert f"larger than the limit of {LIMITS.max_upload_bytes} bytes".encode() in body
+        status, body, pulled = _post_stream(client.app, path, form, endless())
+        assert status == 413 and pulled <= (LIMITS.max_upload_bytes + 1024 * 1024) // len(chunk) + 3, (path, pulled)
+    assert json.loads(_post_stream(client.app, "/api/incidents", form, endless())[1]) == {
+        "error": {"status": 413, "code": "too_large",
+                  "message": f"the upload is larger than the limit of {LIMITS.max_upload_bytes} bytes"}}
+    # every other write takes a small body only
+    status, body, pulled = _post_stream(client.app, "/api/incidents/0123/shares", {"content-type": "application/json"},
+                                        endless())
+    assert status == 413 and pulled <= 2
+    assert not hsettings.bundles_dir.exists() or list(hsettings.bundles_dir.iterdir()) == []
+    assert client.get("/api/incidents").json()["incidents"] == []
+
+
 def test_decompressed_size_limits_stop_bombs_uploaded_over_http(client):
     line = hc.real("dmesg_raw")[1].splitlines(keepends=True)[10]
     gz = hc.gzip_bomb(line, 1024**3)                              # 3 MB -> 1 GB
