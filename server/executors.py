@@ -21,6 +21,8 @@ aftertrace (``pip install aftertrace[ray]``) on every node. Object storage is no
 from __future__ import annotations
 
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
@@ -67,7 +69,8 @@ class LocalExecutor:
 
     def _submit(self, n_jobs: int, fn, job):
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=min(self.workers, n_jobs), mp_context=get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=min(self.workers, n_jobs), mp_context=get_context("spawn"),
+                                             initializer=_watch_parent, initargs=(os.getpid(),))
             _widen_result_pipe(self._pool)
         try:
             return self._pool.submit(fn, job)
@@ -110,6 +113,16 @@ class LocalExecutor:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _watch_parent(parent: int) -> None:
+    """A worker's first step: it ends when the process that started it is gone (killed, crashed,
+    stopped): a parse worker never outlives the analysis it works for, nor holds its memory."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 RESULT_PIPE_BYTES = 1 << 20

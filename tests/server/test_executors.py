@@ -288,3 +288,48 @@ def test_ray_executor_returns_the_exception_of_a_failed_call(tmp_path, local_ray
     got = dict(ex.map_unordered(os.stat, [str(tmp_path / "missing"), str(tmp_path)]))
     assert isinstance(got[str(tmp_path / "missing")], Exception)
     assert not isinstance(got[str(tmp_path)], BaseException)
+
+
+_HOLDER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from server.executors import LocalExecutor
+
+def nap(job):
+    time.sleep(60)
+    return os.getpid()
+
+if __name__ == "__main__":
+    ex = LocalExecutor(2)
+    ex.start(os.getpid)
+    got = ex.map_unordered(nap, [1, 2])
+    time.sleep(0.1)
+    print(" ".join(str(p.pid) for p in ex._pool._processes.values()), flush=True)
+    next(got)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_the_pool_workers_end_with_the_process_that_started_them(tmp_path, sig):
+    # a killed (or stopped) analysis leaves no parse worker behind, busy or not, nor their memory
+    import signal
+    import subprocess
+    import time
+    script = tmp_path / "holder.py"
+    script.write_text(_HOLDER.format(root=str(Path(__file__).resolve().parents[2])))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2 and all(Path(f"/proc/{p}").exists() for p in pids)
+    proc.send_signal(getattr(signal, sig))
+    proc.wait(10)
+    t0 = time.monotonic()
+    while any(_alive(p) for p in pids) and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids), f"workers {pids} outlived their parent ({sig})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
