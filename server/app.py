@@ -105,11 +105,11 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         yield
         pool.shutdown(wait=False, cancel_futures=True)
 
-    # (the API docs are served from this machine: the default page loads Swagger UI from a CDN)
     # Bodies are counted as they arrive and refused past the limit (413; the routes' max_body_size),
     # an honest Content-Length before any of it is read (own_names_and_own_pages_only): an upload's
     # limit on its two routes, a small one on every other write
     upload_limit = settings.limits.max_upload_bytes + _MULTIPART_SLACK
+    # (the API docs are served from this machine: the default page loads Swagger UI from a CDN)
     app = FastAPI(title="aftertrace", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Post-mortem trace correlation for distributed ML training incidents.")
     app.state.service = svc
