@@ -31,6 +31,15 @@ class NotReady(ServiceError):
     status = 409
     code = "not_analysed"
 
+    @classmethod
+    def of(cls, iid: str, status: str, error: str | None) -> "NotReady":
+        """Why incident ``iid`` has nothing to show: its status, and the reason its analysis failed."""
+        if status == "failed":
+            return cls(f"the analysis of incident {iid} failed: {error or 'no reason was recorded'}")
+        if status == "running":
+            return cls(f"incident {iid} is being analysed: nothing to show yet")
+        return cls(f"incident {iid} is {status}: nothing to show yet")
+
 
 @contextmanager
 def read_as(what: str):

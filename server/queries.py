@@ -36,7 +36,7 @@ class Queries:
         iid = self.resolve_incident(ref)
         row = self.store.query("SELECT status, error FROM incidents WHERE incident_id = ?", [iid])
         if row and row[0]["status"] != "done":
-            raise NotReady(not_ready(iid, row[0]["status"], row[0]["error"]))
+            raise NotReady.of(iid, row[0]["status"], row[0]["error"])
         return iid
 
     def clock_table(self, incident_id: str) -> list[dict]:
@@ -215,11 +215,3 @@ class Queries:
             r["time"] = fmt_utc(r.pop("ts"))
         return {"incident": incident_id, "track": track, "events": rows}
 
-
-def not_ready(iid: str, status: str, error: str | None) -> str:
-    """Why an incident has nothing to show: its status, and the reason its analysis failed."""
-    if status == "failed":
-        return f"the analysis of incident {iid} failed: {error or 'no reason was recorded'}"
-    if status == "running":
-        return f"incident {iid} is being analysed: nothing to show yet"
-    return f"incident {iid} is {status}: nothing to show yet"

@@ -47,7 +47,7 @@ from .errors import NotFound, NotReady
 from .executors import Executor, make_executor
 from .exports import Exports
 from .loader import KEEP_PARTS, IncidentLoad
-from .queries import Queries, not_ready
+from .queries import Queries
 from .settings import Settings
 from .shares import Shares
 from .store import Store
@@ -235,7 +235,7 @@ class Service(Queries, Shares, Exports):
         if not rows:
             raise NotFound(f"no incident {incident_id!r}")
         if rows[0]["status"] != "done" or not rows[0]["report"]:
-            raise NotReady(not_ready(incident_id, rows[0]["status"], rows[0]["error"]))
+            raise NotReady.of(incident_id, rows[0]["status"], rows[0]["error"])
         return json.loads(rows[0]["report"])
 
     def parse_issues(self, incident_id: str, limit: int = 200) -> list[dict]:
