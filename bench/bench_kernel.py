@@ -29,8 +29,7 @@ Prints a Markdown table and the load average before and after; the scaled inputs
 afterwards unless ``--keep``. ``--stages`` also prints the CPU seconds of each stage on the first
 32 MB chunk of each input (best of 3, CPU time of the whole process, so it is meaningful on a shared
 machine): line split (``ingest.lines``) and the format's ``records`` (both on the reading thread),
-the engine (``KernelEngine.feed``: candidate tests, boots, state machine and, since issue 6's fourth
-pass, the subsystem names) and the writer thread's work (the chunk's events frame and its Parquet
+the engine (``KernelEngine.feed``: candidate tests, boots, state machine and the subsystem names) and the writer thread's work (the chunk's events frame and its Parquet
 write, ``RowSink.add_frame``), which the parser runs while the next chunk is parsed.
 """
 from __future__ import annotations
@@ -266,9 +265,8 @@ def stages(path: Path, work: Path) -> str:
         engine._write_events = jobs.append       # time the writer thread's work on its own
         engine._after_writes = jobs.append       # (the boot facts queued behind it, since the fifth pass)
         timed("engine", lambda: engine.feed(rec))
-        # the writer's job: since issue 6's second pass a function (events frame and add_frame; the
-        # subsystem names too before the fourth pass); before it the frame itself (the same script
-        # times the revisions before it)
+        # the writer's job: a function (events frame and add_frame), or in older revisions the frame
+        # itself (the same script times both)
         timed("write", lambda: [j() if callable(j) else sink.add_frame("events", j) for j in jobs])
         shutil.rmtree(work / f"stage-parts-{i}", ignore_errors=True)
     total = sum(best.values())

@@ -5,11 +5,11 @@ or in-process. It never raises: every outcome (unrecognized, partial, failed)
 is a :class:`SourceResult` with a clear message naming the file (and the line
 where it stopped, when known).
 
-With ``job.parts_root`` (a run folder in the shared Parquet location, issue 15) the parts of a
+With ``job.parts_root`` (a run folder in the shared Parquet location) the parts of a
 parse that did not fail are moved, once written, to their partitions
 (``ingest.sink.partition_path``); a failed parse leaves none there.
 
-Byte ranges (issue 15). A parser whose format allows it (``Parser.split_points``: perf script
+Byte ranges. A parser whose format allows it (``Parser.split_points``: perf script
 text, whose records are separated by blank lines) can have one large uncompressed file parsed
 as several jobs, each a byte range cut at a record boundary (:func:`split_job`); each range's
 lines keep their numbers in the whole file. :func:`merge_ranges` then makes the ranges' results

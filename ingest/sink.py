@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from .model import PARSER_TABLES, TABLES
 
-COMPRESSION = "lz4"       # codec of parts that are kept (a shared Parquet location, issue 15)
+COMPRESSION = "lz4"       # codec of parts that are kept (a shared Parquet location)
 # Parts that only carry rows to the store are written uncompressed: compressing a kernel log's
 # text (LZ4) was about a fifth of its parse, and the loader removes each part once it is inserted
 # (server/loader.py), so the larger files (~1.5x the log) are on disk only for a moment.

@@ -7,7 +7,7 @@
 * Rows arrive in bulk: :meth:`Store.load_parts` inserts a source's Parquet parts
   with one ``INSERT ... SELECT FROM read_parquet`` per table.
 
-Attached incidents (``--parts-dir``, issue 15). An incident analysed with a shared Parquet
+Attached incidents (``--parts-dir``). An incident analysed with a shared Parquet
 location keeps its heavy tables (:data:`ATTACHED_TABLES`) as the Parquet partitions its parse
 tasks wrote, under one run folder ``<parts dir>/<incident>/<run>/<table>/kind=../host=../``; they
 are not copied into the database. Each attached incident has one view per heavy table in the

@@ -42,7 +42,7 @@ on-CPU intervals per thread are derived (events named ``oncpu`` with a
 duration). Output of ``perf script --reltime/--deltatime`` cannot be placed in
 time: the source gets clock domain ``none`` and says so.
 
-Byte ranges (issue 15): every record header line starts a record, so a large file can be cut
+Byte ranges: every record header line starts a record, so a large file can be cut
 before header lines (:meth:`PerfScriptParser.split_points`) and its ranges parsed as separate
 tasks (``ingest.parse.split_job``). Each range builds its own stack tree and leaves what
 crosses its end in ``attrs["_range"]`` (the last context switch per CPU, the first times);

@@ -1,4 +1,4 @@
-"""Byte-range splitting (issue 15): a perf script text parsed in ranges cut at record headers,
+"""Byte-range splitting: a perf script text parsed in ranges cut at record headers,
 one job each, and merged (ingest/parse.py, ingest/formats/perf_script.py) gives the rows, the
 stack tree, the counts and the source fields of the unsplit parse. Stack ids are numbered in
 no fixed order (by the unsplit parse too), so stacks are compared as the frame paths they name.

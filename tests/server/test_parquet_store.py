@@ -1,4 +1,4 @@
-"""Attached Parquet (issue 15): an incident analysed with a shared Parquet location keeps its heavy
+"""Attached Parquet: an incident analysed with a shared Parquet location keeps its heavy
 tables as partitions that the store reads in place (server/store.py), and gives the same report,
 timeline, flame graph and rows as the same bundle stored natively, on the local executor and on
 a real local Ray (``ray.init(num_cpus=2)``, skipped when ray is not installed).
