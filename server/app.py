@@ -251,6 +251,13 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     def api_get(incident_id: str):
         return svc.get_incident(incident_id)
 
+    @app.delete("/api/incidents/{incident_id}", summary="Delete an incident and every byte of it",
+                description="Its rows, its share links, its folder (extracted files, exports) and its raw bundle. "
+                            "409 while it is queued or being analysed.")
+    def api_delete(incident_id: str, request: Request):
+        _writer(request)
+        return svc.delete_incident(incident_id)
+
     @app.get("/api/incidents/{incident_id}/report", summary="The aftertrace.report/1 JSON")
     def api_report(incident_id: str):
         return svc.get_report(incident_id)

@@ -390,6 +390,16 @@ def cmd_report(args, console: Console, err: Console) -> int:
     return 0
 
 
+def cmd_delete(args, console: Console, err: Console) -> int:
+    settings, svc = _service(args, err)
+    if svc is None:
+        return 3
+    out = svc.delete_incident(args.incident)
+    console.print(f"incident {out['deleted']} deleted: its rows, share links, files and raw bundle "
+                  f"({out['bytes_freed'] / 1e6:.1f} MB freed)")
+    return 0
+
+
 def cmd_clocks(args, console: Console, err: Console) -> int:
     settings, svc = _service(args, err)
     if svc is None:
@@ -513,6 +523,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--end", help="window end (exclusive)")
     common(ex)
     ex.set_defaults(func=cmd_export)
+
+    dl = sub.add_parser("delete", help="delete an incident and every byte of it (rows, share links, files, "
+                                       "raw bundle)")
+    dl.add_argument("incident", help="the incident's whole id")
+    common(dl)
+    dl.set_defaults(func=cmd_delete)
 
     ck = sub.add_parser("clocks", help="per host and clock domain: offset to UTC, uncertainty, method")
     ck.add_argument("incident", help="incident id (or a unique prefix)")

@@ -43,7 +43,7 @@ from ingest.sink import INLINE_ROWS
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
 
-from .errors import NotFound, NotReady
+from .errors import BadRequest, NotFound, NotReady
 from .executors import Executor, make_executor
 from .exports import Exports
 from .loader import KEEP_PARTS, IncidentLoad
@@ -237,6 +237,44 @@ class Service(Queries, Shares, Exports):
         if rows[0]["status"] != "done" or not rows[0]["report"]:
             raise NotReady.of(incident_id, rows[0]["status"], rows[0]["error"])
         return json.loads(rows[0]["report"])
+
+    def delete_incident(self, ref: str) -> dict:
+        """Remove an incident and every byte of it: its rows in every table and its share links (one
+        transaction), then its folder (the extracted files, exports, report) and its raw bundle.
+        One that is queued or being analysed is kept (:class:`NotReady`); so is one whose heavy
+        tables live in a shared Parquet location (other stores may read them)."""
+        iid = self.resolve_incident(ref)
+        if iid != ref:          # (what is gone cannot come back: no prefix names it)
+            raise NotFound(f"no incident {ref!r}: give the whole id to delete one ({iid})")
+        with self._intake:      # (an upload of the same bundle waits: it then makes a new incident)
+            row = self.store.query("SELECT status, raw_path FROM incidents WHERE incident_id = ?", [iid])[0]
+            if row["status"] in ("queued", "running") or iid in self._running:
+                raise NotReady(f"incident {iid} is {row['status']}: it can be deleted once its analysis ends")
+            if iid in self.store.attached():
+                raise BadRequest(f"incident {iid} keeps its rows in the shared Parquet location "
+                                 f"({self.store.attached()[iid][0]}): deleting it is not supported")
+            cur = self.store.cursor()
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                self.store.delete_incident_rows(iid)
+                cur.execute("DELETE FROM shares WHERE incident_id = ?", [iid])
+                cur.execute("DELETE FROM incidents WHERE incident_id = ?", [iid])
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            self._local_dirs.pop(iid, None)
+            freed = 0
+            folder = self.settings.incident_dir(iid)
+            if folder.is_dir():
+                freed += sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+                shutil.rmtree(folder)
+            raw = Path(row["raw_path"]) if row["raw_path"] else None
+            # (only a file of the raw store itself; a bundle is one incident's alone: named by its hash)
+            if raw is not None and raw.parent == self.settings.bundles_dir and raw.is_file():
+                freed += raw.stat().st_size
+                raw.unlink()
+        return {"deleted": iid, "bytes_freed": freed}
 
     def parse_issues(self, incident_id: str, limit: int = 200) -> list[dict]:
         incident_id = self.analysed_incident(incident_id)

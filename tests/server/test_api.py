@@ -3,6 +3,7 @@ import io
 import re
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -358,3 +359,66 @@ def test_the_same_bundle_uploaded_at_once_is_one_incident_analysed_once(settings
         r = c.post("/api/incidents", files={"bundle": ("again.tgz", sent[0])})
         assert r.json()["status"] == "queued" and r.json()["existing"] is True
         assert _wait(c, iid)["status"] == "done" and svc_runs.count(iid) == 2
+
+
+def test_an_incident_is_deleted_with_every_byte_of_it_and_nothing_else(settings, tmp_path):
+    from ingest.model import INCIDENT_TABLES
+    from server.service import Service
+    svc = Service(settings)
+    with TestClient(create_app(settings, svc), base_url=LOCAL) as c:
+        ids, sent = [], []
+        for tag in ("a", "b"):
+            sent.append(_tgz({"dmesg.txt": f"[ 7000.000000] {tag}\n{OOM_LINE}\n".encode()}))
+            ids.append(c.post("/api/incidents", files={"bundle": (f"{tag}.tgz", sent[-1])}).json()["id"])
+            assert _wait(c, ids[-1])["status"] == "done"
+        a, b = ids
+        token = c.post(f"/api/incidents/{a}/shares", json={}).json()["token"]
+        assert c.get(f"/api/incidents/{a}/export", params={"format": "chrome"}).status_code == 200
+        store = svc.store
+
+        def rows_of(iid):
+            return {t: store.query(f"SELECT count(*) AS n FROM {t} WHERE incident_id = ?", [iid])[0]["n"]
+                    for t in (*INCIDENT_TABLES, "shares", "incidents")}
+
+        def files_of(iid):
+            folder = settings.incident_dir(iid)
+            return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        raw_a = Path(store.query("SELECT raw_path FROM incidents WHERE incident_id = ?", [a])[0]["raw_path"])
+        a_rows, b_rows = rows_of(a), rows_of(b)
+        b_files, b_report = files_of(b), c.get(f"/api/incidents/{b}/report").json()
+        assert raw_a.is_file() and rows_of(a)["events"] > 0 and any(k.startswith("exports/") for k in files_of(a))
+
+        r = c.delete(f"/api/incidents/{a[:6]}")         # a prefix names nothing to delete
+        assert r.status_code == 404 and "whole id" in r.json()["error"]["message"]
+        size = raw_a.stat().st_size + sum(len(v) for v in files_of(a).values())
+        r = c.delete(f"/api/incidents/{a}")
+        assert r.status_code == 200 and r.json() == {"deleted": a, "bytes_freed": size}
+        assert set(rows_of(a).values()) == {0}
+        assert not settings.incident_dir(a).exists() and not raw_a.exists()
+        assert c.get(f"/api/incidents/{a}").status_code == 404 and c.get(f"/r/{token}").status_code == 404
+        assert c.delete(f"/api/incidents/{a}").status_code == 404
+        # the other incident is as it was, byte for byte
+        assert rows_of(b) == b_rows and files_of(b) == b_files and c.get(f"/api/incidents/{b}/report").json() == b_report
+        assert [i["id"] for i in c.get("/api/incidents").json()["incidents"]] == [b]
+        # the same bundle sent again after its incident was deleted is a new incident, analysed afresh
+        again = c.post("/api/incidents", files={"bundle": ("a.tgz", sent[0])}).json()
+        assert again["id"] == a and again["existing"] is False and _wait(c, a)["status"] == "done"
+        assert raw_a.is_file() and rows_of(a) == dict(a_rows, shares=0)
+        # one that is queued is kept
+        log = tmp_path / "q.log"
+        log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=1 step_time=0.1s loss=2.3\n")
+        q = svc.submit_path(log).incident_id
+        r = c.delete(f"/api/incidents/{q}")
+        assert r.status_code == 409 and r.json()["error"]["code"] == "not_analysed"
+        assert c.get(f"/api/incidents/{q}").json()["status"] == "queued"
+
+
+def test_deleting_needs_the_token_when_one_is_set(settings):
+    with TestClient(create_app(settings.with_(api_token="s3cret")), base_url=LOCAL) as c:
+        r = c.post("/api/incidents", files={"bundle": ("x.tgz", _tgz({"dmesg.txt": f"{OOM_LINE}\n".encode()}))},
+                   headers={"authorization": "Bearer s3cret"})
+        iid = r.json()["id"]
+        _wait(c, iid)
+        assert c.delete(f"/api/incidents/{iid}").status_code == 401
+        assert c.delete(f"/api/incidents/{iid}", headers={"authorization": "Bearer nope"}).status_code == 401
+        assert c.delete(f"/api/incidents/{iid}", headers={"authorization": "Bearer s3cret"}).status_code == 200

@@ -188,3 +188,19 @@ def test_an_incident_whose_analysis_failed_answers_its_reason_in_one_line(tmp_pa
     assert not out.exists() and not (tmp_path / "x.json.part").exists()
     r = run("report", "0123abc", home=tmp_path / "h")
     assert r.returncode == 2 and r.stderr.strip() == "aftertrace: no incident '0123abc'"
+
+
+def test_delete_takes_the_whole_id_and_leaves_nothing(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=499 step_time=0.123s loss=2.3080\n")
+    home = tmp_path / "h"
+    r = run("analyze", str(log), "--json", str(tmp_path / "rep.json"), home=home)
+    assert r.returncode == 0, r.stderr
+    iid = json.loads((tmp_path / "rep.json").read_text())["incident"]["id"]
+    r = run("delete", iid[:5], home=home)
+    assert r.returncode == 2 and r.stderr.strip() == f"aftertrace: no incident '{iid[:5]}': give the whole id to delete one ({iid})"
+    r = run("delete", iid, home=home)
+    assert r.returncode == 0 and r.stdout.startswith(f"incident {iid} deleted: its rows, share links, files and raw bundle")
+    assert not (home / "incidents" / iid).exists() and list((home / "bundles").iterdir()) == []
+    r = run("report", iid, home=home)
+    assert r.returncode == 2 and r.stderr.strip() == f"aftertrace: no incident '{iid}'"
