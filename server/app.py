@@ -30,6 +30,7 @@ from ingest.bundle import DiskFull, IntakeError
 from web import pages
 
 from .errors import NotFound, ServiceError, read_as
+from .exports import MEDIA_TYPES as _EXPORT_TYPES
 from .service import Service
 from .settings import Settings
 
@@ -87,6 +88,28 @@ _CODES = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_n
 # from elsewhere
 _CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
         "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
+class _ErrorFields(BaseModel):
+    status: int
+    code: str
+    message: str
+
+
+class ErrorEnvelope(BaseModel):
+    """Every error of the API."""
+    error: _ErrorFields
+
+
+_WHY = {400: "A window or argument it cannot read", 401: "A write without the bearer token (AFTERTRACE_TOKEN)",
+        403: "A write from another site's page, or a name this server does not answer to",
+        404: "No such incident or link", 409: "The incident is queued, being analysed or failed: its status and reason",
+        413: "A body past the limit", 507: "No space left on the disk for the upload"}
+
+
+def _errors(*codes: int) -> dict:
+    """The ``responses`` of a route: its errors (and 403, which any request may get), one envelope."""
+    return {c: {"model": ErrorEnvelope, "description": _WHY[c]} for c in sorted({403, *codes})}
 
 
 class ShareRequest(BaseModel):
@@ -236,38 +259,41 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                                                 "(AFTERTRACE_TOKEN)")
 
     # -- API -------------------------------------------------------------------------------
-    @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle", max_body_size=upload_limit)
+    @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle", max_body_size=upload_limit,
+              responses=_errors(400, 401, 413, 507))
     async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
         _writer(request)
         cl = request.headers.get("content-length")
         # storing the upload (copy, hash) and registering it block: off the event loop
         return await run_in_threadpool(_submit, bundle, title, int(cl) if cl and cl.isdigit() else None)
 
-    @app.get("/api/incidents", summary="List incidents")
+    @app.get("/api/incidents", summary="List incidents", responses=_errors())
     def api_list():
         return {"incidents": svc.list_incidents()}
 
-    @app.get("/api/incidents/{incident_id}", summary="Incident status")
+    @app.get("/api/incidents/{incident_id}", summary="Incident status", responses=_errors(404))
     def api_get(incident_id: str):
         return svc.get_incident(incident_id)
 
     @app.delete("/api/incidents/{incident_id}", summary="Delete an incident and every byte of it",
+                responses=_errors(400, 401, 404, 409),
                 description="Its rows, its share links, its folder (extracted files, exports) and its raw bundle. "
                             "409 while it is queued or being analysed.")
     def api_delete(incident_id: str, request: Request):
         _writer(request)
         return svc.delete_incident(incident_id)
 
-    @app.get("/api/incidents/{incident_id}/report", summary="The aftertrace.report/1 JSON")
+    @app.get("/api/incidents/{incident_id}/report", summary="The aftertrace.report/1 JSON", responses=_errors(404, 409))
     def api_report(incident_id: str):
         return svc.get_report(incident_id)
 
-    @app.get("/api/incidents/{incident_id}/issues", summary="Lines that could not be parsed")
+    @app.get("/api/incidents/{incident_id}/issues", summary="Lines that could not be parsed", responses=_errors(404, 409))
     def api_issues(incident_id: str, limit: int = 200):
         svc.get_incident(incident_id)
         return {"issues": svc.parse_issues(incident_id, max(1, min(limit, 5000)))}
 
-    @app.get("/api/incidents/{incident_id}/flamegraph", summary="Stack tree of the perf samples in a window")
+    @app.get("/api/incidents/{incident_id}/flamegraph", summary="Stack tree of the perf samples in a window",
+             responses=_errors(400, 404, 409))
     def api_flamegraph(incident_id: str, start: str | None = None, end: str | None = None,
                        host: str | None = None, pid: int | None = None, comm: str | None = None,
                        event: str | None = None, weight: str = "samples",
@@ -277,6 +303,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                               baseline_start, baseline_end, rank)
 
     @app.get("/api/incidents/{incident_id}/export", summary="The incident as a file for other tools",
+             response_class=FileResponse, responses={200: {"content": {t.split(";")[0]: {} for t in _EXPORT_TYPES.values()}},
+                                                     **_errors(400, 404, 409)},
              description="format: perfetto (.pftrace), chrome (merged Chrome trace JSON), folded/collapsed "
                          "(collapsed stacks of a window), speedscope (the window's samples, one profile per "
                          "process, for www.speedscope.app), html (self-contained report with timeline and "
@@ -287,49 +315,57 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         path = svc.export_file(incident_id, fmt, start, end)
         return FileResponse(path, media_type=MEDIA_TYPES[fmt], filename=path.name)
 
-    @app.get("/api/incidents/{incident_id}/timeline", summary="Tracks, spans and metrics of a time window")
+    @app.get("/api/incidents/{incident_id}/timeline", summary="Tracks, spans and metrics of a time window",
+             responses=_errors(400, 404, 409))
     def api_timeline(incident_id: str, start: str | None = None, end: str | None = None,
                      tracks: str | None = None, metrics: str | None = None, px: int = 1600,
                      max_events: int = 2000, catalog: bool = True):
         return svc.timeline(incident_id, start, end, tracks, metrics, px, max_events, catalog)
 
-    @app.get("/api/incidents/{incident_id}/timeline/detail", summary="The events of a track at one time")
+    @app.get("/api/incidents/{incident_id}/timeline/detail", summary="The events of a track at one time",
+             responses=_errors(400, 404, 409))
     def api_timeline_detail(incident_id: str, track: int, t: int):
         return svc.timeline_detail(incident_id, track, t)
 
     @app.post("/api/incidents/{incident_id}/shares", status_code=201, summary="Make a read-only link to the report",
+              responses=_errors(400, 401, 404, 409, 413),
               max_body_size=_SMALL_BODY)
     def api_share(incident_id: str, request: Request, body: ShareRequest | None = None):
         _writer(request)
         body = body or ShareRequest()
         return svc.create_share(incident_id, body.note, body.start, body.end, body.view)
 
-    @app.get("/api/incidents/{incident_id}/shares", summary="The incident's share links (without their tokens)")
+    @app.get("/api/incidents/{incident_id}/shares", summary="The incident's share links (without their tokens)",
+             responses=_errors(404))
     def api_shares(incident_id: str):
         return {"shares": svc.list_shares(incident_id)}
 
-    @app.delete("/api/incidents/{incident_id}/shares/{share_id}", summary="Revoke a share link by its id")
+    @app.delete("/api/incidents/{incident_id}/shares/{share_id}", summary="Revoke a share link by its id",
+                responses=_errors(401, 404))
     def api_revoke_by_id(incident_id: str, share_id: str, request: Request):
         _writer(request)
         return svc.revoke_share(share_id=share_id, incident_id=incident_id)
 
-    @app.delete("/api/shares/{token}", summary="Revoke a share link")
+    @app.delete("/api/shares/{token}", summary="Revoke a share link", responses=_errors(401, 404))
     def api_revoke(token: str, request: Request):
         _writer(request)
         return svc.revoke_share(token=token)
 
-    @app.get("/api/shared/{token}", summary="What a share link shows: the share and the report")
+    @app.get("/api/shared/{token}", summary="What a share link shows: the share and the report",
+             responses=_errors(404, 409))
     def api_shared(token: str):
         share, rep = svc.shared(token)
         return {"share": share, "report": rep}
 
-    @app.get("/api/shared/{token}/timeline", summary="The shared incident's timeline (as /api/incidents/{id}/timeline)")
+    @app.get("/api/shared/{token}/timeline", summary="The shared incident's timeline (as /api/incidents/{id}/timeline)",
+             responses=_errors(400, 404, 409))
     def api_shared_timeline(token: str, start: str | None = None, end: str | None = None,
                             tracks: str | None = None, metrics: str | None = None, px: int = 1600,
                             max_events: int = 2000, catalog: bool = True):
         return svc.timeline(svc.shared_incident(token), start, end, tracks, metrics, px, max_events, catalog)
 
-    @app.get("/api/shared/{token}/timeline/detail", summary="The events of a track of the shared incident")
+    @app.get("/api/shared/{token}/timeline/detail", summary="The events of a track of the shared incident",
+             responses=_errors(400, 404, 409))
     def api_shared_timeline_detail(token: str, track: int, t: int):
         return svc.timeline_detail(svc.shared_incident(token), track, t)
 

@@ -379,12 +379,14 @@ def fuzz_client(hsettings, monkeypatch):
         yield c
 
 
-def test_openapi_fuzz_finds_no_server_error(fuzz_client):
+def test_openapi_fuzz_finds_no_server_error_and_every_answer_is_documented(fuzz_client):
+    # no 5xx, and every status code, content type and body is the one the OpenAPI document states
     client = fuzz_client
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings
-    from schemathesis.checks import not_a_server_error
-    _upload(client, _small_bundle())
+    from schemathesis.checks import (content_type_conformance, not_a_server_error, response_schema_conformance,
+                                     status_code_conformance)
+    _wait(client, _upload(client, _small_bundle()))
     schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
     ran = 0
     for result in schema.get_all_operations():
@@ -397,7 +399,8 @@ def test_openapi_fuzz_finds_no_server_error(fuzz_client):
             nonlocal ran
             ran += 1
             response = case.call()
-            case.validate_response(response, checks=[not_a_server_error])
+            case.validate_response(response, checks=[not_a_server_error, status_code_conformance,
+                                                     content_type_conformance, response_schema_conformance])
             # exports and uploaded files come back as bytes that need not be UTF-8
             assert CANARY.encode() not in response.content and b"Traceback" not in response.content
         call()
