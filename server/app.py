@@ -7,6 +7,8 @@ uses one envelope::
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib.util
 import logging
 import secrets
@@ -78,6 +80,24 @@ def _same_origin(origin: str, host: str, scheme: str) -> bool:
 _MULTIPART_SLACK = 1024 * 1024      # an upload's form around the file: boundaries, its name, the title
 _SMALL_BODY = 64 * 1024             # the JSON of a share request is a few kB at most
 _UPLOADS = ("/api/incidents", "/upload")
+# what needs no token when the server has one: a share link's own views (the link is its key), the
+# pages' assets, the sign-in page, the health check; /upload reads its token from the form itself
+_OPEN = ("/r/", "/api/shared/", "/static/", "/static-docs/", "/vendor/")
+_OPEN_EXACT = ("/login", "/favicon.ico", "/healthz", "/upload")
+_SESSION = "aftertrace_session"
+
+
+def _session_of(token: str) -> str:
+    """The sign-in cookie's value for a server token (the token itself never goes into a cookie)."""
+    return hmac.new(token.encode(), b"aftertrace session", hashlib.sha256).hexdigest()
+
+
+def _local_path(url: str | None) -> str:
+    """Where to go after signing in: a path of this server, else its start page."""
+    url = url or "/"
+    return url if url.startswith("/") and not url.startswith("//") and "\\" not in url else "/"
+
+_NEEDS_TOKEN = "this server needs its token (AFTERTRACE_TOKEN): 'Authorization: Bearer <token>', or sign in at /login"
 
 _CODES = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
           413: "too_large", 422: "invalid_request", 500: "internal_error",
@@ -168,6 +188,13 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         if not settings.answers_to(_host_name(host)):
             return _answer(request, 403, "forbidden", f"this server does not answer to the name {host!r} "
                            "(AFTERTRACE_ALLOWED_HOSTS lists the names it answers to)")
+        path = request.url.path
+        if not (path.startswith(_OPEN) or path in _OPEN_EXACT or _signed_in(request)):
+            if path.startswith("/api/"):
+                return envelope(401, "unauthorized", _NEEDS_TOKEN)
+            return HTMLResponse(pages.login_page(_local_path(request.url.path +
+                                                             (f"?{request.url.query}" if request.url.query else ""))),
+                                status_code=401)
         if request.method in ("POST", "PUT", "PATCH", "DELETE"):
             origin = request.headers.get("origin")
             if (origin is not None and not _same_origin(origin, host, request.url.scheme)) \
@@ -248,15 +275,22 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         return {"id": sub.incident_id, "status": sub.status, "url": f"/incidents/{sub.incident_id}",
                 "existing": sub.existed}
 
-    def _writer(request: Request, form_token: str | None = None) -> None:
-        """API writes need the bearer token when AFTERTRACE_TOKEN is set (the upload form sends it as a field)."""
+    def _signed_in(request: Request, form_token: str | None = None) -> bool:
+        """Whether the request carries the server's token (AFTERTRACE_TOKEN; none set: everyone is):
+        as ``Authorization: Bearer``, as the upload form's field, or as the sign-in cookie."""
         if not settings.api_token:
-            return
+            return True
         auth = request.headers.get("authorization", "")
         given = auth[7:] if auth.lower().startswith("bearer ") else form_token
-        if not given or not secrets.compare_digest(given.encode(), settings.api_token.encode()):
-            raise ApiError(401, "unauthorized", "this server needs 'Authorization: Bearer <token>' for writes "
-                                                "(AFTERTRACE_TOKEN)")
+        if given and secrets.compare_digest(given.encode(), settings.api_token.encode()):
+            return True
+        cookie = request.cookies.get(_SESSION, "")
+        return bool(cookie) and secrets.compare_digest(cookie.encode(), _session_of(settings.api_token).encode())
+
+    def _writer(request: Request, form_token: str | None = None) -> None:
+        """Writes need the token when AFTERTRACE_TOKEN is set, like every read but a share link's."""
+        if not _signed_in(request, form_token):
+            raise ApiError(401, "unauthorized", _NEEDS_TOKEN)
 
     # -- API -------------------------------------------------------------------------------
     @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle", max_body_size=upload_limit,
@@ -442,6 +476,22 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             share["timeline_url"] = f"/r/{token}/timeline" + (f"#{share['view']}" if share.get("view") else "")
             return report_render.html(rep, share=share)
         return _shared_page(token, render)
+
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    def login_form(next: str | None = None):
+        return pages.login_page(_local_path(next))
+
+    @app.post("/login", include_in_schema=False)
+    def login(request: Request, token: str = Form(""), next: str | None = Form(None)):
+        if not settings.api_token:
+            return RedirectResponse(_local_path(next), status_code=303)
+        if not secrets.compare_digest(token.encode(), settings.api_token.encode()):
+            return HTMLResponse(pages.login_page(_local_path(next), "That is not this server's token."),
+                                status_code=401)
+        r = RedirectResponse(_local_path(next), status_code=303)
+        r.set_cookie(_SESSION, _session_of(settings.api_token), httponly=True, samesite="strict", path="/",
+                     secure=request.url.scheme == "https")
+        return r
 
     @app.get("/healthz", include_in_schema=False)
     def healthz():

@@ -73,5 +73,9 @@ def plotly_js_path() -> Path:
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
+def login_page(next_url: str, message: str | None = None) -> str:
+    return _render("login.html", next=next_url, message=message)
+
+
 def error_page(status: int, message: str) -> str:
     return _render("error.html", status=status, message=message)

@@ -36,10 +36,10 @@ def client(hsettings, monkeypatch):
         yield c
 
 
-def _wait(c, iid: str, timeout: float = 30) -> dict:
+def _wait(c, iid: str, timeout: float = 30, headers=None) -> dict:
     t0 = time.time()
     while time.time() - t0 < timeout:
-        st = c.get(f"/api/incidents/{iid}").json()
+        st = c.get(f"/api/incidents/{iid}", headers=headers or {}).json()
         if st["status"] in ("done", "failed"):
             return st
         time.sleep(0.05)
@@ -50,7 +50,7 @@ def _upload(c, data: bytes, filename: str = "bundle.tgz", title: str | None = No
     r = c.post("/api/incidents", files={"bundle": (filename, data)}, data={"title": title} if title else None,
                headers=headers or {})
     assert r.status_code == 201, r.text
-    st = _wait(c, r.json()["id"])
+    st = _wait(c, r.json()["id"], headers=headers)
     assert st["status"] == "done", st
     return r.json()["id"]
 
@@ -338,33 +338,63 @@ def test_no_response_carries_the_environment(client, hsettings):
 # ---------------------------------------------------------------------------------------------
 # bearer token
 
-def test_bearer_token_guards_every_write_and_only_writes(hsettings):
+def test_with_a_token_set_every_read_and_write_needs_it_but_a_share_links_own(hsettings):
     secret = "tok-" + "9" * 40
     with TestClient(create_app(hsettings.with_(api_token=secret)), raise_server_exceptions=False, base_url=LOCAL) as c:
         data = _small_bundle()
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": secret},
-                        {"Authorization": f"Basic {secret}"}, {"Authorization": "Bearer " + secret[:-1]}):
+                        {"Authorization": f"Basic {secret}"}, {"Authorization": "Bearer " + secret[:-1]},
+                        {"Cookie": f"aftertrace_session={secret}"}):
             r = c.post("/api/incidents", files={"bundle": ("a.tgz", data)}, headers=headers)
             assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", headers
+            assert c.get("/api/incidents", headers=headers).status_code == 401, headers
         assert c.post("/upload", files={"bundle": ("a.tgz", data)}, data={"token": "wrong"}).status_code == 401
-        assert c.get("/api/incidents").json()["incidents"] == []
         ok = {"Authorization": f"bearer {secret}"}
+        assert c.get("/api/incidents", headers=ok).json()["incidents"] == []
         iid = _upload(c, data, headers=ok)
-        # reads stay open
-        for url in ("/", f"/incidents/{iid}", f"/api/incidents/{iid}/report", f"/api/incidents/{iid}/shares"):
-            assert c.get(url).status_code == 200, url
-            assert secret not in c.get(url).text
-        # share changes need it too
-        assert c.post(f"/api/incidents/{iid}/shares", json={}).status_code == 401
         sh = c.post(f"/api/incidents/{iid}/shares", json={}, headers=ok).json()
+        reads = ["/", f"/incidents/{iid}", f"/incidents/{iid}/timeline", f"/incidents/{iid}/flamegraph", "/docs",
+                 "/openapi.json", "/api/incidents", f"/api/incidents/{iid}", f"/api/incidents/{iid}/report",
+                 f"/api/incidents/{iid}/shares", f"/api/incidents/{iid}/timeline", f"/api/incidents/{iid}/flamegraph",
+                 f"/api/incidents/{iid}/issues", f"/api/incidents/{iid}/export?format=chrome"]
+        for url in reads:        # every read needs it: the API's 401 envelope, a page's sign-in form
+            r = c.get(url)
+            assert r.status_code == 401, url
+            assert iid not in r.text.replace(f"next={url}", "").replace(f'value="{url}"', "") or "/login" in r.text, url
+            if url.startswith("/api/"):
+                assert r.json()["error"]["code"] == "unauthorized", url
+            else:
+                assert 'action="/login"' in r.text, url
+            assert c.get(url, headers=ok).status_code in (200, 400), url    # (400: this bundle has no time)
+        # a share link's own views need none (the link is their key), nor the pages' assets
+        for url in (f"/r/{sh['token']}", f"/r/{sh['token']}/timeline", f"/api/shared/{sh['token']}",
+                    f"/api/shared/{sh['token']}/timeline", "/static/app.css", "/healthz", "/login"):
+            assert c.get(url).status_code in (200, 400), url
+        # writes too
+        assert c.post(f"/api/incidents/{iid}/shares", json={}).status_code == 401
         assert c.delete(f"/api/shares/{sh['token']}").status_code == 401
         assert c.delete(f"/api/incidents/{iid}/shares/{sh['share_id']}").status_code == 401
-        assert c.get(f"/r/{sh['token']}").status_code == 200
+        assert c.delete(f"/api/incidents/{iid}").status_code == 401
         assert c.delete(f"/api/shares/{sh['token']}", headers=ok).status_code == 200
         # the upload form sends it as a field
         r = c.post("/upload", files={"bundle": ("b.tgz", _small_bundle("b"))}, data={"token": secret},
                    follow_redirects=False)
         assert r.status_code == 303
+        # a browser signs in once: an HttpOnly, same-site cookie that is not the token; back where it was
+        r = c.post("/login", data={"token": "wrong", "next": f"/incidents/{iid}"}, follow_redirects=False)
+        assert r.status_code == 401 and "set-cookie" not in r.headers
+        r = c.post("/login", data={"token": secret, "next": f"/incidents/{iid}"}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == f"/incidents/{iid}"
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and secret not in cookie
+        for url in reads:
+            assert c.get(url).status_code in (200, 400), url    # (the client keeps the cookie)
+        assert c.post(f"/api/incidents/{iid}/shares", json={}).status_code == 201
+        for bad in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:alert(1)"):
+            r = c.post("/login", data={"token": secret, "next": bad}, follow_redirects=False)
+            assert r.headers["location"] == "/", bad
+        for r in [c.get(u, headers=ok) for u in reads]:
+            assert secret not in r.text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def test_share_link_lifecycle(client):
     assert client.post("/api/incidents/nope/shares", json={}).status_code == 404
 
 
-def test_bearer_token_guards_writes(settings):
+def test_bearer_token_guards_reads_and_writes(settings):
     s = settings.with_(api_token="s3cret")
     with TestClient(create_app(s), base_url=LOCAL) as c:
         data = _tgz({"dmesg.txt": f"{OOM_LINE}\n".encode()})
@@ -225,10 +225,14 @@ def test_bearer_token_guards_writes(settings):
         r = c.post("/api/incidents", files={"bundle": ("a.tgz", data)}, headers={"Authorization": "Bearer s3cret"})
         assert r.status_code == 201
         iid = r.json()["id"]
-        _wait(c, iid)
-        assert c.get(f"/api/incidents/{iid}/report").status_code == 200      # reads stay open
+        assert c.get(f"/api/incidents/{iid}/report").status_code == 401
         assert c.post(f"/api/incidents/{iid}/shares", json={}).status_code == 401
         assert c.post("/upload", files={"bundle": ("a.tgz", data)}).status_code == 401
+        r = c.get("/")
+        assert r.status_code == 401 and 'action="/login"' in r.text
+        c.headers["authorization"] = "Bearer s3cret"
+        _wait(c, iid)
+        assert c.get(f"/api/incidents/{iid}/report").status_code == 200
         assert 'name="token"' in c.get("/").text
 
 
@@ -418,7 +422,9 @@ def test_deleting_needs_the_token_when_one_is_set(settings):
         r = c.post("/api/incidents", files={"bundle": ("x.tgz", _tgz({"dmesg.txt": f"{OOM_LINE}\n".encode()}))},
                    headers={"authorization": "Bearer s3cret"})
         iid = r.json()["id"]
+        c.headers["authorization"] = "Bearer s3cret"       # (every read needs it too)
         _wait(c, iid)
+        del c.headers["authorization"]
         assert c.delete(f"/api/incidents/{iid}").status_code == 401
         assert c.delete(f"/api/incidents/{iid}", headers={"authorization": "Bearer nope"}).status_code == 401
         assert c.delete(f"/api/incidents/{iid}", headers={"authorization": "Bearer s3cret"}).status_code == 200
