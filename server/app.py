@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
+from starlette.routing import Match
 
 from ingest import __version__
 from ingest.bundle import DiskFull, IntakeError
@@ -47,15 +48,17 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-def envelope(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"status": status, "code": code, "message": message}}, status_code=status)
+def envelope(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "code": code, "message": message}}, status_code=status,
+                        headers=headers)
 
 
-def _answer(request: Request, status: int, code: str, message: str):
-    """An error as the asker reads it: the envelope under ``/api/``, the error page elsewhere."""
+def _answer(request: Request, status: int, code: str, message: str, headers: dict | None = None):
+    """An error as the asker reads it: the envelope under ``/api/``, the error page elsewhere
+    (``headers``: what the status needs with it, a 405's ``Allow``)."""
     if not request.url.path.startswith("/api/"):
-        return HTMLResponse(pages.error_page(status, message), status_code=status)
-    return envelope(status, code, message)
+        return HTMLResponse(pages.error_page(status, message), status_code=status, headers=headers)
+    return envelope(status, code, message, headers)
 
 
 def _host_name(host: str) -> str:
@@ -63,6 +66,16 @@ def _host_name(host: str) -> str:
     if host.startswith("["):
         return host[1:host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _methods_of(app, scope) -> set[str]:
+    """The methods some route of the app answers at the request's path."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(dict(scope, method="GET")) if hasattr(route, "matches") else (Match.NONE, None)
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    return methods
 
 
 def _same_origin(origin: str, host: str, scheme: str) -> bool:
@@ -124,7 +137,7 @@ class ErrorEnvelope(BaseModel):
 _WHY = {400: "A window or argument it cannot read", 401: "A write without the bearer token (AFTERTRACE_TOKEN)",
         403: "A write from another site's page, or a name this server does not answer to",
         404: "No such incident or link", 409: "The incident is queued, being analysed or failed: its status and reason",
-        413: "A body past the limit", 507: "No space left on the disk for the upload"}
+        413: "A body past the limit", 507: "No space left on the disk of the aftertrace home"}
 
 
 def _errors(*codes: int) -> dict:
@@ -222,6 +235,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     async def _api_error(request: Request, exc: ApiError):
         return envelope(exc.status, exc.code, exc.message)
 
+    @app.exception_handler(DiskFull)
+    async def _disk_full(request: Request, exc: DiskFull):
+        return _answer(request, 507, "insufficient_storage", str(exc))
+
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
         # what the service cannot answer (no such incident, a request it cannot read, an incident
@@ -233,7 +250,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         detail = str(exc.detail)
         if exc.status_code == 413:      # (the body limit's own words name no limit)
             detail = _too_large(request.url.path)
-        return _answer(request, exc.status_code, _CODES.get(exc.status_code, "error"), detail)
+        headers = exc.headers
+        if exc.status_code == 405:      # (Starlette names the methods of the first route of the path only)
+            headers = {"Allow": ", ".join(sorted(_methods_of(app, request.scope)))}
+        return _answer(request, exc.status_code, _CODES.get(exc.status_code, "error"), detail, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
@@ -275,6 +295,14 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         return {"id": sub.incident_id, "status": sub.status, "url": f"/incidents/{sub.incident_id}",
                 "existing": sub.existed}
 
+    async def _one_of_each(request: Request) -> None:
+        """An upload names one bundle, one title and one token (a field sent twice is refused: which
+        one would count is nobody's guess)."""
+        form = await request.form()      # (the form the route already read)
+        twice = sorted({k for k in form.keys() if len(form.getlist(k)) > 1})
+        if twice:
+            raise ApiError(400, "bad_request", f"the upload sends {', '.join(twice)} more than once")
+
     def _signed_in(request: Request, form_token: str | None = None) -> bool:
         """Whether the request carries the server's token (AFTERTRACE_TOKEN; none set: everyone is):
         as ``Authorization: Bearer``, as the upload form's field, or as the sign-in cookie."""
@@ -297,6 +325,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
               responses=_errors(400, 401, 413, 507))
     async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
         _writer(request)
+        await _one_of_each(request)
         cl = request.headers.get("content-length")
         # storing the upload (copy, hash) and registering it block: off the event loop
         return await run_in_threadpool(_submit, bundle, title, int(cl) if cl and cl.isdigit() else None)
@@ -338,7 +367,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.get("/api/incidents/{incident_id}/export", summary="The incident as a file for other tools",
              response_class=FileResponse, responses={200: {"content": {t.split(";")[0]: {} for t in _EXPORT_TYPES.values()}},
-                                                     **_errors(400, 404, 409)},
+                                                     **_errors(400, 404, 409, 507)},
              description="format: perfetto (.pftrace), chrome (merged Chrome trace JSON), folded/collapsed "
                          "(collapsed stacks of a window), speedscope (the window's samples, one profile per "
                          "process, for www.speedscope.app), html (self-contained report with timeline and "
@@ -419,6 +448,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         cl = request.headers.get("content-length")
         try:
             _writer(request, token)
+            await _one_of_each(request)
             out = await run_in_threadpool(_submit, bundle, title, int(cl) if cl and cl.isdigit() else None)
         except ApiError as e:
             return HTMLResponse(pages.error_page(e.status, e.message), status_code=e.status)

@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from ingest.bundle import disk_full, is_disk_full
+
 from .errors import BadRequest, read_as
 
 FORMATS = {"perfetto": ".pftrace", "chrome": ".json", "folded": ".folded", "speedscope": ".speedscope.json",
@@ -112,14 +114,18 @@ class Exports:
         fmt = normalize(fmt)
         iid = self.analysed_incident(incident_id)
         folder = self.settings.incident_dir(iid) / "exports"
-        folder.mkdir(parents=True, exist_ok=True)
         window = "" if not (start or end) else "-window"
         path = folder / f"aftertrace-{iid}{window}{FORMATS[fmt]}"
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         try:
+            folder.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as fh:
                 self.export(iid, fmt, fh, start, end)
             os.replace(tmp, path)
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full(f"the {fmt} export of incident {iid}") from None
+            raise
         finally:
             tmp.unlink(missing_ok=True)
         return path

@@ -506,3 +506,34 @@ def test_a_name_it_does_not_answer_to_and_writes_from_other_sites_are_refused(hs
         s = hsettings.with_(host="0.0.0.0", allowed_hosts=allowed, db_path=hsettings.home / f"{status}{host}.duckdb")
         with TestClient(create_app(s), raise_server_exceptions=False, base_url=LOCAL) as c:
             assert c.get("/api/incidents", headers={"host": host}).status_code == status, (allowed, host)
+
+
+def test_the_smaller_answers_say_what_they_must(client, monkeypatch):
+    # a 405 names the methods allowed; an upload that sends a field twice is refused (which one would
+    # count?); an export that meets a full disk says so (507), leaving no half file
+    import errno
+    r = client.put("/api/incidents")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+    r = client.patch("/")
+    assert r.status_code == 405 and "allow" in r.headers
+    a, b = _small_bundle("one"), _small_bundle("two")
+    r = client.post("/api/incidents", files=[("bundle", ("a.tgz", a)), ("bundle", ("b.tgz", b))])
+    assert r.status_code == 400 and r.json()["error"]["message"] == "the upload sends bundle more than once"
+    r = client.post("/api/incidents", files={"bundle": ("a.tgz", a)}, data={"title": ["x", "y"]})
+    assert r.status_code == 400 and "title" in r.json()["error"]["message"]
+    r = client.post("/upload", files=[("bundle", ("a.tgz", a)), ("bundle", ("b.tgz", b))], follow_redirects=False)
+    assert r.status_code == 400 and "more than once" in r.text
+    assert client.get("/api/incidents").json()["incidents"] == []
+    iid = _upload(client, a)
+    svc = client.app.state.service
+
+    def full(iid, fmt, out, *a, **k):
+        out.write(b"x" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(svc, "export", full)
+    r = client.get(f"/api/incidents/{iid}/export", params={"format": "chrome"})
+    assert r.status_code == 507 and r.json()["error"]["code"] == "insufficient_storage"
+    assert "no space left" in r.json()["error"]["message"]
+    exports = client.app.state.settings.incident_dir(iid) / "exports"
+    assert not exports.exists() or list(exports.iterdir()) == []
