@@ -306,7 +306,7 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
     settings, svc = _service(args, err)
     if svc is None:
         return 3
-    fg = svc.flamegraph(args.incident, start=args.start, end=args.end, host=args.host, pid=args.pid,
+    fg = svc.flamegraph(svc.complete_id(args.incident), start=args.start, end=args.end, host=args.host, pid=args.pid,
                         comm=args.comm, event=args.event, weight=args.weight,
                         baseline_start=args.baseline_start, baseline_end=args.baseline_end, rank=args.rank)
     out = args.output
@@ -339,6 +339,7 @@ def cmd_export(args, console: Console, err: Console) -> int:
     settings, svc = _service(args, err)
     if svc is None:
         return 3
+    iid = svc.complete_id(args.incident)
     out = Path(args.output)
     tmp = out.with_name(out.name + ".part")
     t0 = time.monotonic()
@@ -351,7 +352,7 @@ def cmd_export(args, console: Console, err: Console) -> int:
                 bar.update(task, completed=done, total=total or None)
 
             with open(tmp, "wb") as fh:
-                stats = svc.export(args.incident, fmt, fh, args.start, args.end, progress)
+                stats = svc.export(iid, fmt, fh, args.start, args.end, progress)
         os.replace(tmp, out)
     except OSError as e:
         err.print(f"aftertrace: cannot write {escape(str(out))}: {escape(e.strerror or str(e))}")
@@ -359,7 +360,7 @@ def cmd_export(args, console: Console, err: Console) -> int:
     finally:
         tmp.unlink(missing_ok=True)
     size = out.stat().st_size
-    console.print(f"{fmt} export of incident {escape(svc.resolve_incident(args.incident))} written to "
+    console.print(f"{fmt} export of incident {escape(iid)} written to "
                   f"{escape(str(out))} ({size / 1e6:.1f} MB in {time.monotonic() - t0:.1f} s)")
     shown = {k: v for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
              and not k.endswith("_ns") and k != "bytes"}
@@ -376,7 +377,7 @@ def cmd_report(args, console: Console, err: Console) -> int:
     settings, svc = _service(args, err)
     if svc is None:
         return 3
-    rep = svc.get_report(svc.resolve_incident(args.incident))
+    rep = svc.get_report(svc.complete_id(args.incident))
     fmt = args.format or {"md": "md", "html": "html", "htm": "html"}.get(
         (args.output or "").rsplit(".", 1)[-1].lower(), "json")
     text = (json.dumps(rep, indent=2) + "\n" if fmt == "json" else
@@ -404,7 +405,7 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
     settings, svc = _service(args, err)
     if svc is None:
         return 3
-    iid = svc.resolve_incident(args.incident)
+    iid = svc.complete_id(args.incident)
     rows = svc.clock_table(iid)
     from rich.table import Table
     t = Table(title=f"Clocks of incident {iid}: utc = raw + offset", title_justify="left")

@@ -18,8 +18,16 @@ class Queries:
     """Mixed into :class:`server.service.Service`; uses ``self.store``."""
 
     def resolve_incident(self, ref: str) -> str:
-        """An incident id from an id or a unique prefix of one (ids are hex: anything else, LIKE's
-        wildcards included, names no incident)."""
+        """``ref`` when it is an incident's whole id (what the API and the pages name incidents by:
+        a part of an id names none, so no id is found by trying its first characters)."""
+        if not ref or not all(c in "0123456789abcdef" for c in ref) or not self.store.query(
+                "SELECT 1 AS x FROM incidents WHERE incident_id = ?", [ref]):
+            raise NotFound(f"no incident {ref!r}")
+        return ref
+
+    def complete_id(self, ref: str) -> str:
+        """An incident id from an id or a unique prefix of one, for a person at the command line
+        (ids are hex: anything else, LIKE's wildcards included, names no incident)."""
         if not ref or not all(c in "0123456789abcdef" for c in ref):
             raise NotFound(f"no incident {ref!r}")
         rows = self.store.query("SELECT incident_id FROM incidents WHERE incident_id LIKE ? || '%'", [ref])

@@ -243,7 +243,7 @@ class Service(Queries, Shares, Exports):
         transaction), then its folder (the extracted files, exports, report) and its raw bundle.
         One that is queued or being analysed is kept (:class:`NotReady`); so is one whose heavy
         tables live in a shared Parquet location (other stores may read them)."""
-        iid = self.resolve_incident(ref)
+        iid = self.complete_id(ref)
         if iid != ref:          # (what is gone cannot come back: no prefix names it)
             raise NotFound(f"no incident {ref!r}: give the whole id to delete one ({iid})")
         with self._intake:      # (an upload of the same bundle waits: it then makes a new incident)

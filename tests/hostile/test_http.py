@@ -437,13 +437,16 @@ def test_openapi_fuzz_finds_no_server_error_and_every_answer_is_documented(fuzz_
     assert ran >= 30
 
 
-def test_like_wildcards_in_an_id_name_no_incident_and_nothing_is_sniffed(client):
+def test_only_a_whole_id_names_an_incident_and_nothing_is_sniffed(client):
     iid = _upload(client, _small_bundle("wild"))
     _wait(client, iid)
     for ref in ("%", "_", "%25", iid[:3] + "%", iid.upper()):
         r = client.get(f"/api/incidents/{ref}/flamegraph")  
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", ref
-    assert client.get(f"/api/incidents/{iid[:6]}/flamegraph").status_code == 200   # a real prefix resolves
+    for part in (iid[:1], iid[:6], iid[:-1]):       # a part of an id names nothing (no id is found by trying)
+        assert client.get(f"/api/incidents/{part}/flamegraph").status_code == 404, part
+        assert client.get(f"/api/incidents/{part}").status_code == 404, part
+    assert client.get(f"/api/incidents/{iid}/flamegraph").status_code == 200
     r = client.get(f"/api/incidents/{iid}/issues")
     assert r.headers["x-content-type-options"] == "nosniff"
 
