@@ -279,10 +279,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         except Exception:
             log.exception("analysis of %s failed", iid)
 
-    def _submit(bundle: UploadFile, title: str | None, content_length: int | None) -> dict:
-        limit = settings.limits.max_upload_bytes
-        if content_length is not None and content_length > limit + _MULTIPART_SLACK:
-            raise ApiError(413, "too_large", f"the upload is larger than the limit of {limit} bytes")
+    def _submit(bundle: UploadFile, title: str | None) -> dict:
         try:
             sub = svc.submit_upload(bundle.file, bundle.filename or "upload", title or None)
         except DiskFull as e:
@@ -316,7 +313,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         return bool(cookie) and secrets.compare_digest(cookie.encode(), _session_of(settings.api_token).encode())
 
     def _writer(request: Request, form_token: str | None = None) -> None:
-        """Writes need the token when AFTERTRACE_TOKEN is set, like every read but a share link's."""
+        """The upload form's check (the one route the token middleware leaves open: the form carries
+        the token as a field, which only the route reads)."""
         if not _signed_in(request, form_token):
             raise ApiError(401, "unauthorized", _NEEDS_TOKEN)
 
@@ -324,11 +322,9 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle", max_body_size=upload_limit,
               responses=_errors(400, 401, 413, 507))
     async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
-        _writer(request)
         await _one_of_each(request)
-        cl = request.headers.get("content-length")
         # storing the upload (copy, hash) and registering it block: off the event loop
-        return await run_in_threadpool(_submit, bundle, title, int(cl) if cl and cl.isdigit() else None)
+        return await run_in_threadpool(_submit, bundle, title)
 
     @app.get("/api/incidents", summary="List incidents", responses=_errors())
     def api_list():
@@ -343,7 +339,6 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                 description="Its rows, its share links, its folder (extracted files, exports) and its raw bundle. "
                             "409 while it is queued or being analysed.")
     def api_delete(incident_id: str, request: Request):
-        _writer(request)
         return svc.delete_incident(incident_id)
 
     @app.get("/api/incidents/{incident_id}/report", summary="The aftertrace.report/1 JSON", responses=_errors(404, 409))
@@ -352,7 +347,6 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.get("/api/incidents/{incident_id}/issues", summary="Lines that could not be parsed", responses=_errors(404, 409))
     def api_issues(incident_id: str, limit: int = 200):
-        svc.get_incident(incident_id)
         return {"issues": svc.parse_issues(incident_id, max(1, min(limit, 5000)))}
 
     @app.get("/api/incidents/{incident_id}/flamegraph", summary="Stack tree of the perf samples in a window",
@@ -394,7 +388,6 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
               responses=_errors(400, 401, 404, 409, 413),
               max_body_size=_SMALL_BODY)
     def api_share(incident_id: str, request: Request, body: ShareRequest | None = None):
-        _writer(request)
         body = body or ShareRequest()
         return svc.create_share(incident_id, body.note, body.start, body.end, body.view)
 
@@ -406,12 +399,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     @app.delete("/api/incidents/{incident_id}/shares/{share_id}", summary="Revoke a share link by its id",
                 responses=_errors(401, 404))
     def api_revoke_by_id(incident_id: str, share_id: str, request: Request):
-        _writer(request)
         return svc.revoke_share(share_id=share_id, incident_id=incident_id)
 
     @app.delete("/api/shares/{token}", summary="Revoke a share link", responses=_errors(401, 404))
     def api_revoke(token: str, request: Request):
-        _writer(request)
         return svc.revoke_share(token=token)
 
     @app.get("/api/shared/{token}", summary="What a share link shows: the share and the report",
@@ -445,11 +436,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     @app.post("/upload", include_in_schema=False, max_body_size=upload_limit)
     async def html_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None),
                           token: str | None = Form(None)):
-        cl = request.headers.get("content-length")
         try:
             _writer(request, token)
             await _one_of_each(request)
-            out = await run_in_threadpool(_submit, bundle, title, int(cl) if cl and cl.isdigit() else None)
+            out = await run_in_threadpool(_submit, bundle, title)
         except ApiError as e:
             return HTMLResponse(pages.error_page(e.status, e.message), status_code=e.status)
         return RedirectResponse(out["url"], status_code=303)

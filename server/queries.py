@@ -41,11 +41,13 @@ class Queries:
         """:meth:`resolve_incident` for what only an analysed incident has (its rows, its report, its
         exports): one that is queued, being analysed or whose analysis failed has none of them to
         show (:class:`NotReady`, with its status and reason)."""
-        iid = self.resolve_incident(ref)
-        row = self.store.query("SELECT status, error FROM incidents WHERE incident_id = ?", [iid])
-        if row and row[0]["status"] != "done":
-            raise NotReady.of(iid, row[0]["status"], row[0]["error"])
-        return iid
+        row = self.store.query("SELECT status, error FROM incidents WHERE incident_id = ?", [ref]) \
+            if ref and all(c in "0123456789abcdef" for c in ref) else []
+        if not row:
+            raise NotFound(f"no incident {ref!r}")
+        if row[0]["status"] != "done":
+            raise NotReady.of(ref, row[0]["status"], row[0]["error"])
+        return ref
 
     def clock_table(self, incident_id: str) -> list[dict]:
         """clock_map rows of the incident with the number of sources each one places, and, for a

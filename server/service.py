@@ -250,9 +250,10 @@ class Service(Queries, Shares, Exports):
             row = self.store.query("SELECT status, raw_path FROM incidents WHERE incident_id = ?", [iid])[0]
             if row["status"] in ("queued", "running") or iid in self._running:
                 raise NotReady(f"incident {iid} is {row['status']}: it can be deleted once its analysis ends")
-            if iid in self.store.attached():
+            attached = self.store.attached()
+            if iid in attached:
                 raise BadRequest(f"incident {iid} keeps its rows in the shared Parquet location "
-                                 f"({self.store.attached()[iid][0]}): deleting it is not supported")
+                                 f"({attached[iid][0]}): deleting it is not supported")
             cur = self.store.cursor()
             cur.execute("BEGIN TRANSACTION")
             try:
