@@ -94,9 +94,8 @@ class ParseContext:
         from .lines import CHUNK_BYTES, ahead, line_frames
         stream = self.open()
         chunk = chunk_bytes or CHUNK_BYTES
-        hint = size_hint(self.path)
-        frames = line_frames(stream, chunk, blank_as_null, hint)
-        if hint is None or hint > chunk:     # (more than one chunk: the next is read while this one is parsed)
+        frames = line_frames(stream, chunk, blank_as_null, size_hint(self.path))
+        if not self.one_chunk(chunk):     # (the next chunk is read while this one is parsed)
             frames = ahead(frames, name="line-frames")
         try:
             for df in frames:
@@ -117,6 +116,14 @@ class ParseContext:
             frames.close()
             self.bytes_read = stream.raw.count
             stream.close()
+
+    def one_chunk(self, chunk_bytes: int | None = None) -> bool:
+        """Whether the file is known to fit in one chunk of :meth:`line_frames` (its size, or the
+        size its gzip trailer records). A parser of such a file may look at what follows a chunk for
+        nothing; in a larger one that look waits for the next chunk's read."""
+        from .lines import CHUNK_BYTES
+        hint = size_hint(self.path)
+        return hint is not None and hint < (chunk_bytes or CHUNK_BYTES)
 
     def without_joined(self, df):
         """A frame of lines without those a terminal cut that were joined onto the line above (see

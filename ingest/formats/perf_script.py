@@ -57,9 +57,9 @@ import re
 
 import polars as pl
 
-from .. import lines as lines_mod, native
+from .. import native
 from ..model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
-from ..reader import Head, size_hint
+from ..reader import Head
 from ..registry import ParseContext, Parser
 from ..timeparse import MAX_SECONDS, NS, frac_to_ns
 
@@ -324,8 +324,7 @@ class PerfScriptParser(Parser):
         frames = ctx.line_frames(blank_as_null=True)
         # (only a file of one chunk looks at what follows it: in a larger one the next chunk is
         # read meanwhile on the reader's thread, and the last record, carried, is read at the end)
-        hint = size_hint(ctx.path)
-        peek = hint is not None and hint < lines_mod.CHUNK_BYTES
+        peek = ctx.one_chunk()
         df = next(frames, None)
         while df is not None:
             nxt = next(frames, None) if peek else df

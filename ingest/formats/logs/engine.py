@@ -93,9 +93,8 @@ from datetime import datetime, timezone
 import polars as pl
 import pyarrow.compute as pc
 
-from ... import lines as lines_mod, native
+from ... import native
 from ...model import CLOCK_NONE
-from ...reader import size_hint
 from ...registry import ParseContext
 from ...sink import SinkThread, attrs_json
 from ...timeparse import NS
@@ -1170,8 +1169,7 @@ def _chunks(ctx: ParseContext, st: _State, sink: SinkThread) -> None:
     # larger one each chunk is parsed as if more followed, and what waits at the end for lines that
     # never come is parsed last, as the end: a look ahead would wait for the next chunk's read,
     # which goes on meanwhile on the reader's thread (see ParseContext.line_frames).
-    hint = size_hint(ctx.path)
-    peek = hint is not None and hint < lines_mod.CHUNK_BYTES
+    peek = ctx.one_chunk()
     pending = next(frames, None)
     while pending is not None:
         nxt = next(frames, None) if peek else pending
