@@ -53,6 +53,15 @@ class IntakeLimits:
     max_member_bytes: int = 8 * 1024**3         # one decompressed file
     max_total_bytes: int = 32 * 1024**3         # whole decompressed bundle
     max_upload_bytes: int = 4 * 1024**3         # raw upload size (server)
+    # A bundle expands to at most this many times its own size, or ``ratio_floor_bytes`` where that
+    # is more: real logs and traces compress 5-50x with gzip (a log of one line repeated, a few
+    # hundred); a decompression bomb, thousands. Within the floor any bundle may expand.
+    max_ratio: int = 200
+    ratio_floor_bytes: int = 1024**3
+
+    def expansion_limit(self, raw_bytes: int) -> int:
+        """The bytes a bundle of ``raw_bytes`` may expand to."""
+        return min(self.max_total_bytes, max(self.ratio_floor_bytes, self.max_ratio * raw_bytes))
 
 
 class IntakeError(Exception):
@@ -588,12 +597,21 @@ def _why_unsafe(name: str) -> str:
 
 
 class _Budget:
-    def __init__(self, limits: IntakeLimits):
+    def __init__(self, limits: IntakeLimits, raw_bytes: int):
         self.limits = limits
+        self.max_total = limits.expansion_limit(raw_bytes)
         self.total = 0
         self.count = 0
         self.dirs: set[str] = set()     # folders created or checked (never links: none are made)
         self.root_str: str | None = None
+
+    def past_total(self) -> str:
+        lim = self.limits
+        if self.max_total < lim.max_total_bytes:
+            return (f"refused: the bundle expands past {self.max_total} bytes, the most it may "
+                    f"({lim.max_ratio} times its own size, at least {lim.ratio_floor_bytes} bytes): "
+                    "a decompression bomb?")
+        return f"refused: the bundle's decompressed size limit of {lim.max_total_bytes} bytes was reached"
 
 
 class _LimitHit(Exception):
@@ -638,9 +656,8 @@ def _write_member(root: Path, rel: str, src, budget: _Budget) -> tuple[str, int]
                 if n > lim.max_member_bytes:
                     raise _LimitHit(f"refused: larger than the per-file limit of {lim.max_member_bytes} bytes "
                                     "after decompression", whole=False)
-                if budget.total > lim.max_total_bytes:
-                    raise _LimitHit(f"refused: the bundle's decompressed size limit of {lim.max_total_bytes} "
-                                    "bytes was reached (decompression bomb?)", whole=True)
+                if budget.total > budget.max_total:
+                    raise _LimitHit(budget.past_total(), whole=True)
                 out.write(chunk)
     except BaseException:
         try:
@@ -677,7 +694,7 @@ def extract(raw: RawBundle, dest: Path, limits: IntakeLimits = IntakeLimits(),
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     out = Extracted(dest)
-    budget = _Budget(limits)
+    budget = _Budget(limits, raw.bytes)
     budget.root_str = str(dest.resolve())
     packed = _packed_members(raw) if local_dir is not None else None
     if packed is not None:      # packed by this process: its members are known without reading it
@@ -820,8 +837,8 @@ def _use_in_place(path: str, size: int, budget: _Budget) -> tuple[str, int]:
     budget.total += size
     if size > lim.max_member_bytes:
         raise _LimitHit(f"refused: larger than the per-file limit of {lim.max_member_bytes} bytes", whole=False)
-    if budget.total > lim.max_total_bytes:
-        raise _LimitHit(f"refused: the bundle's size limit of {lim.max_total_bytes} bytes was reached", whole=True)
+    if budget.total > budget.max_total:
+        raise _LimitHit(budget.past_total(), whole=True)
     return path, size
 
 

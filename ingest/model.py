@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # Clock domains (DESIGN.md "Clocks").
 CLOCK_BOOT = "boot"        # kernel local_clock / CLOCK_MONOTONIC-like, ns since boot
@@ -153,6 +153,8 @@ INCIDENTS = Table(
         _c("time_zone_source", "VARCHAR", "-", "where that zone came from (manifest, date output, default)"),
         _c("duration_s", "DOUBLE", "s", "wall time the last analysis took"),
         _c("report", "VARCHAR", "-", "the aftertrace.report/1 JSON of the last analysis"),
+        _c("interrupted", "INTEGER", "count", "analyses of this bundle cut short by their process dying "
+           "(killed, crashed, out of memory) since it was last sent; one such is queued again, a second fails it"),
     ),
     primary_key=("incident_id",),
 )

@@ -7,6 +7,7 @@ uses one envelope::
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import importlib.util
@@ -34,7 +35,7 @@ from web import pages
 
 from .errors import NotFound, ServiceError, read_as
 from .exports import MEDIA_TYPES as _EXPORT_TYPES
-from .service import Service
+from .service import HandedBack, Service
 from .settings import Settings
 
 log = logging.getLogger("aftertrace")
@@ -158,8 +159,18 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app):
+        # What a process before this one left queued (it stopped, or died while analysing) runs now.
+        for iid in svc.pending():
+            log.info("incident %s was queued before this start: analysing it", iid)
+            pool.submit(_run, iid)
         yield
+        # Stopping (SIGTERM, Ctrl-C): what has not started stays queued for the next start; what
+        # runs stops at its next step and is queued again.
         pool.shutdown(wait=False, cancel_futures=True)
+        left = await asyncio.to_thread(svc.stop, settings.stop_grace_s)
+        if left:
+            log.warning("analyses still running after %.0f s: %s (queued again when aftertrace next starts)",
+                        settings.stop_grace_s, ", ".join(left))
 
     # Bodies are counted as they arrive and refused past the limit (413; the routes' max_body_size),
     # an honest Content-Length before any of it is read (own_names_and_own_pages_only): an upload's
@@ -276,6 +287,8 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
     def _run(iid: str) -> None:
         try:
             svc.analyze(iid)
+        except HandedBack:      # (the service said so in the log)
+            pass
         except Exception:
             log.exception("analysis of %s failed", iid)
 

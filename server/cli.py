@@ -9,14 +9,17 @@ so what is imported here at the top is paid once more in every worker.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ingest import __version__
 
@@ -245,8 +248,14 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
         err.print(f"aftertrace: cannot read {escape(str(args.path))}: {escape(e.strerror or str(e))}")
         return 2
     prog = _DelayedProgress(err)
+    stopped = _stop_on_sigterm()
     try:
         rep = svc.analyze(sub.incident_id, progress=prog)
+    except KeyboardInterrupt:
+        prog.stop()
+        err.print(f"aftertrace: analysis of {escape(str(args.path))} stopped; its incident {sub.incident_id} is "
+                  "marked failed (analyse again to finish it)")
+        return 130
     except Exception as e:
         prog.stop()
         err.print(f"aftertrace: analysis of {escape(str(args.path))} failed: {escape(type(e).__name__)}: "
@@ -254,6 +263,7 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
         return 1
     finally:
         prog.stop()
+        stopped()
     print_summary(console, rep, time.monotonic() - t0)
     if args.json:
         text = json.dumps(rep, indent=2)
@@ -267,6 +277,18 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
                   f"[bold]aftertrace serve[/bold] then open "
                   f"http://{settings.host}:{settings.port}/incidents/{sub.incident_id}")
     return 0
+
+
+def _stop_on_sigterm() -> Callable[[], None]:
+    """SIGTERM stops an analysis on the command line as Ctrl-C does (the incident is marked failed,
+    stopped, rather than left running for a later process to take up); returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    before = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, before)
 
 
 def cmd_serve(args, console: Console, err: Console) -> int:
@@ -283,7 +305,10 @@ def cmd_serve(args, console: Console, err: Console) -> int:
         err.print(f"aftertrace: {e}")
         return 3
     console.print(f"aftertrace UI and API on http://{args.host}:{args.port}/ (API docs at /docs)")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    # (the service's own lines, an analysis queued again or handed back, beside uvicorn's)
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["loggers"]["aftertrace"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", log_config=log_config)
     return 0
 
 

@@ -56,6 +56,11 @@ class Executor(Protocol):
     def close(self) -> None:
         ...
 
+    def abort(self) -> None:
+        """Stop the work in progress now, from any thread (the service is stopping): the map in
+        progress yields a failure for each job it did not finish."""
+        ...
+
 
 class LocalExecutor:
     """A pool of ``workers`` fresh (spawned) processes on this machine, started by the first map
@@ -107,6 +112,13 @@ class LocalExecutor:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        """End the workers now, busy or not (from any thread): the map in progress gets each
+        unfinished job's failure (``BrokenProcessPool``) and the pool's owner closes it."""
+        pool = self._pool
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.kill()
 
     def __enter__(self):
         return self
@@ -233,6 +245,10 @@ class RayExecutor:
 
     def close(self) -> None:
         """Leaves Ray running: connecting again costs seconds; :meth:`shutdown` stops it."""
+
+    def abort(self) -> None:
+        """The cluster's tasks finish on their own: the stopping service does not wait for them
+        (it stops at the next result)."""
 
     def shutdown(self) -> None:
         if self.started and self.ray.is_initialized():

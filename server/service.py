@@ -19,11 +19,13 @@ members get no rows of their own. Every other file takes the per-file path.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
 import time
 import traceback
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -55,8 +57,19 @@ from .store import Store
 if TYPE_CHECKING:
     from ingest.formats.manifest import BundleManifests
 
-INTERRUPTED = "interrupted: the aftertrace process stopped during the analysis; analyse again"
+INTERRUPTED = ("interrupted: the aftertrace process died during the analysis twice (killed, crashed or out of "
+               "memory); not tried again: analyse it again")
+STOPPED_BY_USER = "stopped: the analysis was interrupted (Ctrl-C, or SIGTERM on the command line); analyse again"
+# An analysis its process's death cut short is queued again this many times (a second death may
+# be the analysis's own doing: it would then kill every process that takes it up).
+RETRIES_AFTER_DEATH = 1
 Progress = Callable[[str, int, int], None]
+log = logging.getLogger("aftertrace")
+
+
+class HandedBack(Exception):
+    """An analysis stopped because its service is stopping: the incident is queued again, to run
+    when aftertrace next starts."""
 
 
 @dataclass
@@ -85,6 +98,14 @@ POOLED_HOST_FILES = 64       # host-info files parsed on the running workers fro
 STAGES = {"start": "starting", "extract": "unpacking the bundle", "detect": "recognising the files",
           "parse": "parsing the files", "store": "storing the rows",
           "analyze": "aligning the clocks and finding the chain"}
+
+
+def _drop_extraction(folder: Path) -> None:
+    """An analysis's extracted files and work files, once it ended (done, failed or handed back):
+    an analysis extracts the raw bundle afresh, and a failed one must not keep holding the disk
+    (a decompression bomb, a full disk that is then freed)."""
+    for sub in ("files", "work"):
+        shutil.rmtree(folder / sub, ignore_errors=True)
 
 
 def _strip_common_root(members) -> str | None:
@@ -130,26 +151,50 @@ class Service(Queries, Shares, Exports):
         # what each running analysis of this process is doing: incident -> stage, done, total, start
         self._running: dict[str, dict] = {}
         self._intake = threading.Lock()
+        self._stopping = threading.Event()
+        self._executors: weakref.WeakSet = weakref.WeakSet()     # the parse pools of running analyses
         if own_store:
             self.recover_interrupted()
 
     def recover_interrupted(self) -> list[str]:
-        """Mark incidents left 'queued' or 'running' as failed (:data:`INTERRUPTED`).
+        """Queue again what a process that died left 'running'; returns every queued incident.
 
         Only one process can open the store for writing (DuckDB locks the file), and a new
-        Service has no analysis of its own yet: such incidents belong to a process that stopped
-        (killed, crashed, out of memory, restarted) and nothing will ever finish them. Their rows
-        were never committed (one transaction per load), so the old rows, if any, are intact.
-        They are not re-queued: an analysis that kills its process would then do so on every
-        start. Uploading or analysing the bundle again runs it afresh.
+        Service has no analysis of its own yet: a 'running' incident belongs to a process that
+        died (killed, crashed, out of memory) and a 'queued' one to a process that stopped before
+        it came to it. Their rows were never committed (one transaction per load), so the old
+        rows, if any, are intact. A running one is queued again once; one that was running when
+        its process died a second time fails (:data:`INTERRUPTED`): the analysis itself may be
+        what kills the process. The server runs the queued ones when it starts
+        (:meth:`pending`); the command line leaves them queued.
         """
-        rows = self.store.query("SELECT incident_id FROM incidents WHERE status IN ('queued', 'running')")
-        ids = [r["incident_id"] for r in rows]
-        if ids:
-            self.store.cursor().execute(
-                "UPDATE incidents SET status = 'failed', error = ? WHERE status IN ('queued', 'running')",
-                [INTERRUPTED])
-        return ids
+        cur = self.store.cursor()
+        cur.execute(
+            "UPDATE incidents SET interrupted = COALESCE(interrupted, 0) + 1, "
+            "status = CASE WHEN COALESCE(interrupted, 0) < ? THEN 'queued' ELSE 'failed' END, "
+            "error = CASE WHEN COALESCE(interrupted, 0) < ? THEN NULL ELSE ? END WHERE status = 'running'",
+            [RETRIES_AFTER_DEATH, RETRIES_AFTER_DEATH, INTERRUPTED])
+        return self.pending()
+
+    def pending(self) -> list[str]:
+        """The queued incidents that no analysis of this process has taken up, oldest first."""
+        rows = self.store.query(
+            "SELECT incident_id FROM incidents WHERE status = 'queued' ORDER BY created_at, incident_id")
+        return [r["incident_id"] for r in rows if r["incident_id"] not in self._running]
+
+    def stop(self, grace_s: float) -> list[str]:
+        """Stop this service's analyses for the process to end: each running one stops at its next
+        step (its parse workers are ended at once), its transaction is rolled back and it is
+        queued again (:class:`HandedBack`), to run when aftertrace next starts. Waits up to
+        ``grace_s`` seconds; returns the incidents still running then (they are queued again when
+        the store is next opened, counted as interrupted)."""
+        self._stopping.set()
+        for ex in list(self._executors):
+            ex.abort()
+        end = time.monotonic() + grace_s
+        while self._running and time.monotonic() < end:
+            time.sleep(0.05)
+        return sorted(self._running)
 
     # -- intake ------------------------------------------------------------------
     def submit_path(self, path: str | os.PathLike, title: str | None = None) -> Submitted:
@@ -181,15 +226,15 @@ class Service(Queries, Shares, Exports):
                 return Submitted(iid, rows[0]["status"], True, queued=False)
             if rows:
                 self.store.cursor().execute(
-                    "UPDATE incidents SET status = 'queued', error = NULL, raw_path = ?, title = COALESCE(?, title) "
-                    "WHERE incident_id = ?", [str(raw.raw_path), title, iid])
+                    "UPDATE incidents SET status = 'queued', error = NULL, interrupted = 0, raw_path = ?, "
+                    "title = COALESCE(?, title) WHERE incident_id = ?", [str(raw.raw_path), title, iid])
             else:
                 self.store.insert_rows("incidents", [{
                     "incident_id": iid, "title": title or raw.name, "bundle_sha256": raw.sha256,
                     "bundle_name": raw.name, "bundle_kind": raw.origin, "bundle_bytes": raw.bytes,
                     "raw_path": str(raw.raw_path),
                     "folder": str(self.settings.incident_dir(iid)), "created_at": _now(),
-                    "status": "queued"}])
+                    "status": "queued", "interrupted": 0}])
         return Submitted(iid, "queued", bool(rows), queued=True)
 
     # -- queries ---------------------------------------------------------------------
@@ -291,6 +336,9 @@ class Service(Queries, Shares, Exports):
         run = {"stage": "start", "done": 0, "total": 1, "t0": time.monotonic()}
 
         def progress(stage: str, done: int, total: int) -> None:
+            # (once its rows are being committed an analysis is a few seconds from its end: it ends)
+            if self._stopping.is_set() and stage not in ("store", "analyze"):
+                raise HandedBack(f"incident {incident_id}: aftertrace is stopping")
             run.update(stage=stage, done=done, total=total)
             told(stage, done, total)
         cur = self.store.cursor()
@@ -298,33 +346,55 @@ class Service(Queries, Shares, Exports):
         if not row:
             raise NotFound(f"no incident {incident_id!r}")
         inc = row[0]
+        if self._stopping.is_set():
+            raise HandedBack(f"incident {incident_id}: aftertrace is stopping")
         cur.execute("UPDATE incidents SET status = 'running', error = NULL WHERE incident_id = ?", [incident_id])
         self._running[incident_id] = run
+        # (it leaves ``_running`` only once its status is written: a stopping service waits for that)
         try:
-            rep = self._run(inc, progress)
-        except Exception as e:
-            self._running.pop(incident_id, None)
-            if isinstance(e, DiskFull):
-                msg = str(e)
-            elif is_disk_full(e):   # (DuckDB, pyarrow): their text names the server's paths
-                msg = str(disk_full("analysis stopped"))
-            else:
-                msg = f"{type(e).__name__}: {e}"
-            cur.execute("UPDATE incidents SET status = 'failed', error = ? WHERE incident_id = ?",
-                        [msg, incident_id])
-            tb = traceback.format_exc()
-            folder = self.settings.incident_dir(incident_id)
             try:
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "error.txt").write_text(tb)
-            except OSError:      # (a full disk): the status and error above still tell
-                pass
-            raise
-        dur = time.perf_counter() - t0
-        cur.execute("UPDATE incidents SET status = 'done', analyzed_at = ?, duration_s = ?, report = ? "
-                    "WHERE incident_id = ?", [_now(), dur, json.dumps(rep), incident_id])
-        self._running.pop(incident_id, None)
-        return rep
+                rep = self._run(inc, progress)
+            except KeyboardInterrupt:
+                _drop_extraction(self.settings.incident_dir(incident_id))
+                cur.execute("UPDATE incidents SET status = 'failed', error = ? WHERE incident_id = ?",
+                            [STOPPED_BY_USER, incident_id])
+                raise
+            except Exception as e:
+                if self._stopping.is_set():     # (whatever the stop made it raise: a parse worker ended, ...)
+                    _drop_extraction(self.settings.incident_dir(incident_id))
+                    cur.execute("UPDATE incidents SET status = 'queued', error = NULL WHERE incident_id = ?",
+                                [incident_id])
+                    log.info("analysis of %s stopped with aftertrace: queued for its next start", incident_id)
+                    if isinstance(e, HandedBack):
+                        raise
+                    raise HandedBack(f"incident {incident_id}: aftertrace is stopping") from e
+                self._failed(incident_id, e)
+                raise
+            dur = time.perf_counter() - t0
+            cur.execute("UPDATE incidents SET status = 'done', analyzed_at = ?, duration_s = ?, report = ?, "
+                        "interrupted = 0 WHERE incident_id = ?", [_now(), dur, json.dumps(rep), incident_id])
+            return rep
+        finally:
+            self._running.pop(incident_id, None)
+
+    def _failed(self, incident_id: str, e: Exception) -> None:
+        """An analysis that raised: its status and one-line reason, the traceback in its folder."""
+        if isinstance(e, DiskFull):
+            msg = str(e)
+        elif is_disk_full(e):   # (DuckDB, pyarrow): their text names the server's paths
+            msg = str(disk_full("analysis stopped"))
+        else:
+            msg = f"{type(e).__name__}: {e}"
+        self.store.cursor().execute("UPDATE incidents SET status = 'failed', error = ? WHERE incident_id = ?",
+                                    [msg, incident_id])
+        tb = traceback.format_exc()
+        folder = self.settings.incident_dir(incident_id)
+        _drop_extraction(folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "error.txt").write_text(tb)
+        except OSError:      # (a full disk): the status and error above still tell
+            pass
 
     def _run(self, inc: dict, progress: Progress) -> dict:
         # One transaction loads the incident's rows, part by part while files are parsed.
@@ -469,7 +539,7 @@ class Service(Queries, Shares, Exports):
         progress("store", 0, 1)
         load.commit(lambda: self._finish_load(iid, sources, att, tz, tz_from))
         progress("store", 1, 1)
-        shutil.rmtree(work_dir, ignore_errors=True)
+        _drop_extraction(folder)     # (the rows are in; the raw bundle is kept to analyse it again)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -638,7 +708,9 @@ class Service(Queries, Shares, Exports):
                 self._ray = make_executor("ray", workers, self.settings.ray_address,
                                           self.settings.workers or None)
             return self._ray
-        return make_executor(self.settings.executor, workers)
+        executor = make_executor(self.settings.executor, workers)
+        self._executors.add(executor)       # (ended at once by :meth:`stop`)
+        return executor
 
     def _finish_load(self, iid: str, sources: list[SourceResult], att, tz: str, tz_from: str) -> None:
         """The last writes of the load's transaction (on its thread): the sources rows and the

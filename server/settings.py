@@ -31,6 +31,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     analysis_threads: int = 1        # background analyses at once (server)
+    # how long a stopping server waits for its analyses to hand their work back (each stops at its
+    # next step, its parse workers ended at once); one still running then is queued again at start
+    stop_grace_s: float = 15.0
     api_token: str | None = None     # when set, API writes need "Authorization: Bearer <token>"
     executor: str = "local"          # where files are parsed: "local" (process pool) or "ray"
     ray_address: str | None = None   # with executor="ray": the cluster; None = start a local Ray

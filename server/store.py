@@ -148,11 +148,18 @@ def _v10_tracks(cur) -> None:
     cur.execute("ALTER TABLE shares ADD COLUMN IF NOT EXISTS view VARCHAR")
 
 
+def _v11_interrupted(cur) -> None:
+    """Schema 12: ``incidents.interrupted`` (an analysis its process's death cut short is queued
+    again once)."""
+    cur.execute("ALTER TABLE incidents ADD COLUMN IF NOT EXISTS interrupted INTEGER")
+
+
 # MIGRATIONS[v] brings a store from schema v to v + 1.
 MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _v1_metrics_line, 2: _v2_shares, 3: _v3_kineto_utc,
                                                 4: _v4_event_bins, 5: _v5_metric_bins, 6: _v6_members,
                                                 7: _v7_clock_segments, 8: _v8_members_reads,
-                                                9: _v9_row_times, 10: _v10_tracks}
+                                                9: _v9_row_times, 10: _v10_tracks,
+                                                11: _v11_interrupted}
 
 
 def _close_quietly(con) -> None:

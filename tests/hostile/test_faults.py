@@ -3,8 +3,9 @@ server), the disk filling up, and many uploads at once against a real uvicorn se
 
 What must hold after each: the raw bundle is intact, the store opens, an incident is never shown
 as done with half its rows (one load transaction, committed at the end), an incident a dead
-process left 'running' is marked failed ("interrupted: ...") by the next process that opens the
-store, and analysing the same bundle again completes with the same report.
+process left 'running' is queued again by the next process that opens the store (the server then
+analyses it; a second death fails it, "interrupted: ..."), a server stopped by SIGTERM hands its
+analyses back queued, and analysing the same bundle again completes with the same report.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def _incident_rows(db: Path, iid: str) -> tuple[dict, dict[str, int]]:
     """(incident row, rows per incident table) read with a plain Store (no recovery)."""
     st = Store(db)
     try:
-        inc = st.query("SELECT status, error FROM incidents WHERE incident_id = ?", [iid])
+        inc = st.query("SELECT status, error, interrupted FROM incidents WHERE incident_id = ?", [iid])
         counts = {t: st.query(f"SELECT count(*) AS n FROM {t} WHERE incident_id = ?", [iid])[0]["n"]
                   for t in INCIDENT_TABLES}
         for t in INCIDENT_TABLES:      # every table is readable
@@ -127,25 +128,15 @@ def test_cli_killed_during_ingest(tmp_path, baseline):
 
     _check_raw_dir_bundle(home, SAMPLE)
     inc, counts = _incident_rows(home / "aftertrace.duckdb", iid)
-    assert inc["status"] in ("queued", "running", "failed"), inc
+    assert inc["status"] == "running", inc
     assert counts == {t: 0 for t in INCIDENT_TABLES}, counts    # the load never committed
 
-    # the next process to open the store marks it interrupted (the app here)
-    from fastapi.testclient import TestClient
-    from server.app import create_app
-    app = create_app(Settings.from_env(home=home))
-    with TestClient(app, base_url=LOCAL) as c:
-        st = c.get(f"/api/incidents/{iid}").json()
-        assert st["status"] == "failed" and st["error"] == INTERRUPTED, st
-        # a failed incident serves its status and reason, and nothing of its data (no half-loaded rows)
-        for what in ("report", "timeline", "timeline/detail?track=0&t=0", "flamegraph", "export?format=chrome",
-                     "issues"):
-            r = c.get(f"/api/incidents/{iid}/{what}")
-            assert r.status_code == 409, (what, r.text)
-            assert r.json()["error"]["code"] == "not_analysed" and INTERRUPTED in r.json()["error"]["message"]
-        r = c.get(f"/incidents/{iid}/flamegraph")
-        assert r.status_code == 409 and "failed" in r.text
-    app.state.service.store.close()     # (the app keeps its store open until its process ends)
+    # the next process to open the store queues it again (the command line leaves it queued:
+    # its analysis waits for a server, or for the same bundle analysed again)
+    r = _cli(home, "incidents")
+    assert r.returncode == 0 and iid in r.stdout and "queued" in r.stdout, r.stdout + r.stderr
+    inc, _ = _incident_rows(home / "aftertrace.duckdb", iid)
+    assert (inc["status"], inc["error"], inc["interrupted"]) == ("queued", None, 1), inc
 
     out = tmp_path / "rep.json"
     r = _cli(home, "analyze", str(SAMPLE), "--json", str(out))
@@ -154,7 +145,7 @@ def test_cli_killed_during_ingest(tmp_path, baseline):
     assert rep["incident"]["id"] == iid
     assert _shape(rep) == _shape(baseline)
     inc, counts = _incident_rows(home / "aftertrace.duckdb", iid)
-    assert inc["status"] == "done" and counts["sources"] > 0 and counts["events"] > 0
+    assert (inc["status"], inc["interrupted"]) == ("done", 0) and counts["sources"] > 0 and counts["events"] > 0
 
 
 # -- a server killed while analysing ---------------------------------------------------------
@@ -231,21 +222,39 @@ def _sample_tgz() -> bytes:
                  for p in sorted(SAMPLE.rglob("*")) if p.is_file()})
 
 
-def test_server_killed_during_analysis(tmp_path):
-    home = tmp_path / "home"
-    data = _sample_tgz()
+def _killed_server(home: Path, data: bytes | None = None) -> str:
+    """Start a server on ``home`` (sending it ``data``, a bundle), SIGKILL it while it parses;
+    returns the incident being parsed. A dead process's work folders are cleared first: the next
+    parse is then the one seen."""
+    for work in (home / "incidents").glob("*/work"):
+        import shutil
+        shutil.rmtree(work)
     srv = Server(home)
     try:
-        r = httpx.post(srv.url + "/api/incidents", files={"bundle": ("oom.tgz", data)}, timeout=60)
-        assert r.status_code == 201, r.text
-        iid = r.json()["id"]
-        assert _kill_when_parsing(srv.proc, home) == iid
+        if data is not None:
+            r = httpx.post(srv.url + "/api/incidents", files={"bundle": ("oom.tgz", data)}, timeout=60)
+            assert r.status_code == 201, r.text
+        return _kill_when_parsing(srv.proc, home)
     finally:
         srv.stop()
+
+
+def test_server_killed_during_analysis(tmp_path):
+    # killed once: the next start analyses it again; killed while doing that too: it fails (the
+    # analysis may be what kills the process) and serves nothing but its status and reason
+    home = tmp_path / "home"
+    data = _sample_tgz()
+    iid = _killed_server(home, data)
+    assert iid == hashlib.sha256(data).hexdigest()[:12]
     assert hashlib.sha256((home / "bundles" / f"{hashlib.sha256(data).hexdigest()}.tar.gz").read_bytes()
                           ).hexdigest() == hashlib.sha256(data).hexdigest()
     inc, counts = _incident_rows(home / "aftertrace.duckdb", iid)
-    assert inc["status"] in ("queued", "running"), inc
+    assert inc["status"] == "running", inc
+    assert counts == {t: 0 for t in INCIDENT_TABLES}, counts
+
+    assert _killed_server(home) == iid        # (taken up again at the start, and killed again)
+    inc, counts = _incident_rows(home / "aftertrace.duckdb", iid)
+    assert (inc["status"], inc["interrupted"]) == ("running", 1), inc
     assert counts == {t: 0 for t in INCIDENT_TABLES}, counts
 
     srv = Server(home)
@@ -254,6 +263,15 @@ def test_server_killed_during_analysis(tmp_path):
         assert st["status"] == "failed" and st["error"] == INTERRUPTED, st
         assert any(i["id"] == iid and i["status"] == "failed"
                    for i in httpx.get(srv.url + "/api/incidents").json()["incidents"])
+        # a failed incident serves its status and reason, and nothing of its data (no half-loaded rows)
+        for what in ("report", "timeline", "timeline/detail?track=0&t=0", "flamegraph", "export?format=chrome",
+                     "issues"):
+            r = httpx.get(f"{srv.url}/api/incidents/{iid}/{what}")
+            assert r.status_code == 409, (what, r.text)
+            assert r.json()["error"]["code"] == "not_analysed" and INTERRUPTED in r.json()["error"]["message"]
+        r = httpx.get(f"{srv.url}/incidents/{iid}/flamegraph")
+        assert r.status_code == 409 and "failed" in r.text
+        # sent again by hand: analysed afresh
         r = httpx.post(srv.url + "/api/incidents", files={"bundle": ("oom.tgz", data)}, timeout=60)
         assert r.status_code == 201, r.text
         assert r.json()["id"] == iid and r.json()["existing"] is True
@@ -261,6 +279,64 @@ def test_server_killed_during_analysis(tmp_path):
         assert st["status"] == "done", (st, srv.logtext())
         rep = httpx.get(f"{srv.url}/api/incidents/{iid}/report").json()
         assert rep["summary"].startswith("It started with CPU throttling") and "The job failed at 13:28:56.147 UTC" in rep["summary"], rep["summary"]
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.logtext()
+
+
+def test_server_killed_once_analyses_it_at_its_next_start(tmp_path, baseline):
+    home = tmp_path / "home"
+    data = _sample_tgz()
+    iid = _killed_server(home, data)
+    srv = Server(home)
+    try:
+        st = _wait_done(srv.url, iid)
+        assert st["status"] == "done", (st, srv.logtext())
+        assert _shape(httpx.get(f"{srv.url}/api/incidents/{iid}/report").json()) == _shape(baseline)
+    finally:
+        srv.stop()
+    assert f"incident {iid} was queued before this start: analysing it" in srv.logtext()
+    assert "Traceback" not in srv.logtext()
+
+
+def test_server_stopped_hands_back_its_analysis_and_its_queue(tmp_path, baseline):
+    # SIGTERM while parsing: the running analysis stops at its next step (its workers ended), its
+    # rows are rolled back, and it and the one queued behind it run at the next start
+    home = tmp_path / "home"
+    # (the sample and a thousand small notes: a parse of seconds, still running when the signal comes)
+    files = {p.relative_to(SAMPLE.parent).as_posix(): p.read_bytes() for p in sorted(SAMPLE.rglob("*")) if p.is_file()}
+    files.update({f"oom-after-throttle/vm/notes/n{k:04d}.txt": f"note {k}: nothing happened\n".encode() * 20
+                  for k in range(1000)})
+    data = _tgz(files)
+    other = _tgz({"job/vm/logs/torchrun.log": (SAMPLE / "vm" / "logs" / "torchrun.log").read_bytes()})
+    srv = Server(home)
+    try:
+        iid = httpx.post(srv.url + "/api/incidents", files={"bundle": ("oom.tgz", data)}, timeout=60).json()["id"]
+        iid2 = httpx.post(srv.url + "/api/incidents", files={"bundle": ("log.tgz", other)}, timeout=60).json()["id"]
+        t0 = time.monotonic()
+        while not any((home / "incidents" / iid / "work").rglob("*.parquet")):
+            assert time.monotonic() - t0 < 60, srv.logtext()
+            time.sleep(0.005)
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(30)
+        took = time.monotonic() - t0
+    finally:
+        srv.stop()
+    # (uvicorn ends by raising the signal again once it has shut down: the exit says what stopped it)
+    assert srv.proc.returncode in (0, -signal.SIGTERM), srv.logtext()
+    assert took < 15, took
+    assert f"analysis of {iid} stopped with aftertrace: queued for its next start" in srv.logtext()
+    for i in (iid, iid2):
+        inc, counts = _incident_rows(home / "aftertrace.duckdb", i)
+        assert (inc["status"], inc["error"], inc["interrupted"]) == ("queued", None, 0), (i, inc)
+        assert counts == {t: 0 for t in INCIDENT_TABLES}, counts
+    srv = Server(home)
+    try:
+        assert _wait_done(srv.url, iid)["status"] == "done"
+        assert _wait_done(srv.url, iid2)["status"] == "done"
+        rep = httpx.get(f"{srv.url}/api/incidents/{iid}/report").json()
+        assert _shape(rep)["chains"] == _shape(baseline)["chains"] and len(rep["sources"]) > 1000
     finally:
         srv.stop()
     assert "Traceback" not in srv.logtext()
@@ -330,6 +406,38 @@ def test_disk_full(tmp_path, small_disk):
     spath.write_bytes(small)
     r = _cli(home, "analyze", str(spath))
     assert r.returncode == 0, r.stderr
+
+
+def test_disk_full_then_freed_the_same_bundle_analyses(tmp_path, small_disk):
+    # the disk is full because of something else; the failed analysis keeps nothing of its own
+    # (its extraction is what would hold the space); once the other thing is gone the same bundle
+    # analyses, and an upload of it too
+    home = small_disk / "home"
+    log = (SAMPLE / "vm" / "logs" / "torchrun.log").read_bytes()
+    body = log * (9_000_000 // len(log) + 1)
+    bundle = _tgz({"job/vm/logs/torchrun.log": body})
+    bpath = tmp_path / "job.tgz"
+    bpath.write_bytes(bundle)
+    r = _cli(home, "incidents")                       # (the store, before the disk fills)
+    assert r.returncode == 0, r.stderr
+    filler = small_disk / "someone-elses.bin"
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    filler.write_bytes(b"\0" * (free - len(body) // 2 - len(bundle)))
+    r = _cli(home, "analyze", str(bpath))
+    assert r.returncode == 1 and "no space left" in r.stderr.lower(), (r.returncode, r.stdout, r.stderr)
+    _no_traceback(r.stdout + r.stderr)
+    iid = hashlib.sha256(bundle).hexdigest()[:12]
+    inc, counts = _incident_rows(home / "aftertrace.duckdb", iid)
+    assert inc["status"] == "failed" and counts == {t: 0 for t in INCIDENT_TABLES}, inc
+    folder = home / "incidents" / iid
+    assert [p.name for p in folder.iterdir()] == ["error.txt"], list(folder.rglob("*"))
+
+    filler.unlink()
+    r = _cli(home, "analyze", str(bpath))
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    inc, counts = _incident_rows(home / "aftertrace.duckdb", iid)
+    assert inc["status"] == "done" and counts["events"] > 0, inc
+    assert not (folder / "files").exists()            # (nor after a success: the raw bundle is kept)
 
 
 # -- many uploads at once -------------------------------------------------------------------

@@ -607,6 +607,32 @@ def test_total_limit_stops_a_tar_gz_bomb_and_keeps_earlier_members(tmp_path, bun
     assert (dest / "first.txt").read_bytes() == b"kept\n"
 
 
+def test_a_bundle_expands_to_at_most_its_ratio_times_its_size(tmp_path, bundles):
+    # many members each under the per-file limit, far under the total limit, 1000x compressed: the
+    # expansion stops at 200x the bundle (past the floor), what came before is kept, the rest named
+    line = b"[ 1234.567890] ib0: link up, 400 Gbps, the same line every time\n"
+    src = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        zf.writestr("node-0/dmesg.txt", b"real\n")
+        for i in range(40):
+            zf.writestr(f"node-0/copy{i:02d}.log", line * (3_000_000 // len(line)))
+    raw = store_raw(src, bundles)
+    limits = IntakeLimits(max_member_bytes=4_000_000, ratio_floor_bytes=8_000_000, max_ratio=200)
+    allowed = limits.expansion_limit(raw.bytes)
+    assert allowed == 200 * raw.bytes and 8_000_000 < allowed < 40 * 3_000_000
+    ex, dest = _extract_checked(tmp_path, raw, limits)
+    ok = [m for m in ex.members if m.status == "ok"]
+    assert ex.members[0].path == "node-0/dmesg.txt" and ok[0] is ex.members[0]
+    assert allowed - 3_000_000 < sum(m.size for m in ok) <= allowed
+    assert ex.members[len(ok)].status == "refused"
+    assert len(ex.members) == len(ok) + 1             # (the rest: not extracted)
+    assert f"expands past {allowed} bytes" in ex.members[-1].message and "200 times its own size" in ex.stopped
+    assert sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) == sum(m.size for m in ok)
+    # the same bundle under the default limits (a floor of 1 GiB): all of it
+    ex, _ = _extract_checked(tmp_path / "again", raw)
+    assert ex.stopped is None and all(m.status == "ok" for m in ex.members) and len(ex.members) == 41
+
+
 def test_member_limit_in_plain_tar_refuses_one_and_goes_on(tmp_path, bundles):
     src = tmp_path / "big.tar"
     make_tar(src, [("a.txt", b"a\n"), ("big.bin", b"x" * 50_000), ("small.txt", b"small\n")])

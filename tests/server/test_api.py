@@ -299,8 +299,9 @@ def test_an_incident_not_analysed_yet_answers_409_with_its_status(settings, tmp_
     log = tmp_path / "train.log"
     log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=499 step_time=0.123s loss=2.3080\n")
     svc = Service(settings)
-    iid = svc.submit_path(log).incident_id
     with TestClient(create_app(settings, svc), base_url=LOCAL) as c:
+        # (queued after the app started: queued before, the app's start would analyse it)
+        iid = svc.submit_path(log).incident_id
         for what in ("report", "timeline", "timeline/detail?track=0&t=0", "flamegraph", "export?format=folded",
                      "issues"):
             r = c.get(f"/api/incidents/{iid}/{what}")

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +205,34 @@ def test_delete_takes_the_whole_id_and_leaves_nothing(tmp_path):
     assert not (home / "incidents" / iid).exists() and list((home / "bundles").iterdir()) == []
     r = run("report", iid, home=home)
     assert r.returncode == 2 and r.stderr.strip() == f"aftertrace: no incident '{iid}'"
+
+
+def test_sigterm_stops_an_analysis_on_the_command_line_as_ctrl_c_does(tmp_path):
+    # the incident is marked failed (stopped), not left running for a later process to take up
+    import signal
+    import subprocess
+    import sys
+    import time
+    root = Path(__file__).resolve().parents[2]
+    b = tmp_path / "b"
+    for k in range(1500):           # (a parse of seconds: still running when the signal comes)
+        (b / "notes").mkdir(parents=True, exist_ok=True)
+        (b / "notes" / f"n{k:04d}.txt").write_text(f"note {k}: nothing happened\n" * 20)
+    env = dict(os.environ, AFTERTRACE_HOME=str(tmp_path / "home"), PYTHONPATH=str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "analyze", str(b)], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not any((tmp_path / "home" / "incidents").glob("*/work/*")):
+        assert proc.poll() is None and time.monotonic() - t0 < 60
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    out, errs = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, errs)
+    assert "stopped; its incident" in errs and "Traceback" not in errs, errs
+    from server.service import STOPPED_BY_USER
+    from server.store import Store
+    st = Store(tmp_path / "home" / "aftertrace.duckdb")
+    try:
+        assert st.query("SELECT status, error FROM incidents") == [{"status": "failed", "error": STOPPED_BY_USER}]
+    finally:
+        st.close()

@@ -333,3 +333,25 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def test_abort_ends_busy_workers_and_the_map_yields_each_unfinished_job_failed():
+    # (a stopping service: its parse must not hold the process for as long as a large file takes)
+    import threading
+    import time
+    ex = LocalExecutor(2)
+    try:
+        ex.start(os.getpid)
+        got: list = []
+        t = threading.Thread(target=lambda: got.extend(ex.map_unordered(time.sleep, [60, 60, 60])))
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(0.5)
+        ex.abort()
+        t.join(20)
+        assert not t.is_alive() and time.monotonic() - t0 < 20
+        assert sorted(j for j, _ in got) == [60, 60, 60]
+        assert all(isinstance(r, BaseException) for _, r in got), got
+    finally:
+        ex.close()
+    ex.abort()      # (closed, or never started: nothing to end)

@@ -180,21 +180,30 @@ def test_archive_of_a_folder_gets_the_folders_paths(tmp_path, settings):
     assert sorted(s["path"] for s in node["sources"])[0] == "node-7/dmesg.txt"
 
 
-def test_a_folder_is_read_in_place_then_from_the_raw_copy(tmp_path, settings):
+def test_a_folder_is_read_in_place_then_from_the_raw_copy(tmp_path, settings, monkeypatch):
+    written: list[list[str]] = []
+    real = service_mod.extract
+
+    def extract(raw, dest, limits, local):
+        ex = real(raw, dest, limits, local)
+        written.append(sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()))
+        return ex
+    monkeypatch.setattr(service_mod, "extract", extract)
     b = _bundle(tmp_path / "b", n_files=2, lines=7)
     svc = Service(settings)
     sub = svc.submit_path(b)
     rep = svc.analyze(sub.incident_id)
-    files = settings.incident_dir(sub.incident_id) / "files"
-    assert [p for p in files.rglob("*") if p.is_file()] == []      # nothing copied
+    assert written == [[]]                                        # nothing copied
     assert sum(s["records"] for s in rep["sources"]) == 14
     # another process, later, after the folder is gone: the raw copy is extracted
     import shutil
     shutil.rmtree(b)
     svc2 = Service(settings, store=svc.store)
     rep2 = svc2.analyze(sub.incident_id)
-    assert len([p for p in files.rglob("*") if p.is_file()]) == 2
+    assert written[1] == ["node-0/dmesg0.txt", "node-1/dmesg1.txt"]
     assert [(s["path"], s["records"]) for s in rep2["sources"]] == [(s["path"], s["records"]) for s in rep["sources"]]
+    # the extraction is not kept once the rows are in (the raw bundle is, to analyse it again)
+    assert not (settings.incident_dir(sub.incident_id) / "files").exists()
 
 
 def test_the_sources_say_what_was_read_past(tmp_path, settings):
@@ -236,3 +245,91 @@ def test_the_timeline_tables_and_the_findings_fail_the_analysis_alike(tmp_path, 
     svc.analyze(sub.incident_id)
     assert svc.get_incident(sub.incident_id)["status"] == "done"
     assert svc.store.query("SELECT count(*) AS n FROM tracks WHERE incident_id = ?", [sub.incident_id])[0]["n"] > 0
+
+
+def test_what_a_dead_process_left_running_is_queued_again_once(tmp_path, settings):
+    svc = Service(settings)
+    ids = {}
+    for name in ("queued", "died-once", "died-twice", "done"):
+        b = _bundle(tmp_path / name, n_files=1, lines=3 + len(ids))
+        ids[name] = svc.submit_path(b).incident_id
+    svc.analyze(ids["done"])
+    cur = svc.store.cursor()
+    cur.execute("UPDATE incidents SET status = 'running' WHERE incident_id IN (?, ?)",
+                [ids["died-once"], ids["died-twice"]])
+    cur.execute("UPDATE incidents SET interrupted = 1 WHERE incident_id = ?", [ids["died-twice"]])
+    svc.store.close()
+
+    again = Service(settings)       # (the next process to open the store)
+    got = {name: again.store.query("SELECT status, error, interrupted FROM incidents WHERE incident_id = ?",
+                                   [iid])[0] for name, iid in ids.items()}
+    assert got["queued"] == {"status": "queued", "error": None, "interrupted": 0}
+    assert got["died-once"] == {"status": "queued", "error": None, "interrupted": 1}
+    assert got["died-twice"] == {"status": "failed", "error": service_mod.INTERRUPTED, "interrupted": 2}
+    assert got["done"]["status"] == "done"
+    assert again.pending() == [ids["queued"], ids["died-once"]]          # (in the order they were sent)
+    again.analyze(ids["died-once"])
+    assert again.store.query("SELECT status, interrupted FROM incidents WHERE incident_id = ?",
+                             [ids["died-once"]]) == [{"status": "done", "interrupted": 0}]
+    assert again.pending() == [ids["queued"]]
+    sub = again.submit_path(tmp_path / "died-twice")       # sent again by hand: a fresh start
+    assert sub.queued and again.store.query("SELECT status, interrupted FROM incidents WHERE incident_id = ?",
+                                            [ids["died-twice"]]) == [{"status": "queued", "interrupted": 0}]
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["here", "pooled"])
+def test_a_stopping_service_hands_its_analysis_back(tmp_path, settings, pooled):
+    import threading
+    b = _bundle(tmp_path / "b", n_files=6, lines=200)
+    svc = Service(settings.with_(workers=2, inline_bytes=0) if pooled else settings)
+    iid = svc.submit_path(b).incident_id
+    at_parse, go = threading.Event(), threading.Event()
+
+    def progress(stage, done, total):
+        if stage == "parse":
+            at_parse.set()
+            go.wait(10)
+    out: list = []
+    left: list = []
+    t = threading.Thread(target=lambda: out.append(_raises(svc.analyze, iid, progress)))
+    t.start()
+    assert at_parse.wait(30)
+    stopping = threading.Thread(target=lambda: left.append(svc.stop(20)))
+    stopping.start()
+    while not svc._stopping.is_set():
+        pass
+    go.set()
+    t.join(30)
+    stopping.join(30)
+    assert isinstance(out[0], service_mod.HandedBack), out
+    assert left == [[]]                                  # (none left running)
+    assert svc.store.query("SELECT status, error, interrupted FROM incidents") == \
+        [{"status": "queued", "error": None, "interrupted": 0}]
+    assert svc.store.query("SELECT count(*) AS n FROM events")[0]["n"] == 0
+    with pytest.raises(service_mod.HandedBack):          # (nothing more starts here)
+        svc.analyze(iid)
+    svc.store.close()
+    again = Service(settings)
+    assert again.pending() == [iid]
+    assert again.analyze(iid)["incident"]["id"] == iid
+
+
+def test_an_analysis_stopped_by_ctrl_c_is_failed_not_queued(tmp_path, settings):
+    svc = Service(settings)
+    iid = svc.submit_path(_bundle(tmp_path / "b", n_files=2, lines=5)).incident_id
+
+    def progress(stage, done, total):
+        if stage == "parse":
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        svc.analyze(iid, progress)
+    assert svc.store.query("SELECT status, error FROM incidents") == \
+        [{"status": "failed", "error": service_mod.STOPPED_BY_USER}]
+    assert svc.pending() == []
+
+
+def _raises(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:
+        return e

@@ -245,3 +245,19 @@ def test_a_loads_rows_are_written_to_the_file_before_its_commit(tmp_path):
     assert written > 1_000_000
     assert st.query("SELECT count(*) AS n FROM events")[0]["n"] == 300_000
     st.close()
+
+
+def test_schema_11_store_gains_incidents_interrupted(tmp_path):
+    """A store written by schema 11 (no incidents.interrupted) is migrated in place and keeps its rows."""
+    s = Store(tmp_path / "a.duckdb")
+    cur = s.cursor()
+    cur.execute("ALTER TABLE incidents DROP COLUMN interrupted")
+    cur.execute("INSERT INTO incidents (incident_id, bundle_sha256, status) VALUES ('i1', 'ab', 'running')")
+    cur.execute("UPDATE aftertrace_meta SET value = '11' WHERE key = 'schema_version'")
+    s.close()
+    s2 = Store(tmp_path / "a.duckdb")
+    assert s2.schema_version() == SCHEMA_VERSION >= 12
+    assert s2.query("SELECT incident_id, status, interrupted FROM incidents") == \
+        [{"incident_id": "i1", "status": "running", "interrupted": None}]
+    assert [c["name"] for c in s2.query("SELECT name FROM pragma_table_info('incidents')")] == \
+        TABLES["incidents"].names
