@@ -539,7 +539,7 @@ class Service(Queries, Shares, Exports):
         progress("store", 0, 1)
         load.commit(lambda: self._finish_load(iid, sources, att, tz, tz_from))
         progress("store", 1, 1)
-        _drop_extraction(folder)     # (the rows are in; the raw bundle is kept to analyse it again)
+        shutil.rmtree(work_dir, ignore_errors=True)
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -556,6 +556,9 @@ class Service(Queries, Shares, Exports):
                                    notes=notes, time_zone={"zone": tz, "from": tz_from})
             tracks.result()
         (folder / "report.json").write_text(json.dumps(rep, indent=2))
+        # (the findings re-read some extracted files for their evidence lines; from here on only the
+        # store is read, and the raw bundle is kept to analyse it again)
+        _drop_extraction(folder)
         progress("analyze", 1, 1)
         return rep
 

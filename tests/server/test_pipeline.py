@@ -333,3 +333,22 @@ def _raises(fn, *args):
         return fn(*args)
     except Exception as e:
         return e
+
+
+def test_an_archive_gives_the_report_of_its_folder_evidence_lines_and_all(tmp_path, settings):
+    # (some findings re-read their evidence lines from the extracted files: the extraction is kept
+    # until the findings are made, and dropped after)
+    import json
+    import tarfile
+    sample = ROOT / "sample_traces" / "oom-after-throttle"
+    tgz = tmp_path / "oat.tgz"
+    with tarfile.open(tgz, "w:gz") as tf:
+        tf.add(sample, arcname=sample.name)
+    svc = Service(settings)
+    from_dir = svc.analyze(svc.submit_path(sample).incident_id)
+    iid = svc.submit_path(tgz).incident_id
+    from_tgz = svc.analyze(iid)
+    keep = lambda rep: json.dumps({k: rep[k] for k in ("chains", "anomalies", "origin")}, sort_keys=True)
+    assert keep(from_tgz) == keep(from_dir)
+    assert [len(l["evidence"]) for l in from_tgz["chains"][0]["links"]][:2] == [10, 4]
+    assert sorted(p.name for p in settings.incident_dir(iid).iterdir()) == ["report.json"]
