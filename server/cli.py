@@ -248,7 +248,7 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
         err.print(f"aftertrace: cannot read {escape(str(args.path))}: {escape(e.strerror or str(e))}")
         return 2
     prog = _DelayedProgress(err)
-    stopped = _stop_on_sigterm()
+    stopped = _stop_on_signals(svc)
     try:
         rep = svc.analyze(sub.incident_id, progress=prog)
     except KeyboardInterrupt:
@@ -279,16 +279,23 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
     return 0
 
 
-def _stop_on_sigterm() -> Callable[[], None]:
-    """SIGTERM stops an analysis on the command line as Ctrl-C does (the incident is marked failed,
-    stopped, rather than left running for a later process to take up); returns the undo."""
+def _stop_on_signals(svc) -> Callable[[], None]:
+    """Ctrl-C or SIGTERM stops an analysis on the command line at its next step (the incident is
+    marked failed, stopped, rather than left running for a later process to take up); a second
+    one stops it where it is. Returns the undo.
+
+    (The first does not raise where the signal finds the analysis: a KeyboardInterrupt raised
+    inside a library's callback is reported and dropped there, and the analysis would go on.)"""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
-    before = signal.signal(signal.SIGTERM, interrupt)
-    return lambda: signal.signal(signal.SIGTERM, before)
+        if svc.cancelled():
+            raise KeyboardInterrupt
+        svc.cancel()
+        os.write(2, b"aftertrace: stopping at the next step (again to stop at once)\n")
+    before = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return lambda: [signal.signal(sig, h) for sig, h in before.items()]
 
 
 def cmd_serve(args, console: Console, err: Console) -> int:

@@ -152,6 +152,7 @@ class Service(Queries, Shares, Exports):
         self._running: dict[str, dict] = {}
         self._intake = threading.Lock()
         self._stopping = threading.Event()
+        self._cancelled = threading.Event()
         self._executors: weakref.WeakSet = weakref.WeakSet()     # the parse pools of running analyses
         if own_store:
             self.recover_interrupted()
@@ -181,6 +182,15 @@ class Service(Queries, Shares, Exports):
         rows = self.store.query(
             "SELECT incident_id FROM incidents WHERE status = 'queued' ORDER BY created_at, incident_id")
         return [r["incident_id"] for r in rows if r["incident_id"] not in self._running]
+
+    def cancel(self) -> None:
+        """Stop this service's analyses at the next step of each, as Ctrl-C does (failed,
+        :data:`STOPPED_BY_USER`): for a signal handler (an exception raised from a handler may
+        land in a library's callback, which drops it)."""
+        self._cancelled.set()
+
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
 
     def stop(self, grace_s: float) -> list[str]:
         """Stop this service's analyses for the process to end: each running one stops at its next
@@ -336,6 +346,8 @@ class Service(Queries, Shares, Exports):
         run = {"stage": "start", "done": 0, "total": 1, "t0": time.monotonic()}
 
         def progress(stage: str, done: int, total: int) -> None:
+            if self._cancelled.is_set():
+                raise KeyboardInterrupt
             # (once its rows are being committed an analysis is a few seconds from its end: it ends)
             if self._stopping.is_set() and stage not in ("store", "analyze"):
                 raise HandedBack(f"incident {incident_id}: aftertrace is stopping")

@@ -228,7 +228,8 @@ def test_sigterm_stops_an_analysis_on_the_command_line_as_ctrl_c_does(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, errs = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, errs)
-    assert "stopped; its incident" in errs and "Traceback" not in errs, errs
+    assert "stopping at the next step (again to stop at once)" in errs and "Traceback" not in errs, errs
+    assert "stopped; its incident" in errs
     from server.service import STOPPED_BY_USER
     from server.store import Store
     st = Store(tmp_path / "home" / "aftertrace.duckdb")
