@@ -478,6 +478,18 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
     return 0
 
 
+def cmd_pack_recorder(args, console: Console, err: Console) -> int:
+    from ingest.collect.pyz import write_pyz
+    try:
+        out = write_pyz(args.output)
+    except OSError as e:
+        err.print(f"aftertrace: cannot write {escape(str(args.output))}: {escape(e.strerror or str(e))}")
+        return 2
+    console.print(f"wrote {escape(str(out))} ({out.stat().st_size // 1024} KiB): on a node, "
+                  f"python3 {escape(out.name)} --out DIR -- CMD ARGS...")
+    return 0
+
+
 def cmd_collect(args, console: Console, err: Console) -> int:
     from ingest import collect
     return collect.run_cli(args)
@@ -576,6 +588,14 @@ def build_parser() -> argparse.ArgumentParser:
     from ingest.collect import add_arguments as add_collect_arguments
     add_collect_arguments(co)
     co.set_defaults(func=cmd_collect)
+
+    pk = sub.add_parser("pack-recorder", help="write the recorder (aftertrace collect) as one file that runs "
+                                              "with Python's standard library alone, for training nodes",
+                        description="Writes a zip application: copy it to a node and run it with python3 in place "
+                                    "of 'aftertrace collect' (same arguments); nothing else to install there.")
+    pk.add_argument("output", nargs="?", default="aftertrace-collect.pyz",
+                    help="the file to write (default: aftertrace-collect.pyz)")
+    pk.set_defaults(func=cmd_pack_recorder)
 
     ls = sub.add_parser("incidents", help="list stored incidents")
     common(ls)

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 from . import host as hostmod
 from .kmsg import RAW_LINE
+from .schema import MANIFEST_NAME, SCHEMA
 
 
 def iso(ns: int | None) -> str | None:
@@ -344,7 +345,7 @@ class BundleWriter:
                    "boottime_ns": a["boottime_ns"]} for a in anchors]
         susp = [a["boottime_ns"] - a["monotonic_ns"] for a in anchors]
         return {
-            "schema": "aftertrace.collect/1",
+            "schema": SCHEMA,
             "job": r.job,
             "time_zone": f.get("time_zone"),
             "time_zone_from": f.get("time_zone_from"),
@@ -389,7 +390,7 @@ class BundleWriter:
                                                              f"{type(e).__name__}: {e}"})
         man = self.manifest(anchors)
         data = json.dumps(man, indent=2).encode()
-        self._write("aftertrace-manifest.json", data)
+        self._write(MANIFEST_NAME, data)
         if r.archive:
             arc = final + ".tar.gz"
             tmp_arc = os.path.join(r.out_dir, "." + os.path.basename(arc) + ".partial")

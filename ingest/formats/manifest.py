@@ -39,14 +39,13 @@ import json
 import re
 from typing import Any
 
+from ..collect.schema import MANIFEST_NAME, SCHEMA
 from ..model import CLOCK_WALL
 from ..reader import STREAM_ENDS, Head
 from ..registry import ParseContext, Parser
 from ._cgroup_read import json_time, resolve
 
-SCHEMA = "aftertrace.collect/1"
-_SCHEMA_TEXT = '"aftertrace.collect/1"'      # the schema's value as a JSON string without escapes
-MANIFEST_NAME = "aftertrace-manifest.json"
+_SCHEMA_TEXT = f'"{SCHEMA}"'      # the schema's value as a JSON string without escapes
 MAX_BYTES = 32 << 20
 MAX_PROCS = 4096
 MAX_CGROUPS = 256
@@ -231,7 +230,7 @@ class CollectManifestParser(Parser):
     reads_lines = False
     priority = 90
     clock_domain = CLOCK_WALL
-    description = "aftertrace collect's manifest (aftertrace-manifest.json, schema aftertrace.collect/1)"
+    description = f"aftertrace collect's manifest ({MANIFEST_NAME}, schema {SCHEMA})"
 
     @classmethod
     def detect(cls, head: Head) -> bool:
