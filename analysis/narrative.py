@@ -107,7 +107,7 @@ def phrase(l: Link) -> str:
     if k == K.CPU_CONTENTION:
         return f"{l.attr('hog') or 'another process'} taking the CPU {_who(l)} needed"
     if k == K.CGROUP_FROZEN:
-        return f"the freezer cgroup {l.entity or ''} being frozen{_inside(l)}"
+        return f"the freezer cgroup{' ' + l.entity if l.entity else ''} being frozen{_inside(l)}"
     if k == K.PROCESS_STOPPED:
         return f"{_who(l)} being stopped"
     if k == K.PROCESS_BLOCKED:
@@ -159,7 +159,60 @@ def phrase(l: Link) -> str:
         return f"{_who(l)} crashing (segmentation fault)"
     if k == K.JOB_FAILURE:
         return "the job failing"
-    return f"{k.value.replace('_', ' ')} ({_who(l)}{host})"
+    return _device_phrase(l, host) or f"{k.value.replace('_', ' ')} ({_who(l)}{host})"
+
+
+def _in(l: Link) -> str:
+    """' in rank 0 (pid 17988)' when the finding names a process of the job, else ''."""
+    return f" in {_who(l)}" if l.rank is not None or l.pid is not None else ""
+
+
+def _device_phrase(l: Link, host: str) -> str | None:
+    """The phrases of the kernel's, the devices', NCCL's and the clocks' findings."""
+    k = l.kind
+    cpu = l.attr("cpu")
+    on_cpu = f" of CPU {cpu}" if isinstance(cpu, int) else ""
+    if k == K.GPU_XID:
+        gpu = l.attr("pci") or l.entity
+        gpu = f"GPU {gpu}" if gpu else "a GPU"
+        if "fallen off the bus" in (l.summary or ""):
+            return f"{gpu} falling off the bus{host}"
+        xid = l.attr("xid")
+        return f"{gpu} reporting {'Xid ' + str(xid) if xid is not None else 'an Xid error'}{host}"
+    if k == K.NCCL_WARN:
+        return f"an NCCL warning{_in(l)}{host}"
+    if k == K.NCCL_INIT_FAILURE:
+        return f"NCCL failing to set up its communicator{_in(l)}{host}"
+    if k == K.STRAGGLER:
+        return f"{_who(l)}{host} falling behind its peers (a straggler)"
+    if k == K.RT_THROTTLING:
+        return f"the kernel throttling real-time tasks{host}"
+    if k == K.SOFT_LOCKUP:
+        return f"a soft lockup{on_cpu}{host}"
+    if k == K.HARD_LOCKUP:
+        return f"a hard lockup{on_cpu}{host}"
+    if k == K.RCU_STALL:
+        return f"an RCU stall{host}"
+    if k == K.KERNEL_PANIC:
+        return f"a kernel panic{host}"
+    if k == K.KERNEL_OOPS:
+        return f"a kernel oops{_in(l)}{host}"
+    if k == K.KERNEL_WARNING:
+        return f"a kernel warning{_in(l)}{host}"
+    if k == K.HARDWARE_ERROR:
+        return f"a hardware error{host}"
+    if k == K.PCIE_ERROR:
+        return f"a PCIe bus error{host}"
+    if k == K.THERMAL_THROTTLE:
+        return f"thermal throttling{on_cpu}{host}"
+    if k == K.LINK_DOWN:
+        iface = l.attr("iface")
+        return f"network link {iface + ' ' if iface else ''}going down{host}"
+    if k == K.CLOCK_SKEW:
+        return f"the clocks{host} disagreeing beyond their stated uncertainty"
+    if k == K.CLOCK_STEP:
+        return f"the wall clock{host} stepping"
+    return None
 
 
 def launcher_victim_of(ch: Chain, failure: Link) -> int | None:
