@@ -104,11 +104,10 @@ class ParseContext:
                     df = df.with_columns(df["lineno"] + self.line_shift)
                 self.lineno = int(df["lineno"][-1]) if len(df) else self.lineno
                 bad = df.filter(df["bad_utf8"])
-                room = max(0, self.sink.max_issues - self.sink.counts["parse_issues"])
-                for row in bad.head(room).iter_rows(named=True):
-                    self.sink.issue("undecodable", "line is not valid UTF-8; bad bytes replaced",
-                                    line=row["lineno"], text=row["line"][:200])
-                self.sink.more_issues(len(bad) - room)   # counted, not stored
+                if len(bad):
+                    first = bad.head(self.sink.issue_room())
+                    self.sink.issues("undecodable", "line is not valid UTF-8; bad bytes replaced", len(bad),
+                                     zip(first["lineno"], first["line"].str.slice(0, 200)))
                 yield df
         except STREAM_ENDS as e:
             self.stream_error = e

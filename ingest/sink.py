@@ -33,13 +33,14 @@ import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 from urllib.parse import quote
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .issues import issue_kind
 from .model import PARSER_TABLES, TABLES
 
 COMPRESSION = "lz4"       # codec of parts that are kept (a shared Parquet location)
@@ -162,12 +163,30 @@ class RowSink:
 
     def issue(self, kind: str, message: str, line: int | None = None,
               text: str | None = None, byte_offset: int | None = None) -> None:
-        """Record a line or region that could not be used. Parsing goes on."""
+        """Record a line or region that could not be used (``kind``: one of :mod:`ingest.issues`).
+        Parsing goes on."""
+        issue_kind(kind)
         self.issues_total += 1
         if self.counts["parse_issues"] >= self.max_issues:
             return  # counted, but not stored one by one
         self.add("parse_issues", kind=kind, message=message, line=line,
                  text=_clip(text, MAX_ISSUE_TEXT), byte_offset=byte_offset)
+
+    def issue_room(self) -> int:
+        """How many more issues this source stores one by one (its budget: ``max_issues``)."""
+        return max(0, self.max_issues - self.counts["parse_issues"])
+
+    def issues(self, kind: str, message: str, count: int, first: Iterable[tuple[int, str]]) -> None:
+        """``count`` lines of one ``kind`` at once: of ``first`` ((line, text) of the first ones), as
+        many as the source's budget has room for are stored, and all ``count`` are counted."""
+        room = self.issue_room()
+        stored = 0
+        for line, text in first:
+            if stored >= room:
+                break
+            self.issue(kind, message, int(line), text)
+            stored += 1
+        self.more_issues(count - stored)
 
     def fact(self, key: str, value: Any, line: int | None = None, host: str | None = None) -> None:
         self.add("facts", key=key, value=None if value is None else str(value), line=line, host=host)
@@ -391,6 +410,13 @@ class SinkThread:
 
     def issue(self, *args, **kw) -> None:
         self._call(False, self.sink.issue, *args, **kw)
+
+    def issues(self, kind: str, message: str, count: int, first: Iterable[tuple[int, str]]) -> None:
+        self._call(False, self.sink.issues, kind, message, count, list(first))
+
+    def issue_room(self) -> int:
+        """The sink's room so far (the calls still waiting not yet in it)."""
+        return self.sink.issue_room()
 
     def fact(self, *args, **kw) -> None:
         self._call(False, self.sink.fact, *args, **kw)

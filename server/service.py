@@ -39,6 +39,7 @@ from analysis import clocks, report as report_mod, rootcause, timeline
 from ingest import attribution
 from ingest.bundle import (DiskFull, RawBundle, disk_full, extract, is_disk_full, sniff_kind, store_raw,
                            store_stream)
+from ingest.issues import ISSUE_KINDS
 from ingest.model import STATUS_FAILED, STATUS_PARSED
 from ingest.parse import ParseJob, SourceResult, detect_files, merge_ranges, parse_file, split_job, warm_up
 from ingest.sink import INLINE_ROWS
@@ -333,11 +334,17 @@ class Service(Queries, Shares, Exports):
         return {"deleted": iid, "bytes_freed": freed}
 
     def parse_issues(self, incident_id: str, limit: int = 200) -> list[dict]:
+        """The first ``limit`` issues the parsers stored, each with its kind's severity and meaning
+        (:mod:`ingest.issues`)."""
         incident_id = self.analysed_incident(incident_id)
-        return self.store.query(
+        rows = self.store.query(
             """SELECT s.path, p.line, p.kind, p.message, p.text FROM parse_issues p
                JOIN sources s USING (incident_id, source_id) WHERE p.incident_id = ?
                ORDER BY s.path, p.line LIMIT ?""", [incident_id, limit])
+        for r in rows:
+            k = ISSUE_KINDS.get(r["kind"])
+            r["severity"], r["about"] = (k.severity, k.about) if k else (None, None)
+        return rows
 
     # -- the pipeline ----------------------------------------------------------------
     def analyze(self, incident_id: str, progress: Progress | None = None) -> dict:

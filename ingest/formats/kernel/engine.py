@@ -271,7 +271,7 @@ class KernelEngine:
         if flagged.any():
             issues = df.filter(flagged).with_columns(_bad=is_bad.filter(flagged))
             self._join_write()
-            room = max(0, sink.max_issues - sink.counts["parse_issues"])
+            room = sink.issue_room()
             for row in issues.head(room).iter_rows(named=True):
                 if row["bad_utf8"]:
                     sink.issue("undecodable", "line is not valid UTF-8; bad bytes replaced", row["lineno"],
