@@ -22,7 +22,6 @@ import io
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -33,47 +32,11 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))       # (run as a script: the repository's packages)
+from bench.common import LocalServer, tgz  # noqa: E402
+
 LOG = (ROOT / "sample_traces" / "oom-after-throttle" / "vm" / "logs" / "torchrun.log").read_bytes()
 MOMENTS = ("upload", "queued", "extract", "detect", "parse", "store", "analyze", "term:parse")
-
-
-class Server:
-    def __init__(self, home: Path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, AFTERTRACE_HOME=str(home), PYTHONPATH=str(ROOT))
-        env.pop("AFTERTRACE_TOKEN", None)
-        home.mkdir(parents=True, exist_ok=True)
-        self.log = open(home.parent / f"server-{self.port}.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)],
-                                     cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise SystemExit("the server did not start")
-
-    def children(self) -> list[int]:
-        """Every process below the server (workers, the resource tracker, their children)."""
-        out, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            kids = [int(k) for k in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
-                                                   text=True).stdout.split()]
-            out += kids
-            todo += kids
-        return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            self.proc.wait(60)
-        self.log.close()
 
 
 def alive(pid: int) -> bool:
@@ -81,16 +44,6 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def tgz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        for name, data in files.items():
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mtime = len(data), 1700000000
-            tf.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def tgz_folder(folder: Path) -> bytes:
@@ -112,7 +65,7 @@ def wait_done(url: str, iid: str, timeout: float = 600) -> str:
 
 
 def uploads(base: Path) -> str:
-    srv = Server(base / "uploads")
+    srv = LocalServer(base / "uploads")
     bundles = [tgz({"job/vm/logs/torchrun.log": LOG + f"[fault bench {k}] unique line\n".encode(),
                     f"job/vm/notes-{k}.txt": b"x\n"}) for k in range(10)]
     sends = [bundles[i % 10] for i in range(20)]
@@ -144,7 +97,7 @@ def kill_at(base: Path, moment: str, bundle: bytes) -> str:
     """``moment``: one of :data:`MOMENTS`, or ``term:<stage>`` for SIGTERM (a stop) in place of SIGKILL."""
     sig, moment = (signal.SIGTERM, moment[5:]) if moment.startswith("term:") else (signal.SIGKILL, moment)
     home = base / f"kill-{sig.name}-{moment}"
-    srv = Server(home)
+    srv = LocalServer(home)
     iid = hashlib.sha256(bundle).hexdigest()[:12]
     seen = moment
     if moment == "upload":
@@ -180,7 +133,7 @@ def kill_at(base: Path, moment: str, bundle: bytes) -> str:
     orphans = [k for k in kids if alive(k)]
     for k in orphans:
         os.kill(k, signal.SIGKILL)
-    again = Server(home)
+    again = LocalServer(home)
     after = wait_done(again.url, iid) if moment != "upload" else "(never received)"
     listed = len(httpx.get(again.url + "/api/incidents").json()["incidents"])
     partial = len(list((home / "bundles").glob(".upload-*")))
@@ -196,7 +149,6 @@ def main() -> int:
     args = ap.parse_args()
     folder = ROOT / "bench" / "out" / "bundle-64-ranks"
     if not folder.is_dir():
-        sys.path.insert(0, str(ROOT))
         from bench.suite import build_rank_bundle
         build_rank_bundle(64, folder)
     bundle = tgz_folder(folder)

@@ -16,13 +16,8 @@ minute, analyses per minute, p50/p95 latency of the upload request and of
 from __future__ import annotations
 
 import argparse
-import io
 import os
-import signal
-import socket
-import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -31,18 +26,15 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))       # (run as a script: the repository's packages)
+from bench.common import LocalServer, tgz  # noqa: E402
+
 LOG = (ROOT / "sample_traces" / "oom-after-throttle" / "vm" / "logs" / "torchrun.log").read_bytes()
 
 
 def bundle(k: int) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        for name, data in (("job/vm/logs/torchrun.log", LOG + f"[load {k}] unique line {k}\n".encode()),
-                           (f"job/vm/notes-{k}.txt", f"bundle {k}\n".encode())):
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mtime = len(data), 1700000000
-            tf.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
+    return tgz({"job/vm/logs/torchrun.log": LOG + f"[load {k}] unique line {k}\n".encode(),
+                f"job/vm/notes-{k}.txt": f"bundle {k}\n".encode()})
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -61,28 +53,8 @@ def main() -> int:
     a = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="aftertrace-load-"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    if a.analysis_threads:
-        cmd = [sys.executable, "-c", "import uvicorn; from server.app import create_app; "
-               "from server.settings import Settings; "
-               f"uvicorn.run(create_app(Settings.from_env(analysis_threads={a.analysis_threads})), "
-               f"host='127.0.0.1', port={port}, log_level='warning')"]
-    else:
-        cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
-    env = dict(os.environ, AFTERTRACE_HOME=str(home / "home"), PYTHONPATH=str(ROOT))
-    log = open(home / "server.log", "wb")
-    srv = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        raise SystemExit("server did not start")
+    server = LocalServer(home / "home", a.analysis_threads)
+    url = server.url
 
     lock = threading.Lock()
     counter = iter(range(10**9))
@@ -138,10 +110,8 @@ def main() -> int:
         t.join()
     t_upload = stop_at - t_start
     t_all = time.monotonic() - t_start
-    srv.send_signal(signal.SIGINT)
-    srv.wait(30)
-    log.close()
-    server_log = (home / "server.log").read_text(errors="replace")
+    server.stop()
+    server_log = Path(server.log.name).read_text(errors="replace")
     if "Traceback" in server_log or "Conflict" in server_log:
         failures.append("server log: " + server_log[-2000:])
 

@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_text(path: Path) -> bytes:
@@ -125,3 +130,63 @@ def corpus_cli(doc: str, title: str, command: str, run, table, passed) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0 if passed(rows) else 1
+
+
+def tgz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in files.items():
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mtime = len(data), 1700000000
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class LocalServer:
+    """``aftertrace serve`` (or, with ``analysis_threads``, the same app with that many background
+    analyses) on a free port of 127.0.0.1 with ``home`` as its AFTERTRACE_HOME, started and answering;
+    its output in ``home``'s parent folder."""
+
+    def __init__(self, home: Path, analysis_threads: int = 0):
+        import httpx
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        if analysis_threads:
+            cmd = [sys.executable, "-c", "import uvicorn; from server.app import create_app; "
+                   "from server.settings import Settings; "
+                   f"uvicorn.run(create_app(Settings.from_env(analysis_threads={analysis_threads})), "
+                   f"host='127.0.0.1', port={self.port}, log_level='warning')"]
+        else:
+            cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)]
+        env = dict(os.environ, AFTERTRACE_HOME=str(home), PYTHONPATH=str(ROOT))
+        env.pop("AFTERTRACE_TOKEN", None)
+        home.mkdir(parents=True, exist_ok=True)
+        self.log = open(home.parent / f"server-{self.port}.log", "wb")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise SystemExit("the server did not start")
+
+    def children(self) -> list[int]:
+        """Every process below the server (workers, the resource tracker, their children)."""
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            kids = [int(k) for k in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+            out += kids
+            todo += kids
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(60)
+        self.log.close()
