@@ -266,16 +266,20 @@ def rank_said(msgs: pa.Array) -> RankSaid:
     return RankSaid(code, *cols, unsure)
 
 
+INFO_BRACKET, INFO_CHANNEL = 1, 2     # the bits of NcclInfo.flags
+
+
 class NcclInfo(NamedTuple):
     """What :func:`nccl_info` read, per line: ``code`` (uint8: 0 not collapsed, 1 + the class
     (0 COLL, 1 per-operation, 2 topology), UNSURE where the regexes decide), ``kid`` (int32: the
-    header's number), ``msg_at`` (int32: where the message starts, in bytes), ``bracket`` (uint8:
-    the header starts with "["); ``first`` (int64: the line where each header first appears) and
-    how many lines were left to the regexes."""
+    header's number), ``msg_at`` (int32: where the message starts, in bytes), ``flags`` (uint8:
+    ``INFO_BRACKET`` the header starts with "[", ``INFO_CHANNEL`` the message starts with
+    "Channel "); ``first`` (int64: the line where each header first appears) and how many lines
+    were left to the regexes."""
     code: pa.Array
     kid: pa.Array
     msg_at: pa.Array
-    bracket: pa.Array
+    flags: pa.Array
     first: pa.Array
     unsure: int
 
@@ -285,10 +289,10 @@ def nccl_info(lines: pa.Array) -> NcclInfo:
     lib = library()
     n = len(lines)
     alive, col = _column(lines)
-    code, bracket = pa.allocate_buffer(max(n, 1)), pa.allocate_buffer(max(n, 1))
+    code, flags = pa.allocate_buffer(max(n, 1)), pa.allocate_buffer(max(n, 1))
     kid, msg_at = pa.allocate_buffer(max(4 * n, 1)), pa.allocate_buffer(max(4 * n, 1))
     first = pa.allocate_buffer(max(8 * n, 1))
-    nk = lib.at_nccl_info(ctypes.byref(col), n, code.address, kid.address, msg_at.address, bracket.address,
+    nk = lib.at_nccl_info(ctypes.byref(col), n, code.address, kid.address, msg_at.address, flags.address,
                           first.address) if n else 0
     del alive       # (the buffers it read stayed alive through the call)
     if nk < 0:
@@ -296,7 +300,7 @@ def nccl_info(lines: pa.Array) -> NcclInfo:
     codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])
     return NcclInfo(codes, pa.Array.from_buffers(pa.int32(), n, [None, kid]),
                     pa.Array.from_buffers(pa.int32(), n, [None, msg_at]),
-                    pa.Array.from_buffers(pa.uint8(), n, [None, bracket]),
+                    pa.Array.from_buffers(pa.uint8(), n, [None, flags]),
                     pa.Array.from_buffers(pa.int64(), nk, [None, first]),
                     pc.sum(pc.equal(codes, UNSURE)).as_py() or 0)
 

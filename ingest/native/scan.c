@@ -707,11 +707,12 @@ static uint64_t fnv1a(const uint8_t *p, int64_t n) {
 
 /* For lines [0, n) of col: code[i] 0 (not collapsed), 1 + class, or 255 (holds " NCCL INFO " but is not
  * ASCII: left to the regexes); for codes 1-3, kid[i] (the header's number, from 0 in order of
- * first appearance), msg_at[i] (where the message starts) and bracket[i] (the header starts with
- * "["); first[k]: the line where header k first appears (room for n). Returns the number of
- * headers, -1 when memory ran out. */
+ * first appearance), msg_at[i] (where the message starts) and flags[i] (INFO_BRACKET: the header
+ * starts with "["; INFO_CHANNEL: the message starts with "Channel "); first[k]: the line where
+ * header k first appears (room for n). Returns the number of headers, -1 when memory ran out. */
+enum { INFO_BRACKET = 1, INFO_CHANNEL = 2 };
 int64_t at_nccl_info(const col_t *col, int64_t n, uint8_t *code,
-                     int32_t *kid, int32_t *msg_at, uint8_t *bracket, int64_t *first) {
+                     int32_t *kid, int32_t *msg_at, uint8_t *flags, int64_t *first) {
     int64_t cap = 1024, used = 0;
     int64_t *slot = (int64_t *)malloc(sizeof(int64_t) * (size_t)cap);   /* a header's number + 1, 0: empty */
     uint64_t *hs = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)cap);
@@ -719,7 +720,7 @@ int64_t at_nccl_info(const col_t *col, int64_t n, uint8_t *code,
     memset(slot, 0, sizeof(int64_t) * (size_t)cap);
     int64_t nk = 0;
     for (int64_t i = 0; i < n; i++) {
-        code[i] = 0; kid[i] = -1; msg_at[i] = -1; bracket[i] = 0;
+        code[i] = 0; kid[i] = -1; msg_at[i] = -1; flags[i] = 0;
         if (!is_valid(col, i)) continue;
         line_t l = line_of(col, i);
         int64_t at_info = find(l, 0, " NCCL INFO ", 11);
@@ -734,7 +735,8 @@ int64_t at_nccl_info(const col_t *col, int64_t n, uint8_t *code,
                 if (find(m, 0, OP_LITERALS[k], strlen(OP_LITERALS[k])) >= 0) { cls = 1; break; }
         code[i] = (uint8_t)(1 + cls);
         msg_at[i] = (int32_t)(at_info + 11);
-        bracket[i] = l.p[0] == '[' && at_info > 0;
+        flags[i] = (uint8_t)((l.p[0] == '[' && at_info > 0 ? INFO_BRACKET : 0)
+                             | (starts(m, 0, "Channel ", 8) ? INFO_CHANNEL : 0));
         /* the header's number: its equal's, or the next */
         uint64_t h = fnv1a(l.p, at_info);
         int64_t j = (int64_t)(h & (uint64_t)(cap - 1));

@@ -387,6 +387,13 @@ def test_compiled_info_reader_equals_the_collapse_grammar():
                 assert c == native.UNSURE, ln
             else:
                 assert c == wc, ln
+        # the flags: the header starts with "[", the message with "Channel " (the topology lines
+        # whose channel numbers and transports are counted)
+        for ln, c, f, (_wc, wk) in zip(lines, code, r.flags.to_pylist(), want):
+            if c in (1, 2, 3):
+                msg = ln.split(" NCCL INFO ", 1)[1]
+                assert bool(f & native.INFO_BRACKET) == (wk.startswith("[") and wk != ""), ln
+                assert bool(f & native.INFO_CHANNEL) == msg.startswith("Channel "), ln
         seen = {}
         for c, i, (_wc, wk) in zip(code, kid, want):
             if c in (1, 2, 3):

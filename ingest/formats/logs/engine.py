@@ -150,6 +150,7 @@ class _State:
     timed: int = 0
     garbage: int = 0
     phase: Phase = field(default_factory=Phase)
+    info_read: dict = field(default_factory=dict)   # NCCL message -> what INFO_GRAMMAR reads (see _info_read)
 
 
 _WRAP_COLS = native.WRAP_GROUPS
@@ -282,12 +283,13 @@ def _families(base: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
         isn = rest.select(pl.col("lineno").is_in(nc["lineno"].implode())).to_series()
         out.extend(_nccl_events(rest.filter(isn), nc, st))
         rest = rest.filter(~isn)
-    bare = rest.filter(pl.col("body").str.starts_with("NCCL version "))
-    if not bare.is_empty():
+    is_bare = rest["body"].str.starts_with("NCCL version ")
+    if is_bare.any():       # (a filter copies every column: only when some line is one)
+        bare = rest.filter(is_bare)
         b = bare.with_columns(pl.col("body").str.extract(r"^NCCL version (\d+\.\d+\.\d+(?:[+-][a-z]+[\d.]*)?)", 1).alias("version"))
         out.append(_with_common(b, "nccl", name=pl.lit("nccl_version"), sev=pl.lit("info"),
                                 attrs=_json_attrs(b, ["version"])))
-        rest = rest.filter(~pl.col("lineno").is_in(bare["lineno"].implode()))
+        rest = rest.filter(~is_bare)
     if rest.is_empty():
         return out
     parts = in_halves(_line_families, rest)
@@ -434,44 +436,61 @@ def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.Da
         t_y=nts.str.slice(0, 4), t_mo=nts.str.slice(5, 2), t_d=nts.str.slice(8, 2),
         **_stamp_cols(nts.str.slice(11, 8), pl.col("nts_frac")), t_res=frac_res_expr(pl.col("nts_frac")),
         sev=pl.col("level").replace_strict(SEVERITY, default=None))
-    # Which INFO grammar entry a line may be: the first entry of INFO_GRAMMAR whose literal occurs
-    # (one Aho-Corasick pass finds them all; the lowest entry number wins). Each entry's regex
-    # then runs on its own rows only, in a narrow frame; name and attrs go back by row number.
-    sub = (pl.col("msg").str.extract_many(list(_INFO_ENTRY), overlapping=True)
-           .list.eval(pl.element().replace_strict(_INFO_ENTRY, return_dtype=pl.Int32)).list.min())
-    g = g.with_row_index("_i")
-    cand = g.lazy().filter(pl.col("level") != "WARN").select("_i", "msg", sub.alias("_sub")).filter(
-        pl.col("_sub").is_not_null()).collect()
-    hits = []
-    # (what an entry reads from a message depends on the message alone: each distinct message is
-    # read once, and its name and fields go to every row that has it; NCCL repeats its INFO lines
-    # across ranks, processes and runs)
-    uniq = cand.lazy().select("_sub", "msg").unique().collect()
-    for (entry,), part in uniq.partition_by("_sub", as_dict=True).items():
-        name, _lit, rx, ints = INFO_GRAMMAR[entry]
-        x = part.with_columns(pl.col("msg").str.extract_groups(rx).alias("x")).unnest("x")
-        fields = re.findall(r"\?P<(\w+)>", rx)
-        x = x.filter(pl.any_horizontal([pl.col(f).is_not_null() for f in fields]))
-        if not x.is_empty():
-            hits.append(x.select("msg", pl.lit(name).alias("_n"), _json_attrs(x, fields, ints).alias("_fa")))
-    if hits:
-        hits = [cand.lazy().select("_i", "msg").join(pl.concat(hits).lazy(), on="msg", how="inner")
-                .select("_i", "_n", "_fa").collect()]
+    # Which INFO grammar entry a message is, and the fields the entry reads from it, depend on the
+    # message alone, and NCCL repeats its INFO lines across ranks, processes and runs (a few hundred
+    # distinct messages in a million lines): each distinct message is read once per file
+    # (``_State.info_read``) and its name and fields go to every row that has it.
+    info = pl.col("level") != "WARN"
+    msgs = g.lazy().filter(info).select("msg").unique().collect()["msg"].to_list()
+    read = st.info_read
+    new = [m for m in msgs if m not in read]
+    if new:
+        if len(read) + len(new) > MAX_INFO_READ:    # (a file of ever new messages: memory stays bounded)
+            read.clear()
+            new = msgs
+        read.update(_info_read(new))
+    seen = {m: read[m] for m in msgs if read[m] is not None}
     base_fields = ["dev", "level", "src", "srcline", "func", "trace_ms", "tag", "spliced"]
     g = g.with_columns(attrs=_json_attrs(g, base_fields, ("srcline", "tag")), name=(
         pl.when(pl.col("level") == "WARN").then(pl.lit("nccl_warn"))
         .when(pl.col("level") == "TRACE").then(pl.lit("nccl_trace"))
         .when(pl.col("level") == "CALL").then(pl.lit("nccl_call"))
         .otherwise(pl.lit("nccl_info"))))
-    if hits:
-        h = pl.concat(hits)
+    if seen:
+        names = {m: v[0] for m, v in seen.items()}
+        fas = {m: v[1] for m, v in seen.items()}
+        g = g.with_columns(pl.when(info).then(pl.col("msg").replace_strict(names, default=None, return_dtype=pl.String))
+                           .alias("_n"),
+                           pl.when(info).then(pl.col("msg").replace_strict(fas, default=None, return_dtype=pl.String))
+                           .alias("_fa"))
         # the entry's fields follow the header fields in one object (as one struct would encode them)
-        g = g.with_columns(_scatter(g.height, h["_i"], h["_n"]).alias("_n"),
-                           _scatter(g.height, h["_i"], h["_fa"]).alias("_fa"))
         g = g.with_columns(name=pl.coalesce(pl.col("_n"), pl.col("name")),
                            attrs=_merge_json_some(g, pl.col("attrs"), "_fa")).drop("_n", "_fa")
     # a communicator's rank is not the process's global rank (that one is found per pid later)
-    return [_with_common(g.drop("_i", "rank", strict=False), "nccl")]
+    return [_with_common(g.drop("rank", strict=False), "nccl")]
+
+
+MAX_INFO_READ = 100_000     # distinct NCCL messages whose reading a file's parse keeps
+
+
+def _info_read(msgs: list[str]) -> dict[str, tuple[str, str] | None]:
+    """Each message's INFO grammar entry name and the JSON object of the fields it reads (None:
+    no entry reads it). The first entry of INFO_GRAMMAR whose literal occurs is the one (one
+    Aho-Corasick pass finds them all; the lowest entry number wins); each entry's regex then runs
+    on its own messages only."""
+    out: dict[str, tuple[str, str] | None] = dict.fromkeys(msgs)
+    sub = (pl.col("msg").str.extract_many(list(_INFO_ENTRY), overlapping=True)
+           .list.eval(pl.element().replace_strict(_INFO_ENTRY, return_dtype=pl.Int32)).list.min())
+    cand = pl.DataFrame({"msg": msgs}, schema={"msg": pl.String}).select("msg", sub.alias("_sub")).filter(
+        pl.col("_sub").is_not_null())
+    for (entry,), part in cand.partition_by("_sub", as_dict=True).items():
+        name, _lit, rx, ints = INFO_GRAMMAR[entry]
+        x = part.with_columns(pl.col("msg").str.extract_groups(rx).alias("x")).unnest("x")
+        fields = re.findall(r"\?P<(\w+)>", rx)
+        x = x.filter(pl.any_horizontal([pl.col(f).is_not_null() for f in fields]))
+        for m, fa in x.select("msg", _json_attrs(x, fields, ints).alias("_fa")).iter_rows():
+            out[m] = (name, fa)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1208,7 +1227,11 @@ def _feed_phase(base: pl.DataFrame, ph: Phase) -> None:
     if ph.pairs >= MAX_PHASE_PAIRS:
         return
     new = base.filter(pl.col("lineno") > ph.upto)
-    c10 = new.select(pl.col("body").str.contains(_PHASE_C10)).to_series()
+    # (a c10 stamp starts the line with "[": the regex on those lines only, a log without any has none)
+    lead = new["body"].str.starts_with("[")
+    if not lead.any():
+        return
+    c10 = _on_rows(new, lead, pl.col("body").str.contains(_PHASE_C10), pl.Boolean).fill_null(False)
     if not c10.any():
         return
     streams = new.filter(c10)["stream"].unique().implode()

@@ -203,10 +203,12 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     r = native.nccl_info(native.texts(base["body"]))
     code = pl.Series("_code", r.code)
     later = pl.lit(True) if floor is None else pl.col("lineno") > floor
+    flags = pl.Series("_f", r.flags)
     cols = base.select("lineno", "body").with_row_index("_i").with_columns(
-        code, pl.Series("_kid", r.kid), pl.Series("_br", r.bracket).cast(pl.Boolean), pl.Series("_mat", r.msg_at))
+        code, pl.Series("_kid", r.kid), (flags & native.INFO_BRACKET).cast(pl.Boolean).alias("_br"),
+        (flags & native.INFO_CHANNEL).cast(pl.Boolean).alias("_ch"), pl.Series("_mat", r.msg_at))
     x = cols.filter(pl.col("_code").is_between(1, 3) & later).select(
-        "_i", "lineno", (pl.col("_code") - 1).alias("_c"), "_kid", "_br", "_mat", "body")
+        "_i", "lineno", (pl.col("_code") - 1).alias("_c"), "_kid", "_br", "_ch", "_mat", "body")
     if r.unsure:
         x = _info_by_regex(cols.filter((pl.col("_code") == native.UNSURE) & later), x, base, r)
     if x.is_empty():
@@ -219,8 +221,9 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     # for the last one. Lines with a time of their own (``[time] host:...``) stay.
     d = x.lazy().filter(~pl.col("_br"))
     grp = ["_c", "_kid"]
+    # (the rows' numbers too: the row numbers and the line numbers of the chunk rise together)
     agg = d.group_by(grp).agg(pl.col("lineno").min().alias("_first"), pl.col("lineno").max().alias("_rep"),
-                              pl.len().alias("_n"))
+                              pl.len().alias("_n"), pl.col("_i").min().alias("_fi"), pl.col("_i").max().alias("_ri"))
     d, agg = pl.collect_all([d, agg])
     if d.is_empty():
         return _named(base, cls), None
@@ -231,11 +234,8 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     # topology lines: the transports and channel numbers seen, per group (distinct ones only)
     # (the message from its byte offset: the line is ASCII, so that is its character offset too)
     m = pl.col("body").str.slice(pl.col("_mat"))
-    # (a process writes its channel lines again on every communicator: the distinct messages first;
-    # a message starts with "Channel " where the line's first " NCCL INFO Channel " is its first
-    # " NCCL INFO ", which a literal search finds without cutting every message out)
-    channel = pl.col("body").str.find(" NCCL INFO Channel ", literal=True) == pl.col("_mat") - len(" NCCL INFO ")
-    topo = d.lazy().filter((pl.col("_c") == 2) & channel).select("_kid", m.alias("_m")).unique(
+    # (a process writes its channel lines again on every communicator: the distinct messages first)
+    topo = d.lazy().filter((pl.col("_c") == 2) & pl.col("_ch")).select("_kid", m.alias("_m")).unique(
     ).select("_kid", pl.col("_m").str.extract(r" via (\S+)", 1).alias("via"), pl.col("_m").str.extract(
         r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
     if not topo.is_empty():
@@ -257,11 +257,11 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
             e["via"] |= p["via"]
             e["chan"] |= p["chan"]
     pending.update(new)
-    ends = pl.concat([agg["_first"], agg["_rep"]])
-    drop = d.filter(~pl.col("lineno").is_in(ends.implode()))["_i"]
-    if drop.is_empty():
+    # every grouped row is dropped but its group's first and last
+    if d.height == 2 * agg.height - int((agg["_fi"] == agg["_ri"]).sum()):
         return _named(base, cls), None
-    mask = pl.Series("_keep", [True], dtype=pl.Boolean).extend_constant(True, base.height - 1).scatter(drop, False)
+    mask = pl.Series("_keep", [True], dtype=pl.Boolean).extend_constant(True, base.height - 1).scatter(
+        d["_i"], False).scatter(pl.concat([agg["_fi"], agg["_ri"]]), True)
     return _named(base.filter(mask), cls.filter(mask)), mask
 
 
@@ -292,6 +292,7 @@ def _info_by_regex(rows: pl.DataFrame, x: pl.DataFrame, base: pl.DataFrame, r) -
         .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit(1, pl.UInt8))
         .otherwise(pl.lit(2, pl.UInt8)).alias("_c"),
         pl.Series("_kid", kid, dtype=pl.Int32), pl.col("_k").str.starts_with("[").alias("_br"),
+        m.str.starts_with("Channel ").alias("_ch"),
         # (the message's start in characters, what the topology step's slice counts)
         (pl.col("_k").str.len_chars() + len(" NCCL INFO ")).cast(pl.Int32).alias("_mat"))
     return pl.concat([x, y.select(x.columns)], how="vertical_relaxed").sort("_i")
