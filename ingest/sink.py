@@ -79,6 +79,18 @@ def attrs_json(attrs: Any) -> str:
         return json.dumps(attrs, default=str, ensure_ascii=False, separators=(",", ":"))
 
 
+def attrs_of(text: str | None) -> dict:
+    """An ``attrs`` object from the text the tables keep (None: no attrs, an empty object). orjson
+    reads it several times faster than the standard library; what orjson refuses (an integer beyond
+    64 bits, NaN) the standard library reads, to the same values."""
+    if not text:
+        return {}
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def _stored(name: str, v: Any) -> Any:
     """A row value as the table keeps it: attrs as JSON text, evidence text clipped."""
     if v is None:
