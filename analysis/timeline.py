@@ -270,13 +270,17 @@ def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
                                           "AND ts_utc_ns IS NULL", [incident_id])[0]["n"]}
     if not ids:
         return out
-    longest = store.query("SELECT COALESCE(max(dur_ns), 0) AS d FROM events WHERE incident_id = ? AND dur_ns > 0",
-                          [incident_id])[0]["d"]
-    # ts >= start - longest lets the store skip row groups by their time ranges; the exact overlap
-    # test follows
     keys = {r[0]: r[1:] for r in store.cursor().execute(
         "SELECT track_id, source_id, tid FROM tracks WHERE incident_id = ? AND list_contains(?::INTEGER[], track_id)",
         [incident_id, ids]).fetchall()}
+    # ts >= start - longest lets the store skip row groups by their time ranges; the exact overlap
+    # test follows, so any bound at least as long as the longest span will do: where the tracks
+    # were built, track_spans holds every span of LONG_NS or more (a few thousand rows, where the
+    # events are millions)
+    longest = store.query(
+        f"SELECT greatest(COALESCE(max(dur_ns), 0), {LONG_NS}) AS d FROM track_spans WHERE incident_id = ?"
+        if keys else "SELECT COALESCE(max(dur_ns), 0) AS d FROM events WHERE incident_id = ? AND dur_ns > 0",
+        [incident_id])[0]["d"]
 
     def scan_of(want: list[int], big_only: bool = False) -> tuple[str, list]:
         """The window's events of the tracks ``want`` (aliases ev, tr) and the parameters; a cheap
@@ -314,57 +318,57 @@ def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
                                                            ORDER BY ev.kind IS NULL, ev.dur_ns DESC, ev.ts_utc_ns) AS i
                         FROM {scan_big}"""
         spans_args = args_big
-    for r in store.cursor().execute(
-            f"SELECT * FROM ({spans_sql}) WHERE i <= {MAX_SPANS + 1}", spans_args).fetchall():
-        s = slot(r[0])
-        if r[7] > MAX_SPANS:
+    got = store.columns(f"SELECT * FROM ({spans_sql}) WHERE i <= {MAX_SPANS + 1}", spans_args)
+    for tk, ts, dur, name, kind, sev, line, i in zip(*got.values()):
+        s = slot(tk)
+        if i > MAX_SPANS:
             s["spans_left_out"] = 1
             continue
-        s["spans"].append([r[1] - origin_ns, r[2], 0, r[3], r[4], r[5], r[6]])
-    # the small events: counted per track, shipped one by one where few, else bucketed
+        s["spans"].append([ts - origin_ns, dur, 0, name, kind, sev, line])
+    # the small events: counted per track, shipped one by one where few, else bucketed. A bucket is
+    # named by its most common name, the first in name order among equals (as each second of
+    # track_bins is): the same name at every request. (The rows come as columns: a wide window's
+    # tens of thousands of buckets as Python tuples cost more than the query.)
+    at = w.start_ns - origin_ns
     wide = bucket >= BIN_NS and bool(store.query(
         "SELECT 1 AS x FROM track_bins WHERE incident_id = ? LIMIT 1", [incident_id]))
-    if wide:
-        counts = store.query(
-            """SELECT track_id AS tk, sum(n) AS n FROM track_bins
-               WHERE incident_id = ? AND sec BETWEEN ? AND ? AND list_contains(?::INTEGER[], track_id)
-               GROUP BY ALL""", [incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, ids])
-    else:
-        counts = store.query(f"SELECT tr.track_id AS tk, count(*) AS n FROM {scan} WHERE NOT {big} GROUP BY ALL",
-                             args + [res])
-    # one by one only where they can be told apart: at most max_events, and at most one per two
-    # pixels; in a wide window (buckets of seconds) they stay in their buckets, which cost no scan
-    limit = 0 if wide else min(w.max_events, max(1, w.px // 2))
-    few = [c["tk"] for c in counts if c["n"] <= limit]
-    many = [c["tk"] for c in counts if c["n"] > limit]
-    for c in counts:
-        slot(c["tk"])["small"] = int(c["n"])
-    if few:
-        scan_few, args_few = scan_of(few)
-        for r in store.cursor().execute(
-                f"""SELECT tr.track_id, ev.ts_utc_ns, ev.dur_ns, ev.name, ev.kind, ev.severity, ev.line
-                    FROM {scan_few} WHERE NOT {big}""", args_few + [res]).fetchall():
-            data[r[0]]["spans"].append([r[1] - origin_ns, r[2], 0, r[3], r[4], r[5], r[6]])
-    if many and wide:
+    if wide:        # (buckets of seconds: read from track_bins, which costs no scan of the events)
         step = max(1, bucket // BIN_NS)
-        rows = store.cursor().execute(
-            f"""SELECT track_id, (sec * {BIN_NS} - ?) // ? AS b, sum(n), sum(typed), arg_max(name, n)
-                FROM track_bins WHERE incident_id = ? AND sec BETWEEN ? AND ?
-                     AND list_contains(?::INTEGER[], track_id) GROUP BY ALL""",
-            [w.start_ns, step * BIN_NS, incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, many]).fetchall()
         width = step * BIN_NS
-    elif many:
-        scan_many, args_many = scan_of(many)
-        rows = store.cursor().execute(
-            f"""SELECT tr.track_id, greatest(0, (ev.ts_utc_ns - ?) // ?) AS b, count(*), count(ev.kind),
-                       mode(ev.name)
-                FROM {scan_many} WHERE NOT {big} GROUP BY ALL""",
-            [w.start_ns, bucket] + args_many + [res]).fetchall()
-        width = bucket
+        got = store.columns(
+            f"""SELECT track_id, (sec * {BIN_NS} - ?) // ? AS b, sum(n)::BIGINT AS n, sum(typed)::BIGINT,
+                       arg_min(name, (-n, name)), sum(sum(n)) OVER (PARTITION BY track_id)::BIGINT
+                FROM track_bins WHERE incident_id = ? AND sec BETWEEN ? AND ?
+                     AND list_contains(?::INTEGER[], track_id) GROUP BY track_id, b""",
+            [w.start_ns, width, incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, ids])
+        for tk, b, n, typed, name, small in zip(*got.values()):
+            s = slot(tk)
+            s["small"] = small
+            s["bins"].append([at + b * width, width, n, typed, name])
     else:
-        rows, width = [], bucket
-    for tk, b, n, typed, name in rows:
-        data[tk]["bins"].append([w.start_ns + b * width - origin_ns, width, int(n), int(typed), name])
+        # one by one only where they can be told apart: at most max_events, and at most one per two
+        # pixels; the tracks with more are bucketed. One scan of the window: each small event with
+        # its track's count of them, then the rows of the tracks with few and the buckets of the others.
+        limit = min(w.max_events, max(1, w.px // 2))
+        got = store.columns(
+            f"""WITH small AS MATERIALIZED (
+                    SELECT tr.track_id AS tk, ev.ts_utc_ns AS ts, ev.dur_ns AS dur, ev.name, ev.kind, ev.severity,
+                           ev.line, count(*) OVER (PARTITION BY tr.track_id) AS small
+                    FROM {scan} WHERE NOT {big})
+                SELECT tk, small, ts, dur, name, kind, severity, line, NULL::BIGINT AS b, NULL::BIGINT AS n,
+                       NULL::BIGINT AS typed
+                FROM small WHERE small <= {limit}
+                UNION ALL
+                SELECT tk, any_value(small), NULL, NULL, mode(name ORDER BY name), NULL, NULL, NULL,
+                       greatest(0, (ts - ?) // ?) AS b, count(*), count(kind)
+                FROM small WHERE small > {limit} GROUP BY tk, b""", args + [res, w.start_ns, bucket])
+        for tk, small, ts, dur, name, kind, sev, line, b, n, typed in zip(*got.values()):
+            s = slot(tk)
+            s["small"] = small
+            if b is None:
+                s["spans"].append([ts - origin_ns, dur, 0, name, kind, sev, line])
+            else:
+                s["bins"].append([at + b * bucket, bucket, n, typed, name])
     for d in data.values():
         d["spans"].sort(key=lambda r: (r[0], -(r[1] or 0), r[3] or "", r[6] or 0, r[4] or ""))
         depths(d["spans"])
@@ -415,7 +419,7 @@ def _metrics(store, incident_id: str, w: Window, origin_ns: int) -> list[dict]:
     if width >= BIN_NS and store.query("SELECT 1 AS x FROM metric_bins WHERE incident_id = ? LIMIT 1",
                                        [incident_id]):
         # wide windows: from the per-second reduction (seconds whose first row is in the window)
-        rows = store.query(
+        rows = store.columns(
             f"""SELECT m.host, m.entity, m.metric, any_value(m.unit) AS unit, (m.ts - ?) // ? AS b,
                        max(m.v) AS v, min(m.ts) AS ts
                 FROM metric_bins m
@@ -423,7 +427,7 @@ def _metrics(store, incident_id: str, w: Window, origin_ns: int) -> list[dict]:
                 GROUP BY ALL ORDER BY m.host, m.entity, m.metric, b""",
             [w.start_ns, width, incident_id, w.start_ns, w.end_ns, *w.metrics])
     else:
-        rows = store.query(
+        rows = store.columns(
             f"""SELECT COALESCE(m.host, s.host) AS host, m.entity, m.metric, any_value(m.unit) AS unit,
                        (m.ts_utc_ns - ?) // ? AS b, max(m.value) AS v, min(m.ts_utc_ns) AS ts
                 FROM metrics m JOIN sources s USING (incident_id, source_id)
@@ -431,11 +435,14 @@ def _metrics(store, incident_id: str, w: Window, origin_ns: int) -> list[dict]:
                 GROUP BY ALL ORDER BY host, m.entity, m.metric, b""",
             [w.start_ns, width, incident_id, w.start_ns, w.end_ns, *w.metrics])
     series: dict[tuple, dict] = {}
-    for r in rows:
-        key = (r["host"], r["entity"], r["metric"])
-        s = series.setdefault(key, {"id": " / ".join(str(k) for k in key if k), "host": r["host"],
-                                    "entity": r["entity"], "metric": r["metric"], "unit": r["unit"], "points": []})
-        s["points"].append([r["ts"] - origin_ns, r["v"]])
+    for host, entity, metric, unit, ts, v in zip(rows["host"], rows["entity"], rows["metric"], rows["unit"],
+                                                 rows["ts"], rows["v"]):
+        key = (host, entity, metric)
+        s = series.get(key)
+        if s is None:
+            s = series[key] = {"id": " / ".join(str(k) for k in key if k), "host": host, "entity": entity,
+                               "metric": metric, "unit": unit, "points": []}
+        s["points"].append([ts - origin_ns, v])
     order = {p: i for i, p in enumerate(w.metrics)}
 
     def rank(s):

@@ -542,6 +542,14 @@ class Store:
         names = [d[0] for d in res.description]
         return [dict(zip(names, row)) for row in res.fetchall()]
 
+    def columns(self, sql: str, params: Any = None) -> dict[str, list]:
+        """The result as one list per column, in the result's order: for results of many rows,
+        several times cheaper than :meth:`query` (no Python object per row). The values are the
+        ones ``query`` gives, but for HUGEINT (a ``sum`` of integers), which comes as a Decimal:
+        cast it where it is selected."""
+        tab = self.cursor().sql(sql, params=params or []).to_arrow_table()
+        return {name: col.to_pylist() for name, col in zip(tab.column_names, tab.columns)}
+
 
 def partition_glob(root: str | Path, table: str) -> str:
     """Every Parquet partition of one table under a run folder (``<table>/kind=*/host=*/*``)."""
