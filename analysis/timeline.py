@@ -24,8 +24,9 @@ requested track:
   their nesting depth on the track; so are typed findings, whatever their length;
 * the rest (instants and spans under a pixel) are shipped one by one when the track has at most
   ``max_events`` of them in the window and no more than one per two pixels, else as buckets
-  ``res * BUCKET_PX`` wide (count, most common name, findings in it); in a wide window (buckets
-  of a second or more) always as buckets.
+  ``res * BUCKET_PX`` wide (count, most common name, findings in it; of names equally common the
+  first in name order); in a wide window (buckets of a second or more) always as buckets, named
+  by the most common name of their busiest second.
 
 A parent span is never shorter than its child, so whenever a child is shipped its parents are
 too, and the depth a span is drawn at does not change with the zoom.

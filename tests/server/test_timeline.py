@@ -95,6 +95,43 @@ def test_level_of_detail_spans_a_pixel_wide_nested_and_the_rest_bucketed(client)
     assert not zt["bins"] and max(s[2] for s in zt["spans"]) >= 5
 
 
+def test_a_bucket_is_named_by_its_most_common_name_the_first_in_name_order_among_equals(client):
+    # the profiler step's ops and perf's samples bucketed from the events: each bucket's name is
+    # its most common small event's, and where names are equally common the first in name order,
+    # so a redrawn window names its buckets alike; in buckets of seconds (from track_bins) the
+    # name is the busiest second's, alike at every request too
+    c, iid = client
+    store = c.app.state.service.store
+    d0 = c.get(f"/api/incidents/{iid}/timeline").json()
+    tracks = {t["id"]: t for t in d0["tracks"]}
+    main, perf = _track(d0, "vm", 0, "main thread 17988")["id"], _track(d0, "vm", None, "python3 17988")["id"]
+    ties = 0
+    for tk, start, end, px, most in [(main, "1795958905.2", "1795958906.3", 1000, 50),
+                                     (perf, "1795958880", "1795958940", 8000, 10),
+                                     (perf, "1795958880", "1795958940", 100, 10)]:
+        params = {"start": start, "end": end, "px": px, "tracks": str(tk), "catalog": "false", "max_events": most}
+        first = c.get(f"/api/incidents/{iid}/timeline", params=params).json()
+        assert first["data"] == c.get(f"/api/incidents/{iid}/timeline", params=params).json()["data"]
+        t, origin, res = first["data"][str(tk)], first["origin_ns"], first["res_ns"]
+        assert t["bins"]
+        tr = tracks[tk]
+        for b0, width, n, _typed, name in t["bins"]:
+            lo = max(origin + b0, first["start_ns"])
+            names = store.query(
+                """SELECT name, count(*) AS n FROM events
+                   WHERE incident_id = ? AND COALESCE(tid, -1) = ? AND ts_utc_ns >= ? AND ts_utc_ns < ?
+                     AND COALESCE(dur_ns, 0) < ? AND kind IS NULL AND source_id IN (
+                         SELECT source_id FROM sources WHERE incident_id = ? AND kind = ?)
+                   GROUP BY name""", [iid, tr["tid"], lo, origin + b0 + width, res, iid, tr["kind"]])
+            assert sum(r["n"] for r in names) == n and name in {r["name"] for r in names}
+            if width < 1_000_000_000:
+                top = max(r["n"] for r in names)
+                best = sorted(r["name"] for r in names if r["n"] == top)
+                assert name == best[0], (b0, names)
+                ties += len(best) > 1
+    assert ties        # (the sample has buckets whose two most common names are equally common)
+
+
 def test_depths_worked_example():
     from analysis.timeline import depths
     # a step [0, 180) holding mm [10, 14) holding add [11, 11.02); a later mm; an instant inside the step
