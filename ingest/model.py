@@ -12,7 +12,9 @@ Conventions
   kernel clock, ``wall`` = ns since the Unix epoch as read on the host, possibly
   in local time converted with the bundle's time zone, ``process`` = ns since a
   process-local epoch). Only ``analysis`` converts raw times to UTC; the
-  result lands in ``ts_utc_ns`` (ns since the Unix epoch, UTC).
+  result lands in ``ts_utc_ns`` (ns since the Unix epoch, UTC; null where the
+  source's clock could not be placed). Until then the loader keeps the raw time
+  there.
 * Durations are nanoseconds, sizes bytes, counts plain integers.
 * ``attrs`` columns hold a JSON object (text) of whatever else a parser read,
   keyed by the names in that parser's field table.

@@ -171,13 +171,20 @@ def _close_quietly(con) -> None:
 
 def _loaded_columns(t, source_id: str) -> str:
     """The SELECT list that loads parser rows (aliased ``p``) into table ``t``: the incident
-    (``$inc``), the source id (the SQL ``source_id``), the columns the loader adds as nulls."""
+    (``$inc``), the source id (the SQL ``source_id``), the columns the loader adds as nulls, and
+    ``ts_utc_ns`` as the raw time (:func:`analysis.clocks.align` then places every row or nulls it)."""
     sel = []
+    names = {c.name for c in t.columns}
     for c in t.columns:
         if c.name == "incident_id":
             sel.append("$inc AS incident_id")
         elif c.name == "source_id":
             sel.append(f"{source_id} AS source_id")
+        elif c.name == "ts_utc_ns" and "ts_raw_ns" in names:
+            # (the raw time until the clock alignment places the row, or leaves it unplaced: most
+            # rows are on a clock placed at offset 0, and an update that keeps a value costs a
+            # fraction of one that writes it)
+            sel.append(f"p.ts_raw_ns AS {c.name}")
         elif c.added_by_loader:
             sel.append(f"CAST(NULL AS {c.type}) AS {c.name}")
         else:
