@@ -647,13 +647,20 @@ class Service(Queries, Shares, Exports):
 
     def _parse_one(self, job: ParseJob, sid: int, load: IncidentLoad) -> SourceResult:
         """Parse in this process, loading each part as soon as it is written (to partitions:
-        loading the small tables once the parts are in place)."""
+        loading the small tables once the parts are in place). A small table (at most
+        INLINE_ROWS rows, most tables of most files) goes to the loader as it is, not as a part:
+        a Parquet file written, read back and removed for a few dozen rows costs more than the rows."""
         streamed = not job.parts_root
+        if streamed:
+            job = replace(job, inline_rows=INLINE_ROWS)
         r = parse_file(job, self.registry, on_part=load.announcer(sid) if streamed else None)
         if r.status == STATUS_FAILED:
             load.drop_source(sid)
         elif not streamed:
             load.parts(sid, r.parts)
+        else:
+            load.tables(sid, r.inline)
+            r.inline = {t: v for t, v in r.inline.items() if t in KEEP_PARTS}
         return r
 
     def _parse_all(self, jobs: list[ParseJob], results: dict, progress: Progress,
