@@ -467,3 +467,22 @@ def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path)
             assert all(a[k] == (int(v) if k in entry[3] else v) for k, v in g.groupdict().items() if v is not None)
             seen += 1
     assert seen > 20 and len(pending) > 20 and set(out["_cls"].drop_nulls()) == {"coll", "op", "topo"}
+
+
+def test_the_messages_read_once_per_file_are_bounded_and_read_alike(tmp_path, monkeypatch):
+    # each distinct NCCL message's INFO entry is read once per file and kept (engine._info_read);
+    # past MAX_INFO_READ messages the kept readings are dropped and read again: the same events
+    import ingest.formats.logs.engine as engine
+    import ingest.lines
+    path = NCCL / "bigscience__n16_32gb_all_reduce_bench.txt.gz"
+    monkeypatch.setattr(ingest.lines, "CHUNK_BYTES", 16 * 1024)     # (chunks that meet new messages)
+    real = engine._info_read
+    runs = []
+    for bound in (engine.MAX_INFO_READ, 5):
+        reads: list[str] = []
+        monkeypatch.setattr(engine, "_info_read", lambda msgs, reads=reads: reads.extend(msgs) or real(msgs))
+        monkeypatch.setattr(engine, "MAX_INFO_READ", bound)
+        runs.append((events(parse(path, tmp_path / str(bound))), reads))
+    (want, once), (got, again) = runs
+    assert got == want and any(e["name"] == "nccl_comm_init" for e in got)
+    assert len(once) == len(set(once)) > 5 and len(again) > len(once)   # (once each; then read again)

@@ -175,3 +175,15 @@ def test_attrs_json_is_compact_json_of_every_value():
     big = {"pid": 10 ** 30, "s": "é"}
     assert sink_mod.attrs_json(big) == '{"pid":1000000000000000000000000000000,"s":"é"}'
     assert json.loads(sink_mod.attrs_json({"x": "\ud800"})) == {"x": "\ud800"}
+
+
+def test_attrs_of_reads_what_attrs_json_writes_and_what_orjson_refuses():
+    import json
+    from ingest.sink import attrs_json, attrs_of
+    a = {"a": 1, "b": [1.5, None], "c": "x\u00e9", "d": {"e": True}}
+    assert attrs_of(attrs_json(a)) == a and attrs_of(None) == {} and attrs_of("") == {}
+    # an integer beyond 64 bits and NaN: orjson refuses them, the standard library reads them
+    text = '{"big": 123456789012345678901234567890, "nan": NaN}'
+    got = attrs_of(text)
+    assert got["big"] == 123456789012345678901234567890 and got["nan"] != got["nan"]
+    assert json.dumps(got) == json.dumps(json.loads(text))
