@@ -306,26 +306,8 @@ def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
 
     # spans a pixel wide or more, and every finding: longest first within a track, at most MAX_SPANS;
     # when a pixel is LONG_NS or more they are all in track_spans
-    if res >= LONG_NS and store.query("SELECT 1 AS x FROM track_spans WHERE incident_id = ? LIMIT 1", [incident_id]):
-        spans_sql = """SELECT track_id AS tk, ts_utc_ns AS ts, dur_ns AS dur, name, kind, severity, line,
-                               row_number() OVER (PARTITION BY track_id ORDER BY kind IS NULL, dur_ns DESC, ts_utc_ns) AS i
-                        FROM track_spans WHERE incident_id = ? AND ts_utc_ns >= ? AND ts_utc_ns < ?
-                          AND ts_utc_ns + COALESCE(dur_ns, 0) >= ? AND list_contains(?::INTEGER[], track_id)
-                          AND (COALESCE(dur_ns, 0) >= ? OR kind IS NOT NULL)"""
-        spans_args = [incident_id, w.start_ns - longest, w.end_ns, w.start_ns, ids, res]
-    else:
-        spans_sql = f"""SELECT tr.track_id AS tk, ev.ts_utc_ns AS ts, ev.dur_ns AS dur, ev.name, ev.kind, ev.severity,
-                               ev.line, row_number() OVER (PARTITION BY tr.track_id
-                                                           ORDER BY ev.kind IS NULL, ev.dur_ns DESC, ev.ts_utc_ns) AS i
-                        FROM {scan_big}"""
-        spans_args = args_big
-    got = store.columns(f"SELECT * FROM ({spans_sql}) WHERE i <= {MAX_SPANS + 1}", spans_args)
-    for tk, ts, dur, name, kind, sev, line, i in zip(*got.values()):
-        s = slot(tk)
-        if i > MAX_SPANS:
-            s["spans_left_out"] = 1
-            continue
-        s["spans"].append([ts - origin_ns, dur, 0, name, kind, sev, line])
+    from_spans = res >= LONG_NS and bool(store.query(
+        "SELECT 1 AS x FROM track_spans WHERE incident_id = ? LIMIT 1", [incident_id]))
     # the small events: counted per track, shipped one by one where few, else bucketed. A bucket is
     # named by its most common name, the first in name order among equals (as each second of
     # track_bins is): the same name at every request. (The rows come as columns: a wide window's
@@ -333,48 +315,81 @@ def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
     at = w.start_ns - origin_ns
     wide = bucket >= BIN_NS and bool(store.query(
         "SELECT 1 AS x FROM track_bins WHERE incident_id = ? LIMIT 1", [incident_id]))
-    if wide:        # (buckets of seconds: read from track_bins, which costs no scan of the events)
-        step = max(1, bucket // BIN_NS)
-        width = step * BIN_NS
+    # one by one only where they can be told apart: at most max_events, and at most one per two
+    # pixels; the tracks with more are bucketed (each small event with its track's count of them)
+    limit = min(w.max_events, max(1, w.px // 2))
+    rows_and_buckets = f"""
+        SELECT 1 AS part, tk, ts, dur, name, kind, severity, line, NULL::BIGINT AS i, small, NULL::BIGINT AS b,
+               NULL::BIGINT AS n, NULL::BIGINT AS typed
+        FROM small WHERE small <= {limit}
+        UNION ALL
+        SELECT 2, tk, NULL, NULL, mode(name ORDER BY name), NULL, NULL, NULL, NULL, any_value(small),
+               greatest(0, (ts - ?) // ?) AS b, count(*), count(kind)
+        FROM small WHERE small > {limit} GROUP BY tk, b"""
+    window_rows = "SELECT tr.track_id AS tk, ev.ts_utc_ns AS ts, ev.dur_ns AS dur, ev.name, ev.kind, ev.severity, ev.line"
+    longest_first = "row_number() OVER (PARTITION BY tk ORDER BY kind IS NULL, dur DESC, ts) AS i"
+    if not from_spans and not wide:
+        # one scan of the window's events for all three: its spans, its few small events, the
+        # buckets of the many
         got = store.columns(
-            f"""SELECT track_id, (sec * {BIN_NS} - ?) // ? AS b, sum(n)::BIGINT AS n, sum(typed)::BIGINT,
-                       arg_min(name, (-n, name)), sum(sum(n)) OVER (PARTITION BY track_id)::BIGINT
-                FROM track_bins WHERE incident_id = ? AND sec BETWEEN ? AND ?
-                     AND list_contains(?::INTEGER[], track_id) GROUP BY track_id, b""",
-            [w.start_ns, width, incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, ids])
-        for tk, b, n, typed, name, small in zip(*got.values()):
-            s = slot(tk)
-            s["small"] = small
-            s["bins"].append([at + b * width, width, n, typed, name])
+            f"""WITH win AS MATERIALIZED ({window_rows}, {big} AS big FROM {scan}),
+                     small AS (SELECT *, count(*) OVER (PARTITION BY tk) AS small FROM win WHERE NOT big)
+                SELECT 0 AS part, tk, ts, dur, name, kind, severity, line, i, NULL::BIGINT AS small,
+                       NULL::BIGINT AS b, NULL::BIGINT AS n, NULL::BIGINT AS typed
+                FROM (SELECT *, {longest_first} FROM win WHERE big) WHERE i <= {MAX_SPANS + 1}
+                UNION ALL {rows_and_buckets}""", [res, *args, w.start_ns, bucket])
     else:
-        # one by one only where they can be told apart: at most max_events, and at most one per two
-        # pixels; the tracks with more are bucketed. One scan of the window: each small event with
-        # its track's count of them, then the rows of the tracks with few and the buckets of the others.
-        limit = min(w.max_events, max(1, w.px // 2))
+        if from_spans:
+            spans_sql = f"""SELECT *, {longest_first} FROM (
+                                SELECT track_id AS tk, ts_utc_ns AS ts, dur_ns AS dur, name, kind, severity, line
+                                FROM track_spans WHERE incident_id = ? AND ts_utc_ns >= ? AND ts_utc_ns < ?
+                                  AND ts_utc_ns + COALESCE(dur_ns, 0) >= ? AND list_contains(?::INTEGER[], track_id)
+                                  AND (COALESCE(dur_ns, 0) >= ? OR kind IS NOT NULL))"""
+            spans_args = [incident_id, w.start_ns - longest, w.end_ns, w.start_ns, ids, res]
+        else:
+            spans_sql = f"SELECT *, {longest_first} FROM ({window_rows} FROM {scan_big})"
+            spans_args = args_big
         got = store.columns(
-            f"""WITH small AS MATERIALIZED (
-                    SELECT tr.track_id AS tk, ev.ts_utc_ns AS ts, ev.dur_ns AS dur, ev.name, ev.kind, ev.severity,
-                           ev.line, count(*) OVER (PARTITION BY tr.track_id) AS small
-                    FROM {scan} WHERE NOT {big})
-                SELECT tk, small, ts, dur, name, kind, severity, line, NULL::BIGINT AS b, NULL::BIGINT AS n,
-                       NULL::BIGINT AS typed
-                FROM small WHERE small <= {limit}
-                UNION ALL
-                SELECT tk, any_value(small), NULL, NULL, mode(name ORDER BY name), NULL, NULL, NULL,
-                       greatest(0, (ts - ?) // ?) AS b, count(*), count(kind)
-                FROM small WHERE small > {limit} GROUP BY tk, b""", args + [res, w.start_ns, bucket])
-        for tk, small, ts, dur, name, kind, sev, line, b, n, typed in zip(*got.values()):
-            s = slot(tk)
-            s["small"] = small
-            if b is None:
-                s["spans"].append([ts - origin_ns, dur, 0, name, kind, sev, line])
+            f"""SELECT 0 AS part, tk, ts, dur, name, kind, severity, line, i, NULL::BIGINT AS small,
+                       NULL::BIGINT AS b, NULL::BIGINT AS n, NULL::BIGINT AS typed
+                FROM ({spans_sql}) WHERE i <= {MAX_SPANS + 1}""", spans_args)
+        if wide:        # (buckets of seconds: read from track_bins, which costs no scan of the events)
+            step = max(1, bucket // BIN_NS)
+            width = step * BIN_NS
+            wb = store.columns(
+                f"""SELECT track_id, (sec * {BIN_NS} - ?) // ? AS b, sum(n)::BIGINT AS n, sum(typed)::BIGINT,
+                           arg_min(name, (-n, name)), sum(sum(n)) OVER (PARTITION BY track_id)::BIGINT
+                    FROM track_bins WHERE incident_id = ? AND sec BETWEEN ? AND ?
+                         AND list_contains(?::INTEGER[], track_id) GROUP BY track_id, b""",
+                [w.start_ns, width, incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, ids])
+            for tk, b, n, typed, name, small in zip(*wb.values()):
+                s = slot(tk)
+                s["small"] = small
+                s["bins"].append([at + b * width, width, n, typed, name])
+        else:
+            more = store.columns(
+                f"""WITH win AS MATERIALIZED ({window_rows} FROM {scan} WHERE NOT {big}),
+                         small AS (SELECT *, count(*) OVER (PARTITION BY tk) AS small FROM win)
+                    {rows_and_buckets}""", [*args, res, w.start_ns, bucket])
+            got = {k: got[k] + more[k] for k in got}
+    for part, tk, ts, dur, name, kind, sev, line, i, small, b, n, typed in zip(*got.values()):
+        s = slot(tk)
+        if part == 0:
+            if i > MAX_SPANS:
+                s["spans_left_out"] = 1
             else:
-                s["bins"].append([at + b * bucket, bucket, n, typed, name])
+                s["spans"].append([ts - origin_ns, dur, 0, name, kind, sev, line])
+            continue
+        s["small"] = small
+        if part == 1:
+            s["spans"].append([ts - origin_ns, dur, 0, name, kind, sev, line])
+        else:
+            s["bins"].append([at + b * bucket, bucket, n, typed, name])
     for d in data.values():
         d["spans"].sort(key=lambda r: (r[0], -(r[1] or 0), r[3] or "", r[6] or 0, r[4] or ""))
         depths(d["spans"])
         d["bins"].sort()
-    out["data"] = {str(k): v for k, v in data.items()}
+    out["data"] = {str(k): data[k] for k in sorted(data)}
     return out
 
 
