@@ -357,14 +357,16 @@ def window(store, incident_id: str, w: Window, origin_ns: int) -> dict:
             step = max(1, bucket // BIN_NS)
             width = step * BIN_NS
             wb = store.columns(
-                f"""SELECT track_id, (sec * {BIN_NS} - ?) // ? AS b, sum(n)::BIGINT AS n, sum(typed)::BIGINT,
-                           arg_min(name, (-n, name)), sum(sum(n)) OVER (PARTITION BY track_id)::BIGINT
+                f"""SELECT track_id, (sec * {BIN_NS} - ?) // ? AS b, sum(n)::BIGINT, sum(typed)::BIGINT,
+                           arg_min(name, (-n, name))
                     FROM track_bins WHERE incident_id = ? AND sec BETWEEN ? AND ?
-                         AND list_contains(?::INTEGER[], track_id) GROUP BY track_id, b""",
+                         AND list_contains(?::INTEGER[], track_id) GROUP BY ALL ORDER BY track_id, b""",
                 [w.start_ns, width, incident_id, w.start_ns // BIN_NS, (w.end_ns - 1) // BIN_NS, ids])
-            for tk, b, n, typed, name, small in zip(*wb.values()):
-                s = slot(tk)
-                s["small"] = small
+            last = s = None
+            for tk, b, n, typed, name in zip(*wb.values()):
+                if tk != last:          # (a track's buckets come together, in time order)
+                    s, last = slot(tk), tk
+                s["small"] += n
                 s["bins"].append([at + b * width, width, n, typed, name])
         else:
             more = store.columns(
