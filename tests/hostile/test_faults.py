@@ -10,7 +10,6 @@ analyses back queued, and analysing the same bundle again completes with the sam
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import signal
@@ -25,10 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+import hostile_corpus as hc
 from ingest.bundle import _walk
 from ingest.model import INCIDENT_TABLES, TABLES
 from server.service import INTERRUPTED
-from server.settings import Settings
 from server.store import Store
 
 LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
@@ -208,13 +207,7 @@ def _wait_done(url: str, iid: str, timeout: float = 120) -> dict:
 
 
 def _tgz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        for name, data in files.items():
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mtime = len(data), 1700000000
-            tf.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
+    return hc.tar_bytes(list(files.items()), "w:gz")
 
 
 def _sample_tgz() -> bytes:
