@@ -1022,3 +1022,32 @@ def test_a_large_log_with_bad_lines_counts_every_one(tmp_path):
     assert kinds.count("undecodable") == bad and kinds.count("garbage") == 20
     assert res.issues == bad + 20 and res.attrs["garbage_lines"] == bad
     assert res.counts["events"] > 0 and res.status == "partial"
+
+
+@pytest.mark.parametrize("dtype", ["String", "Int64", "Int32", "UInt32", "UInt8", "Float64", "Boolean", "Date"])
+@pytest.mark.parametrize("n", [0, 1, 7, 70_000])
+def test_the_frame_helpers_make_what_polars_own_constructions_make(dtype, n):
+    """The engine's null-filled, scattered and repeated series (made from Arrow arrays, not as
+    queries) equal Polars' own constructions: values, dtype and name, for every dtype the engine
+    scatters and one it does not map (Date: Polars' own path)."""
+    import datetime as dt
+
+    import polars as pl
+
+    from ingest.formats.logs.frames import nulls, repeat, scatter
+
+    t = getattr(pl, dtype)
+    want = pl.Series("v", [], dtype=t).extend_constant(None, n)
+    got = nulls("v", n, t)
+    assert got.dtype == want.dtype and got.name == "v" and got.to_list() == want.to_list()
+    sample = {"String": "x", "Int64": -5, "Int32": 3, "UInt32": 4, "UInt8": 9, "Float64": 1.5, "Boolean": True,
+              "Date": dt.date(2026, 12, 1)}[dtype]
+    idx = pl.Series([i for i in (0, n // 2, n - 1) if 0 <= i < n], dtype=pl.UInt32).unique(maintain_order=True)
+    values = pl.Series("v", [sample] * len(idx), dtype=t)
+    want = pl.Series("v", [], dtype=t).extend_constant(None, n).scatter(idx, values) if len(idx) else \
+        pl.Series("v", [], dtype=t).extend_constant(None, n)
+    got = scatter(n, idx, values)
+    assert got.dtype == want.dtype and got.name == "v" and got.to_list() == want.to_list()
+    got = repeat("r", sample, n, t)
+    want = pl.repeat(sample, n, eager=True, dtype=t).alias("r")
+    assert got.dtype == want.dtype and got.name == "r" and got.to_list() == want.to_list()

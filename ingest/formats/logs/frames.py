@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
 import polars as pl
+import pyarrow as pa
 
 T = TypeVar("T")
 HALF_ROWS = 50_000       # a frame is cut in two when each half has at least this many rows
@@ -38,6 +39,34 @@ def rows_in_halves(fn: Callable[[pl.DataFrame], pl.DataFrame], df: pl.DataFrame)
     back together (a column only one half made is null in the other's rows)."""
     parts = in_halves(fn, df)
     return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+
+
+# Polars' frame operations each cost a fixed ~0.1-0.2 ms (a query planned and handed to its thread
+# pool), which is most of the parse of a small log; a Series made from an Arrow array is not a query.
+_ARROW = {pl.String: pa.string_view(), pl.Int64: pa.int64(), pl.Int32: pa.int32(), pl.UInt32: pa.uint32(),
+          pl.UInt8: pa.uint8(), pl.Float64: pa.float64(), pl.Boolean: pa.bool_()}
+
+
+def nulls(name: str, n: int, dtype) -> pl.Series:
+    """A series of ``n`` nulls of ``dtype``."""
+    t = _ARROW.get(dtype)
+    if t is None:
+        return pl.Series(name, [], dtype=dtype).extend_constant(None, n)
+    return pl.Series(name, pa.nulls(n, t))
+
+
+def scatter(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
+    """A series of ``n`` nulls with ``values`` at the row numbers ``idx``."""
+    out = nulls(values.name, n, values.dtype)
+    return out.scatter(idx, values) if len(idx) else out
+
+
+def repeat(name: str, value, n: int, dtype=pl.String) -> pl.Series:
+    """``value`` ``n`` times (a small series: the Arrow array is one buffer of one value each)."""
+    t = _ARROW.get(dtype)
+    if t is None:
+        return pl.repeat(value, n, eager=True, dtype=dtype).alias(name)
+    return pl.Series(name, pa.repeat(pa.scalar(value, t), n))
 
 
 def extract_prefix(df: pl.DataFrame, col: str, rx: str, msg: str = "msg") -> pl.DataFrame:
