@@ -54,6 +54,8 @@ def library() -> ctypes.CDLL:
             lib.at_rank_said.restype = _I64
             lib.at_nccl_info.argtypes = [_P, _I64] + [_P] * 5
             lib.at_nccl_info.restype = _I64
+            lib.at_nccl_heads.argtypes = [_P, _I64, _P, _P]
+            lib.at_nccl_heads.restype = _I64
             lib.at_perf_headers.argtypes = [_P, _I64] + [_P] * 11 + [_I64]
             lib.at_perf_headers.restype = _I64
             lib.at_log_heads.argtypes = [_P, _I64, _P]
@@ -303,6 +305,45 @@ def nccl_info(lines: pa.Array) -> NcclInfo:
                     pa.Array.from_buffers(pa.uint8(), n, [None, flags]),
                     pa.Array.from_buffers(pa.int64(), nk, [None, first]),
                     pc.sum(pc.equal(codes, UNSURE)).as_py() or 0)
+
+
+_NH_FIELDS = 12
+
+
+class NcclHeads(NamedTuple):
+    """What :func:`nccl_heads` read, per line: ``code`` (uint8: 1 read, 0 not a line that starts
+    with its header, UNSURE where the string operations decide) and, for code 1, in bytes (int32):
+    ``host_end``, ``pid_at``/``pid_end``, ``tid_at``/``tid_end``, ``tail_at``/``tail_end`` (-1: no
+    tail), ``dev_at``/``dev_end`` (-1: the tail is not a plain device), ``level_at``/``level_end``
+    (-1: no " NCCL "), ``msg_at`` (-1: no message); ``unsure``: how many were left."""
+    code: pa.Array
+    host_end: pa.Array
+    pid_at: pa.Array
+    pid_end: pa.Array
+    tid_at: pa.Array
+    tid_end: pa.Array
+    tail_at: pa.Array
+    tail_end: pa.Array
+    dev_at: pa.Array
+    dev_end: pa.Array
+    level_at: pa.Array
+    level_end: pa.Array
+    msg_at: pa.Array
+    unsure: int
+
+
+def nccl_heads(lines: pa.Array) -> NcclHeads:
+    """The header of each NCCL line that starts with it (see ``at_nccl_heads`` in scan.c)."""
+    lib = library()
+    n = len(lines)
+    alive, col = _column(lines)
+    code = pa.allocate_buffer(max(n, 1))
+    f = pa.allocate_buffer(max(4 * _NH_FIELDS * n, 1))
+    left = lib.at_nccl_heads(ctypes.byref(col), n, code.address, f.address) if n else 0
+    del alive       # (the buffers it read stayed alive through the call)
+    cols = pa.Array.from_buffers(pa.int32(), _NH_FIELDS * n, [None, f])     # (the fields one after the other)
+    fields = [cols.slice(k * n, n) for k in range(_NH_FIELDS)]
+    return NcclHeads(pa.Array.from_buffers(pa.uint8(), n, [None, code]), *fields, left)
 
 
 class PerfHeaders(NamedTuple):

@@ -775,6 +775,64 @@ int64_t at_nccl_info(const col_t *col, int64_t n, uint8_t *code,
     return nk;
 }
 
+/* NCCL lines that start with their header, "host:pid:tid " (FAST_START in ingest/formats/logs/
+ * nccl_grammar.py), cut as nccl_frame's string operations cut them: at the first " NCCL " into the
+ * header and the rest; the header at its first blank into the ids "host:pid:tid" and the tail
+ * (a device "[3]", or the trace time, source and function that the HEADER_TAIL regex reads); the
+ * rest at its first blank into the level and the message. For lines [0, n) of col: code[i] 1 (read),
+ * 0 (not that shape) or 255 (not ASCII: FAST_START's \w is Unicode's, left to the string
+ * operations). f holds NH_FIELDS int32 columns of n rows each (column k at f + k * n); for code 1,
+ * in bytes: the host is [0, HOST_END), the pid [PID_AT, PID_END), the tid [TID_AT, TID_END), the
+ * tail [TAIL_AT, TAIL_END) (TAIL_AT -1: none, the header is the ids alone), the device
+ * [DEV_AT, DEV_END) where the tail is "simple" (empty, or brackets around no blank: the device is
+ * the tail less its leading and trailing brackets; DEV_AT -1 otherwise), the message from MSG_AT
+ * (-1: the rest has no blank, the message is empty), the level [LEVEL_AT, LEVEL_END) (the rest up to
+ * its first blank; LEVEL_AT -1: no " NCCL "). Returns how many lines were left (255). */
+enum { HOST_END, PID_AT, PID_END, TID_AT, TID_END, TAIL_AT, TAIL_END, DEV_AT, DEV_END, LEVEL_AT, LEVEL_END, MSG_AT,
+       NH_FIELDS };
+int64_t at_nccl_heads(const col_t *col, int64_t n, uint8_t *code, int32_t *f) {
+    int64_t left = 0;
+    for (int64_t i = 0; i < n; i++) {
+        code[i] = 0;
+        for (int k = 0; k < NH_FIELDS; k++) f[k * n + i] = -1;
+        if (!is_valid(col, i)) continue;
+        line_t l = line_of(col, i);
+        if (!is_ascii(l.p, l.n)) { code[i] = 255; left++; continue; }
+        if (l.n > INT32_MAX) continue;
+        /* ^[\w.\-]+:\d+:\d+ (then a blank) */
+        int64_t h = 0;
+        while (w_or(at(l, h), ".-")) h++;
+        if (h == 0 || at(l, h) != ':') continue;
+        int64_t pe = skip_d(l, h + 1);
+        if (pe == h + 1 || at(l, pe) != ':') continue;
+        int64_t te = skip_d(l, pe + 1);
+        if (te == pe + 1 || at(l, te) != ' ') continue;
+        code[i] = 1;
+        f[HOST_END * n + i] = (int32_t)h;
+        f[PID_AT * n + i] = (int32_t)(h + 1); f[PID_END * n + i] = (int32_t)pe;
+        f[TID_AT * n + i] = (int32_t)(pe + 1); f[TID_END * n + i] = (int32_t)te;
+        int64_t cut = find(l, 0, " NCCL ", 6);
+        int64_t head_end = cut < 0 ? l.n : cut;
+        if (head_end > te) {             /* a blank after the ids inside the header: the tail */
+            f[TAIL_AT * n + i] = (int32_t)(te + 1); f[TAIL_END * n + i] = (int32_t)head_end;
+            line_t t = {l.p + te + 1, head_end - te - 1};
+            int simple = t.n == 0 || (t.p[0] == '[' && t.p[t.n - 1] == ']' && memchr(t.p, ' ', (size_t)t.n) == NULL);
+            if (simple) {
+                int64_t a = 0, b = t.n;
+                while (a < b && (t.p[a] == '[' || t.p[a] == ']')) a++;
+                while (b > a && (t.p[b - 1] == '[' || t.p[b - 1] == ']')) b--;
+                f[DEV_AT * n + i] = (int32_t)(te + 1 + a); f[DEV_END * n + i] = (int32_t)(te + 1 + b);
+            }
+        }
+        if (cut < 0) continue;
+        int64_t a = cut + 6, b = a;
+        while (b < l.n && l.p[b] != ' ') b++;
+        f[LEVEL_AT * n + i] = (int32_t)a; f[LEVEL_END * n + i] = (int32_t)b;
+        if (b < l.n) f[MSG_AT * n + i] = (int32_t)(b + 1);
+    }
+    return left;
+}
+
 /* perf script record headers: "comm pid/tid [cpu] sec.frac: rest", cut as the parser's regexes cut
  * them (ingest/formats/perf_script.py: the leftmost TIME_TOKEN, then PRE on the text before it).
  * For lines [0, n) of col: code[i] 1 (read), 0 (no time token: an untimed header) or 255 (not

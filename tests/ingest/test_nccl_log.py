@@ -416,6 +416,52 @@ def test_compiled_info_reader_equals_the_collapse_grammar():
     check()
 
 
+_HEAD_PIECES = ["h", "host-1.x", "a_b", ":", "1", "23", " ", "  ", "[", "]", "[3]", "[[0]]", "[]", "12.5", "a.cc:3",
+                "(f)", " NCCL ", "NCCL ", "INFO", "WARN", "TRACE", "CALL", "ABORT", "INFOS", "x", "\u00fc", "\u0663", "\t"]
+
+
+def test_compiled_header_reader_cuts_the_lines_as_the_string_operations_do():
+    # nccl_frame reads the header of a line that starts with it ("host:pid:tid ") with the compiled
+    # reader (ingest.native.nccl_heads, via _heads_read) on ASCII lines: the same frame as the string
+    # operations (_heads_cut) on generated lines (hypothesis); the lines that are not ASCII are left
+    # to the string operations, and the lines of another shape to the header search
+    import polars as pl
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from polars.testing import assert_frame_equal
+    from ingest import native
+    from ingest.formats.logs.nccl_grammar import FAST_START, _heads_cut, _heads_read
+
+    ids = st.sampled_from(["h:1:2", "host-1.x:12:345", "a_b.c:0:0", "h:1:", ":1:2", "h:x:2", "h\u00fc:1:2", "h:1:2:3"])
+    rest = st.lists(st.sampled_from(_HEAD_PIECES), max_size=12).map("".join)
+
+    def same(lines):
+        cand = pl.DataFrame({"lineno": list(range(1, len(lines) + 1)), "body": lines},
+                            schema={"lineno": pl.Int64, "body": pl.String})
+        body = native.texts(cand["body"])
+        h = native.nccl_heads(body)
+        code = pl.Series(h.code)
+        shaped = cand["body"].str.contains(FAST_START)
+        for ln, c, f in zip(lines, code.to_list(), shaped.to_list()):
+            if not ln.isascii():
+                assert c == native.UNSURE, ln
+            else:
+                assert c == int(f), ln          # the shape FAST_START states
+        read = code == 1
+        if read.any():
+            assert_frame_equal(_heads_read(cand, body, h, read), _heads_cut(cand.filter(read)))
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.tuples(ids, rest), min_size=1, max_size=10))
+    def check(rows):
+        same([f"{i}{r}" for i, r in rows])
+
+    same(["h:1:2 [0] NCCL INFO Channel 00/02 : 0 1", "h:1:2 NCCL WARN x", "h:1:2 12.5 a.cc:3 (f) NCCL TRACE y",
+          "h:1:2 [] NCCL INFO", "h:1:2  NCCL INFO z", "h:1:2 xNCCL INFO", "h:1:2 [0] NCCL INFO", "h:1:2 [0 1] NCCL CALL",
+          "h:1:2 [[3]] NCCL ABORT q", "h:1:2 NCCL INFOS w", "h:1:2 NCCL  INFO", "h:1:2 [0] NCCL INFO a NCCL WARN b"])
+    check()
+
+
 def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path):
     # _nccl_events reads each distinct INFO message once and gives its fields to every row with it;
     # collapse_info groups the repetitive INFO lines per (class, header) in one query. Both checked

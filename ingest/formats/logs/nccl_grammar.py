@@ -47,6 +47,8 @@ import re
 from typing import NamedTuple
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ... import native
 from .frames import extract_prefix
@@ -298,6 +300,40 @@ def _info_by_regex(rows: pl.DataFrame, x: pl.DataFrame, base: pl.DataFrame, r) -
     return pl.concat([x, y.select(x.columns)], how="vertical_relaxed").sort("_i")
 
 
+def _heads_read(cand: pl.DataFrame, body, h, read: pl.Series) -> pl.DataFrame:
+    """The rows the compiled reader read (``read``): lineno, host, pid, tid, level, msg, dev, and
+    ``_tail``/``_simple`` (the tail after the ids; whether it is a plain device), as
+    :func:`_heads_cut` makes them with string operations."""
+    def cut(a, e=None):
+        return pl.Series(native.slices(body, a, None if e is None else pc.subtract(e, a)))
+    tail_at = pl.Series(h.tail_at)
+    x = pl.DataFrame([cand["lineno"], cut(pa.repeat(pa.scalar(0, pa.int32()), len(body)), h.host_end).alias("host"),
+                      cut(h.pid_at, h.pid_end).alias("pid"), cut(h.tid_at, h.tid_end).alias("tid"),
+                      cut(h.level_at, h.level_end).alias("level"),
+                      cut(h.msg_at).fill_null("").alias("msg"), cut(h.dev_at, h.dev_end).alias("dev"),
+                      cut(h.tail_at, h.tail_end).alias("_tail"),
+                      ((tail_at < 0) | (pl.Series(h.dev_at) >= 0)).alias("_simple")])
+    return x.filter(read)
+
+
+def _heads_cut(sub: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_heads_read`'s frame by string operations (lines that are not ASCII)."""
+    # (literal splits: slicing at str.find positions counts characters, which is slower)
+    x = sub.select("lineno", "body").with_columns(pl.col("body").str.splitn(" NCCL ", 2).alias("_hr")).unnest(
+        "_hr", separator="~")
+    x = x.with_columns(pl.col("_hr~field_0").str.splitn(" ", 2).alias("_hs"),
+                       pl.col("_hr~field_1").str.splitn(" ", 2).alias("_rs")).unnest("_hs", "_rs", separator="~")
+    ids = pl.col("_hs~field_0").str.split_exact(":", 2)
+    tail = pl.col("_hs~field_1")
+    simple = tail.is_null() | (tail.str.len_chars() == 0) | (
+        tail.str.starts_with("[") & tail.str.ends_with("]") & ~tail.str.contains(" ", literal=True))
+    return x.select("lineno", ids.struct.field("field_0").alias("host"), ids.struct.field("field_1").alias("pid"),
+                    ids.struct.field("field_2").alias("tid"), pl.col("_rs~field_0").alias("level"),
+                    pl.col("_rs~field_1").fill_null("").alias("msg"),
+                    pl.when(simple).then(tail.str.strip_chars("[]")).alias("dev"), tail.alias("_tail"),
+                    simple.alias("_simple"))
+
+
 def nccl_frame(base: pl.DataFrame) -> pl.DataFrame:
     """NCCL rows of a chunk: header fields + ``msg`` + ``spliced`` (lost fragments).
 
@@ -306,35 +342,33 @@ def nccl_frame(base: pl.DataFrame) -> pl.DataFrame:
     cand = base.filter(pl.col("body").str.contains("NCCL ", literal=True))
     if cand.is_empty():
         return cand
-    # Most lines start with the header: cut them with string operations (regex captures over
-    # whole lines are the slow part); the rest (time/tag prefixes, run-in or spliced lines)
-    # go through the header search.
-    fast = pl.col("body").str.contains(FAST_START)
+    # Most lines start with the header: cut at literal blanks (regex captures over whole lines are
+    # the slow part), by the compiled reader (:func:`ingest.native.nccl_heads`) on ASCII lines and
+    # by string operations on the others; the rest (time/tag prefixes, run-in or spliced lines) go
+    # through the header search.
+    body = native.texts(cand["body"])
+    h = native.nccl_heads(body)
+    code = pl.Series(h.code)
+    fast = code == 1
+    if h.unsure:
+        fast = fast | ((code == native.UNSURE) & cand["body"].str.contains(FAST_START))
     parts = []
-    sub = cand.filter(fast).select("lineno", "body")
-    if not sub.is_empty():
-        # (a literal split: slicing at str.find positions counts characters, which is slower)
-        x = sub.with_columns(pl.col("body").str.splitn(" NCCL ", 2).alias("_hr")).unnest("_hr", separator="~")
-        x = x.with_columns(pl.col("_hr~field_0").str.splitn(" ", 2).alias("_hs"),
-                           pl.col("_hr~field_1").str.splitn(" ", 2).alias("_rs")).unnest("_hs", "_rs", separator="~")
-        ids = pl.col("_hs~field_0").str.split_exact(":", 2)
-        x = x.with_columns(ids.struct.field("field_0").alias("host"), ids.struct.field("field_1").alias("pid"),
-                           ids.struct.field("field_2").alias("tid"),
-                           pl.col("_rs~field_0").alias("level"), pl.col("_rs~field_1").fill_null("").alias("msg"))
-        tail = pl.col("_hs~field_1")
-        simple = tail.is_null() | (tail.str.len_chars() == 0) | (
-            tail.str.starts_with("[") & tail.str.ends_with("]") & ~tail.str.contains(" ", literal=True))
-        x = x.with_columns(pl.when(simple).then(tail.str.strip_chars("[]")).alias("dev"))
+    if fast.any():
+        x = _heads_read(cand, body, h, code == 1)
+        if h.unsure:
+            left = cand.filter(fast & (code == native.UNSURE))
+            if not left.is_empty():
+                x = pl.concat([x, _heads_cut(left)], how="vertical_relaxed").sort("lineno", maintain_order=True)
+        simple = pl.col("_simple")
         y = x.filter(~simple)
         if not y.is_empty():
-            t = y.select(tail.str.extract_groups(HEADER_TAIL).alias("_t")).unnest("_t")
+            t = y.select(pl.col("_tail").str.extract_groups(HEADER_TAIL).alias("_t")).unnest("_t")
             x = pl.concat([x.filter(simple), pl.concat([y.drop("dev"), t], how="horizontal")],
                           how="diagonal_relaxed")
         known = pl.col("level").is_in(["INFO", "WARN", "TRACE", "CALL", "ABORT"])
         if not x.select(known.all(ignore_nulls=False)).item():    # (a filter copies every column)
             x = x.filter(known)
-        parts.append(x.select([c for c in x.columns if not c.startswith("_")] ).drop("body")
-                     .with_columns(pl.lit("").alias("pre")))
+        parts.append(x.select([c for c in x.columns if not c.startswith("_")]).with_columns(pl.lit("").alias("pre")))
     sub = cand.filter(~fast).select("lineno", "body")
     if not sub.is_empty():
         parts.append(extract_prefix(sub, "body", HEADER).drop("body").filter(pl.col("level").is_not_null()))
