@@ -532,3 +532,24 @@ def test_the_messages_read_once_per_file_are_bounded_and_read_alike(tmp_path, mo
     (want, once), (got, again) = runs
     assert got == want and any(e["name"] == "nccl_comm_init" for e in got)
     assert len(once) == len(set(once)) > 5 and len(again) > len(once)   # (once each; then read again)
+
+
+def test_a_run_in_header_takes_the_host_its_pid_had_first_on_a_clean_line(tmp_path):
+    # A header run into other output ("...0host:pid:tid") does not say where its host begins: the
+    # line takes the host its pid had on a clean line, the first such line when the pid was seen
+    # under two hosts (pids recur across hosts), whatever order Polars' unique() would give.
+    lines = []
+    for p in range(40):
+        lines.append(f"node{p}a:{1000 + p}:{1000 + p} [0] NCCL INFO cudaDriverVersion 12040")
+    for p in range(40):
+        lines.append(f"node{p}b:{1000 + p}:{1000 + p} [0] NCCL INFO cudaDriverVersion 12040")
+    for p in range(40):
+        lines.append(f"  1234 56.7 0node{p}a:{1000 + p}:{1000 + p} [0] NCCL WARN Call to connect returned Connection refused")
+    path = tmp_path / "nccl.log"
+    path.write_text("\n".join(lines) + "\n")
+    for run in range(3):
+        res = parse(path, tmp_path / str(run), parser="nccl_log")
+        warns = [e for e in events(res) if e["name"] == "nccl_warn"]
+        assert len(warns) == 40
+        assert all(e["host"] == f"node{e['pid'] - 1000}a" for e in warns), \
+            sorted({(e["pid"], e["host"]) for e in warns if e["host"] != f"node{e['pid'] - 1000}a"})[:5]

@@ -422,7 +422,8 @@ def _timed_family(g: pl.DataFrame, fam: str) -> pl.DataFrame:
 def _nccl_events(rows: pl.DataFrame, nc: pl.DataFrame, st: _State) -> list[pl.DataFrame]:
     g = rows.join(nc, on="lineno", how="inner")
     # host of a run-in or spliced header: the host this pid had on a clean line
-    for r in g.filter(~pl.col("host_unsure")).select("host", "pid").unique().iter_rows():
+    # (in line order: a pid seen under two hosts takes the first one's)
+    for r in g.filter(~pl.col("host_unsure")).select("host", "pid").unique(maintain_order=True).iter_rows():
         st.pid_host.setdefault(r[1], r[0])
         st.hosts.add(r[0])
     if g["host_unsure"].any():
