@@ -55,6 +55,8 @@ def library() -> ctypes.CDLL:
             lib.at_nccl_info.argtypes = [_P, _I64] + [_P] * 5
             lib.at_nccl_info.restype = _I64
             lib.at_nccl_heads.argtypes = [_P, _I64, _P, _P]
+            lib.at_nccl_groups.argtypes = [_I64, _P, _P, _P, _P, _I64, _P, _P, _P, _P]
+            lib.at_nccl_groups.restype = _I64
             lib.at_nccl_heads.restype = _I64
             lib.at_perf_headers.argtypes = [_P, _I64] + [_P] * 11 + [_I64]
             lib.at_perf_headers.restype = _I64
@@ -305,6 +307,36 @@ def nccl_info(lines: pa.Array) -> NcclInfo:
                     pa.Array.from_buffers(pa.uint8(), n, [None, flags]),
                     pa.Array.from_buffers(pa.int64(), nk, [None, first]),
                     pc.sum(pc.equal(codes, UNSURE)).as_py() or 0)
+
+
+class NcclGroups(NamedTuple):
+    """What :func:`nccl_groups` found: per group (class * headers + header; int64) its ``first`` and
+    ``last`` row (-1: no line) and ``count``; ``keep`` (bool, per line: not dropped) and how many
+    lines were ``dropped``."""
+    first: pa.Array
+    last: pa.Array
+    count: pa.Array
+    keep: pa.Array
+    dropped: int
+
+
+def nccl_groups(code: pa.Array, kid: pa.Array, flags: pa.Array, later: pa.Array | None, nk: int) -> NcclGroups:
+    """The collapse groups of INFO lines read as :func:`nccl_info` reads them (``code``, ``kid`` and
+    ``flags``: uint8, int32, uint8), of the lines where ``later`` (bool; None: every line) holds,
+    ``nk`` headers (see ``at_nccl_groups`` in scan.c)."""
+    lib = library()
+    n = len(code)
+    first, last, count = (pa.allocate_buffer(max(8 * 3 * nk, 1)) for _ in range(3))
+    keep = pa.allocate_buffer(max(n, 1))
+    ins = [pc.cast(later, pa.uint8()) if later is not None else None, code, kid, flags]
+    ins = [None if a is None else (a if a.offset == 0 and a.null_count == 0 else pa.concat_arrays([a])) for a in ins]
+    dropped = lib.at_nccl_groups(n, ins[1].buffers()[1].address, ins[2].buffers()[1].address,
+                                 ins[3].buffers()[1].address, None if ins[0] is None else ins[0].buffers()[1].address,
+                                 nk, first.address, last.address, count.address, keep.address) if n else 0
+    del ins         # (the buffers it read stayed alive through the call)
+    keep = pc.cast(pa.Array.from_buffers(pa.uint8(), n, [None, keep]), pa.bool_())
+    return NcclGroups(*(pa.Array.from_buffers(pa.int64(), 3 * nk, [None, b]) for b in (first, last, count)), keep,
+                      dropped)
 
 
 _NH_FIELDS = 12

@@ -775,6 +775,39 @@ int64_t at_nccl_info(const col_t *col, int64_t n, uint8_t *code,
     return nk;
 }
 
+/* The collapse groups of n NCCL INFO lines, as at_nccl_info reads them (code, kid and flags; nk
+ * headers): a group is (class, header); its lines are the lines with code 1-3 where later[i] is set
+ * (later NULL: every line), less those with INFO_BRACKET (a line with a time of its own stays).
+ * first[g] and last[g] (the group's first and last row, -1: none) and count[g], for g = class * nk +
+ * header (3 * nk groups); keep[i] 0 for a grouped line between its group's first and last, else 1.
+ * Returns the lines dropped. */
+static inline int64_t group_of(int64_t i, const uint8_t *code, const int32_t *kid, const uint8_t *flags,
+                               const uint8_t *later, int64_t nk) {
+    if (code[i] < 1 || code[i] > 3 || (flags[i] & INFO_BRACKET) || (later && !later[i]) || kid[i] < 0 || kid[i] >= nk)
+        return -1;
+    return (int64_t)(code[i] - 1) * nk + kid[i];
+}
+
+int64_t at_nccl_groups(int64_t n, const uint8_t *code, const int32_t *kid, const uint8_t *flags,
+                       const uint8_t *later, int64_t nk, int64_t *first, int64_t *last, int64_t *count,
+                       uint8_t *keep) {
+    for (int64_t g = 0; g < 3 * nk; g++) { first[g] = -1; last[g] = -1; count[g] = 0; }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t g = group_of(i, code, kid, flags, later, nk);
+        if (g < 0) continue;
+        if (first[g] < 0) first[g] = i;
+        last[g] = i;
+        count[g]++;
+    }
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t g = group_of(i, code, kid, flags, later, nk);
+        keep[i] = (uint8_t)(g < 0 || i == first[g] || i == last[g]);
+        dropped += !keep[i];
+    }
+    return dropped;
+}
+
 /* NCCL lines that start with their header, "host:pid:tid " (FAST_START in ingest/formats/logs/
  * nccl_grammar.py), cut as nccl_frame's string operations cut them: at the first " NCCL " into the
  * header and the rest; the header at its first blank into the ids "host:pid:tid" and the tail

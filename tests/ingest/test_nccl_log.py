@@ -462,10 +462,13 @@ def test_compiled_header_reader_cuts_the_lines_as_the_string_operations_do():
     check()
 
 
-def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path):
+@pytest.mark.parametrize("variant", ["as written", "not ascii", "after a floor"])
+def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path, variant):
     # _nccl_events reads each distinct INFO message once and gives its fields to every row with it;
-    # collapse_info groups the repetitive INFO lines per (class, header) in one query. Both checked
-    # against plain per-row computations on real logs repeated three times.
+    # collapse_info groups the repetitive INFO lines per (class, header) (the compiled reader and
+    # grouping; the regexes for lines that are not ASCII). Both checked against plain per-row
+    # computations on real logs repeated three times: as written, with some headers and messages
+    # made not ASCII, and with the lines up to a floor (the previous chunk's context) left alone.
     import json
     import re
 
@@ -476,14 +479,26 @@ def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path)
     with gzip.open(NCCL / "timez-zx__nccl-tests_nccl.log.gz", "rb") as f:     # (COLL, tuning, proxy lines)
         text = b"".join(f.readline() for _ in range(6000))
     text += (NCCL / "bigscience__all_reduce_bench-32gb-n4.txt").read_bytes()    # (16 processes' topology)
-    df = next(line_frames(__import__("io").BytesIO(text * 3)))
+    text = text * 3
+    if variant == "not ascii":
+        lines = text.split(b"\n")
+        for i in range(0, len(lines), 7):
+            lines[i] = lines[i].replace(b":", "\u00e9:".encode(), 1)              # a host
+        for i in range(3, len(lines), 11):
+            lines[i] = lines[i].replace(b" NCCL INFO ", " NCCL INFO \u00fc".encode(), 1)    # a message
+        text = b"\n".join(lines)
+    df = next(line_frames(__import__("io").BytesIO(text)))
     base = applog._wrap(df.select("lineno", "line"))
+    floor = int(base["lineno"][base.height // 3]) if variant == "after a floor" else None
     pending: dict = {}
-    out, mask = nccl.collapse_info(base, pending, None)
+    out, mask = nccl.collapse_info(base, pending, floor)
     # reference: the same groups by Python
     groups: dict = {}
     for i, (ln, body) in enumerate(base.select("lineno", "body").iter_rows()):
         if " NCCL INFO " not in body:
+            continue
+        if floor is not None and ln <= floor:
+            assert out.filter(pl.col("lineno") == ln)["_cls"].to_list() == [None]
             continue
         k, m = body.split(" NCCL INFO ", 1)
         if re.match(nccl.INFO_KEEP, m) or " NCCL " in m:
@@ -498,6 +513,9 @@ def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path)
         if len(lns) > 2:
             assert pending[lns[-1]]["n"] == len(lns) - 2
     assert sum(p["n"] for p in pending.values()) == sum(max(0, len(v) - 2) for v in groups.values())
+    if variant != "as written":
+        assert len(pending) > 20
+        return
     # grammar: each row's name and fields as its own regex gives them
     fams = applog._families(out, applog._State(zone="UTC", mtime_year=2026))
     ev = pl.concat([f for f in fams if f["category"][0] == "nccl"], how="diagonal_relaxed")

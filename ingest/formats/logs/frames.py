@@ -62,7 +62,7 @@ def scatter(n: int, idx: pl.Series, values: pl.Series) -> pl.Series:
 
 
 def repeat(name: str, value, n: int, dtype=pl.String) -> pl.Series:
-    """``value`` ``n`` times (a small series: the Arrow array is one buffer of one value each)."""
+    """``value`` ``n`` times, as a series made from an Arrow array (not a query)."""
     t = _ARROW.get(dtype)
     if t is None:
         return pl.repeat(value, n, eager=True, dtype=dtype).alias(name)

@@ -199,71 +199,76 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     (class, process, device). Lines with their own time (``[time] host:...``), spliced lines
     and lines at or before ``floor`` (the previous chunk's context row) are never dropped.
     The lines are read by the compiled reader (:func:`ingest.native.nccl_info`: the class and the
-    header's number of every ASCII line), the others by the regexes below.
+    header's number of every ASCII line), the others by the regexes below; the groups are counted
+    by :func:`ingest.native.nccl_groups`.
     Returns the chunk with ``_cls`` and the mask of the rows kept (None: all).
     """
-    r = native.nccl_info(native.texts(base["body"]))
-    code = pl.Series("_code", r.code)
-    later = pl.lit(True) if floor is None else pl.col("lineno") > floor
-    flags = pl.Series("_f", r.flags)
-    cols = base.select("lineno", "body").with_row_index("_i").with_columns(
-        code, pl.Series("_kid", r.kid), (flags & native.INFO_BRACKET).cast(pl.Boolean).alias("_br"),
-        (flags & native.INFO_CHANNEL).cast(pl.Boolean).alias("_ch"), pl.Series("_mat", r.msg_at))
-    x = cols.filter(pl.col("_code").is_between(1, 3) & later).select(
-        "_i", "lineno", (pl.col("_code") - 1).alias("_c"), "_kid", "_br", "_ch", "_mat", "body")
+    body = native.texts(base["body"])
+    r = native.nccl_info(body)
+    code, kid, flags, mat, nk = r.code, r.kid, r.flags, r.msg_at, len(r.first)
     if r.unsure:
-        x = _info_by_regex(cols.filter((pl.col("_code") == native.UNSURE) & later), x, base, r)
-    if x.is_empty():
+        code, kid, flags, mat, nk = _info_by_regex(base, r)
+    later = None if floor is None else pc.greater(base["lineno"].to_arrow(), floor)
+    grouped = pc.and_(pc.greater_equal(code, 1), pc.less_equal(code, 3))
+    if later is not None:
+        grouped = pc.and_(grouped, later)
+    if not pc.any(grouped).as_py():
         return base.with_columns(pl.lit(None, pl.String).alias("_cls")), None
     # (the class as a number per row until the rows are dropped; named on the rows that stay)
-    cls = pl.Series("_c", [0], dtype=pl.UInt8).extend_constant(0, base.height - 1).scatter(
-        x["_i"], x["_c"].cast(pl.UInt8) + 1)
-    # per group (one hash pass, in the same query as the rows it reads): its first line (kept: the
-    # first time), last line (kept: the event) and size; the lines between are dropped and counted
-    # for the last one. Lines with a time of their own (``[time] host:...``) stay.
-    d = x.lazy().filter(~pl.col("_br"))
-    grp = ["_c", "_kid"]
-    # (the rows' numbers too: the row numbers and the line numbers of the chunk rise together)
-    agg = d.group_by(grp).agg(pl.col("lineno").min().alias("_first"), pl.col("lineno").max().alias("_rep"),
-                              pl.len().alias("_n"), pl.col("_i").min().alias("_fi"), pl.col("_i").max().alias("_ri"))
-    d, agg = pl.collect_all([d, agg])
-    if d.is_empty():
+    cls = pl.Series("_c", pc.if_else(grouped, code, pa.scalar(0, pa.uint8())))
+    g = native.nccl_groups(code, kid, flags, later, nk)
+    at = pc.indices_nonzero(pc.greater(g.count, 0))
+    if not len(at):       # (only lines with a time of their own)
         return _named(base, cls), None
+    lineno = base["lineno"]
+    firsts, lasts = pl.Series(pc.take(g.first, at)), pl.Series(pc.take(g.last, at))
+    counts = pc.take(g.count, at).to_pylist()
     new: dict = {}
-    for rep, first, n in agg.select("_rep", "_first", "_n").iter_rows():
+    for rep, first, n in zip(lineno.gather(lasts).to_list(), lineno.gather(firsts).to_list(), counts):
         if n > 2 or rep == first:
             new[rep] = {"n": n - (1 if rep == first else 2), "via": set(), "chan": set()}
     # topology lines: the transports and channel numbers seen, per group (distinct ones only)
-    # (the message from its byte offset: the line is ASCII, so that is its character offset too)
-    m = pl.col("body").str.slice(pl.col("_mat"))
-    # (a process writes its channel lines again on every communicator: the distinct messages first)
-    topo = d.lazy().filter((pl.col("_c") == 2) & pl.col("_ch")).select("_kid", m.alias("_m")).unique(
-    ).select("_kid", pl.col("_m").str.extract(r" via (\S+)", 1).alias("via"), pl.col("_m").str.extract(
-        r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
-    if not topo.is_empty():
-        reps = dict(agg.filter(pl.col("_c") == 2).select("_kid", "_rep").iter_rows())
-        for k, via, chan in topo.iter_rows():
-            e = new.setdefault(reps[k], {"n": 0, "via": set(), "chan": set()})
-            if via is not None:
-                e["via"].add(via)
-            if chan is not None:
-                e["chan"].add(chan)
+    bit = lambda b: pc.not_equal(pc.bit_wise_and(flags, pa.scalar(b, pa.uint8())), 0)
+    topo_rows = pc.indices_nonzero(pc.and_(pc.and_(grouped, pc.equal(code, 3)),
+                                           pc.and_(pc.invert(bit(native.INFO_BRACKET)), bit(native.INFO_CHANNEL))))
+    if len(topo_rows):
+        # (a process writes its channel lines again on every communicator: the distinct messages first;
+        # the message from its offset: a character offset, the line being ASCII where the reader read it)
+        t = pl.DataFrame([pl.Series("_kid", pc.take(kid, topo_rows)), base["body"].gather(pl.Series(topo_rows)),
+                          pl.Series("_mat", pc.take(mat, topo_rows))]).lazy().select(
+            "_kid", pl.col("body").str.slice(pl.col("_mat")).alias("_m")).unique().select(
+            "_kid", pl.col("_m").str.extract(r" via (\S+)", 1).alias("via"), pl.col("_m").str.extract(
+                r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
+        if not t.is_empty():
+            last_row = g.last.to_pylist()
+            for k, via, chan in t.iter_rows():
+                e = new.setdefault(lineno[last_row[2 * nk + k]], {"n": 0, "via": set(), "chan": set()})
+                if via is not None:
+                    e["via"].add(via)
+                if chan is not None:
+                    e["chan"].add(chan)
     if pending:
         # last lines of an earlier chunk that were carried into this one: what they stood for
         # passes to the last line of their group now
-        back = d.filter(pl.col("lineno").is_in(list(pending))).select("lineno", *grp).join(agg, on=grp)
-        for ln, rep in back.select("lineno", "_rep").iter_rows():
+        # (the chunk's line numbers rise: each pending line's row by a binary search)
+        keys = sorted(pending)
+        rows = lineno.search_sorted(pl.Series(keys, dtype=lineno.dtype)).to_list()
+        for ln, i in zip(keys, rows):
+            if i >= len(lineno) or lineno[i] != ln:
+                continue
+            c, k, f = code[i].as_py(), kid[i].as_py(), flags[i].as_py()
+            if not (1 <= c <= 3) or f & native.INFO_BRACKET or (later is not None and not later[i].as_py()):
+                continue
+            rep = lineno[g.last[(c - 1) * nk + k].as_py()]
             p = pending.pop(ln)
             e = new.setdefault(rep, {"n": 0, "via": set(), "chan": set()})
             e["n"] += p["n"]
             e["via"] |= p["via"]
             e["chan"] |= p["chan"]
     pending.update(new)
-    # every grouped row is dropped but its group's first and last
-    if d.height == 2 * agg.height - int((agg["_fi"] == agg["_ri"]).sum()):
+    if not g.dropped:     # (every group is its first and last line)
         return _named(base, cls), None
-    mask = pl.Series("_keep", [True], dtype=pl.Boolean).extend_constant(True, base.height - 1).scatter(
-        d["_i"], False).scatter(pl.concat([agg["_fi"], agg["_ri"]]), True)
+    mask = pl.Series("_keep", g.keep)
     return _named(base.filter(mask), cls.filter(mask)), mask
 
 
@@ -273,31 +278,39 @@ def _named(base: pl.DataFrame, cls: pl.Series) -> pl.DataFrame:
                                                 return_dtype=pl.String).alias("_cls"))
 
 
-def _info_by_regex(rows: pl.DataFrame, x: pl.DataFrame, base: pl.DataFrame, r) -> pl.DataFrame:
-    """``x`` with the INFO lines the compiled reader left (``rows``: not ASCII) read by the
-    regexes, their headers numbered as the reader numbered its (a header it did not see gets the
-    next number), in row order."""
+def _info_by_regex(base: pl.DataFrame, r) -> tuple:
+    """The code, header number, flags and message offset (in characters) of every line, with the
+    INFO lines the compiled reader left (not ASCII) read by the regexes, their headers numbered as
+    the reader numbered its (a header it did not see gets the next number); and the number of
+    headers."""
     m = pl.col("_m")
+    rows = pl.DataFrame([pl.Series("_i", pc.indices_nonzero(pc.equal(r.code, native.UNSURE))).cast(pl.Int64)])
+    rows = rows.with_columns(base["body"].gather(rows["_i"]).alias("body"))
     # (a literal split at the first " NCCL INFO ": its message and header)
-    y = (rows.select("_i", "lineno", "body", pl.col("body").str.splitn(" NCCL INFO ", 2).alias("_s"))
-         .unnest("_s").rename({"field_0": "_k", "field_1": "_m"})
-         .filter(~m.str.contains(INFO_KEEP) & ~m.str.contains(" NCCL ", literal=True)))
-    if y.is_empty():
-        return x
+    y = (rows.select("_i", "body", pl.col("body").str.splitn(" NCCL INFO ", 2).alias("_s"))
+         .unnest("_s").rename({"field_0": "_k", "field_1": "_m"}))
+    keep_all = m.is_null() | m.str.contains(INFO_KEEP) | m.str.contains(" NCCL ", literal=True)
     firsts = pl.Series(r.first, dtype=pl.Int64)
     known = base["body"].gather(firsts).str.slice(0, pl.Series(r.msg_at).gather(firsts) - len(" NCCL INFO ")) \
         if len(firsts) else pl.Series([], dtype=pl.String)
     ids = {k: i for i, k in enumerate(known.to_list())}
-    kid = [ids.setdefault(k, len(ids)) for k in y["_k"].to_list()]
-    y = y.with_columns(
-        pl.when(m.str.contains(" opCount ", literal=True)).then(pl.lit(0, pl.UInt8))
-        .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit(1, pl.UInt8))
-        .otherwise(pl.lit(2, pl.UInt8)).alias("_c"),
-        pl.Series("_kid", kid, dtype=pl.Int32), pl.col("_k").str.starts_with("[").alias("_br"),
-        m.str.starts_with("Channel ").alias("_ch"),
-        # (the message's start in characters, what the topology step's slice counts)
-        (pl.col("_k").str.len_chars() + len(" NCCL INFO ")).cast(pl.Int32).alias("_mat"))
-    return pl.concat([x, y.select(x.columns)], how="vertical_relaxed").sort("_i")
+    y = y.with_columns(pl.when(keep_all).then(pl.lit(0, pl.UInt8))
+                       .when(m.str.contains(" opCount ", literal=True)).then(pl.lit(1, pl.UInt8))
+                       .when(m.str.contains_any(list(OP_LITERALS))).then(pl.lit(2, pl.UInt8))
+                       .otherwise(pl.lit(3, pl.UInt8)).alias("_code"))
+    kid = [ids.setdefault(k, len(ids)) if c else -1 for k, c in zip(y["_k"].to_list(), y["_code"].to_list())]
+    y = y.with_columns(pl.Series("_kid", kid, dtype=pl.Int32),
+                       (pl.col("_k").str.starts_with("[").cast(pl.UInt8) * native.INFO_BRACKET
+                        + m.fill_null("").str.starts_with("Channel ").cast(pl.UInt8) * native.INFO_CHANNEL)
+                       .cast(pl.UInt8).alias("_f"),
+                       # (the message's start in characters, what the topology step's slice counts)
+                       (pl.col("_k").str.len_chars() + len(" NCCL INFO ")).cast(pl.Int32).alias("_mat"))
+    i = y["_i"]
+    code = pl.Series(r.code).scatter(i, y["_code"]).to_arrow()
+    kid_ = pl.Series(r.kid).scatter(i, y["_kid"]).to_arrow()
+    flags = pl.Series(r.flags).scatter(i, y["_f"]).to_arrow()
+    mat = pl.Series(r.msg_at).scatter(i, y["_mat"]).to_arrow()
+    return code, kid_, flags, mat, len(ids)
 
 
 def _heads_read(cand: pl.DataFrame, body, h, read: pl.Series) -> pl.DataFrame:
