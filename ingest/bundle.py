@@ -38,6 +38,7 @@ import tempfile
 import threading
 import zipfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
@@ -228,14 +229,58 @@ def store_raw(path: str | os.PathLike, bundles: Path) -> RawBundle:
 
 
 def _store_file(f, name: str, bundles: Path) -> RawBundle:
-    """:func:`store_stream` of an open regular file: copied by the kernel where it can, then the
+    """:func:`store_stream` of an open regular file: copied by the kernel where it can, and the
     copy hashed (its bytes are the bundle, whatever happens to the original meanwhile). A Python
     loop of reads and writes passes every byte through the interpreter twice; on a large file
     that took several times as long as the kernel's copy and a hash of it together."""
-    def copy(out):
-        size = _copy_file(f, out)
-        return _hash_file(out), size
-    return _store(name, bundles, "r+b", copy)
+    return _store(name, bundles, "r+b", lambda out: _copy_and_hash(f, out))
+
+
+COPY_STEP = 16 << 20       # bytes the kernel copies before the hash of the copy catches up
+
+
+def _copy_and_hash(src, dst) -> tuple[str, int]:
+    """Copy open file ``src`` from its position to its end into ``dst`` and hash the copy: (SHA-256,
+    bytes). The kernel copies a step at a time while a second thread hashes the step before, read
+    back from the copy (both leave the GIL): the two take about as long as the longer of them,
+    where one after the other took their sum (500 MB: 0.28 s of copy, 0.34 s of hash)."""
+    if not hasattr(os, "copy_file_range"):
+        n = _copy_file(src, dst)
+        return _hash_file(dst), n
+    h = hashlib.sha256()
+    n = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="intake-hash") as pool:
+        behind = None
+        try:
+            while True:
+                k = os.copy_file_range(src.fileno(), dst.fileno(), COPY_STEP)
+                if k == 0:
+                    break
+                if behind is not None:
+                    behind.result()
+                behind = pool.submit(_hash_range, h, dst.fileno(), n, k)
+                n += k
+        except OSError as e:
+            if n or e.errno not in _NO_KERNEL_COPY:
+                raise
+            n = _copy_by_reads(src, dst)    # (no kernel copy between these two files)
+            return _hash_file(dst), n
+        if behind is not None:
+            behind.result()
+    return h.hexdigest(), n
+
+
+def _hash_range(h, fd: int, offset: int, size: int) -> None:
+    """Feed ``size`` bytes of file ``fd`` from ``offset`` to hash ``h``."""
+    buf = bytearray(min(size, 4 * CHUNK))
+    view = memoryview(buf)
+    end = offset + size
+    while offset < end:
+        k = os.preadv(fd, [view[:min(len(buf), end - offset)]], offset)
+        if k == 0:
+            raise OSError(errno.EIO, "the copy is shorter than the bytes copied")
+        h.update(view[:k])
+        offset += k
 
 
 def _store(name: str, bundles: Path, mode: str, write: Callable) -> RawBundle:
@@ -277,6 +322,12 @@ def _copy_file(src, dst) -> int:
         except OSError as e:
             if n or e.errno not in _NO_KERNEL_COPY:
                 raise
+    return _copy_by_reads(src, dst)
+
+
+def _copy_by_reads(src, dst) -> int:
+    """:func:`_copy_file` by reads and writes."""
+    n = 0
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     while True:

@@ -243,10 +243,11 @@ def test_single_plain_file(tmp_path, bundles):
     assert ex.stopped is None
 
 
-@pytest.mark.parametrize("kernel", ["copy_file_range", "refused", "absent"])
+@pytest.mark.parametrize("kernel", ["copy_file_range", "in steps", "refused", "absent"])
 def test_a_single_file_is_copied_whole_and_named_by_the_hash_of_the_copy(tmp_path, bundles, monkeypatch, kernel):
-    """The kernel's copy where it can (a file system that refuses it, or a platform without it:
-    reads and writes): the same bytes and the same name either way, from where the file is read."""
+    """The kernel's copy where it can, a step at a time with the hash of the copy one step behind
+    (a file system that refuses it, or a platform without it: reads and writes): the same bytes
+    and the same name either way, from where the file is read."""
     import errno as _errno
     import ingest.bundle as B
     data = _incompressible(3 * (1 << 20) + 12_345, 7)        # (more than one read of the fallback)
@@ -260,10 +261,14 @@ def test_a_single_file_is_copied_whole_and_named_by_the_hash_of_the_copy(tmp_pat
         monkeypatch.setattr(B.os, "copy_file_range", refuse)
     elif kernel == "absent":
         monkeypatch.delattr(B.os, "copy_file_range")
+    elif kernel == "in steps":
+        real = os.copy_file_range
+        monkeypatch.setattr(B, "COPY_STEP", 1 << 20)
+        monkeypatch.setattr(B.os, "copy_file_range", lambda *a: calls.append(a) or real(*a))
     raw = store_raw(src, bundles)
     assert (raw.kind, raw.sha256, raw.bytes) == ("file", sha256(data), len(data))
     assert raw.raw_path.read_bytes() == data
-    assert len(calls) == (1 if kernel == "refused" else 0)
+    assert len(calls) == {"refused": 1, "in steps": 5}.get(kernel, 0)     # (4 steps, then the end)
     assert [p.name for p in bundles.iterdir()] == [raw.raw_path.name]       # no temporary copy left
     with open(src, "rb") as f:        # (from the file's position: what the caller has not read)
         f.seek(100)
