@@ -322,26 +322,10 @@ static inline int word_end(line_t l, int64_t i) { return !w_ascii(at(l, i)); }
 static inline int64_t skip_s(line_t l, int64_t i) { while (is_s(at(l, i))) i++; return i; }
 static inline int64_t skip_d(line_t l, int64_t i) { while (is_d(at(l, i))) i++; return i; }
 
-/* the next occurrence of needle (length k) at or after i, or -1. (memchr for the needle's first
- * byte that is not a space, then a compare: on lines of a hundred bytes this beats memmem, which
- * studies the needle anew on every call) */
-static inline int64_t find(line_t l, int64_t i, const char *needle, size_t k) {
-    size_t a = 0;
-    while (a + 1 < k && needle[a] == ' ') a++;
-    const uint8_t *end = l.p + l.n;
-    const uint8_t *p = l.p + i + a;
-    while (p + (k - a) <= end) {
-        const uint8_t *q = memchr(p, (uint8_t)needle[a], (size_t)(end - p) - (k - a) + 1);
-        if (!q) return -1;
-        if (memcmp(q - a, needle, k) == 0) return q - a - l.p;
-        p = q + 1;
-    }
-    return -1;
-}
-
-/* find() with the needle's byte at `rare` as the one memchr looks for: a byte that seldom occurs in
- * the text ('=' of "opId=", 'C' of " opCount "), where the first byte is a common letter that
- * would stop memchr at every word */
+/* the next occurrence of needle (length k) at or after i, or -1: memchr for the needle's byte at
+ * `rare`, then a compare (on lines of a hundred bytes this beats memmem, which studies the needle
+ * anew on every call). Best is a byte that seldom occurs in the text ('=' of "opId=", 'C' of
+ * " opCount "): a common letter stops memchr at every word. */
 static inline int64_t find_by(line_t l, int64_t i, const char *needle, size_t k, size_t rare) {
     const uint8_t *end = l.p + l.n;
     const uint8_t *p = l.p + i + rare;
@@ -352,6 +336,13 @@ static inline int64_t find_by(line_t l, int64_t i, const char *needle, size_t k,
         p = q + 1;
     }
     return -1;
+}
+
+/* find_by() at the needle's first byte that is not a space */
+static inline int64_t find(line_t l, int64_t i, const char *needle, size_t k) {
+    size_t a = 0;
+    while (a + 1 < k && needle[a] == ' ') a++;
+    return find_by(l, i, needle, k, a);
 }
 
 static inline int starts(line_t l, int64_t i, const char *s, size_t k) {
