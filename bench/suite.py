@@ -18,6 +18,10 @@ logs      NCCL INFO logs, crash-dense torchrun/training logs, and a training log
 kernel    raw and iso dmesg, crash-dense (a real boot log + real OOM/hung-task reports) and the
           real boot log alone, 50/200 MB; vs a line loop
 cgroup    the sample's cgroup snapshot series copied to 10,000/100,000 files
+small     a bundle's small files one at a time, as a parse worker takes them (``parse_file``, the
+          parser known, the small tables kept in memory): ms per file of one host of the 8-rank
+          bundle (a rank's 100 KB Kineto trace, its launcher and worker logs, the perf ``.gz``,
+          dmesg), where the fixed cost per file, not the bytes, is what a bundle of many files pays
 e2e       ``aftertrace analyze`` (Service.submit_path + analyze) of bundles of 8 and 64 ranks
           (full: also 512) built from the real sample: per host of 8 ranks its perf recording,
           dmesg, cgroup snapshots and host facts, per rank its Kineto traces (rank rewritten)
@@ -251,6 +255,61 @@ RESULT = dict(seconds=dt, files=len(g.members), rows=r.records)
                 r["peak_rss_mib"], f"{r['rows']:,} rows")]
 
 
+SMALL_RUN = r"""
+import statistics, tempfile, time, shutil
+from dataclasses import replace
+from pathlib import Path
+from ingest.parse import ParseJob, parse_file
+from ingest.reader import size_hint
+from ingest.registry import default_registry
+from ingest.sink import INLINE_ROWS
+reg = default_registry()
+out = Path(tempfile.mkdtemp(prefix='bench-small-'))
+res = {}
+for label, files in GROUPS:
+    parser = reg.sniff(files[0], Path(files[0]).name).reader.name
+    jobs = [ParseJob(f, Path(f).name, '', parser=parser, inline_rows=INLINE_ROWS) for f in files]
+    parse_file(replace(jobs[0], out_dir=str(out / 'warm')), reg)     # (imports, caches: not a file's cost)
+    times, k = [], 0
+    start = time.perf_counter()
+    while k < 5 or (time.perf_counter() - start < 2.0 and k < 2000):
+        t = time.perf_counter()
+        r = parse_file(replace(jobs[k % len(jobs)], out_dir=str(out / str(k))), reg)
+        times.append(time.perf_counter() - t)
+        k += 1
+    res[label] = dict(ms=statistics.median(times) * 1000, n=k, files=len(files),
+                      bytes=sum(Path(f).stat().st_size for f in files) / len(files),
+                      text=sum(size_hint(f) for f in files) / len(files), status=r.status, fmt=r.format)
+shutil.rmtree(out)
+RESULT = res
+"""
+
+
+def stage_small(quick: bool) -> list[dict]:
+    bundle, _ = build_rank_bundle(8, OUT / "bundle-8-ranks")
+    host = bundle / "node-000"
+    logs = sorted((host / "logs").rglob("*.log"))
+    groups = [
+        ("Kineto trace of one rank's profiler cycle", sorted(map(str, (host / "profiler").glob("*.json")))[:48]),
+        ("torchrun launcher log", [str(p) for p in logs if p.name == "torchrun.log"]),
+        ("a worker's stderr log (torchrun log_dir)", [str(p) for p in logs if p.name == "stderr.log" and p.stat().st_size]),
+        ("perf script, gzip (one host's recording)", [str(p) for p in sorted((host / "perf").glob("*.gz"))]),
+        ("kernel log (raw dmesg)", [str(host / "dmesg.txt")]),
+    ]
+    groups = [(label, files) for label, files in groups if files]
+    r = _child(f"GROUPS = {groups!r}\n" + SMALL_RUN)
+    rows = []
+    for label, files in groups:
+        g = r[label]
+        size = f"{g['bytes'] / 1024:,.0f} KB" + (f" ({g['text'] / 1e6:.1f} MB of text)" if g["text"] != g["bytes"] else "")
+        rows.append(row("small files", f"{label}, {size}" + (f" ({g['files']} such files)" if g["files"] > 1 else ""),
+                        f"aftertrace {g['fmt']}, one file as a parse worker takes it", g["ms"], "ms per file",
+                        rss=r["peak_rss_mib"],
+                        note=f"{g['text'] / 1e6 / (g['ms'] / 1000):.1f} MB/s of text; median of {g['n']} parses; "
+                             f"{g['status']}"))
+    return rows
+
+
 def build_rank_bundle(ranks: int, dest: Path, per_host: int = 8) -> tuple[Path, float]:
     """A bundle of ``ranks`` ranks from the real sample: each host of ``per_host`` ranks gets the
     sample's host files (perf, dmesg, cgroup snapshots, host facts, launcher logs); each rank
@@ -467,7 +526,7 @@ def stage_whole(quick: bool) -> list[dict]:
 
 
 STAGES = {"perf": stage_perf, "kineto": stage_kineto, "logs": stage_logs, "kernel": stage_kernel,
-          "cgroup": stage_cgroup, "e2e": stage_e2e, "query": stage_query, "export": stage_export,
+          "cgroup": stage_cgroup, "small": stage_small, "e2e": stage_e2e, "query": stage_query, "export": stage_export,
           "analysis": stage_analysis, "whole": stage_whole}
 
 
