@@ -240,9 +240,10 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
             "_kid", pl.col("_m").str.extract(r" via (\S+)", 1).alias("via"), pl.col("_m").str.extract(
                 r"^Channel (\d+)", 1).cast(pl.Int32, strict=False).alias("chan")).unique().collect()
         if not t.is_empty():
-            last_row = g.last.to_pylist()
-            for k, via, chan in t.iter_rows():
-                e = new.setdefault(lineno[last_row[2 * nk + k]], {"n": 0, "via": set(), "chan": set()})
+            # (each topology group's last line: class 2's groups are the last nk)
+            reps = lineno.gather(pl.Series(pc.take(g.last, pc.add(t["_kid"].to_arrow().cast(pa.int64()), 2 * nk))))
+            for (k, via, chan), rep in zip(t.iter_rows(), reps.to_list()):
+                e = new.setdefault(rep, {"n": 0, "via": set(), "chan": set()})
                 if via is not None:
                     e["via"].add(via)
                 if chan is not None:
