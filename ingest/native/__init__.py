@@ -55,9 +55,9 @@ def library() -> ctypes.CDLL:
             lib.at_nccl_info.argtypes = [_P, _I64] + [_P] * 5
             lib.at_nccl_info.restype = _I64
             lib.at_nccl_heads.argtypes = [_P, _I64, _P, _P]
+            lib.at_nccl_heads.restype = _I64
             lib.at_nccl_groups.argtypes = [_I64, _P, _P, _P, _P, _I64, _P, _P, _P, _P]
             lib.at_nccl_groups.restype = _I64
-            lib.at_nccl_heads.restype = _I64
             lib.at_perf_headers.argtypes = [_P, _I64] + [_P] * 11 + [_I64]
             lib.at_perf_headers.restype = _I64
             lib.at_log_heads.argtypes = [_P, _I64, _P]

@@ -221,12 +221,12 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     if not len(at):       # (only lines with a time of their own)
         return _named(base, cls), None
     lineno = base["lineno"]
-    firsts, lasts = pl.Series(pc.take(g.first, at)), pl.Series(pc.take(g.last, at))
     counts = pc.take(g.count, at).to_pylist()
     new: dict = {}
-    for rep, first, n in zip(lineno.gather(lasts).to_list(), lineno.gather(firsts).to_list(), counts):
-        if n > 2 or rep == first:
-            new[rep] = {"n": n - (1 if rep == first else 2), "via": set(), "chan": set()}
+    # (a group of one line is its first and last line: it stands for none other)
+    for rep, n in zip(lineno.gather(pl.Series(pc.take(g.last, at))).to_list(), counts):
+        if n > 2 or n == 1:
+            new[rep] = {"n": max(n - 2, 0), "via": set(), "chan": set()}
     # topology lines: the transports and channel numbers seen, per group (distinct ones only)
     bit = lambda b: pc.not_equal(pc.bit_wise_and(flags, pa.scalar(b, pa.uint8())), 0)
     topo_rows = pc.indices_nonzero(pc.and_(pc.and_(grouped, pc.equal(code, 3)),
