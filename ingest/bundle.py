@@ -36,8 +36,10 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 import zipfile
 import zlib
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -368,12 +370,45 @@ def _scan(src: Path, on_entry: Callable[[str], None] | None = None):
     The order is that of ``os.walk(src)`` without following links: a folder's files by name, then
     its links to folders by name, then each of its sub-folders by name, depth first. One
     ``os.scandir`` per folder; paths are built as strings (bundles of 100k files exist).
+
+    The folder is listed first, then its files are hashed in that order while
+    :class:`_ReadAhead` asks the kernel for the next ones: files that are not in the page cache
+    (a bundle just copied from the nodes' disks, a network file system) are then read many at a
+    time instead of one after the other.
     """
+    listed = _listing(src)
     listing = hashlib.sha256()
     entries = []
     shared = False
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    ahead = _ReadAhead([(full, st.st_size) for _, full, st in listed if stat.S_ISREG(st.st_mode)])
+    try:
+        for rel, full, st in listed:
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(full)
+                entries.append(("L", rel, full, 0, target))
+                listing.update(f"L\0{rel}\0{target}\n".encode("utf-8", "surrogateescape"))
+            elif stat.S_ISREG(st.st_mode):
+                try:
+                    digest = ahead.sha256(full)
+                except PermissionError:
+                    continue
+                shared = shared or st.st_nlink > 1
+                entries.append(("F", rel, full, st.st_size, None))
+                listing.update(f"F\0{rel}\0{st.st_size}\0{digest}\n".encode("utf-8", "surrogateescape"))
+            else:
+                entries.append(("S", rel, full, 0, None))
+                listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
+            if on_entry:
+                on_entry(rel)
+    finally:
+        ahead.close()
+    return listing.hexdigest(), entries, shared
+
+
+def _listing(src: Path) -> list[tuple[str, str, os.stat_result]]:
+    """(path in the bundle, full path, ``lstat``) of every entry under ``src``, in :func:`_scan`'s
+    order."""
+    out = []
     top = os.fspath(src)
     todo = [(top, "")]          # (folder, its path in the bundle with a trailing '/')
     while todo:
@@ -385,34 +420,126 @@ def _scan(src: Path, on_entry: Callable[[str], None] | None = None):
         base = os.path.join(folder, "")
         for name in names:
             full = base + name
-            rel = prefix + name
-            st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(full)
-                entries.append(("L", rel, full, 0, target))
-                listing.update(f"L\0{rel}\0{target}\n".encode("utf-8", "surrogateescape"))
-                if on_entry:
-                    on_entry(rel)
-            elif stat.S_ISREG(st.st_mode):
-                h = hashlib.sha256()
-                try:
-                    with open(full, "rb", buffering=0) as f:
-                        while n := f.readinto(buf):
-                            h.update(view[:n])
-                except PermissionError:
-                    continue
-                shared = shared or st.st_nlink > 1
-                entries.append(("F", rel, full, st.st_size, None))
-                listing.update(f"F\0{rel}\0{st.st_size}\0{h.hexdigest()}\n".encode("utf-8", "surrogateescape"))
-                if on_entry:
-                    on_entry(rel)
-            else:
-                entries.append(("S", rel, full, 0, None))
-                listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
-                if on_entry:
-                    on_entry(rel)
+            out.append((prefix + name, full, os.lstat(full)))
         todo.extend((base + d, prefix + d + "/") for d in reversed(subdirs))
-    return listing.hexdigest(), entries, shared
+    return out
+
+
+class _ReadAhead:
+    """Hashes a list of files in order, and reads ahead once the reads turn out to wait for the
+    disk: a thread asks the kernel (``POSIX_FADV_WILLNEED``, which queues the reads and returns)
+    for the next files, up to :attr:`FILES` files and :attr:`BYTES` bytes ahead (of a large file,
+    its first :attr:`PER_FILE` bytes).
+
+    A file in the page cache is opened and read in a few microseconds plus its bytes at memory
+    speed, where a read from a disk or a network file system waits a hundred microseconds or
+    more; reads queued together wait about as long as one. So the reads (not the hashing) of each
+    :attr:`PROBE` files are timed, and the thread starts once they took more than twice as long
+    as reads from memory would (:attr:`MEMORY_S` per file plus :attr:`MEMORY_BPS`)
+    :attr:`SLOW_PROBES` times in a row: for files
+    that are cached its requests would only cost system calls. (Measured on a 100k-file bundle
+    here: 5 us per small file and 78 us per 100 KB file from memory, 84 and 265 us from disk.)
+    """
+    FILES = 512
+    BYTES = 64 << 20
+    PER_FILE = 8 << 20      # (a large file's own sequential reads bring in the rest)
+    PROBE = 16
+    SLOW_PROBES = 3         # (in a row: one slow probe can be another process taking the core)
+    MEMORY_S = 20e-6
+    MEMORY_BPS = 2e9
+
+    def __init__(self, files: list[tuple[str, int]]):
+        self.files = files
+        self.at = 0             # files read (or skipped) by the loop
+        self.waited = 0.0       # seconds in the reads of the current probe
+        self.probe_bytes = 0
+        self.slow = 0           # slow probes in a row
+        self.thread: threading.Thread | None = None
+        self.moved = threading.Condition()
+        self.closed = False
+        self.usable = hasattr(os, "posix_fadvise") and len(files) > self.PROBE
+        self.buf = bytearray(CHUNK)
+
+    def sha256(self, path: str) -> str:
+        """SHA-256 of the next file of the list, ``path``."""
+        h = hashlib.sha256()
+        view = memoryview(self.buf)
+        clock = time.perf_counter
+        waited = 0.0
+        try:
+            t = clock()
+            with open(path, "rb", buffering=0) as f:
+                while True:
+                    n = f.readinto(self.buf)
+                    waited += clock() - t
+                    if not n:
+                        break
+                    h.update(view[:n])
+                    t = clock()
+        finally:
+            self._done(waited)
+        return h.hexdigest()
+
+    def _done(self, waited: float) -> None:
+        i = self.at
+        self.at = i + 1
+        if self.thread is not None:
+            if i % 32 == 0 or self.files[i][1] >= self.PER_FILE:
+                with self.moved:
+                    self.moved.notify()
+            return
+        if not self.usable:
+            return
+        self.waited += waited
+        self.probe_bytes += self.files[i][1]
+        if (i + 1) % self.PROBE:
+            return
+        slow = self.waited > 2 * (self.PROBE * self.MEMORY_S + self.probe_bytes / self.MEMORY_BPS)
+        self.slow = self.slow + 1 if slow else 0
+        if self.slow == self.SLOW_PROBES:
+            self.thread = threading.Thread(target=self._run, name="intake-read-ahead", daemon=True)
+            self.thread.start()
+        self.waited, self.probe_bytes = 0.0, 0
+
+    def _run(self) -> None:
+        issued: deque[tuple[int, int]] = deque()    # (file, bytes asked for) the loop has not read yet
+        pending = 0
+        nxt = 0
+        n = len(self.files)
+        while not self.closed:
+            at = self.at
+            while issued and issued[0][0] < at:
+                pending -= issued.popleft()[1]
+            nxt = max(nxt, at)
+            if nxt >= n:
+                return
+            path, size = self.files[nxt]
+            size = min(size, self.PER_FILE)
+            if nxt - at >= self.FILES or (issued and pending + size > self.BYTES):
+                with self.moved:
+                    if not self.closed and self.at == at:
+                        self.moved.wait(0.05)
+                continue
+            issued.append((nxt, size))
+            pending += size
+            nxt += 1
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.thread is not None:
+            with self.moved:
+                self.moved.notify()
+            self.thread.join()
 
 
 def _list_folder(folder: str) -> tuple[list[str], list[str]] | None:

@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import io
 import os
+import threading
 import shutil
 import stat
 import tarfile
@@ -962,6 +963,65 @@ def test_walk_lists_a_folder_as_os_walk_does(tmp_path):
     os.mkfifo(src / "a" / "pipe")
     assert B._walk(src) == _walk_with_os_walk(src)
     assert B._walk(src / "a") == _walk_with_os_walk(src / "a")
+
+
+@pytest.mark.parametrize("slow", [True, False], ids=["reads wait", "reads from memory"])
+def test_folder_files_are_read_ahead_only_when_reads_wait_and_within_the_window(tmp_path, monkeypatch, slow):
+    """The scan hashes as os.walk lists, whether the read-ahead thread runs or not; it runs only
+    when the probes' reads were slow (here: made to look so, or not), asks for each file not yet
+    read at most once, never more than FILES files or BYTES bytes (PER_FILE of a file) ahead of
+    the loop, and has ended when the scan returns."""
+    import ingest.bundle as B
+    src = _odd_tree(tmp_path / "src")
+    sizes = [0, 10, 700, 2500, 40]
+    _write_tree(src, [(f"many/{i % 7}/f{i:03d}.log", bytes([65 + i % 26]) * sizes[i % 5]) for i in range(300)],
+                1_600_000_000)
+    os.mkfifo(src / "many" / "pipe")
+    monkeypatch.setattr(B._ReadAhead, "PROBE", 4)
+    monkeypatch.setattr(B._ReadAhead, "SLOW_PROBES", 2)
+    monkeypatch.setattr(B._ReadAhead, "FILES", 8)
+    monkeypatch.setattr(B._ReadAhead, "BYTES", 3000)
+    monkeypatch.setattr(B._ReadAhead, "PER_FILE", 1000)
+    monkeypatch.setattr(B._ReadAhead, "MEMORY_S", 0.0 if slow else 1.0)
+    made = []
+    init = B._ReadAhead.__init__
+
+    def spy_init(self, files):
+        init(self, files)
+        made.append(self)
+    monkeypatch.setattr(B._ReadAhead, "__init__", spy_init)
+    asked = []
+    real_open = os.open
+
+    def spy_open(path, flags, *a, **k):
+        fd = real_open(path, flags, *a, **k)
+        if threading.current_thread().name == "intake-read-ahead":
+            asked.append((path, fd))
+        return fd
+    calls = []
+
+    def spy_fadvise(fd, offset, length, advice):
+        ra = made[-1]
+        path = next(p for p, f in reversed(asked) if f == fd)
+        i = [p for p, _ in ra.files].index(path)
+        ahead = [min(sz, ra.PER_FILE) for _, sz in ra.files[ra.at:i + 1]]
+        calls.append((i, ra.at, length, sum(ahead)))
+    monkeypatch.setattr(B.os, "open", spy_open)
+    monkeypatch.setattr(B.os, "posix_fadvise", spy_fadvise)
+    assert B._walk(src) == _walk_with_os_walk(src)
+    ra = made[-1]
+    assert not any(t.name == "intake-read-ahead" for t in threading.enumerate())
+    if not slow:
+        assert ra.thread is None and calls == []
+        return
+    assert ra.thread is not None and len(calls) > 100
+    firsts = [i for i, *_ in calls]
+    assert firsts == sorted(set(firsts))                    # each file asked for once, in order
+    assert firsts[0] >= ra.PROBE * ra.SLOW_PROBES - 1        # (not before the probes said so)
+    for i, at, length, ahead in calls:
+        assert i < at + ra.FILES         # (a request can come after the loop read the file: harmless)
+        assert length == min(ra.files[i][1], ra.PER_FILE)
+        assert i == at or ahead <= ra.BYTES
 
 
 @pytest.mark.parametrize("tool", [True, False])
