@@ -571,3 +571,50 @@ def test_a_run_in_header_takes_the_host_its_pid_had_first_on_a_clean_line(tmp_pa
         assert len(warns) == 40
         assert all(e["host"] == f"node{e['pid'] - 1000}a" for e in warns), \
             sorted({(e["pid"], e["host"]) for e in warns if e["host"] != f"node{e['pid'] - 1000}a"})[:5]
+
+
+@pytest.mark.parametrize("chunk", [None, 8192])
+def test_collapse_groups_of_thousands_of_processes_merge_over_chunks(tmp_path, monkeypatch, chunk):
+    """A log of 1,500 processes (as many collapse groups as a few lines each): each process's
+    topology lines (two channels over two transports) and collectives (lines with their own
+    time, so that each chunk's groups are emitted with it), written in three rounds over all
+    processes, are one event each with every line counted, whether the groups meet in one chunk or
+    in many, merged many times on the way (a small merge threshold)."""
+    import ingest.formats.logs.engine as engine
+    import ingest.lines as lines_mod
+    merges = []
+    if chunk:
+        monkeypatch.setattr(lines_mod, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(engine._Stash, "MIN_MERGE_ROWS", 500)
+        merged = engine._Stash.merged
+        monkeypatch.setattr(engine._Stash, "merged", lambda self: merges.append(len(self.parts)) or merged(self))
+    procs = 1500
+    out = []
+    for rnd in range(3):
+        for p in range(procs):
+            h = f"host{p % 16}:{1000 + p}:{5000 + p} [0] NCCL INFO "
+            via = "P2P/IPC" if rnd < 2 else "NET/Socket/0"
+            out.append(h + f"Channel 0{rnd % 2}/0 : 0[0] -> 1[1] via {via}")
+            out += [f"[2026-01-01 0{rnd}:{p // 60:02d}:{p % 60:02d}] " + h
+                    + f"AllReduce: opCount {rnd * 2 + k:x} sendbuff 0x7f recvbuff 0x7f count 1 datatype 7 op 0 "
+                      f"root 0 comm 0x{p:x} [nranks=2] stream 0x9" for k in range(2)]
+    path = tmp_path / "nccl.log"
+    path.write_text("\n".join(out) + "\n")
+    res = parse(path, tmp_path)
+    assert res.status == "parsed"
+    ev = events(res)
+    topo = {e["pid"]: e for e in ev if e["name"] == "nccl_topology"}
+    coll = {e["pid"]: e for e in ev if e["name"] == "nccl_coll"}
+    assert len(ev) == len(topo) + len(coll) and sorted(topo) == sorted(coll) == list(range(1000, 1000 + procs))
+    for p in (1000, 1000 + procs // 2, 999 + procs):
+        t, c = topo[p]["attrs"], coll[p]["attrs"]
+        i = p - 1000
+        assert (t["lines"], t["first_line"], t["last_line"], t["transports"], t["channels"]) == (
+            3, 3 * i + 1, 6 * procs + 3 * i + 1, ["NET/Socket/0", "P2P/IPC"], 2)
+        assert (c["lines"], c["first_line"], c["last_line"], c["op_count"], c["first_ts_ns"]) == (
+            6, 3 * i + 2, 6 * procs + 3 * i + 3, "5", 1767225600 * 10**9 + i * 10**9)
+        assert topo[p]["host"] == coll[p]["host"] == f"host{i % 16}"
+    assert res.attrs["nccl_coll_lines"] == 6 * procs
+    assert res.attrs["line_families"]["nccl"] == 9 * procs
+    if chunk:
+        assert len(merges) > 5 and max(merges) > 2     # (merged on the way, and at the end)

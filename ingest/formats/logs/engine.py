@@ -91,12 +91,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ... import native
 from ...model import CLOCK_NONE
 from ...registry import ParseContext
-from ...sink import SinkThread, attrs_json
+from ...sink import SinkThread, attrs_json, attrs_of
 from ...timeparse import NS
 from ..kernel.signatures import Unknown
 from .blocks import block_rows, group_blocks
@@ -145,7 +146,8 @@ class _State:
     context_line: int | None = None     # a row re-read only as interpolation context
     collapse_floor: int | None = None   # (the same, while a chunk's lines are collapsed)
     pending: dict = field(default_factory=dict)   # NCCL lines dropped early, by the line standing for them
-    stash: dict = field(default_factory=dict)     # collapse group -> its count and last event
+    stash: "_Stash" = field(default_factory=lambda: _Stash())     # the collapse groups (see _collapse_rows)
+    groups: pl.DataFrame | None = None  # the chunk's collapse groups, until their rows are made (_emit)
     interpolated: int = 0
     timed: int = 0
     garbage: int = 0
@@ -1014,20 +1016,17 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
             e["n"] += p["n"]
             e["via"] |= p["via"]
             e["chan"] |= p["chan"]
-    for g, cls, n, first, first_ts, last in agg.iter_rows():
-        e = st.stash.get(g)
-        if e is None:
-            e = st.stash[g] = {"cls": cls, "n": 0, "first": None, "first_ts": None, "via": set(), "chan": set(),
-                               "row": None, "last": -1}
-        x = extra.get(g)
-        e["n"] += n + (x["n"] if x else 0)
-        if x:
-            st.families["nccl"] = st.families.get("nccl", 0) + x["n"]
-        if e["first"] is None or first < e["first"]:
-            e["first"], e["first_ts"] = first, first_ts
-        if x:       # (its lines lie between the group's first and last line: never the first)
-            e["via"] |= x["via"]
-            e["chan"] |= x["chan"]
+    if extra:
+        st.families["nccl"] = st.families.get("nccl", 0) + sum(x["n"] for x in extra.values())
+        x = pl.DataFrame([pl.Series("_g", list(extra), pl.String),
+                          pl.Series("_xn", [x["n"] for x in extra.values()], pl.Int64),
+                          _list_series("via", [sorted(x["via"]) for x in extra.values()], pa.string()),
+                          _list_series("chan", [x["chan"] for x in extra.values()], pa.int32())])
+        st.groups = agg.join(x, on="_g", how="left").select(
+            "_g", "_cls", pl.col("n") + pl.col("_xn").fill_null(0), "first", "first_ts", "via", "chan")
+    else:
+        st.groups = agg.select("_g", "_cls", "n", "first", "first_ts",
+                               *(pl.lit(None, t).alias(c) for c, t in _GROUP_SETS.items()))
     reps = cl.filter(pl.col("lineno").is_in(agg["last"].implode())).with_columns(name).drop(
         [k for k in keys if k.startswith("_k")])
     reps = reps.with_columns(pl.when(is_nccl & (pl.col("_cls") != "coll")).then(
@@ -1087,10 +1086,8 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
         pl.col("sev").alias("severity"), pl.col("lineno").alias("line"),
         pl.col("line").str.slice(0, 4000).alias("text"), pl.col("attrs"), pl.col("_g"))
     if reps is not None:
-        for r in out.filter(pl.col("_g").is_not_null()).iter_rows(named=True):
-            e = st.stash[r.pop("_g")]
-            if r["line"] > e["last"]:
-                e["last"], e["row"] = r["line"], r
+        st.stash.add(st.groups.join(out.filter(pl.col("_g").is_not_null()), on="_g", how="left"))
+        st.groups = None
         out = out.filter(pl.col("_g").is_null())
     out = out.drop("_g")
     out = _underlying(out)
@@ -1129,30 +1126,92 @@ def _count(out: pl.DataFrame, st: _State) -> None:
 
 def _collapsed_events(st: _State) -> pl.DataFrame | None:
     """The one event of each collapse group (its last line), with what it stands for in attrs."""
-    rows = []
-    for g, e in st.stash.items():
-        r = e["row"]
-        if r is None:
-            continue
-        a = json.loads(r["attrs"]) if r["attrs"] else {}
-        a.update(collapsed=e["cls"], lines=e["n"], first_line=e["first"], last_line=r["line"])
-        if e["first_ts"] is not None:
-            a["first_ts_ns"] = e["first_ts"]
-        if e["cls"] == "topo":
-            a["transports"] = sorted(e["via"])
-            a["channels"] = len(e["chan"])
-        rows.append(dict(r, attrs=json.dumps(a, default=str, separators=(",", ":"))))
-        if e["cls"] == "step":
-            st.last_step[r["rank"]] = {"step": a.get("step"), "line": r["line"], "ts_raw_ns": r["ts_raw_ns"]}
-        elif e["cls"] == "coll":
-            st.coll_lines += e["n"]
-    if not rows:
+    groups = st.stash.merged()
+    if groups is None:
         return None
-    rows.sort(key=lambda r: r["line"])
-    schema = {"host": pl.String, "rank": pl.Int32, "pid": pl.Int64, "tid": pl.Int64, "ts_raw_ns": pl.Int64,
-              "ts_interpolated": pl.Boolean, "category": pl.String, "name": pl.String, "kind": pl.String,
-              "severity": pl.String, "line": pl.Int64, "text": pl.String, "attrs": pl.String}
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    lines = groups["line"].to_list()
+    # (in line order)
+    order = sorted((i for i, v in enumerate(lines) if v is not None), key=lines.__getitem__)
+    if not order:
+        return None
+    if order != list(range(len(lines))):
+        groups = groups[order]
+    attrs = []
+    # (Series, not frame operations: each of those costs more than the few groups of most files)
+    for cls, n, first, first_ts, via, chan, row_attrs, line, rank, ts in zip(*(groups[c].to_list() for c in (
+            "_cls", "n", "first", "first_ts", "via", "chan", "attrs", "line", "rank", "ts_raw_ns"))):
+        a = attrs_of(row_attrs)
+        a.update(collapsed=cls, lines=n, first_line=first, last_line=line)
+        if first_ts is not None:
+            a["first_ts_ns"] = first_ts
+        if cls == "topo":
+            a["transports"] = via or []
+            a["channels"] = len(chan or ())
+        attrs.append(attrs_json(a))
+        if cls == "step":
+            st.last_step[rank] = {"step": a.get("step"), "line": line, "ts_raw_ns": ts}
+        elif cls == "coll":
+            st.coll_lines += n
+    have = groups.schema
+    return pl.DataFrame([pl.Series("attrs", attrs, pl.String) if c == "attrs" else
+                         groups[c] if have[c] == t else groups[c].cast(t) for c, t in _EVENT_COLS.items()])
+
+
+def _list_series(name: str, items: list, typ: pa.DataType) -> pl.Series:
+    """A list column of ``items`` (each an iterable of values), built as Arrow offsets and values:
+    Polars builds a list of Python lists one inner series at a time."""
+    offsets, values = [0], []
+    for it in items:
+        values.extend(it)
+        offsets.append(len(values))
+    return pl.Series(name, pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ)))
+
+
+_EVENT_COLS = {"host": pl.String, "rank": pl.Int32, "pid": pl.Int64, "tid": pl.Int64, "ts_raw_ns": pl.Int64,
+               "ts_interpolated": pl.Boolean, "category": pl.String, "name": pl.String, "kind": pl.String,
+               "severity": pl.String, "line": pl.Int64, "text": pl.String, "attrs": pl.String}
+_GROUP_SETS = {"via": pl.List(pl.String), "chan": pl.List(pl.Int32)}    # (a group's sets, see _Stash)
+
+
+class _Stash:
+    """The collapse groups of a file: per group (``_g``) its class, line count, first line and
+    time, the transports and channel numbers of its dropped topology lines, and its last row (an
+    event's columns, :data:`_EVENT_COLS`), which becomes the group's one event at the end.
+
+    Each chunk adds a frame of its groups; the frames are merged into one row per group when they
+    hold more rows than twice the groups of the last merge. Kept as columns, not as Python objects
+    per group: a file can have as many groups as lines (an NCCL log of thousands of processes),
+    and the merges cost time linear in the rows added.
+    """
+    MIN_MERGE_ROWS = 50_000
+
+    def __init__(self) -> None:
+        self.parts: list[pl.DataFrame] = []
+        self.rows = 0
+        self.merged_rows = 0
+
+    def add(self, part: pl.DataFrame) -> None:
+        self.parts.append(part)
+        self.rows += part.height
+        if len(self.parts) > 1 and self.rows > max(2 * self.merged_rows, self.MIN_MERGE_ROWS):
+            self.parts = [self.merged()]
+            self.rows = self.merged_rows = self.parts[0].height
+
+    def merged(self) -> pl.DataFrame | None:
+        """One row per group: its lines summed, its first line and that line's time, the union of
+        its sets, and the row of its last line."""
+        if not self.parts:
+            return None
+        if len(self.parts) == 1:        # (a chunk's frame has one row per group)
+            return self.parts[0]
+        every = pl.concat(self.parts, how="diagonal_relaxed")
+        heads = every.group_by("_g", maintain_order=True).agg(
+            pl.col("_cls").first(), pl.col("n").sum(), pl.col("first").min(),
+            pl.col("first_ts").sort_by("first").first(),
+            pl.col("via").explode().drop_nulls().unique().sort(),
+            pl.col("chan").explode().drop_nulls().unique().sort())
+        last = every.filter(pl.col("line").is_not_null()).sort("line").unique("_g", keep="last")
+        return heads.join(last.select("_g", *_EVENT_COLS), on="_g", how="left", maintain_order="left")
 
 
 def parse_log(ctx: ParseContext) -> None:
@@ -1288,5 +1347,7 @@ def _finish(ctx: ParseContext, st: _State) -> None:
         ctx.attrs["hosts"] = sorted(st.hosts)[:64]
     if st.garbage:
         ctx.attrs["garbage_lines"] = st.garbage
-    if st.pending:      # (dropped NCCL lines whose standing-in line never became an event)
-        ctx.attrs["nccl_collapsed_unattributed"] = sum(p["n"] for p in st.pending.values())
+    # dropped NCCL lines whose standing-in line never became an event
+    unattributed = sum(p["n"] for p in st.pending.values())
+    if unattributed:
+        ctx.attrs["nccl_collapsed_unattributed"] = unattributed

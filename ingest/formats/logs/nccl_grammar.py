@@ -223,10 +223,10 @@ def collapse_info(base: pl.DataFrame, pending: dict, floor: int | None) -> tuple
     lineno = base["lineno"]
     counts = pc.take(g.count, at).to_pylist()
     new: dict = {}
-    # (a group of one line is its first and last line: it stands for none other)
+    # (a group of one or two lines is its first and last line: it stands for none other)
     for rep, n in zip(lineno.gather(pl.Series(pc.take(g.last, at))).to_list(), counts):
-        if n > 2 or n == 1:
-            new[rep] = {"n": max(n - 2, 0), "via": set(), "chan": set()}
+        if n > 2:
+            new[rep] = {"n": n - 2, "via": set(), "chan": set()}
     # topology lines: the transports and channel numbers seen, per group (distinct ones only)
     bit = lambda b: pc.not_equal(pc.bit_wise_and(flags, pa.scalar(b, pa.uint8())), 0)
     topo_rows = pc.indices_nonzero(pc.and_(pc.and_(grouped, pc.equal(code, 3)),
