@@ -380,21 +380,21 @@ def _scan(src: Path, on_entry: Callable[[str], None] | None = None):
     listing = hashlib.sha256()
     entries = []
     shared = False
-    ahead = _ReadAhead([(full, st.st_size) for _, full, st in listed if stat.S_ISREG(st.st_mode)])
+    ahead = _ReadAhead([(full, size) for _, full, mode, size, _ in listed if stat.S_ISREG(mode)])
     try:
-        for rel, full, st in listed:
-            if stat.S_ISLNK(st.st_mode):
+        for rel, full, mode, size, links in listed:
+            if stat.S_ISLNK(mode):
                 target = os.readlink(full)
                 entries.append(("L", rel, full, 0, target))
                 listing.update(f"L\0{rel}\0{target}\n".encode("utf-8", "surrogateescape"))
-            elif stat.S_ISREG(st.st_mode):
+            elif stat.S_ISREG(mode):
                 try:
                     digest = ahead.sha256(full)
                 except PermissionError:
                     continue
-                shared = shared or st.st_nlink > 1
-                entries.append(("F", rel, full, st.st_size, None))
-                listing.update(f"F\0{rel}\0{st.st_size}\0{digest}\n".encode("utf-8", "surrogateescape"))
+                shared = shared or links > 1
+                entries.append(("F", rel, full, size, None))
+                listing.update(f"F\0{rel}\0{size}\0{digest}\n".encode("utf-8", "surrogateescape"))
             else:
                 entries.append(("S", rel, full, 0, None))
                 listing.update(f"S\0{rel}\n".encode("utf-8", "surrogateescape"))
@@ -405,9 +405,9 @@ def _scan(src: Path, on_entry: Callable[[str], None] | None = None):
     return listing.hexdigest(), entries, shared
 
 
-def _listing(src: Path) -> list[tuple[str, str, os.stat_result]]:
-    """(path in the bundle, full path, ``lstat``) of every entry under ``src``, in :func:`_scan`'s
-    order."""
+def _listing(src: Path) -> list[tuple[str, str, int, int, int]]:
+    """(path in the bundle, full path, and from its ``lstat``: mode, size, number of links) of every
+    entry under ``src``, in :func:`_scan`'s order."""
     out = []
     top = os.fspath(src)
     todo = [(top, "")]          # (folder, its path in the bundle with a trailing '/')
@@ -420,7 +420,8 @@ def _listing(src: Path) -> list[tuple[str, str, os.stat_result]]:
         base = os.path.join(folder, "")
         for name in names:
             full = base + name
-            out.append((prefix + name, full, os.lstat(full)))
+            st = os.lstat(full)
+            out.append((prefix + name, full, st.st_mode, st.st_size, st.st_nlink))
         todo.extend((base + d, prefix + d + "/") for d in reversed(subdirs))
     return out
 
