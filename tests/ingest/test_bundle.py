@@ -9,10 +9,11 @@ import gzip
 import hashlib
 import io
 import os
-import threading
 import shutil
 import stat
 import tarfile
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -1008,6 +1009,12 @@ def test_folder_files_are_read_ahead_only_when_reads_wait_and_within_the_window(
         calls.append((i, ra.at, length, sum(ahead)))
     monkeypatch.setattr(B.os, "open", spy_open)
     monkeypatch.setattr(B.os, "posix_fadvise", spy_fadvise)
+    hash_file = B._ReadAhead.sha256
+
+    def slow_hash(self, path):      # (a loop as slow as reads from a disk: the thread keeps ahead)
+        time.sleep(0.0005)
+        return hash_file(self, path)
+    monkeypatch.setattr(B._ReadAhead, "sha256", slow_hash)
     assert B._walk(src) == _walk_with_os_walk(src)
     ra = made[-1]
     assert not any(t.name == "intake-read-ahead" for t in threading.enumerate())
