@@ -171,8 +171,10 @@ def _wrap(df: pl.DataFrame) -> pl.DataFrame:
     body = pl.col("line") if not pc.max(w.body_at).as_py() and (ends is None or ends < 0) else \
         pl.Series("body", native.slices(lines, w.body_at, w.body_len))
     out = base.with_columns(*cols, body.alias("body"), pl.Series("repeated", w.repeated))
-    if any(c in w.groups for c in ("tee", "srun", "ray_pid", "mpi_rank")):
-        stream = pl.concat_str([pl.col(c).fill_null("") for c in ("tee", "srun", "ray_pid", "mpi_rank")], separator="|")
+    keys = ("tee", "srun", "ray_pid", "mpi_rank")
+    if any(c in w.groups for c in keys):
+        # (a group no line has is the empty string on every row: a literal, not a column of nulls to fill)
+        stream = pl.concat_str([pl.col(c).fill_null("") if c in w.groups else pl.lit("") for c in keys], separator="|")
     else:
         stream = pl.lit("|||", pl.String)
     out = out.with_columns(stream.alias("stream"))
