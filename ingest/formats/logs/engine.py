@@ -89,6 +89,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -1126,37 +1127,45 @@ def _count(out: pl.DataFrame, st: _State) -> None:
         st.families[k] = st.families.get(k, 0) + v
 
 
-def _collapsed_events(st: _State) -> pl.DataFrame | None:
-    """The one event of each collapse group (its last line), with what it stands for in attrs."""
+def _collapsed_events(st: _State) -> Iterator[pl.DataFrame]:
+    """The one event of each collapse group (its last line), with what it stands for in attrs: in
+    line order, :data:`COLLAPSED_BATCH` groups a frame (their attrs are Python objects meanwhile)."""
     groups = st.stash.merged()
     if groups is None:
-        return None
+        return
     lines = groups["line"].to_list()
     # (in line order)
     order = sorted((i for i, v in enumerate(lines) if v is not None), key=lines.__getitem__)
+    del lines
     if not order:
-        return None
-    if order != list(range(len(lines))):
+        return
+    if order != list(range(groups.height)):
         groups = groups[order]
-    attrs = []
-    # (Series, not frame operations: each of those costs more than the few groups of most files)
-    for cls, n, first, first_ts, via, chan, row_attrs, line, rank, ts in zip(*(groups[c].to_list() for c in (
-            "_cls", "n", "first", "first_ts", "via", "chan", "attrs", "line", "rank", "ts_raw_ns"))):
-        a = attrs_of(row_attrs)
-        a.update(collapsed=cls, lines=n, first_line=first, last_line=line)
-        if first_ts is not None:
-            a["first_ts_ns"] = first_ts
-        if cls == "topo":
-            a["transports"] = via or []
-            a["channels"] = len(chan or ())
-        attrs.append(attrs_json(a))
-        if cls == "step":
-            st.last_step[rank] = {"step": a.get("step"), "line": line, "ts_raw_ns": ts}
-        elif cls == "coll":
-            st.coll_lines += n
+    del order
     have = groups.schema
-    return pl.DataFrame([pl.Series("attrs", attrs, pl.String) if c == "attrs" else
-                         groups[c] if have[c] == t else groups[c].cast(t) for c, t in _EVENT_COLS.items()])
+    for lo in range(0, groups.height, COLLAPSED_BATCH):
+        batch = groups.slice(lo, COLLAPSED_BATCH)
+        attrs = []
+        # (Series, not frame operations: each of those costs more than the few groups of most files)
+        for cls, n, first, first_ts, via, chan, row_attrs, line, rank, ts in zip(*(batch[c].to_list() for c in (
+                "_cls", "n", "first", "first_ts", "via", "chan", "attrs", "line", "rank", "ts_raw_ns"))):
+            a = attrs_of(row_attrs)
+            a.update(collapsed=cls, lines=n, first_line=first, last_line=line)
+            if first_ts is not None:
+                a["first_ts_ns"] = first_ts
+            if cls == "topo":
+                a["transports"] = via or []
+                a["channels"] = len(chan or ())
+            attrs.append(attrs_json(a))
+            if cls == "step":
+                st.last_step[rank] = {"step": a.get("step"), "line": line, "ts_raw_ns": ts}
+            elif cls == "coll":
+                st.coll_lines += n
+        yield pl.DataFrame([pl.Series("attrs", attrs, pl.String) if c == "attrs" else
+                            batch[c] if have[c] == t else batch[c].cast(t) for c, t in _EVENT_COLS.items()])
+
+
+COLLAPSED_BATCH = 65_536
 
 
 def _list_series(name: str, items: list, typ: pa.DataType) -> pl.Series:
@@ -1193,6 +1202,9 @@ class _Stash:
         self.merged_rows = 0
 
     def add(self, part: pl.DataFrame) -> None:
+        # (copied out of the chunk: a string column that Polars filters or gathers still points
+        # into the whole chunk's text, which would then be kept until the end of the file)
+        part = pl.from_arrow(part.to_arrow())
         self.parts.append(part)
         self.rows += part.height
         if len(self.parts) > 1 and self.rows > max(2 * self.merged_rows, self.MIN_MERGE_ROWS):
@@ -1304,8 +1316,7 @@ def _finish(ctx: ParseContext, st: _State) -> None:
     phase = st.phase.result()
     if phase is not None:
         sink.fact("wall_monotonic_phase", json.dumps(phase))
-    last = _collapsed_events(st)
-    if last is not None:
+    for last in _collapsed_events(st):
         st.timed += int(last["ts_raw_ns"].is_not_null().sum() - last["ts_interpolated"].sum())
         st.interpolated += int(last["ts_interpolated"].sum())
         sink.add_frame("events", last)
