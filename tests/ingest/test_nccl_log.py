@@ -579,13 +579,14 @@ def test_collapse_groups_of_thousands_of_processes_merge_over_chunks(tmp_path, m
     topology lines (two channels over two transports) and collectives (lines with their own
     time, so that each chunk's groups are emitted with it), written in three rounds over all
     processes, are one event each with every line counted, whether the groups meet in one chunk or
-    in many, merged many times on the way (a small merge threshold)."""
+    in many, merged many times on the way (a small merge threshold) and written in batches."""
     import ingest.formats.logs.engine as engine
     import ingest.lines as lines_mod
     merges = []
     if chunk:
         monkeypatch.setattr(lines_mod, "CHUNK_BYTES", chunk)
         monkeypatch.setattr(engine._Stash, "MIN_MERGE_ROWS", 500)
+        monkeypatch.setattr(engine, "COLLAPSED_BATCH", 700)     # (the events written in batches)
         merged = engine._Stash.merged
         monkeypatch.setattr(engine._Stash, "merged", lambda self: merges.append(len(self.parts)) or merged(self))
     procs = 1500
