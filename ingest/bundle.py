@@ -437,8 +437,8 @@ class _ReadAhead:
     more; reads queued together wait about as long as one. So the reads (not the hashing) of each
     :attr:`PROBE` files are timed, and the thread starts once they took more than twice as long
     as reads from memory would (:attr:`MEMORY_S` per file plus :attr:`MEMORY_BPS`)
-    :attr:`SLOW_PROBES` times in a row: for files
-    that are cached its requests would only cost system calls.
+    :attr:`SLOW_PROBES` times in a row: for files that are cached its requests would only cost
+    system calls.
     """
     FILES = 512
     BYTES = 64 << 20
