@@ -103,7 +103,7 @@ from ...timeparse import NS
 from ..kernel.signatures import Unknown
 from .blocks import block_rows, group_blocks
 from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
-from .frames import extract_prefix, in_halves, repeat, rows_in_halves, scatter
+from .frames import extract_prefix, in_halves, lists, repeat, rows_in_halves, scatter
 from .grammar import (EXC_LINE, FAMILIES, LOSS_NOCAP, LOSS_VALUE, MESSAGE_ANY, MESSAGE_LITERALS, MESSAGES, NOCAP,
                       PG_RANK, PLAIN_HINTS, RANK_IN_TEXT, RAY_REPEAT, SAID, SEVERITY, STEP, STEP_TIME, TEE, TEE_MORE,
                       UNDERLYING, WRAP, WRAP_START, message_in, signame, timeout_summary)
@@ -148,7 +148,6 @@ class _State:
     collapse_floor: int | None = None   # (the same, while a chunk's lines are collapsed)
     pending: dict = field(default_factory=dict)   # NCCL lines dropped early, by the line standing for them
     stash: "_Stash" = field(default_factory=lambda: _Stash())     # the collapse groups (see _collapse_rows)
-    groups: pl.DataFrame | None = None  # the chunk's collapse groups, until their rows are made (_emit)
     interpolated: int = 0
     timed: int = 0
     garbage: int = 0
@@ -955,13 +954,15 @@ _NCCL_CLASSES = list(COLLAPSED_NAMES)
 _STEP_FIELDS = {"_step": "step", "_total": "total_steps", "_loss": "loss", "_stime": "step_time_s"}
 
 
-def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
-    """Collapsed rows of a chunk (``_cls`` set): step metrics, group counts; returns each group's last row.
+def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Collapsed rows of a chunk (``_cls`` set): step metrics, group counts; returns each group's
+    last row of the chunk (with ``_g``) and the chunk's groups (class, lines, first line and time,
+    sets: what :class:`_Stash` keeps with that row once it is made, see :func:`_emit`).
 
     Groups: NCCL classes per (class, host, pid, cudaDev); steps and plain log lines per rank.
-    Every step line becomes ``metrics`` rows (step, loss, step_time). The count, the first line
-    and time of each group accumulate in ``st.stash`` over the whole file; the group's last row
-    (returned, with ``_g``) is the one event written for it at the end (``_finish``).
+    Every step line becomes ``metrics`` rows (step, loss, step_time). The groups accumulate in
+    ``st.stash`` over the whole file; each group's last row is the one event written for it at
+    the end (``_finish``).
     """
     s = lambda c: pl.col(c).cast(pl.String).fill_null("")
     is_nccl = pl.col("_cls").is_in(_NCCL_CLASSES)
@@ -1023,12 +1024,12 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
         st.families["nccl"] = st.families.get("nccl", 0) + sum(x["n"] for x in extra.values())
         x = pl.DataFrame([pl.Series("_g", list(extra), pl.String),
                           pl.Series("_xn", [x["n"] for x in extra.values()], pl.Int64),
-                          _list_series("via", [sorted(x["via"]) for x in extra.values()], pa.string()),
-                          _list_series("chan", [x["chan"] for x in extra.values()], pa.int32())])
-        st.groups = agg.join(x, on="_g", how="left").select(
+                          lists("via", [sorted(x["via"]) for x in extra.values()], pa.string()),
+                          lists("chan", [x["chan"] for x in extra.values()], pa.int32())])
+        groups = agg.join(x, on="_g", how="left").select(
             "_g", "_cls", pl.col("n") + pl.col("_xn").fill_null(0), "first", "first_ts", "via", "chan")
     else:
-        st.groups = agg.select("_g", "_cls", "n", "first", "first_ts",
+        groups = agg.select("_g", "_cls", "n", "first", "first_ts",
                                *(pl.lit(None, t).alias(c) for c, t in _GROUP_SETS.items()))
     reps = cl.filter(pl.col("lineno").is_in(agg["last"].implode())).with_columns(name).drop(
         [k for k in keys if k.startswith("_k")])
@@ -1038,7 +1039,7 @@ def _collapse_rows(cl: pl.DataFrame, st: _State, sink) -> pl.DataFrame:
         sj = pl.struct([pl.col(c).alias(a) for c, a in _STEP_FIELDS.items()]).struct.json_encode()
         reps = reps.with_columns(pl.when(pl.col("_cls") == "step").then(_merge_json(pl.col("attrs"), sj))
                                  .otherwise(pl.col("attrs")).alias("attrs"))
-    return reps
+    return reps, groups
 
 
 def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
@@ -1055,7 +1056,7 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
         st.ranks.update(r for r in cl["rank"].unique().to_list() if r is not None)
         st.pids.update(p for p in cl.filter(pl.col("category") != "elastic")["pid"].unique().to_list()
                        if p is not None)
-        reps = _collapse_rows(cl, st, sink)
+        reps, groups = _collapse_rows(cl, st, sink)
     ev = _typed(ev, st)
     if reps is not None:
         ev = pl.concat([ev, reps], how="diagonal_relaxed")
@@ -1089,8 +1090,7 @@ def _emit(ev: pl.DataFrame, st: _State, sink) -> None:
         pl.col("sev").alias("severity"), pl.col("lineno").alias("line"),
         pl.col("line").str.slice(0, 4000).alias("text"), pl.col("attrs"), pl.col("_g"))
     if reps is not None:
-        st.stash.add(st.groups.join(out.filter(pl.col("_g").is_not_null()), on="_g", how="left"))
-        st.groups = None
+        st.stash.add(groups.join(out.filter(pl.col("_g").is_not_null()), on="_g", how="left"))
         out = out.filter(pl.col("_g").is_null())
     out = out.drop("_g")
     out = _underlying(out)
@@ -1166,16 +1166,6 @@ def _collapsed_events(st: _State) -> Iterator[pl.DataFrame]:
 
 
 COLLAPSED_BATCH = 65_536
-
-
-def _list_series(name: str, items: list, typ: pa.DataType) -> pl.Series:
-    """A list column of ``items`` (each an iterable of values), built as Arrow offsets and values:
-    Polars builds a list of Python lists one inner series at a time."""
-    offsets, values = [0], []
-    for it in items:
-        values.extend(it)
-        offsets.append(len(values))
-    return pl.Series(name, pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ)))
 
 
 _EVENT_COLS = {"host": pl.String, "rank": pl.Int32, "pid": pl.Int64, "tid": pl.Int64, "ts_raw_ns": pl.Int64,

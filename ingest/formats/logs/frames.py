@@ -69,6 +69,16 @@ def repeat(name: str, value, n: int, dtype=pl.String) -> pl.Series:
     return pl.Series(name, pa.repeat(pa.scalar(value, t), n))
 
 
+def lists(name: str, items: list, typ: pa.DataType) -> pl.Series:
+    """A list column of ``items`` (each an iterable of values), built as Arrow offsets and values:
+    Polars builds a list of Python lists one inner series at a time."""
+    offsets, values = [0], []
+    for it in items:
+        values.extend(it)
+        offsets.append(len(values))
+    return pl.Series(name, pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ)))
+
+
 def extract_prefix(df: pl.DataFrame, col: str, rx: str, msg: str = "msg") -> pl.DataFrame:
     """Named groups of an anchored *prefix* regex, plus ``msg`` = the rest of the line.
 
