@@ -76,6 +76,10 @@ def library() -> ctypes.CDLL:
             lib.at_views.restype = _I64
             lib.at_blocks.argtypes = [_P, _I64, _P, _P, _I64, _I64, _P, _I64, _P, _P, _P, _P, _P]
             lib.at_blocks.restype = _I64
+            lib.at_phase_readings.argtypes = [_P, _I64, _P, _P, _P]
+            lib.at_phase_readings.restype = _I64
+            lib.at_phase_forbidden.argtypes = [_I64] + [_P] * 9
+            lib.at_phase_forbidden.restype = None
             _lib = lib
     return _lib
 
@@ -699,3 +703,49 @@ def kineto_events(body: bytes) -> KinetoEvents | None:
         n, pa.Array.from_buffers(pa.uint8(), n, [None, ph]), views(cat_at, cat_len), views(name_at, name_len),
         views(args_at, args_len), ids, _nullable(ts, ts_ok, pa.float64(), n), _nullable(dur, dur_ok, pa.float64(), n),
         pa.Array.from_buffers(pa.int64(), n, [None, start]), pa.Array.from_buffers(pa.int64(), n, [None, end]))
+
+
+PH_NONE, PH_C10, PH_EXACT = 0, 1, 2     # what at_phase_readings reads a line as (or UNSURE)
+
+
+class PhaseReadings(NamedTuple):
+    """What :func:`phase_readings` read, per line: ``code`` (uint8: PH_NONE, PH_C10, PH_EXACT or
+    UNSURE where the regexes decide), ``t1`` and ``t2`` (int64: c10's second and nine digits,
+    or an exact stamp's time and resolution, ns); ``unsure``: how many rows were left."""
+    code: pa.Array
+    t1: pa.Array
+    t2: pa.Array
+    unsure: int
+
+
+def phase_readings(lines: pa.Array) -> PhaseReadings:
+    """The c10 and exact stamps of a text array (:func:`texts`) as the clock-phase reader reads
+    them (``ingest.formats.logs.c10phase.reading``; see ``at_phase_readings`` in scan.c)."""
+    n = len(lines)
+    alive, col = _column(lines)
+    m = max(n, 1)
+    kind, t1, t2 = pa.allocate_buffer(m), pa.allocate_buffer(8 * m), pa.allocate_buffer(8 * m)
+    left = library().at_phase_readings(ctypes.byref(col), n, kind.address, t1.address, t2.address) if n else 0
+    del alive
+    return PhaseReadings(pa.Array.from_buffers(pa.uint8(), n, [None, kind]),
+                         pa.Array.from_buffers(pa.int64(), n, [None, t1]),
+                         pa.Array.from_buffers(pa.int64(), n, [None, t2]), left)
+
+
+def phase_forbidden(pairs: list) -> list[list[tuple[int, int]]]:
+    """For each pair of readings ``(a, b)`` (``("c" | "x", t1, t2)``, b written after a), the
+    phases (ns ranges of [0, 1 s)) under which b would read earlier than a (see
+    ``at_phase_forbidden`` in scan.c)."""
+    n = len(pairs)
+    if not n:
+        return []
+    cols = [pa.array(v, t) for v, t in (
+        ([int(a[0] == "c") for a, _ in pairs], pa.uint8()), ([a[1] for a, _ in pairs], pa.int64()),
+        ([a[2] for a, _ in pairs], pa.int64()), ([int(b[0] == "c") for _, b in pairs], pa.uint8()),
+        ([b[1] for _, b in pairs], pa.int64()), ([b[2] for _, b in pairs], pa.int64()))]
+    lo, hi, count = pa.allocate_buffer(40 * n), pa.allocate_buffer(40 * n), pa.allocate_buffer(n)
+    library().at_phase_forbidden(n, *(_values_address(c) for c in cols), lo.address, hi.address, count.address)
+    los = pa.Array.from_buffers(pa.int64(), 5 * n, [None, lo]).to_pylist()
+    his = pa.Array.from_buffers(pa.int64(), 5 * n, [None, hi]).to_pylist()
+    return [list(zip(los[5 * k:5 * k + c], his[5 * k:5 * k + c]))
+            for k, c in enumerate(pa.Array.from_buffers(pa.uint8(), n, [None, count]).to_pylist())]

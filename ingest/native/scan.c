@@ -2169,3 +2169,195 @@ int64_t at_blocks(const col_t *col, int64_t n, const int32_t *starts_at, const u
     counts[0] = w.nfr; counts[1] = w.nfl; counts[2] = w.ntb;
     return nb;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * The stamps the wall clock's phase is read from (ingest/formats/logs/c10phase.py: C10, ELASTIC,
+ * DATED, read by ``reading``):
+ *
+ *   C10      ^(?:\[rank\d+\]:)?\[[FEWIV](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{9})
+ *   ELASTIC  ^(?:\[rank\d+\]:)?[DIWEC](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) \d+
+ *   DATED    ^\[?\d{4}-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)[.,](\d{3,9})(?![\d:]|\s*(?:Z|[+-]\d\d))
+ *
+ * (each followed by a space where shown). The month and day share a run of 3 or 4 digits (the
+ * day takes the last two). The time is seconds of month-day-time on 2000-01-01's calendar (a
+ * leap year), as ``_local_s``: a date that calendar does not have is no reading. A byte looked
+ * at that is not ASCII leaves the line to the regexes (\d and \s are Unicode's there).
+ */
+enum { PH_NONE = 0, PH_C10 = 1, PH_EXACT = 2 };
+static const int64_t PH_SEC = 1000000000;
+static const int64_t PH_TICK = 10000000;        /* c10phase.TICK_NS */
+static const int64_t PH_SLACK = 1000000;        /* c10phase.ORDER_SLACK_NS */
+
+/* seconds since 1970 of month-day hh:mm:ss in 2000, or -1 when 2000 has no such time */
+static int64_t local_s_2000(int mo, int d, int hh, int mi, int ss) {
+    static const int MDAYS[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (mo < 1 || mo > 12 || d < 1 || d > MDAYS[mo - 1] || hh > 23 || mi > 59 || ss > 59) return -1;
+    int64_t days = 10957;                   /* 1970-01-01 to 2000-01-01 */
+    for (int m = 1; m < mo; m++) days += MDAYS[m - 1];
+    days += d - 1;
+    return ((days * 24 + hh) * 60 + mi) * 60 + ss;
+}
+
+static inline int ph_d(line_t l, int64_t i, int64_t *far) { return is_d(look(l, i, far)); }
+
+/* "(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\." at q: the month-day run, then the time; *s: the
+ * seconds (-1: no such date), returns where the fraction starts or -1 */
+static int64_t ph_mdhms(line_t l, int64_t q, int64_t *s, int64_t *far) {
+    int64_t e = q;
+    while (e < q + 5 && ph_d(l, e, far)) e++;
+    int64_t k = e - q;
+    if (k < 3 || k > 4 || look(l, e, far) != ' ') return -1;
+    int64_t t = e + 1;
+    for (int64_t j = t; j < t + 8; j++) {
+        int c = look(l, j, far);
+        if ((j - t) % 3 == 2 ? c != ':' : !is_d(c)) return -1;
+    }
+    if (look(l, t + 8, far) != '.') return -1;
+    int mo = k == 3 ? l.p[q] - '0' : num2(l, q);
+    *s = local_s_2000(mo, num2(l, e - 2), num2(l, t), num2(l, t + 3), num2(l, t + 6));
+    return t + 9;
+}
+
+/* One line: PH_NONE, PH_C10 (t1: the second in ns, t2: the nine digits), PH_EXACT (t1: the
+ * time in ns, t2: its resolution in ns) or UNSURE. */
+static int phase_reading(line_t l, int64_t *t1, int64_t *t2) {
+    int64_t far = 0, q = 0, s = -1, f;
+    if (look(l, 0, &far) == '[' && look(l, 1, &far) == 'r') {        /* (?:\[rank\d+\]:)? */
+        int64_t a = 0, b = 0, end = 0;
+        if (bracket_num(l, 0, "[rank", 5, "]:", 2, &a, &b, &end, &far)) q = end;
+    }
+    int c = look(l, q, &far), r = PH_NONE;
+    if (c == '[' && one_of(look(l, q + 1, &far), "FEWIV")) {
+        f = ph_mdhms(l, q + 2, &s, &far);
+        if (f >= 0) {
+            int64_t e = f;
+            while (e < f + 9 && ph_d(l, e, &far)) e++;
+            if (e == f + 9 && look(l, e, &far) == ' ') {
+                r = PH_C10;
+                if (s < 0) r = PH_NONE;
+                else { *t1 = s * PH_SEC; *t2 = (int64_t)num_k(l, f, 9); }
+            }
+        }
+    } else if (one_of(c, "DIWEC")) {
+        f = ph_mdhms(l, q + 1, &s, &far);
+        if (f >= 0) {
+            int64_t e = f;
+            while (e < f + 6 && ph_d(l, e, &far)) e++;
+            if (e == f + 6 && look(l, e, &far) == ' ') {
+                int64_t g = e + 1;
+                while (ph_d(l, g, &far)) g++;
+                if (g > e + 1 && look(l, g, &far) == ' ') {
+                    r = s < 0 ? PH_NONE : PH_EXACT;
+                    if (s >= 0) { *t1 = s * PH_SEC + (int64_t)num_k(l, f, 6) * 1000; *t2 = 1000000; }
+                }
+            }
+        }
+    }
+    if (r == PH_NONE) {      /* DATED (C10's and ELASTIC's lines cannot be DATED's: their first bytes differ) */
+        int64_t p = look(l, 0, &far) == '[' ? 1 : 0;
+        int ok = 1;
+        for (int64_t j = p; j < p + 4; j++) ok = ok && ph_d(l, j, &far);
+        ok = ok && look(l, p + 4, &far) == '-' && ph_d(l, p + 5, &far) && ph_d(l, p + 6, &far)
+             && look(l, p + 7, &far) == '-' && ph_d(l, p + 8, &far) && ph_d(l, p + 9, &far)
+             && one_of(look(l, p + 10, &far), " T_");
+        int64_t t = p + 11;
+        for (int64_t j = t; ok && j < t + 8; j++) {
+            int cc = look(l, j, &far);
+            ok = (j - t) % 3 == 2 ? cc == ':' : is_d(cc);
+        }
+        ok = ok && one_of(look(l, t + 8, &far), ".,");
+        if (ok) {
+            int64_t a = t + 9, e = a;
+            while (ph_d(l, e, &far)) e++;
+            int64_t k = e - a;
+            int after = look(l, e, &far);
+            int64_t w = e;
+            while (is_s(look(l, w, &far)) || (look(l, w, &far) >= 0x1c && look(l, w, &far) <= 0x1f)) w++;
+            int z = look(l, w, &far);
+            int zoned = z == 'Z' || ((z == '+' || z == '-') && ph_d(l, w + 1, &far) && ph_d(l, w + 2, &far));
+            if (k >= 3 && k <= 9 && after != ':' && !zoned) {
+                s = local_s_2000(num2(l, p + 5), num2(l, p + 8), num2(l, t), num2(l, t + 3), num2(l, t + 6));
+                if (s >= 0) {
+                    int64_t v = num_k(l, a, (int)k);
+                    for (int64_t j = k; j < 9; j++) v *= 10;
+                    int64_t res = 1;
+                    for (int64_t j = k; j < 9; j++) res *= 10;
+                    *t1 = s * PH_SEC + v; *t2 = res;
+                    r = PH_EXACT;
+                }
+            }
+        }
+    }
+    for (int64_t j = 0; j <= far && j < l.n; j++)
+        if (l.p[j] >= 0x80) return UNSURE;
+    return r;
+}
+
+/* For the lines [0, n) of col: kind (PH_NONE, PH_C10, PH_EXACT, UNSURE) and t1, t2 (see
+ * phase_reading; 0 where there is none). Null lines are PH_NONE. Returns the number left. */
+int64_t at_phase_readings(const col_t *col, int64_t n, uint8_t *kind, int64_t *t1, int64_t *t2) {
+    int64_t left = 0;
+    for (int64_t i = 0; i < n; i++) {
+        t1[i] = t2[i] = 0;
+        kind[i] = PH_NONE;
+        if (!is_valid(col, i)) continue;
+        int k = phase_reading(line_of(col, i), &t1[i], &t2[i]);
+        if (k != PH_EXACT && k != PH_C10) t1[i] = t2[i] = 0;
+        kind[i] = (uint8_t)k;
+        left += k == UNSURE;
+    }
+    return left;
+}
+
+/* The phases (ns ranges of [0, 1 s)) under which line b, written after line a, would read
+ * earlier than it (c10phase.forbidden's contract): for each pair k, readings (a_c[k]: 1 for a c10
+ * stamp, a1, a2) and (b_c, b1, b2) as phase_reading gives them; lo/hi: at most 5 ranges per
+ * pair, at 5 * k; count[k]: how many. */
+void at_phase_forbidden(int64_t n, const uint8_t *a_c, const int64_t *a1, const int64_t *a2, const uint8_t *b_c,
+                        const int64_t *b1, const int64_t *b2, int64_t *lo, int64_t *hi, uint8_t *count) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t cuts[6] = {0, PH_SEC};
+        int nc = 2;
+        const uint8_t isc[2] = {a_c[k], b_c[k]};
+        const int64_t frac[2] = {a2[k], b2[k]};
+        for (int x = 0; x < 2; x++) {
+            if (!isc[x]) continue;
+            int64_t w = (PH_SEC - frac[x]) % PH_SEC, v[2] = {w, (w + PH_TICK) % PH_SEC};
+            for (int y = 0; y < 2; y++) {
+                int dup = 0;
+                for (int z = 0; z < nc; z++) dup |= cuts[z] == v[y];
+                if (!dup) cuts[nc++] = v[y];
+            }
+        }
+        for (int x = 1; x < nc; x++)            /* (sorted: at most six) */
+            for (int y = x; y > 0 && cuts[y - 1] > cuts[y]; y--) {
+                int64_t t = cuts[y]; cuts[y] = cuts[y - 1]; cuts[y - 1] = t;
+            }
+        int out = 0, slope = (int)b_c[k] - (int)a_c[k];
+        for (int x = 0; x + 1 < nc; x++) {
+            int64_t p = cuts[x], q = cuts[x + 1];
+            if (q <= p) continue;
+            /* d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q): where it is below 0 */
+            int64_t mid = (p + q) / 2, hi_b, lo_a;
+            if (b_c[k]) {
+                int64_t r = (b2[k] + mid) % PH_SEC;
+                hi_b = b1[k] + r + (r < PH_TICK ? PH_SEC : 0);
+            } else {
+                hi_b = b1[k] + b2[k];
+            }
+            lo_a = a_c[k] ? a1[k] + (a2[k] + mid) % PH_SEC : a1[k];
+            int64_t d = hi_b - lo_a + PH_SLACK, a, b;
+            if (slope == 0) {
+                if (d < 0) { a = p; b = q; } else continue;
+            } else if (slope > 0) {
+                int64_t zero = mid - d;
+                a = p; b = q < zero ? q : zero;
+            } else {
+                int64_t zero = mid + d;
+                a = p > zero + 1 ? p : zero + 1; b = q;
+            }
+            if (b > a) { lo[5 * k + out] = a; hi[5 * k + out] = b; out++; }
+        }
+        count[k] = (uint8_t)out;
+    }
+}

@@ -74,3 +74,83 @@ def test_a_log_written_across_a_step_of_the_wall_clock_is_refused(tmp_path):
     assert st[1]["step"] == {"after_line": 85, "after_local_ns": day + (9 * 3600 + 27 * 60 + 59) * ph.SEC,
                              "before_line": 498,
                              "before_local_ns": day + (9 * 3600 + 28 * 60 + 21) * ph.SEC + 152_000_000}
+
+
+# Stamps of the three forms the phase is read from, as pieces: a generated line is one of them with
+# some pieces dropped, doubled or replaced (by another form's pieces or odd ones).
+_STAMPS = [
+    ["[rank3]:", "[", "I", "1201", " ", "22:13:53", ".", "830172951", " ", "TCPStore.cpp:1253] x"],
+    ["[", "E", "129", " ", "03:08:08", ".", "000000001", " ", "a.cpp:1] y"],
+    ["[rank12]:", "W", "1201", " ", "22:13:53", ".", "539000", " ", "23297", " ", "api.py:1002] failed"],
+    ["E", "0229", " ", "23:59:59", ".", "999999", " ", "1", " ", "b.py:1] z"],
+    ["[", "2026", "-", "12-01", " ", "22:13:53", ",", "332", "]", " INFO x"],
+    ["2026", "-", "02-29", "T", "00:00:00", ".", "123456789", " ", "Z", " m"],
+    ["2026", "-", "12-01", "_", "22:13:53", ".", "1234", "+05:30", " m"],
+]
+_STAMP_PIECES = sorted({p for s in _STAMPS for p in s}) + [
+    "", " ", "\t", "\x1c", "\x1f", "\x0b", "[", "]", ":", ".", ",", "-", "+", "Z", "T", "0", "00", "13", "32", "1232",
+    "12345", "11201", "101", "24:00:00", "23:60:00", "0000", "1234567890", "99999999999999999999", "[rank", "[rank]:", "é",
+    "\u0663", "\u00a0", "\u2003", "\x85", "+0", "-08", ":"]
+
+
+def test_compiled_stamp_reader_equals_reading():
+    # the compiled reader of the stamps (ingest.native.phase_readings) reads what ``reading``'s
+    # regexes read on each stamp whole, with pieces edited (hypothesis, a fixed number of
+    # examples) and with each piece replaced by each odd one; the lines it leaves, the regexes read
+    import polars as pl
+    from hypothesis import HealthCheck, given, settings
+    from heads import each_piece_replaced, edited_heads
+    from ingest import native
+
+    def same(lines):
+        r = native.phase_readings(native.texts(pl.Series(lines, dtype=pl.String)))
+        for line, k, a, b in zip(lines, r.code.to_pylist(), r.t1.to_pylist(), r.t2.to_pylist()):
+            if k == native.UNSURE:
+                assert not line.isascii(), line
+                continue
+            got = None if k == native.PH_NONE else ("c" if k == native.PH_C10 else "x", a, b)
+            assert got == ph.reading(line), line
+
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(edited_heads(_STAMPS, _STAMP_PIECES))
+    def check(lines):
+        same(lines)
+
+    check()
+    same(each_piece_replaced(_STAMPS, _STAMP_PIECES))
+    assert ph.reading("".join(_STAMPS[0]))[0] == "c" and ph.reading("".join(_STAMPS[4]))[0] == "x"
+
+
+def test_forbidden_phases_are_those_where_the_later_line_would_read_earlier():
+    # The definition, phase by phase: under phase g the latest time b can have (a c10 second may
+    # lag by a tick) less the earliest a can have, plus the slack, is below zero exactly inside
+    # the ranges forbidden() gives; pairs of each form near a second's edge, one call for them all
+    import random
+    from ingest import native
+    rnd = random.Random(7)
+    base = ph._local_s("12", "01", "22", "13", "53") * ph.SEC
+
+    def one():
+        if rnd.random() < 0.5:
+            return ("c", base + rnd.choice((0, 1, -1)) * ph.SEC, rnd.randrange(ph.SEC))
+        return ("x", base + rnd.randrange(-ph.SEC, 2 * ph.SEC), rnd.choice((1_000, 1_000_000)))
+
+    def earlier(a, b, g):
+        if b[0] == "c":
+            r = (b[2] + g) % ph.SEC
+            hi_b = b[1] + r + (ph.SEC if r < ph.TICK_NS else 0)
+        else:
+            hi_b = b[1] + b[2]
+        lo_a = a[1] + (a[2] + g) % ph.SEC if a[0] == "c" else a[1]
+        return hi_b - lo_a + ph.ORDER_SLACK_NS < 0
+
+    pairs = [(one(), one()) for _ in range(300)]
+    got = native.phase_forbidden(pairs)
+    assert got[:3] == [ph.forbidden(*p) for p in pairs[:3]]
+    probes = range(0, ph.SEC, 997_001)
+    for (a, b), ranges in zip(pairs, got):
+        edges = [e + d for lo, hi in ranges for e in (lo, hi) for d in (-1, 0)]
+        for g in [*probes, *(e for e in edges if 0 <= e < ph.SEC)]:
+            assert earlier(a, b, g) == any(lo <= g < hi for lo, hi in ranges), (a, b, g, ranges)
+    assert any(got) and not all(got)

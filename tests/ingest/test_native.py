@@ -24,7 +24,8 @@ DATA = ROOT / "tests" / "data"
 CORPUS = sorted(p for d in ("app_log", "nccl_log", "kernel", "dmesg", "perf_script", "realworld", "c10phase")
                 for p in (DATA / d).iterdir() if p.is_file() and not p.name.endswith(".md")) + \
     sorted((ROOT / "sample_traces").glob("*/*/logs/*.log")) + sorted((ROOT / "sample_traces").glob("*/*/dmesg*"))
-READERS = ("log_heads", "dmesg_raw", "subsys", "step_values", "rank_said", "nccl_info", "perf_headers", "wraps")
+READERS = ("log_heads", "dmesg_raw", "subsys", "step_values", "rank_said", "nccl_info", "perf_headers", "wraps",
+           "phase_readings")
 
 
 def _left_to_the_regexes(name, real):

@@ -49,6 +49,10 @@ import re
 from datetime import datetime, timezone
 from itertools import accumulate
 
+import pyarrow as pa
+
+from ... import native
+
 SEC = 1_000_000_000
 BINS = 10_000                  # 0.1 ms
 BIN_NS = SEC // BINS
@@ -92,42 +96,13 @@ def reading(body: str) -> tuple | None:
 
 
 def forbidden(a, b) -> list[tuple[int, int]]:
-    """Phases (ns ranges of [0, 1 s)) under which ``b``, written after ``a``, would be earlier."""
-    cuts = {0, SEC}
-    for it in (a, b):
-        if it[0] == "c":
-            w = (SEC - it[2]) % SEC
-            cuts.update((w, (w + TICK_NS) % SEC))
-    cuts = sorted(cuts)
-    a_c, a1, a2 = a[0] == "c", a[1], a[2]
-    b_c, b1, b2 = b[0] == "c", b[1], b[2]
-    slope = b_c - a_c
-    out = []
-    for p, q in zip(cuts, cuts[1:]):
-        if q <= p:
-            continue
-        # d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q) (no wrap inside): find where < 0.
-        # hi_b: the latest wall time b can have under phase g (a c10 second may lag by a tick);
-        # lo_a: the earliest a can have (inline: this runs for every pair of a long log)
-        mid = (p + q) // 2
-        if b_c:
-            r = (b2 + mid) % SEC
-            hi_b = b1 + r + (SEC if r < TICK_NS else 0)
-        else:
-            hi_b = b1 + b2
-        d_mid = hi_b - (a1 + (a2 + mid) % SEC if a_c else a1) + ORDER_SLACK_NS
-        if slope == 0:
-            if d_mid < 0:
-                out.append((p, q))
-            continue
-        zero = mid - d_mid // slope if slope > 0 else mid + d_mid       # where d crosses 0
-        if slope > 0:
-            lo, hi = p, min(q, zero)
-        else:
-            lo, hi = max(p, zero + 1), q
-        if hi > lo:
-            out.append((lo, hi))
-    return out
+    """Phases (ns ranges of [0, 1 s)) under which ``b``, written after ``a``, would be earlier.
+
+    Under phase ``g`` the latest wall time ``b`` can have, less the earliest ``a`` can have (plus
+    ``ORDER_SLACK_NS``), is linear in ``g`` between the points where a c10 line's fraction wraps
+    (and a tick after, where its coarse second may lag): the phases where it is below zero are
+    found piece by piece (``at_phase_forbidden`` in :mod:`ingest.native`'s scan.c)."""
+    return native.phase_forbidden([(a, b)])[0]
 
 
 class Phase:
@@ -140,23 +115,45 @@ class Phase:
         self.kept: list[tuple[int, int, list[tuple[int, int]]]] = []   # (earlier line, line, bins ruled out)
 
     def feed(self, lineno: int, stream: str, body: str) -> None:
-        if lineno <= self.upto or self.pairs >= MAX_PAIRS:
+        self.feed_readings([(lineno, stream, reading(body))])
+
+    def feed_lines(self, linenos: list[int], streams: list[str], bodies: pa.Array) -> None:
+        """Lines in order: their numbers, streams and texts (an Arrow text array as
+        :func:`ingest.native.texts` gives it, read at once)."""
+        if self.pairs >= MAX_PAIRS:
             return
-        self.upto = lineno
-        it = reading(body)
-        if it is None:
-            return
-        self.c10 += it[0] == "c"
-        prev = self.last.get(stream)
-        self.last[stream] = (it, lineno)
-        if prev is None or (prev[0][0] == "x" and it[0] == "x"):
-            return
-        prev, prev_line = prev
-        if abs(it[1] - prev[1]) > 3600 * SEC:     # (a gap of an hour or more: a new run, or a year's turn)
-            return
-        bins = [(i, j) for i, j in ((-(-lo // BIN_NS), hi // BIN_NS) for lo, hi in forbidden(prev, it))
-                if j > i]                              # bins wholly inside [lo, hi)
-        self.kept.append((prev_line, lineno, bins, prev, it))
+        r = native.phase_readings(bodies)
+        kinds, t1, t2 = r.code.to_pylist(), r.t1.to_pylist(), r.t2.to_pylist()
+        if r.unsure:
+            texts = bodies.to_pylist()
+        its = (None if k == native.PH_NONE else ("c", a, b) if k == native.PH_C10 else
+               ("x", a, b) if k == native.PH_EXACT else reading(texts[i])
+               for i, (k, a, b) in enumerate(zip(kinds, t1, t2)))      # (read as far as the pairs go)
+        self.feed_readings(zip(linenos, streams, its))
+
+    def feed_readings(self, rows) -> None:
+        """(line, stream, :func:`reading` of the line) in order."""
+        new = []
+        for lineno, stream, it in rows:
+            if len(self.kept) + len(new) >= MAX_PAIRS:
+                break
+            if lineno <= self.upto:
+                continue
+            self.upto = lineno
+            if it is None:
+                continue
+            self.c10 += it[0] == "c"
+            prev = self.last.get(stream)
+            self.last[stream] = (it, lineno)
+            if prev is None or (prev[0][0] == "x" and it[0] == "x"):
+                continue
+            prev, prev_line = prev
+            if abs(it[1] - prev[1]) > 3600 * SEC:     # (a gap of an hour or more: a new run, or a year's turn)
+                continue
+            new.append((prev_line, lineno, prev, it))
+        for (prev_line, lineno, prev, it), ranges in zip(new, native.phase_forbidden([(p[2], p[3]) for p in new])):
+            bins = [(i, j) for i, j in ((-(-lo // BIN_NS), hi // BIN_NS) for lo, hi in ranges) if j > i]
+            self.kept.append((prev_line, lineno, bins, prev, it))     # (bins wholly inside a range)
 
     @property
     def pairs(self) -> int:

@@ -1295,8 +1295,10 @@ def _feed_phase(base: pl.DataFrame, ph: Phase) -> None:
         return
     streams = new.filter(c10)["stream"].unique().implode()
     rows = new.filter(c10 | (pl.col("stream").is_in(streams) & pl.col("body").str.contains(_PHASE_EXACT)))
-    for lineno, stream, body in rows.select("lineno", "stream", "body").iter_rows():
-        ph.feed(lineno, stream or "", body)
+    step = 4 * MAX_PHASE_PAIRS      # (a slice at a time: the pairs are full long before most logs end)
+    for k in range(0, rows.height, step):
+        part = rows.slice(k, step)
+        ph.feed_lines(part["lineno"].to_list(), part["stream"].fill_null("").to_list(), native.texts(part["body"]))
         if ph.pairs >= MAX_PHASE_PAIRS:
             break
 
