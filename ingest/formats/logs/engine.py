@@ -1285,7 +1285,7 @@ def _feed_phase(base: pl.DataFrame, ph: Phase) -> None:
     """c10 stamps and the exactly timed lines of the same streams, to :class:`.c10phase.Phase`."""
     if ph.pairs >= MAX_PHASE_PAIRS:
         return
-    new = base.filter(pl.col("lineno") > ph.upto)
+    new = base.select("lineno", "stream", "body").filter(pl.col("lineno") > ph.upto)
     # (a c10 stamp starts the line with "[": the regex on those lines only, a log without any has none)
     lead = new["body"].str.starts_with("[")
     if not lead.any():
