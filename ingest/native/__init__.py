@@ -80,6 +80,10 @@ def library() -> ctypes.CDLL:
             lib.at_phase_readings.restype = _I64
             lib.at_phase_forbidden.argtypes = [_I64] + [_P] * 9
             lib.at_phase_forbidden.restype = None
+            lib.at_phase_counts.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P]
+            lib.at_phase_pairs.argtypes = [_I64] + [_P] * 11 + [_I64, _I64] + [_P] * 8
+            lib.at_phase_pairs.restype = _I64
+            lib.at_phase_counts.restype = _I64
             _lib = lib
     return _lib
 
@@ -749,3 +753,51 @@ def phase_forbidden(pairs: list) -> list[list[tuple[int, int]]]:
     his = pa.Array.from_buffers(pa.int64(), 5 * n, [None, hi]).to_pylist()
     return [list(zip(los[5 * k:5 * k + c], his[5 * k:5 * k + c]))
             for k, c in enumerate(pa.Array.from_buffers(pa.uint8(), n, [None, count]).to_pylist())]
+
+
+def phase_counts(off, lo, hi, start: int, stop: int, nbins: int, values: bool = True) -> tuple[list[int] | None, int]:
+    """How many of the clock phase's pairs ``[start, stop)`` rule out each of ``nbins`` bins, and
+    the least count (see ``at_phase_counts`` in scan.c): pair k rules out the bins ``[lo[j], hi[j])``
+    for j in ``[off[k], off[k + 1])`` (``array.array`` of int64, int32, int32). ``values``: False
+    gives the least count alone."""
+    counts = (ctypes.c_int64 * nbins)()
+    addr = lambda a: a.buffer_info()[0] if len(a) else 0
+    least = library().at_phase_counts(addr(off), addr(lo), addr(hi), start, stop, nbins, counts)
+    return (list(counts) if values else None), least
+
+
+class PhasePairs(NamedTuple):
+    """The pairs :func:`phase_pairs` made: per pair the earlier line's reading (``a_kind``,
+    ``a1``, ``a2``) and number (``a_line``), the later line's row (``b_row``) and the bins it rules
+    out (``bins``: a list of ``(first, end)``); ``upto`` and ``c10`` as the state now stands."""
+    a_kind: list
+    a1: list
+    a2: list
+    a_line: list
+    b_row: list
+    bins: list
+    upto: int
+    c10: int
+
+
+def _addr(a) -> int:
+    return a.buffer_info()[0] if len(a) else 0
+
+
+def phase_pairs(linenos, sids, kind, t1, t2, state, upto: int, c10: int, room: int, bin_ns: int) -> PhasePairs:
+    """The clock phase's pairs of lines in order (see ``at_phase_pairs`` in scan.c): ``linenos``
+    (``array('q')``), ``sids`` (``array('i')``: stream numbers), readings ``kind`` (``array('B')``),
+    ``t1``, ``t2`` (``array('q')``); ``state``: the streams' last readings (``array('B')``, and
+    three of ``array('q')``, as long as the streams, updated in place)."""
+    n = len(linenos)
+    m = max(1, min(n, room))
+    a_kind, bin_n = (ctypes.c_uint8 * m)(), (ctypes.c_uint8 * m)()
+    a1, a2, a_line, b_row = ((ctypes.c_int64 * m)() for _ in range(4))
+    bin_lo, bin_hi = (ctypes.c_int32 * (5 * m))(), (ctypes.c_int32 * (5 * m))()
+    io_upto, io_c10 = ctypes.c_int64(upto), ctypes.c_int64(c10)
+    k = library().at_phase_pairs(n, _addr(linenos), _addr(sids), _addr(kind), _addr(t1), _addr(t2),
+                                 *(_addr(a) for a in state), ctypes.byref(io_upto), ctypes.byref(io_c10),
+                                 min(n, room), bin_ns, a_kind, a1, a2, a_line, b_row, bin_lo, bin_hi, bin_n) if n else 0
+    lo, hi = bin_lo[:5 * k], bin_hi[:5 * k]
+    bins = [list(zip(lo[5 * j:5 * j + c], hi[5 * j:5 * j + c])) for j, c in enumerate(bin_n[:k])]
+    return PhasePairs(a_kind[:k], a1[:k], a2[:k], a_line[:k], b_row[:k], bins, io_upto.value, io_c10.value)

@@ -2310,54 +2310,117 @@ int64_t at_phase_readings(const col_t *col, int64_t n, uint8_t *kind, int64_t *t
 }
 
 /* The phases (ns ranges of [0, 1 s)) under which line b, written after line a, would read
- * earlier than it (c10phase.forbidden's contract): for each pair k, readings (a_c[k]: 1 for a c10
- * stamp, a1, a2) and (b_c, b1, b2) as phase_reading gives them; lo/hi: at most 5 ranges per
- * pair, at 5 * k; count[k]: how many. */
+ * earlier than it (c10phase.forbidden's contract), for readings (a_c: 1 for a c10 stamp, a1, a2)
+ * and (b_c, b1, b2) as phase_reading gives them: at most 5 ranges in lo/hi, returns how many. */
+static int phase_ranges(int a_c, int64_t a1, int64_t a2, int b_c, int64_t b1, int64_t b2, int64_t *lo, int64_t *hi) {
+    int64_t cuts[6] = {0, PH_SEC};
+    int nc = 2;
+    const int isc[2] = {a_c, b_c};
+    const int64_t frac[2] = {a2, b2};
+    for (int x = 0; x < 2; x++) {
+        if (!isc[x]) continue;
+        int64_t w = (PH_SEC - frac[x]) % PH_SEC, v[2] = {w, (w + PH_TICK) % PH_SEC};
+        for (int y = 0; y < 2; y++) {
+            int dup = 0;
+            for (int z = 0; z < nc; z++) dup |= cuts[z] == v[y];
+            if (!dup) cuts[nc++] = v[y];
+        }
+    }
+    for (int x = 1; x < nc; x++)            /* (sorted: at most six) */
+        for (int y = x; y > 0 && cuts[y - 1] > cuts[y]; y--) {
+            int64_t t = cuts[y]; cuts[y] = cuts[y - 1]; cuts[y - 1] = t;
+        }
+    int out = 0, slope = b_c - a_c;
+    for (int x = 0; x + 1 < nc; x++) {
+        int64_t p = cuts[x], q = cuts[x + 1];
+        if (q <= p) continue;
+        /* d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q): where it is below 0 */
+        int64_t mid = (p + q) / 2, hi_b, lo_a;
+        if (b_c) {
+            int64_t r = (b2 + mid) % PH_SEC;
+            hi_b = b1 + r + (r < PH_TICK ? PH_SEC : 0);
+        } else {
+            hi_b = b1 + b2;
+        }
+        lo_a = a_c ? a1 + (a2 + mid) % PH_SEC : a1;
+        int64_t d = hi_b - lo_a + PH_SLACK, a, b;
+        if (slope == 0) {
+            if (d < 0) { a = p; b = q; } else continue;
+        } else if (slope > 0) {
+            int64_t zero = mid - d;
+            a = p; b = q < zero ? q : zero;
+        } else {
+            int64_t zero = mid + d;
+            a = p > zero + 1 ? p : zero + 1; b = q;
+        }
+        if (b > a) { lo[out] = a; hi[out] = b; out++; }
+    }
+    return out;
+}
+
+/* phase_ranges of n pairs (arrays a_c, a1, a2, b_c, b1, b2): pair k's ranges at lo/hi + 5 * k,
+ * count[k] of them. */
 void at_phase_forbidden(int64_t n, const uint8_t *a_c, const int64_t *a1, const int64_t *a2, const uint8_t *b_c,
                         const int64_t *b1, const int64_t *b2, int64_t *lo, int64_t *hi, uint8_t *count) {
-    for (int64_t k = 0; k < n; k++) {
-        int64_t cuts[6] = {0, PH_SEC};
-        int nc = 2;
-        const uint8_t isc[2] = {a_c[k], b_c[k]};
-        const int64_t frac[2] = {a2[k], b2[k]};
-        for (int x = 0; x < 2; x++) {
-            if (!isc[x]) continue;
-            int64_t w = (PH_SEC - frac[x]) % PH_SEC, v[2] = {w, (w + PH_TICK) % PH_SEC};
-            for (int y = 0; y < 2; y++) {
-                int dup = 0;
-                for (int z = 0; z < nc; z++) dup |= cuts[z] == v[y];
-                if (!dup) cuts[nc++] = v[y];
-            }
+    for (int64_t k = 0; k < n; k++)
+        count[k] = (uint8_t)phase_ranges(a_c[k], a1[k], a2[k], b_c[k], b1[k], b2[k], lo + 5 * k, hi + 5 * k);
+}
+
+/* c10phase.Phase's feed of n lines in order: line numbers, stream numbers (sid, < the streams'
+ * state arrays' length) and readings (kind PH_NONE, PH_C10 or PH_EXACT: the caller has read the
+ * lines left UNSURE; t1, t2). State kept across calls: per stream its last reading (s_kind PH_NONE:
+ * none yet; s_t1, s_t2, s_line), *upto (lines at or before it were fed: a chunk re-reads some) and
+ * *c10 (c10 readings fed). A line pairs with its stream's last reading unless both are exact or
+ * they are an hour or more apart; at most `room` pairs are made (the lines after the last one are
+ * not fed). Per pair k: the earlier reading (a_kind, a1, a2, a_line), the later line's row (b_row)
+ * and the phase bins it rules out, [bin_lo, bin_hi) at 5 * k, bin_n[k] of them (the bins of
+ * BIN_NS ns wholly inside a range of phase_ranges). Returns the number of pairs. */
+int64_t at_phase_pairs(int64_t n, const int64_t *lineno, const int32_t *sid, const uint8_t *kind, const int64_t *t1,
+                       const int64_t *t2, uint8_t *s_kind, int64_t *s_t1, int64_t *s_t2, int64_t *s_line, int64_t *upto,
+                       int64_t *c10, int64_t room, int64_t bin_ns, uint8_t *a_kind, int64_t *a1, int64_t *a2,
+                       int64_t *a_line, int64_t *b_row, int32_t *bin_lo, int32_t *bin_hi, uint8_t *bin_n) {
+    int64_t np = 0;
+    for (int64_t i = 0; i < n && np < room; i++) {
+        if (lineno[i] <= *upto) continue;
+        *upto = lineno[i];
+        int k = kind[i];
+        if (k != PH_C10 && k != PH_EXACT) continue;
+        *c10 += k == PH_C10;
+        int32_t s = sid[i];
+        int pk = s_kind[s];
+        int64_t p1 = s_t1[s], p2 = s_t2[s], pl = s_line[s];
+        s_kind[s] = (uint8_t)k; s_t1[s] = t1[i]; s_t2[s] = t2[i]; s_line[s] = lineno[i];
+        if (pk == PH_NONE || (pk == PH_EXACT && k == PH_EXACT)) continue;
+        int64_t gap = t1[i] - p1;
+        if (gap > 3600 * PH_SEC || gap < -3600 * PH_SEC) continue;
+        int64_t lo[5], hi[5];
+        int nr = phase_ranges(pk == PH_C10, p1, p2, k == PH_C10, t1[i], t2[i], lo, hi), nb = 0;
+        for (int r = 0; r < nr; r++) {
+            int64_t b0 = (lo[r] + bin_ns - 1) / bin_ns, b1 = hi[r] / bin_ns;
+            if (b1 > b0) { bin_lo[5 * np + nb] = (int32_t)b0; bin_hi[5 * np + nb] = (int32_t)b1; nb++; }
         }
-        for (int x = 1; x < nc; x++)            /* (sorted: at most six) */
-            for (int y = x; y > 0 && cuts[y - 1] > cuts[y]; y--) {
-                int64_t t = cuts[y]; cuts[y] = cuts[y - 1]; cuts[y - 1] = t;
-            }
-        int out = 0, slope = (int)b_c[k] - (int)a_c[k];
-        for (int x = 0; x + 1 < nc; x++) {
-            int64_t p = cuts[x], q = cuts[x + 1];
-            if (q <= p) continue;
-            /* d(g) = hi_b(g) - lo_a(g) + slack is linear on [p, q): where it is below 0 */
-            int64_t mid = (p + q) / 2, hi_b, lo_a;
-            if (b_c[k]) {
-                int64_t r = (b2[k] + mid) % PH_SEC;
-                hi_b = b1[k] + r + (r < PH_TICK ? PH_SEC : 0);
-            } else {
-                hi_b = b1[k] + b2[k];
-            }
-            lo_a = a_c[k] ? a1[k] + (a2[k] + mid) % PH_SEC : a1[k];
-            int64_t d = hi_b - lo_a + PH_SLACK, a, b;
-            if (slope == 0) {
-                if (d < 0) { a = p; b = q; } else continue;
-            } else if (slope > 0) {
-                int64_t zero = mid - d;
-                a = p; b = q < zero ? q : zero;
-            } else {
-                int64_t zero = mid + d;
-                a = p > zero + 1 ? p : zero + 1; b = q;
-            }
-            if (b > a) { lo[5 * k + out] = a; hi[5 * k + out] = b; out++; }
-        }
-        count[k] = (uint8_t)out;
+        bin_n[np] = (uint8_t)nb;
+        a_kind[np] = (uint8_t)pk; a1[np] = p1; a2[np] = p2; a_line[np] = pl; b_row[np] = i;
+        np++;
     }
+    return np;
+}
+
+/* How many of the pairs [from, to) rule out each of the clock phase's nbins bins (c10phase's
+ * counts): pair k rules out the bins [lo[j], hi[j]) for j in [off[k], off[k + 1]). counts: nbins
+ * values. Returns the least count. */
+int64_t at_phase_counts(const int64_t *off, const int32_t *lo, const int32_t *hi, int64_t from, int64_t to,
+                        int64_t nbins, int64_t *counts) {
+    memset(counts, 0, sizeof(int64_t) * (size_t)nbins);
+    for (int64_t j = off[from]; j < off[to]; j++) {
+        counts[lo[j]] += 1;
+        if (hi[j] < nbins) counts[hi[j]] -= 1;
+    }
+    int64_t run = 0, least = INT64_MAX;
+    for (int64_t b = 0; b < nbins; b++) {
+        run += counts[b];
+        counts[b] = run;
+        if (run < least) least = run;
+    }
+    return least;
 }

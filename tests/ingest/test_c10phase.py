@@ -154,3 +154,48 @@ def test_forbidden_phases_are_those_where_the_later_line_would_read_earlier():
         for g in [*probes, *(e for e in edges if 0 <= e < ph.SEC)]:
             assert earlier(a, b, g) == any(lo <= g < hi for lo, hi in ranges), (a, b, g, ranges)
     assert any(got) and not all(got)
+
+
+def test_pairs_follow_the_rules_across_streams_chunks_and_the_cap(monkeypatch):
+    # Lines of three streams fed in chunks that re-read a few lines (as the engine does), with c10
+    # and exact stamps, lines without one, an hour's gap and a cap on the pairs: Phase keeps what
+    # the rules below say, line by line (a line pairs with its stream's last reading unless both
+    # are exact or they are an hour or more apart; lines at or before the last fed line are not
+    # fed again; after the cap nothing more is fed)
+    import random
+    import polars as pl
+    from ingest import native
+    monkeypatch.setattr(ph, "MAX_PAIRS", 150)
+    rnd = random.Random(3)
+    lines, t = [], 0.0
+    for n in range(1, 400):
+        t += rnd.choice((0.01, 0.3, 0.9, 1.7)) + (4000 if n == 200 else 0)
+        s = int(t)
+        hms = f"{22 + s // 3600 % 2:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+        frac = int((t % 1) * 1e9)
+        forms = (f"[I1201 {hms}.{frac:09d} a.cpp:1] x", f"E1201 {hms}.{frac // 1000:06d} 7 b.py:2] y",
+                 f"2026-12-01 {hms},{frac // 1_000_000:03d} INFO z", "no stamp here")
+        # (the last line of each chunk a c10 one: read again with the next, it must not pair with itself)
+        lines.append((n, rnd.choice(("a", "b", "")), forms[0] if n % 50 == 0 else rnd.choice(forms)))
+    p = ph.Phase()
+    at = 0
+    while at < len(lines):
+        part = lines[max(0, at - 3):at + 50]        # (three lines read again)
+        p.feed_lines([r[0] for r in part], [r[1] for r in part], native.texts(pl.Series([r[2] for r in part], dtype=pl.String)))
+        at += 50
+    want, last, upto, c10 = [], {}, 0, 0
+    for n, s, body in lines:
+        if len(want) >= 150:
+            break
+        upto = n
+        it = ph.reading(body)
+        if it is None:
+            continue
+        c10 += it[0] == "c"
+        prev, last[s] = last.get(s), (it, n)
+        if prev is None or (prev[0][0] == "x" and it[0] == "x") or abs(it[1] - prev[0][1]) > 3600 * ph.SEC:
+            continue
+        bins = [(-(-lo // ph.BIN_NS), hi // ph.BIN_NS) for lo, hi in ph.forbidden(prev[0], it)]
+        want.append((prev[1], n, [(i, j) for i, j in bins if j > i], prev[0], it))
+    assert p.kept == want and p.upto == upto and p.c10 == c10
+    assert len(want) == 150 and any(w[2] for w in want) and any(w[3][0] == "x" for w in want)

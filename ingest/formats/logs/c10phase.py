@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import re
 from datetime import datetime, timezone
-from itertools import accumulate
+from array import array
 
 import pyarrow as pa
 
@@ -105,14 +105,28 @@ def forbidden(a, b) -> list[tuple[int, int]]:
     return native.phase_forbidden([(a, b)])[0]
 
 
+_KIND = {None: native.PH_NONE, "c": native.PH_C10, "x": native.PH_EXACT}
+
+
+def _array(typecode: str, a: pa.Array) -> array:
+    """A fixed-width Arrow array without nulls as an ``array.array`` (a copy of its values)."""
+    out = array(typecode)
+    w = out.itemsize
+    out.frombytes(a.buffers()[1].to_pybytes()[a.offset * w:(a.offset + len(a)) * w])
+    return out
+
+
 class Phase:
     """Feed one file's lines in order (``feed``); ``result`` is the phase, or None."""
 
     def __init__(self):
-        self.last: dict = {}
+        self._sid: dict = {}     # stream -> its number; the streams' last readings (kind, t1, t2, line):
+        self._last = (array("B"), array("q"), array("q"), array("q"))
         self.c10 = 0
         self.upto = 0           # line numbers up to this one were fed (chunks re-read some rows)
-        self.kept: list[tuple[int, int, list[tuple[int, int]]]] = []   # (earlier line, line, bins ruled out)
+        self.kept: list[tuple] = []   # (earlier line, line, bins ruled out, earlier reading, reading)
+        # the kept pairs' bins, flat: pair k rules out [lo[j], hi[j]) for j in [off[k], off[k + 1])
+        self._off, self._lo, self._hi = array("q", [0]), array("i"), array("i")
 
     def feed(self, lineno: int, stream: str, body: str) -> None:
         self.feed_readings([(lineno, stream, reading(body))])
@@ -123,37 +137,46 @@ class Phase:
         if self.pairs >= MAX_PAIRS:
             return
         r = native.phase_readings(bodies)
-        kinds, t1, t2 = r.code.to_pylist(), r.t1.to_pylist(), r.t2.to_pylist()
-        if r.unsure:
+        kind, t1, t2 = (_array(c, a) for c, a in (("B", r.code), ("q", r.t1), ("q", r.t2)))
+        if r.unsure:        # (the lines the compiled reader leaves: read by the regexes)
             texts = bodies.to_pylist()
-        its = (None if k == native.PH_NONE else ("c", a, b) if k == native.PH_C10 else
-               ("x", a, b) if k == native.PH_EXACT else reading(texts[i])
-               for i, (k, a, b) in enumerate(zip(kinds, t1, t2)))      # (read as far as the pairs go)
-        self.feed_readings(zip(linenos, streams, its))
+            for i, k in enumerate(kind):
+                if k == native.UNSURE:
+                    it = reading(texts[i])
+                    kind[i], t1[i], t2[i] = _KIND[it[0] if it else None], *((it[1], it[2]) if it else (0, 0))
+        self._pairs(array("q", linenos), streams, kind, t1, t2)
 
     def feed_readings(self, rows) -> None:
         """(line, stream, :func:`reading` of the line) in order."""
-        new = []
-        for lineno, stream, it in rows:
-            if len(self.kept) + len(new) >= MAX_PAIRS:
-                break
-            if lineno <= self.upto:
-                continue
-            self.upto = lineno
-            if it is None:
-                continue
-            self.c10 += it[0] == "c"
-            prev = self.last.get(stream)
-            self.last[stream] = (it, lineno)
-            if prev is None or (prev[0][0] == "x" and it[0] == "x"):
-                continue
-            prev, prev_line = prev
-            if abs(it[1] - prev[1]) > 3600 * SEC:     # (a gap of an hour or more: a new run, or a year's turn)
-                continue
-            new.append((prev_line, lineno, prev, it))
-        for (prev_line, lineno, prev, it), ranges in zip(new, native.phase_forbidden([(p[2], p[3]) for p in new])):
-            bins = [(i, j) for i, j in ((-(-lo // BIN_NS), hi // BIN_NS) for lo, hi in ranges) if j > i]
-            self.kept.append((prev_line, lineno, bins, prev, it))     # (bins wholly inside a range)
+        rows = list(rows)
+        its = [r[2] or (None, 0, 0) for r in rows]
+        self._pairs(array("q", (r[0] for r in rows)), [r[1] for r in rows], array("B", (_KIND[it[0]] for it in its)),
+                    array("q", (it[1] for it in its)), array("q", (it[2] for it in its)))
+
+    def _pairs(self, linenos: array, streams: list[str], kind: array, t1: array, t2: array) -> None:
+        """Each line paired with the last reading of its stream (``at_phase_pairs`` in
+        :mod:`ingest.native`'s scan.c: unless both are exact, or an hour or more apart)."""
+        sid = self._sid
+        sids = array("i", (sid.setdefault(s, len(sid)) for s in streams))
+        grow = len(sid) - len(self._last[0])
+        if grow > 0:
+            for a in self._last:
+                a.extend(bytes(grow) if a.typecode == "B" else [0] * grow)
+        p = native.phase_pairs(linenos, sids, kind, t1, t2, self._last, self.upto, self.c10,
+                               MAX_PAIRS - self.pairs, BIN_NS)
+        self.upto, self.c10 = p.upto, p.c10
+        kinds = ("", "c", "x")
+        for ak, a1, a2, al, b, bins in zip(p.a_kind, p.a1, p.a2, p.a_line, p.b_row, p.bins):
+            self.kept.append((al, linenos[b], bins, (kinds[ak], a1, a2), (kinds[kind[b]], t1[b], t2[b])))
+            for i, j in bins:
+                self._lo.append(i)
+                self._hi.append(j)
+            self._off.append(len(self._lo))
+
+    def _counts(self, start: int, stop: int, values: bool = True) -> tuple[list[int] | None, int]:
+        """How many of the pairs ``kept[start:stop]`` rule out each bin (a difference array,
+        summed up), and the least count."""
+        return native.phase_counts(self._off, self._lo, self._hi, start, stop, BINS, values)
 
     @property
     def pairs(self) -> int:
@@ -162,8 +185,7 @@ class Phase:
     def result(self) -> dict | None:
         if self.c10 < 2 or self.pairs == 0:
             return None
-        counts = _counts(self.kept)
-        least = min(counts)
+        counts, least = self._counts(0, self.pairs)
         if least > self.pairs // 100:
             # the lines disagree (a wall clock stepped, or writes reordered): said, so that the phase
             # other logs of the host show is not taken for the whole incident, with the stretches
@@ -182,14 +204,12 @@ class Phase:
             lo, hi = start + 1, len(kept)          # the longest consistent run from ``start``
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                c = _counts(kept[start:mid])
-                if min(c) <= (mid - start) // 100:
+                if self._counts(start, mid, values=False)[1] <= (mid - start) // 100:
                     lo = mid
                 else:
                     hi = mid - 1
             part = kept[start:lo]
-            c = _counts(part)
-            least = min(c)
+            c, least = self._counts(start, lo)
             arcs = _arcs(c, least)
             last = max(p[1] for p in part)
             out.append({"from_line": min(p[0] for p in part), "to_line": last, "pairs": len(part),
@@ -247,17 +267,6 @@ def _rules_out(bins, arcs) -> bool:
         else:
             merged.append([i, j])
     return bool(merged) and all(any(i <= a and b <= j for i, j in merged) for a, b in _bin_ranges(arcs))
-
-
-def _counts(pairs) -> list[int]:
-    """How many pairs rule out each bin (a difference array, summed up)."""
-    diff = [0] * BINS
-    for _, _, bins, *_ in pairs:
-        for i, j in bins:
-            diff[i] += 1
-            if j < BINS:
-                diff[j] -= 1
-    return list(accumulate(diff))
 
 
 def _arcs(counts: list[int], least: int) -> list[list[int]] | None:
