@@ -287,7 +287,12 @@ class PerfScriptParser(Parser):
         frame = re.compile(r"^(\t\s*[0-9a-fA-F]+ .|\s+[0-9a-fA-F]+ \S.*)")
         inline = re.compile(INLINE_FRAME)
         timed = untimed = frames = 0
-        for ln in body:
+        # (a line adds at most 2 to the count below: once the lines left could not lift it to
+        # 80 % of the body, the answer is no, and the rest need not be read)
+        need = 0.8 * len(body)
+        for k, ln in enumerate(body):
+            if timed + untimed + frames + 2 * (len(body) - k) < need:
+                return False
             if ln.startswith("\t") or (frame.match(ln) and not re.search(TIME_TOKEN, ln)):
                 frames += 1
                 continue

@@ -331,3 +331,21 @@ def test_compiled_header_reader_gives_what_the_regexes_give(tmp_path, monkeypatc
     check()
     # (both readers were at work: most headers read by the compiled one, some left, files parsed)
     assert seen["read"] > 100 and seen["left"] > 20 and "parsed" in seen["status"], seen
+
+
+def test_detection_reads_on_while_the_body_can_still_reach_its_share():
+    # The dry run stops reading once the lines left cannot lift its count to 80 % of the body;
+    # a file whose first lines are foreign but whose body still reaches the share is read to the
+    # end and claimed, and one just below the share is not. (Real records of the sample, no
+    # "# perf" header: the body decides.)
+    from ingest.formats.perf_script import PerfScriptParser
+    lines = [ln for ln in text_of(SAMPLE_PERF).splitlines() if ln.strip() and not ln.startswith("#")][:400]
+    heads = [ln for ln in lines if not ln.startswith(("\t", " "))]
+    assert len(lines) == 400 and heads and sum(1 for ln in lines if ln.startswith("\t")) > 200
+
+    def claimed(foreign: int) -> bool:
+        body = ["a line of some other log, 2026-12-01 10:00:00"] * foreign + lines[:400 - foreign]
+        return PerfScriptParser.detect(Head.from_lines("x.txt", body))
+
+    assert claimed(0) and claimed(80)
+    assert not claimed(81) and not claimed(300)
