@@ -266,7 +266,7 @@ class Head:
         if not complete and len(lines) > 1:
             lines = lines[:-1]      # the last line is cut by the head size
         h.text = text
-        h.lines = [ln.rstrip("\r") for ln in lines]
+        h.lines = [ln.rstrip("\r") for ln in lines] if "\r" in text else lines
         if h.lines and h.lines[-1] == "":
             h.lines.pop()
         return h

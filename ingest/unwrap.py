@@ -223,14 +223,16 @@ def terminal_width(lines: list[str]) -> int | None:
     next line starts like it (``[I11``): it is not joined. The log as written gives None: its
     longest line is one of a kind.
     """
-    lengths = [len(ln) for ln in lines if ln.strip()]
-    if len(lengths) < 4:
-        return None
-    width = max(lengths)
-    if width < CUT_MIN_WIDTH:
+    # (every file's head passes here: the blank test, a copy of the line, only where it can matter)
+    width = nonblank = 0
+    for ln in lines:
+        if (nonblank < 4 or len(ln) > width) and ln.strip():
+            nonblank += 1
+            width = max(width, len(ln))
+    if nonblank < 4 or width < CUT_MIN_WIDTH:
         return None
     full = [ln for ln in lines if len(ln) == width]
-    if len(set(full)) < 3 or len(full) <= sum(1 for n in lengths if width - 8 <= n < width):
+    if len(set(full)) < 3 or len(full) <= sum(1 for ln in lines if width - 8 <= len(ln) < width and ln.strip()):
         return None
     cut = sum(1 for a, b in zip(lines, lines[1:]) if _continues(a, b, width))
     return width if cut >= 3 and cut >= 0.5 * len(full) else None

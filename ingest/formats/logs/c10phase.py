@@ -41,13 +41,18 @@ exceed ``53.540`` (plus ``ORDER_SLACK_NS``): phases ``g`` in ``[0.169827049 + 0.
 and so on are ruled out. In the real log (hungio-r1, 56 pairs on three streams) the phases left
 are 0.8090-0.8177 s (and 0.8194-0.8196 s); the recorder measured ``wall - monotonic`` =
 ...653.812761 s, phase 0.812761 s, inside.
+
+A long log's lines are read, paired and counted by the compiled engine (:mod:`ingest.native`,
+``at_phase_*`` in scan.c), which reads the stamps as ``reading``'s regexes do on ASCII text and
+leaves any other line to them; ``reading`` and ``forbidden`` are the rules one line and one pair
+at a time.
 """
 from __future__ import annotations
 
 import functools
 import re
-from datetime import datetime, timezone
 from array import array
+from datetime import datetime, timezone
 
 import pyarrow as pa
 
