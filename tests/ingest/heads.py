@@ -31,3 +31,17 @@ def edited_heads(heads: list[list[str]], pieces: list[str]):
 
     spec = st.tuples(st.sampled_from(range(len(heads))), st.lists(edit, max_size=3))
     return st.lists(spec.map(line), min_size=1, max_size=10)
+
+
+def holds_on_edited_heads(heads: list[list[str]], pieces: list[str], same, examples: int = 300) -> None:
+    """``same(lines)`` (which asserts) on a fixed set of :func:`edited_heads` examples (hypothesis,
+    derandomized: every run tries the same lines)."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(edited_heads(heads, pieces))
+    def check(lines):
+        same(lines)
+
+    check()

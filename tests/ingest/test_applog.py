@@ -16,7 +16,7 @@ from ingest.reader import Head
 from ingest.registry import default_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from heads import each_piece_replaced, edited_heads  # noqa: E402
+from heads import each_piece_replaced, holds_on_edited_heads  # noqa: E402
 from test_nccl_log import events, parse  # noqa: E402  (the same parse/events helpers)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -384,7 +384,6 @@ def test_compiled_family_reader_equals_the_family_regexes():
     # compiled reader (with the regexes for what it leaves) equal those of the regexes alone, in
     # each family's rows, columns and order, and so do the lines no family took.
     import polars as pl
-    from hypothesis import HealthCheck, given, settings
     from ingest import native
     from ingest.formats.logs import engine as E
 
@@ -413,13 +412,7 @@ def test_compiled_family_reader_equals_the_family_regexes():
             assert got[0][f].equals(want[0][f]), (f, got[0][f], want[0][f])
         assert got[1] == want[1]
 
-    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(edited_heads(_HEADS, _HEAD_PIECES))
-    def check(bodies):
-        same(bodies)
-
-    check()
+    holds_on_edited_heads(_HEADS, _HEAD_PIECES, same)
     # each head with each one of its pieces replaced by each odd piece, in turn
     odd = ['a"b.cpp', "a\\b.cpp", "x.", ".cpp", "a.b.c", "a\x01b", "\u00e9.cpp", "a b", "a]b", "a:b", "a[b", "1x", "",
            "99999999999999999999", "123", "12345", "1234567890", "+05:3", "-08:00", "+0530x", "[INFO", "INFOrmation"]
@@ -454,7 +447,6 @@ def test_compiled_wrapper_reader_equals_the_wrapper_regexes():
     # corpus's logs: the compiled reader's frame (the regexes for the lines it leaves) equals the
     # regexes' frame, column for column.
     import polars as pl
-    from hypothesis import HealthCheck, given, settings
     from ingest.formats.logs import engine as E
 
     def same(lines):
@@ -463,13 +455,7 @@ def test_compiled_wrapper_reader_equals_the_wrapper_regexes():
         assert got.columns == want.columns and got.dtypes == want.dtypes, lines
         assert got.equals(want, null_equal=True), (lines, got, want)
 
-    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(edited_heads(_WRAPS, _WRAP_PIECES))
-    def check(lines):
-        same(lines)
-
-    check()
+    holds_on_edited_heads(_WRAPS, _WRAP_PIECES, same)
     odd = ["", "1x", "\u0663", "\u00e9", "1234567", "99999999999999999999", ":", "]", "(", " ", "stdin"]
     same(each_piece_replaced(_WRAPS, odd) + [None])
     lines = []

@@ -98,8 +98,7 @@ def test_compiled_stamp_reader_equals_reading():
     # regexes read on each stamp whole, with pieces edited (hypothesis, a fixed number of
     # examples) and with each piece replaced by each odd one; the lines it leaves, the regexes read
     import polars as pl
-    from hypothesis import HealthCheck, given, settings
-    from heads import each_piece_replaced, edited_heads
+    from heads import each_piece_replaced, holds_on_edited_heads
     from ingest import native
 
     def same(lines):
@@ -111,13 +110,7 @@ def test_compiled_stamp_reader_equals_reading():
             got = None if k == native.PH_NONE else ("c" if k == native.PH_C10 else "x", a, b)
             assert got == ph.reading(line), line
 
-    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(edited_heads(_STAMPS, _STAMP_PIECES))
-    def check(lines):
-        same(lines)
-
-    check()
+    holds_on_edited_heads(_STAMPS, _STAMP_PIECES, same, examples=400)
     same(each_piece_replaced(_STAMPS, _STAMP_PIECES))
     assert ph.reading("".join(_STAMPS[0]))[0] == "c" and ph.reading("".join(_STAMPS[4]))[0] == "x"
 
