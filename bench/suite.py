@@ -544,10 +544,11 @@ def _fmt(v, unit):
 
 
 def write_results(rows: list[dict], args, started: float, out: Path) -> None:
+    from common import cpu_model
     la = os.getloadavg()
     cmd = "python -m bench" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
     lines = ["# Benchmark results", "",
-             f"Measured by `{cmd}` on {platform.node()} ({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
+             f"Measured by `{cmd}` on {platform.node()} ({os.cpu_count()} CPUs, {cpu_model()}, "
              f"Python {platform.python_version()}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
              f"in {(time.time() - started) / 60:.1f} min; load average at the end {la[0]:.1f}/{la[1]:.1f}/{la[2]:.1f}. "
              "Inputs are real samples scaled up (see `bench/suite.py`); every tool ran in a fresh process; "

@@ -24,8 +24,8 @@ _DET_STRONG = ("Traceback (most recent call last):", "ChildFailedError", "Root C
                "ProcessGroupGloo", "NCCL error", "CUDA out of memory")
 
 
-def app_log_score(lines: list[str]) -> tuple[int, int, int]:
-    """(grammar lines, strong signals, lines) of a head: the app_log dry run."""
+def _scores(lines: list[str]):
+    """Per line of a head, the app_log dry run's counts so far: (grammar lines, strong signals)."""
     hits = strong = 0
     for ln in lines:
         m = _DET_WRAP.match(ln)
@@ -34,7 +34,15 @@ def app_log_score(lines: list[str]) -> tuple[int, int, int]:
             hits += 1
         if any(s in ln for s in _DET_STRONG):
             strong += 1
-    return hits, strong, len(lines)
+        yield hits, strong
+
+
+def _claimed(hits: int, strong: int, n: int) -> bool:
+    """A training log: its own grammar on a fair share of the ``n`` lines, or at least one line of
+    it next to the launcher's unmistakable strings (a short excerpt, a crash tail). Source code that
+    merely mentions those strings has no log line of any family."""
+    return hits >= 1 and ((hits >= 3 and hits / n >= 0.1) or hits / n >= 0.5 or strong >= 2 or (
+        strong >= 1 and n <= 20))
 
 
 class AppLogParser(Parser):
@@ -52,14 +60,12 @@ class AppLogParser(Parser):
             return False
         if lines[0].lstrip().startswith(("{", "[{", '["')):
             return False          # JSON (torchrun's error.json, traces): not a line log
-        hits, strong, n = app_log_score(lines)
-        if nccl_line_count(lines):
-            hits += 1
-        # A training log: its own grammar on a fair share of the lines, or at least one line of
-        # it next to the launcher's unmistakable strings (a short excerpt, a crash tail). Source
-        # code that merely mentions those strings has no log line of any family.
-        return hits >= 1 and ((hits >= 3 and hits / n >= 0.1) or hits / n >= 0.5 or strong >= 2 or (
-            strong >= 1 and n <= 20))
+        n, hits, strong = len(lines), 0, 0
+        for hits, strong in _scores(lines):
+            # (the counts only grow: once the head is claimed, the lines left cannot change that)
+            if _claimed(hits, strong, n):
+                return True
+        return _claimed(hits + (nccl_line_count(lines) > 0), strong, n)
 
     def parse(self, ctx: ParseContext) -> None:
         parse_log(ctx)
