@@ -2,8 +2,10 @@
 lines of a chunk (:func:`split_lines`), the launchers' wrappers before them (:func:`wraps`), the
 numbers of step lines (:func:`step_values`), the rank a message states (:func:`rank_said`), the
 classes and headers of NCCL INFO lines (:func:`nccl_info`), the fields of perf script record
-headers (:func:`perf_headers`), the multi-line blocks of a log's stream (:class:`BlockWalker`);
-and cuts of a text column that share its bytes (:func:`slices`).
+headers (:func:`perf_headers`), the multi-line blocks of a log's stream (:class:`BlockWalker`),
+the stamps a log's clock phase is read from and the pairs it is read by (:func:`phase_readings`,
+:func:`phase_pairs`, :func:`phase_counts`); and cuts of a text column that share its bytes
+(:func:`slices`).
 
 The library is plain C loaded with ctypes (no Python headers, no ABI to match): the wheel ships
 it built (``hatch_build.py``); a checkout or an editable install builds it on first use when
@@ -80,16 +82,16 @@ def library() -> ctypes.CDLL:
             lib.at_phase_readings.restype = _I64
             lib.at_phase_forbidden.argtypes = [_I64] + [_P] * 9
             lib.at_phase_forbidden.restype = None
-            lib.at_phase_counts.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P]
             lib.at_phase_pairs.argtypes = [_I64] + [_P] * 11 + [_I64, _I64] + [_P] * 8
             lib.at_phase_pairs.restype = _I64
+            lib.at_phase_counts.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P]
             lib.at_phase_counts.restype = _I64
             _lib = lib
     return _lib
 
 
 def _address(buf) -> int:
-    """Address of a bytearray's (or other writable buffer's) first byte."""
+    """Address of a bytearray's (or other writable buffer's, an ``array.array``'s) first byte."""
     return ctypes.addressof(ctypes.c_char.from_buffer(buf)) if len(buf) else 0
 
 
@@ -761,8 +763,7 @@ def phase_counts(off, lo, hi, start: int, stop: int, nbins: int, values: bool = 
     for j in ``[off[k], off[k + 1])`` (``array.array`` of int64, int32, int32). ``values``: False
     gives the least count alone."""
     counts = (ctypes.c_int64 * nbins)()
-    addr = lambda a: a.buffer_info()[0] if len(a) else 0
-    least = library().at_phase_counts(addr(off), addr(lo), addr(hi), start, stop, nbins, counts)
+    least = library().at_phase_counts(_address(off), _address(lo), _address(hi), start, stop, nbins, counts)
     return (list(counts) if values else None), least
 
 
@@ -780,10 +781,6 @@ class PhasePairs(NamedTuple):
     c10: int
 
 
-def _addr(a) -> int:
-    return a.buffer_info()[0] if len(a) else 0
-
-
 def phase_pairs(linenos, sids, kind, t1, t2, state, upto: int, c10: int, room: int, bin_ns: int) -> PhasePairs:
     """The clock phase's pairs of lines in order (see ``at_phase_pairs`` in scan.c): ``linenos``
     (``array('q')``), ``sids`` (``array('i')``: stream numbers), readings ``kind`` (``array('B')``),
@@ -795,8 +792,8 @@ def phase_pairs(linenos, sids, kind, t1, t2, state, upto: int, c10: int, room: i
     a1, a2, a_line, b_row = ((ctypes.c_int64 * m)() for _ in range(4))
     bin_lo, bin_hi = (ctypes.c_int32 * (5 * m))(), (ctypes.c_int32 * (5 * m))()
     io_upto, io_c10 = ctypes.c_int64(upto), ctypes.c_int64(c10)
-    k = library().at_phase_pairs(n, _addr(linenos), _addr(sids), _addr(kind), _addr(t1), _addr(t2),
-                                 *(_addr(a) for a in state), ctypes.byref(io_upto), ctypes.byref(io_c10),
+    k = library().at_phase_pairs(n, _address(linenos), _address(sids), _address(kind), _address(t1), _address(t2),
+                                 *(_address(a) for a in state), ctypes.byref(io_upto), ctypes.byref(io_c10),
                                  min(n, room), bin_ns, a_kind, a1, a2, a_line, b_row, bin_lo, bin_hi, bin_n) if n else 0
     lo, hi = bin_lo[:5 * k], bin_hi[:5 * k]
     bins = [list(zip(lo[5 * j:5 * j + c], hi[5 * j:5 * j + c])) for j, c in enumerate(bin_n[:k])]

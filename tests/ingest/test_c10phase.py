@@ -89,7 +89,8 @@ _STAMPS = [
 ]
 _STAMP_PIECES = sorted({p for s in _STAMPS for p in s}) + [
     "", " ", "\t", "\x1c", "\x1f", "\x0b", "[", "]", ":", ".", ",", "-", "+", "Z", "T", "0", "00", "13", "32", "1232",
-    "12345", "11201", "101", "24:00:00", "23:60:00", "0000", "1234567890", "99999999999999999999", "[rank", "[rank]:", "é",
+    "12345", "11201", "101", "24:00:00", "23:60:00", "0000", "1234567890", "99999999999999999999", "[rank",
+    "[rank]:", "é",
     "\u0663", "\u00a0", "\u2003", "\x85", "+0", "-08", ":"]
 
 
@@ -174,7 +175,8 @@ def test_pairs_follow_the_rules_across_streams_chunks_and_the_cap(monkeypatch):
     at = 0
     while at < len(lines):
         part = lines[max(0, at - 3):at + 50]        # (three lines read again)
-        p.feed_lines([r[0] for r in part], [r[1] for r in part], native.texts(pl.Series([r[2] for r in part], dtype=pl.String)))
+        texts = native.texts(pl.Series([r[2] for r in part], dtype=pl.String))
+        p.feed_lines([r[0] for r in part], [r[1] for r in part], texts)
         at += 50
     want, last, upto, c10 = [], {}, 0, 0
     for n, s, body in lines:
