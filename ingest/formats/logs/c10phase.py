@@ -110,7 +110,9 @@ def forbidden(a, b) -> list[tuple[int, int]]:
     return native.phase_forbidden([(a, b)])[0]
 
 
-_KIND = {None: native.PH_NONE, "c": native.PH_C10, "x": native.PH_EXACT}
+_KIND = {None: native.PH_NONE, "c": native.PH_C10, "x": native.PH_EXACT}    # a reading's letter -> the engine's code
+_LETTER = {v: k for k, v in _KIND.items()}
+_NO_READING = (None, 0, 0)
 
 
 def _array(typecode: str, a: pa.Array) -> array:
@@ -147,14 +149,14 @@ class Phase:
             texts = bodies.to_pylist()
             for i, k in enumerate(kind):
                 if k == native.UNSURE:
-                    it = reading(texts[i])
-                    kind[i], t1[i], t2[i] = _KIND[it[0] if it else None], *((it[1], it[2]) if it else (0, 0))
+                    it = reading(texts[i]) or _NO_READING
+                    kind[i], t1[i], t2[i] = _KIND[it[0]], it[1], it[2]
         self._pairs(array("q", linenos), streams, kind, t1, t2)
 
     def feed_readings(self, rows) -> None:
         """(line, stream, :func:`reading` of the line) in order."""
         rows = list(rows)
-        its = [r[2] or (None, 0, 0) for r in rows]
+        its = [r[2] or _NO_READING for r in rows]
         self._pairs(array("q", (r[0] for r in rows)), [r[1] for r in rows], array("B", (_KIND[it[0]] for it in its)),
                     array("q", (it[1] for it in its)), array("q", (it[2] for it in its)))
 
@@ -170,9 +172,8 @@ class Phase:
         p = native.phase_pairs(linenos, sids, kind, t1, t2, self._last, self.upto, self.c10,
                                MAX_PAIRS - self.pairs, BIN_NS)
         self.upto, self.c10 = p.upto, p.c10
-        kinds = ("", "c", "x")
         for ak, a1, a2, al, b, bins in zip(p.a_kind, p.a1, p.a2, p.a_line, p.b_row, p.bins):
-            self.kept.append((al, linenos[b], bins, (kinds[ak], a1, a2), (kinds[kind[b]], t1[b], t2[b])))
+            self.kept.append((al, linenos[b], bins, (_LETTER[ak], a1, a2), (_LETTER[kind[b]], t1[b], t2[b])))
             for i, j in bins:
                 self._lo.append(i)
                 self._hi.append(j)
