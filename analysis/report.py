@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+import orjson
+
 from ingest.unwrap import describe
 
 from . import chains, narrative, progress
@@ -14,6 +16,21 @@ ANALYSIS_VERSION = "0.2"
 
 NO_CHAIN = ("no causal chain: no earlier finding could be connected to the failure by a known way "
             "failures propagate, so the failure is its own origin (see the findings and their lead times)")
+
+
+def dumps(rep: dict, indent: bool = True) -> str:
+    """The report as JSON text, indented by two spaces (``report.json``, the CLI's ``--json``) or
+    without whitespace (the copy the store keeps).
+
+    orjson writes a report of a bundle of thousands of sources in a few percent of the standard
+    encoder's time (whose indented output is pure Python). Its text differs only in spelling
+    (``1e-05`` is ``0.00001``; text is UTF-8, not ``\\u`` escapes; a NaN is ``null``, which
+    the standard encoder would write as ``NaN``, no JSON): the same document. What orjson refuses
+    (an integer beyond 64 bits) takes the standard encoder."""
+    try:
+        return orjson.dumps(rep, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(rep, indent=2) if indent else json.dumps(rep)
 
 
 def _iso(dt) -> str | None:

@@ -266,7 +266,8 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
         stopped()
     print_summary(console, rep, time.monotonic() - t0)
     if args.json:
-        text = json.dumps(rep, indent=2)
+        from analysis.report import dumps as report_dumps
+        text = report_dumps(rep)
         if args.json == "-":
             sys.stdout.write(text + "\n")
         else:
@@ -405,6 +406,7 @@ def cmd_export(args, console: Console, err: Console) -> int:
 
 
 def cmd_report(args, console: Console, err: Console) -> int:
+    from analysis.report import dumps as report_dumps
     from web import report_render
     settings, svc = _service(args, err)
     if svc is None:
@@ -412,7 +414,7 @@ def cmd_report(args, console: Console, err: Console) -> int:
     rep = svc.get_report(svc.complete_id(args.incident))
     fmt = args.format or {"md": "md", "html": "html", "htm": "html"}.get(
         (args.output or "").rsplit(".", 1)[-1].lower(), "json")
-    text = (json.dumps(rep, indent=2) + "\n" if fmt == "json" else
+    text = (report_dumps(rep) + "\n" if fmt == "json" else
             report_render.markdown(rep) if fmt == "md" else report_render.html(rep))
     if not args.output or args.output == "-":
         sys.stdout.write(text)

@@ -391,7 +391,7 @@ class Service(Queries, Shares, Exports):
                 raise
             dur = time.perf_counter() - t0
             cur.execute("UPDATE incidents SET status = 'done', analyzed_at = ?, duration_s = ?, report = ?, "
-                        "interrupted = 0 WHERE incident_id = ?", [_now(), dur, json.dumps(rep), incident_id])
+                        "interrupted = 0 WHERE incident_id = ?", [_now(), dur, report_mod.dumps(rep, indent=False), incident_id])
             return rep
         finally:
             self._running.pop(incident_id, None)
@@ -574,7 +574,7 @@ class Service(Queries, Shares, Exports):
             rep = report_mod.build(self.store, iid, rc,
                                    notes=notes, time_zone={"zone": tz, "from": tz_from})
             tracks.result()
-        (folder / "report.json").write_text(json.dumps(rep, indent=2))
+        (folder / "report.json").write_text(report_mod.dumps(rep), encoding="utf-8")
         # (the findings re-read some extracted files for their evidence lines; from here on only the
         # store is read, and the raw bundle is kept to analyse it again)
         _drop_extraction(folder)
