@@ -159,11 +159,18 @@ class _Collector:
                             "they are kept without time"
 
 
-def _ts_part(parts: list[str]) -> int | None:
-    """Index of the snapshot-time folder in a member path (the last one that looks like a time)."""
+def _ts_part(parts: list[str], is_time: dict[str, bool] | None = None) -> int | None:
+    """Index of the snapshot-time folder in a member path (the last one that looks like a time).
+    ``is_time`` remembers the verdict on each folder name (a bundle names each folder in the
+    paths of all its files)."""
     for i in range(len(parts) - 2, -1, -1):
         p = parts[i]
-        if (TS_EPOCH.match(p) or TS_ISO.match(p)) and parse_time_name(p) is not None:
+        t = None if is_time is None else is_time.get(p)
+        if t is None:
+            t = bool(TS_EPOCH.match(p) or TS_ISO.match(p)) and parse_time_name(p) is not None
+            if is_time is not None:
+                is_time[p] = t
+        if t:
             return i
     return None
 
@@ -183,14 +190,21 @@ class CgroupSnapshotsParser(GroupParser):
         per-file parser reads it (asked once per file name and series)."""
         groups: dict[str, list] = {}
         others: dict[str, list] = {}
+        # (the folder names and the paths under the snapshot folders recur in every snapshot: each
+        # is judged once; a bundle of 512 ranks has 100,000 such files)
+        is_time: dict[str, bool] = {}
+        known: dict[str, bool] = {}
         for rel, disk in files:
             parts = rel.split("/")
-            i = _ts_part(parts)
+            i = _ts_part(parts, is_time)
             if i is None:
                 continue
             key = "/".join(parts[:i]) + "/"
-            (groups if resolve("/".join(parts[i + 1:])) is not None else others).setdefault(key, []).append(
-                (rel, disk))
+            sub = "/".join(parts[i + 1:])
+            ok = known.get(sub)
+            if ok is None:
+                ok = known[sub] = resolve(sub) is not None
+            (groups if ok else others).setdefault(key, []).append((rel, disk))
         for key, extra in others.items():
             if key not in groups:
                 continue
@@ -263,6 +277,15 @@ class CgroupTreeParser(GroupParser):
         groups: dict[str, list] = {}
         by_dir: dict[str, list] = {}
         known: set[str] = set()
+        # (the same paths under each copy's folder recur in every copy: each is resolved once)
+        read: dict[str, bool] = {}
+
+        def resolves(path: str) -> bool:
+            ok = read.get(path)
+            if ok is None:
+                ok = read[path] = resolve(path) is not None
+            return ok
+
         for rel, disk in files:
             by_dir.setdefault(rel.rsplit("/", 1)[0] if "/" in rel else "", []).append((rel, disk))
             parts = rel.split("/")
@@ -273,12 +296,12 @@ class CgroupTreeParser(GroupParser):
                     break
             else:
                 for i in range(len(parts) - 1):
-                    if parts[i] == "proc" and resolve("/".join(parts[i:])) is not None:
+                    if parts[i] == "proc" and resolves("/".join(parts[i:])):
                         key = "/".join(parts[:i + 1]) + "/"
                         break
             if key is None:
                 continue
-            if resolve(("proc/" if key.endswith("proc/") else "") + rel[len(key):]) is not None:
+            if resolves(("proc/" if key.endswith("proc/") else "") + rel[len(key):]):
                 known.add(key)
             elif key.endswith("proc/"):
                 continue
