@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_TEXT, STATUS_UNRECOGNIZED
+from .model import STATUS_FAILED, STATUS_PARSED, STATUS_PARTIAL, STATUS_TEXT, STATUS_UNRECOGNIZED, TABLES
 from .reader import STREAM_ENDS, DecompressedLimit, _Limited, is_gzip
 from .registry import ParseContext, Registry, default_registry
 from .sink import COMPRESSION, TEMP_COMPRESSION, RowSink, partition_path
@@ -75,28 +75,43 @@ class SourceResult:
     inline: dict[str, Any] = field(default_factory=dict)   # table -> its rows (Arrow) where not a part
 
     # A result crosses a process boundary (the worker pool, Ray) pickled. Its inline tables go as
-    # Arrow IPC streams, one byte string each: pickling a table array by array costs several
+    # Arrow IPC byte strings (see _inline_bytes): pickling a table array by array costs several
     # times more on both sides, and the receiving side is the pipeline's busiest process.
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         if self.inline:
-            state["inline"] = {t: _ipc_bytes(tab) for t, tab in self.inline.items()}
+            state["inline"] = {t: _inline_bytes(t, tab) for t, tab in self.inline.items()}
         return state
 
     def __setstate__(self, state: dict) -> None:
         inline = state.get("inline")
         if inline:
-            import pyarrow as pa
-            state = {**state, "inline": {t: pa.ipc.open_stream(b).read_all() for t, b in inline.items()}}
+            state = {**state, "inline": {t: _inline_table(t, b) for t, b in inline.items()}}
         self.__dict__.update(state)
 
 
-def _ipc_bytes(table) -> bytes:
+def _inline_bytes(name: str, table) -> bytes | list[bytes]:
+    """A table's rows for the trip between processes. A table of its parser schema (what the sink
+    keeps inline, see ``RowSink._keep_inline``: no dictionary-encoded columns) goes as the IPC
+    messages of its record batches alone, a list: both sides know the schema, and a stream,
+    which carries it, costs twice as much to write and to read for the few hundred rows of a
+    small file. Any other table as one IPC stream."""
+    if table.schema == TABLES[name].arrow_schema():
+        return [b.serialize().to_pybytes() for b in table.to_batches()]
     import pyarrow as pa
     out = pa.BufferOutputStream()
     with pa.ipc.new_stream(out, table.schema) as w:
         w.write_table(table)
     return out.getvalue().to_pybytes()
+
+
+def _inline_table(name: str, data: bytes | list[bytes]):
+    """What :func:`_inline_bytes` sent, as the table again."""
+    import pyarrow as pa
+    if isinstance(data, bytes):
+        return pa.ipc.open_stream(data).read_all()
+    schema = TABLES[name].arrow_schema()
+    return pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in data], schema=schema)
 
 
 def warm_up(_=None) -> None:

@@ -362,6 +362,17 @@ def _shape(line: str) -> str:
     return "9" if c.isdigit() else ("a" if c.isalpha() else c)
 
 
+_DEFAULT: tuple[tuple, Registry] | None = None
+
+
 def default_registry() -> Registry:
+    """The registry of the formats in :mod:`ingest.formats`: made once (a registry is not
+    changed once made), and again only if the set of parsers is another one. Every file a parse
+    worker takes asks for it."""
+    global _DEFAULT
     from .formats import PARSERS
-    return Registry(PARSERS)
+    key = tuple(PARSERS)
+    made = _DEFAULT
+    if made is None or made[0] != key:
+        made = _DEFAULT = (key, Registry(PARSERS))
+    return made[1]

@@ -114,15 +114,29 @@ def test_small_tables_come_back_with_the_result_as_the_parts_rows(tmp_path):
     assert inlined >= 3        # (facts at least, in each)
 
 
-def test_a_result_pickles_its_inline_tables_as_arrow_streams(tmp_path):
-    """What crosses the process boundary: each inline table as one Arrow IPC byte string (not
-    the table array by array), read back into the same rows and types; the rest as it is."""
+def test_a_result_pickles_its_inline_tables_as_arrow_ipc(tmp_path):
+    """What crosses the process boundary: each inline table as Arrow IPC bytes (not the table
+    array by array): its record batches' messages where it has its table's schema (the schema is
+    not sent), else one stream; read back into the same rows and types; the rest as it is."""
     import pickle
+
+    import pyarrow as pa
+
+    from ingest.model import TABLES
     job = _jobs(tmp_path)[1]                       # (the torchrun log: events, facts, metrics inline)
     r = parse_file(replace(job, inline_rows=4096))
     assert len(r.inline) >= 2
+    facts = r.inline["facts"]
+    # another schema (a dictionary-encoded column), and a table of no rows, of several batches
+    odd = facts.set_column(facts.schema.get_field_index("key"), "key", facts["key"].dictionary_encode())
+    many = pa.concat_tables([facts, facts.slice(0, 1)])
+    r = replace(r, inline={**r.inline, "steps": TABLES["steps"].arrow_schema().empty_table(), "facts": many,
+                           "anchors": odd})
     state = r.__getstate__()
-    assert all(isinstance(b, bytes) for b in state["inline"].values())
+    assert isinstance(state["inline"]["anchors"], bytes)
+    assert all(isinstance(b, list) and all(isinstance(m, bytes) for m in b)
+               for t, b in state["inline"].items() if t != "anchors")
+    assert len(state["inline"]["facts"]) == 2 and state["inline"]["steps"] == []
     back = pickle.loads(pickle.dumps(r))
     assert back.inline.keys() == r.inline.keys()
     for t, tab in r.inline.items():
