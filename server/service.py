@@ -41,7 +41,8 @@ from ingest.bundle import (DiskFull, RawBundle, disk_full, extract, is_disk_full
                            store_stream)
 from ingest.issues import ISSUE_KINDS
 from ingest.model import STATUS_FAILED, STATUS_PARSED
-from ingest.parse import ParseJob, SourceResult, detect_files, merge_ranges, parse_file, split_job, warm_up
+from ingest.parse import (ParseBatch, ParseJob, SourceResult, batched, detect_files, merge_ranges, parse_file,
+                          parse_task, split_job, warm_up)
 from ingest.sink import INLINE_ROWS
 from ingest.registry import default_registry, write_group_manifest
 from ingest.timeparse import tzinfo_for
@@ -695,38 +696,53 @@ class Service(Queries, Shares, Exports):
                 tasks += ranges
             else:       # (a small file's small tables come back with its result: see INLINE_ROWS)
                 tasks.append(job if job.parts_root else replace(job, inline_rows=INLINE_ROWS))
-        tasks.sort(key=lambda j: -(j.byte_range[1] - j.byte_range[0] if j.byte_range
-                                   else Path(j.path).stat().st_size))
+        sizes = {j.rel: Path(j.path).stat().st_size for j in tasks if not j.byte_range}
+        tasks.sort(key=lambda j: -(j.byte_range[1] - j.byte_range[0] if j.byte_range else sizes[j.rel]))
         own = executor is None
         if own:
             executor = self._executor(workers)
         done = 0
+
+        def take(task: ParseJob, r) -> None:
+            nonlocal done
+            job = task
+            if task.byte_range:
+                whole, ranges, got = split[task.rel]
+                got[task.part_base] = r
+                if len(got) < len(ranges):
+                    return
+                job = whole
+                r = merge_ranges(whole, ranges, [got[rg.part_base] for rg in ranges], self.registry)
+            if isinstance(r, BaseException):   # the worker itself died / the task was lost
+                r = SourceResult(job.rel, status=STATUS_FAILED, error=f"{job.rel}: parser process failed: {r!r}")
+            results[job.rel] = r
+            load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
+            load.tables(sid_of[job.rel], r.inline)
+            # (the rows are the loader's now; the facts are read again after the parse, as
+            # their parts are: the time zone of the host snapshots)
+            r.inline = {t: v for t, v in r.inline.items() if t in KEEP_PARTS}
+            if r.status == STATUS_FAILED and job.parts_root:
+                load.drop_source(sid_of[job.rel])  # (a worker that died mid-way)
+            done += 1
+            progress("parse", done, n)
+
         # (local workers hold the cores: the inserts of the parts they send run beside them)
         beside = self.store.yield_cores(min(workers, len(tasks))) if executor.name == "local" else nullcontext()
         try:
             with beside:
-                for task, r in executor.map_unordered(parse_file, tasks):
-                    job = task
-                    if task.byte_range:
-                        whole, ranges, got = split[task.rel]
-                        got[task.part_base] = r
-                        if len(got) < len(ranges):
-                            continue
-                        job = whole
-                        r = merge_ranges(whole, ranges, [got[rg.part_base] for rg in ranges], self.registry)
-                    if isinstance(r, BaseException):   # the worker itself died / the task was lost
-                        r = SourceResult(job.rel, status=STATUS_FAILED,
-                                         error=f"{job.rel}: parser process failed: {r!r}")
-                    results[job.rel] = r
-                    load.parts(sid_of[job.rel], r.parts)   # while the other files are parsed
-                    load.tables(sid_of[job.rel], r.inline)
-                    # (the rows are the loader's now; the facts are read again after the parse, as
-                    # their parts are: the time zone of the host snapshots)
-                    r.inline = {t: v for t, v in r.inline.items() if t in KEEP_PARTS}
-                    if r.status == STATUS_FAILED and job.parts_root:
-                        load.drop_source(sid_of[job.rel])  # (a worker that died mid-way)
-                    done += 1
-                    progress("parse", done, n)
+                lost: list[ParseJob] = []
+                for unit, r in executor.map_unordered(parse_task, batched(tasks, sizes)):
+                    if not isinstance(unit, ParseBatch):
+                        take(unit, r)
+                    elif isinstance(r, BaseException):
+                        # the worker died in one of the batch's files: each file again on its own,
+                        # so that only the file that kills its worker fails
+                        lost += unit.jobs
+                    else:
+                        for job, one in zip(unit.jobs, r):
+                            take(job, one)
+                for task, r in executor.map_unordered(parse_file, lost):
+                    take(task, r)
         finally:
             if own:
                 executor.close()

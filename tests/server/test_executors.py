@@ -369,3 +369,65 @@ def test_abort_ends_busy_workers_and_the_map_yields_each_unfinished_job_failed()
     finally:
         ex.close()
     ex.abort()      # (closed, or never started: nothing to end)
+
+
+# -- small files in batches ------------------------------------------------------------------
+def test_small_files_go_to_the_pool_in_batches():
+    """Runs of files of at most BATCH_FILE_BYTES are one task per BATCH_FILES files (or
+    BATCH_BYTES bytes); larger files and byte ranges are tasks of their own; a run of one file is
+    the file's own task."""
+    from ingest.parse import BATCH_BYTES, BATCH_FILE_BYTES, BATCH_FILES, ParseBatch, batched
+    big = ParseJob("/b", "big", "/o")
+    rng = replace(big, rel="r", byte_range=(0, 10, 1))
+    small = [ParseJob(f"/s{i}", f"s{i}", "/o") for i in range(BATCH_FILES + 3)]
+    sizes = {"big": BATCH_FILE_BYTES + 1, "r": 0, **{j.rel: 100 for j in small}}
+    units = batched([big, small[0], rng, *small[1:]], sizes)
+    assert units[0] is big and units[1] is small[0] and units[2] is rng
+    assert isinstance(units[3], ParseBatch) and units[3].jobs == tuple(small[1:BATCH_FILES + 1])
+    assert isinstance(units[4], ParseBatch) and units[4].jobs == tuple(small[BATCH_FILES + 1:])
+    assert len(units) == 5
+    # the bytes bound: files of the largest batched size go BATCH_BYTES // BATCH_FILE_BYTES to a batch
+    per = BATCH_BYTES // BATCH_FILE_BYTES
+    assert 1 < per < BATCH_FILES
+    full = {j.rel: BATCH_FILE_BYTES for j in small[:per + 2]}
+    assert [len(u.jobs) for u in batched(small[:per + 2], full)] == [per, 2]
+
+
+def test_a_batch_whose_worker_died_is_parsed_again_file_by_file(tmp_path, monkeypatch):
+    """A worker that dies takes its whole batch down; each of the batch's files is then parsed on
+    its own, so that only a file that kills its worker fails, as when every file was a task."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ingest.parse import ParseBatch
+
+    class DiesOnBatches:
+        name = "local"
+
+        def __init__(self):
+            self.units = []
+
+        def map_unordered(self, fn, jobs):
+            for j in jobs:
+                self.units.append(j)
+                yield j, (BrokenProcessPool("a worker died") if isinstance(j, ParseBatch) else fn(j))
+
+        def start(self, warm):
+            pass
+
+        def close(self):
+            pass
+
+        def abort(self):
+            pass
+
+    fake = DiesOnBatches()
+    svc = Service(Settings(home=tmp_path, db_path=tmp_path / "db.duckdb", workers=2, inline_bytes=0))
+    monkeypatch.setattr(svc, "_executor", lambda workers: fake)
+    sub = svc.submit_path(SAMPLE)
+    rep = svc.analyze(sub.incident_id)
+    in_batches = {j.rel for u in fake.units if isinstance(u, ParseBatch) for j in u.jobs}
+    alone = [u.rel for u in fake.units if isinstance(u, ParseJob)]
+    assert len(in_batches) > 5 and in_batches <= set(alone)
+    failed = [s for s in rep["sources"] if "parser process failed" in (s.get("error") or "")]
+    assert not failed and any(s["status"] == "parsed" for s in rep["sources"] if s["path"] in in_batches)
+    assert rep["chains"] and rep["chains"][0]["links"][0]["kind"] == "cpu_throttle"
