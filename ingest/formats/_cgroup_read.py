@@ -118,6 +118,29 @@ def _num(s: str) -> float | None:
 Row = tuple  # (entity, metric, value, unit, line index in block)
 
 
+def may_give(fid: FileId, entity: str, metric: str) -> bool:
+    """Whether a copy of the file ``fid`` can hold a row of ``metric`` for ``entity`` (see
+    :func:`parse_block`), known without reading it: exactly for the grammars whose metric names
+    the table lists (one number, ``key value`` lines, ``cpu.max``, PSI), True for the others. The
+    evidence of a finding reads only the files that can hold its values."""
+    spec, g = fid.spec, fid.spec.grammar
+    if g not in ("flat", "single", "cpu_max", "psi"):
+        return True
+    if entity != fid.entity:
+        return False
+    if g == "psi":
+        return metric.startswith(f"psi.{spec.fields['res'].metric}.")
+    if g == "cpu_max":
+        return metric in ("cpu.quota_ns", "cpu.period_ns")
+    if any(f.metric == metric for f in spec.fields.values()):
+        return True
+    d = spec.default
+    if g == "flat" and d is not None:
+        head, _, tail = d.metric.partition("{key}")
+        return len(metric) > len(head) + len(tail) and metric.startswith(head) and metric.endswith(tail)
+    return False
+
+
 def parse_block(fid: FileId, lines: list[str]) -> tuple[list[Row], list[tuple[int, str]]]:
     """Rows and bad lines (index in ``lines``, why) of one copy of one file."""
     rows: list[Row] = []

@@ -50,7 +50,7 @@ from ..reader import Head
 from ..registry import Group, GroupParser, ParseContext, Parser, read_group
 from ._cgroup_state import SeriesState, freezing_value
 from ._cgroup_read import (TS_EPOCH, TS_ISO, Block, concat_blocks, derive, disk_root, header_time,
-                           jsonl_blocks, metric_frame, parse_block, parse_time_name, read_member, resolve,
+                           jsonl_blocks, may_give, metric_frame, parse_block, parse_time_name, read_member, resolve,
                            snapshot_blocks)
 
 MAX_MEMBER_BYTES = 4 * 1024 * 1024       # a snapshot file larger than this is not a cgroup file
@@ -477,7 +477,10 @@ class CgroupFileParser(Parser):
 
 
 # -- evidence -------------------------------------------------------------------------
-def _blocks_of(attrs: dict, source: str, want_ts: set[int], zone: str | None) -> Iterable[Block]:
+def _blocks_of(attrs: dict, source: str, want_ts: set[int], zone: str | None,
+               wanted: set[tuple[str, str]] | None = None) -> Iterable[Block]:
+    """The copies of the files at the times ``want_ts``; of a series of snapshot folders only
+    the files that can hold one of the ``wanted`` (entity, metric) values (all: None)."""
     disk = attrs.get("disk")
     if not disk or not os.path.exists(disk):
         return []
@@ -485,9 +488,12 @@ def _blocks_of(attrs: dict, source: str, want_ts: set[int], zone: str | None) ->
     if layout == "snapshot folders":
         prefix = len(source) if source != "./" else 0
         names = [d for d in attrs.get("snapshot_dirs", []) if parse_time_name(d, zone) in want_ts]
+        paths = attrs.get("member_paths", [])
+        if wanted is not None:
+            paths = [p for p in paths if (fid := resolve(p)) is not None and any(
+                may_give(fid, ent, met) for ent, met in wanted)]
         members = [(f"{source if source != './' else ''}{d}/{p}", os.path.join(disk, d, p))
-                   for d in names for p in attrs.get("member_paths", [])
-                   if os.path.exists(os.path.join(disk, d, p))]
+                   for d in names for p in paths if os.path.exists(os.path.join(disk, d, p))]
         return snapshot_blocks(members, prefix, zone)
     if layout == "point-in-time copy":
         proc = source.endswith("proc/")
@@ -522,7 +528,7 @@ def evidence(source: str, attrs: dict, wanted: list[tuple[int, str, str]],
     for ts, ent, met in wanted:
         want.setdefault(ts, set()).add((ent, met))
     found: dict[tuple[int, str, str], tuple[str, int, str]] = {}
-    for b in _blocks_of(attrs, source, set(want), zone):
+    for b in _blocks_of(attrs, source, set(want), zone, {(ent, met) for _, ent, met in wanted}):
         keys = want.get(b.ts_ns)
         if not keys or b.fid is None:
             continue

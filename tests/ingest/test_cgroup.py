@@ -140,6 +140,37 @@ def test_evidence_lines_are_re_read_from_the_member_files(sample):
          "some avg10=8.50 avg60=15.70 avg300=19.76 total=225332527")]
 
 
+def test_a_file_is_read_for_evidence_only_when_it_can_hold_the_value():
+    """``may_give`` answers without reading a file whether it can hold an (entity, metric): never
+    no for a value it holds (every row of every cgroup/PSI file of the corpus), and no for the
+    other metrics of a grammar whose metric names the table lists."""
+    from ingest.formats._cgroup_read import may_give, parse_block, read_member, resolve
+    checked, refused = 0, set()
+    for root in (ROOT / "tests" / "data", ROOT / "sample_traces"):
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            parts = path.relative_to(root).parts
+            fid = next((f for f in (resolve("/".join(parts[i:])) for i in range(len(parts) - 1)) if f), None)
+            if fid is None:
+                continue
+            try:
+                rows, _ = parse_block(fid, read_member(str(path)).splitlines())
+            except (OSError, ValueError, EOFError):
+                continue
+            for ent, met, *_ in rows:
+                assert may_give(fid, ent, met), (path, ent, met)
+                checked += 1
+            for ent, met in (("/aftertrace_job", "memory.usage_bytes"), ("host", "psi.cpu.some.total_ns"),
+                             (fid.entity + "/other", "cpu.nr_throttled")):
+                if not may_give(fid, ent, met):
+                    refused.add((fid.spec.grammar, fid.name, met))
+    assert checked > 10_000
+    # what it rules out: another cgroup's value, another file's metric, another PSI resource
+    assert ("flat", "cpu.stat", "memory.usage_bytes") in refused
+    assert ("single", "memory.usage_in_bytes", "psi.cpu.some.total_ns") in refused
+    assert ("psi", "pressure/io", "psi.cpu.some.total_ns") in refused
+    assert ("flat", "memory.stat", "cpu.nr_throttled") in refused
+
+
 def test_claims_leave_other_files_alone():
     claimed = {rel for _, g in default_registry().claim_groups(files_of(SAMPLE)) for rel, _ in g.members}
     assert all(rel.startswith("vm/cgroup/") for rel in claimed)
