@@ -140,6 +140,24 @@ def test_evidence_lines_are_re_read_from_the_member_files(sample):
          "some avg10=8.50 avg60=15.70 avg300=19.76 total=225332527")]
 
 
+def test_a_member_is_read_whole_gunzipped_and_within_its_limit(tmp_path):
+    from ingest.formats._cgroup_read import read_member
+    (tmp_path / "cpu.stat").write_bytes(b"nr_periods 3\nnr_throttled 1\n")
+    (tmp_path / "empty").write_bytes(b"")
+    (tmp_path / "big").write_bytes(b"x" * 200_001)          # (more than one read of the descriptor)
+    (tmp_path / "memory.stat.gz").write_bytes(gzip.compress(b"cache 4096\n"))
+    (tmp_path / "odd").write_bytes(b"\xffkey 1\n")
+    assert read_member(str(tmp_path / "cpu.stat")) == "nr_periods 3\nnr_throttled 1\n"
+    assert read_member(str(tmp_path / "empty")) == ""
+    assert read_member(str(tmp_path / "big")) == "x" * 200_001 == read_member(str(tmp_path / "big"), 200_001)
+    with pytest.raises(ValueError, match="more than 200000 bytes"):
+        read_member(str(tmp_path / "big"), 200_000)
+    assert read_member(str(tmp_path / "memory.stat.gz"), 100) == "cache 4096\n"
+    assert read_member(str(tmp_path / "odd")) == "\ufffdkey 1\n"
+    with pytest.raises(OSError):
+        read_member(str(tmp_path))
+
+
 def test_a_file_is_read_for_evidence_only_when_it_can_hold_the_value():
     """``may_give`` answers without reading a file whether it can hold an (entity, metric): never
     no for a value it holds (every row of every cgroup/PSI file of the corpus), and no for the
