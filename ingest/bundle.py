@@ -758,6 +758,10 @@ def safe_relpath(name: str, backslash_is_sep: bool = False) -> str | None:
         name = name.replace("\\", "/")
     if name.startswith("/") or (len(name) >= 2 and name[1] == ":" and name[0].isalpha()):
         return None
+    # (most names are normal already, with no empty, "." or ".." part: kept as they are)
+    if ".." not in name and "//" not in name and "/./" not in name and not name.startswith("./") \
+            and not name.endswith(("/", "/.")) and name != ".":
+        return name
     parts = []
     for p in name.split("/"):
         if p in ("", "."):

@@ -374,6 +374,27 @@ def test_safe_relpath(name, expected):
     assert safe_relpath(name) == expected
 
 
+def test_safe_relpath_is_its_definition_on_any_name():
+    """The parts of the name that are not empty or "."; None for an absolute name, a drive, a
+    NUL, any ".." part, or nothing left (names already normal are returned without splitting)."""
+    import random
+
+    def defined(name, backslash):
+        if not name or "\x00" in name:
+            return None
+        name = name.replace("\\", "/") if backslash else name
+        if name.startswith("/") or (len(name) >= 2 and name[1] == ":" and name[0].isalpha()):
+            return None
+        parts = name.split("/")
+        return None if ".." in parts else "/".join(p for p in parts if p not in ("", ".")) or None
+    rng = random.Random(3)
+    pieces = ["a", "b", ".", "..", "/", "\\", ":", "c:", "...", ".a", "a.", " ", "\x00", "\u00e9"]
+    for _ in range(50_000):
+        name = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        for backslash in (False, True):
+            assert safe_relpath(name, backslash) == defined(name, backslash), (name, backslash)
+
+
 @pytest.mark.parametrize("name,expected", [
     ("..\\evil", None),
     ("a\\b\\c.txt", "a/b/c.txt"),
