@@ -286,7 +286,14 @@ def _usable(t) -> bool:
 
 def _us_to_ns(ts: list, off: int) -> list:
     """float µs -> int ns, ``floor(ts) * 1000 + round(frac(ts) * 1000) + off`` (half to even), as
-    the vectorised path does; None where ``ts`` is no time (the test of :func:`_usable`, inline)."""
+    the vectorised path does; None where ``ts`` is no time (the test of :func:`_usable`, inline).
+    Computed by the compiled engine (``native.us_to_ns``, held to :func:`_py_us_to_ns`), here only
+    where a time plus ``off`` leaves 64 bits."""
+    got = native.us_to_ns(ts, 0, off, MAX_TS_US)
+    return _py_us_to_ns(ts, off) if got is None else got
+
+
+def _py_us_to_ns(ts: list, off: int) -> list:
     floor = math.floor
     return [(w := floor(t)) * 1000 + round((t - w) * 1000) + off if t is not None and -MAX_TS_US < t < MAX_TS_US
             else None for t in ts]
@@ -295,7 +302,12 @@ def _us_to_ns(ts: list, off: int) -> list:
 def _dur_to_ns(dur: list) -> list:
     """``dur * 1000`` rounded half to even; None where Polars' non-strict cast to Int64 gives null:
     not finite, or outside the Int64 range (for a float x, ``round(x)`` is in that range exactly
-    when ``-2**63 <= x < 2**63``: the floats near those bounds are integers)."""
+    when ``-2**63 <= x < 2**63``: the floats near those bounds are integers). Computed by the
+    compiled engine (``native.us_to_ns``, held to :func:`_py_dur_to_ns`)."""
+    return native.us_to_ns(dur, 1)
+
+
+def _py_dur_to_ns(dur: list) -> list:
     return [round(x) if d is not None and -9223372036854775808.0 <= (x := d * 1000) < 9223372036854775808.0
             else None for d in dur]
 

@@ -86,6 +86,8 @@ def library() -> ctypes.CDLL:
             lib.at_phase_pairs.restype = _I64
             lib.at_phase_counts.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P]
             lib.at_phase_counts.restype = _I64
+            lib.at_us_to_ns.argtypes = [_P, _P, _I64, ctypes.c_int, _I64, ctypes.c_double, _P, _P]
+            lib.at_us_to_ns.restype = _I64
             _lib = lib
     return _lib
 
@@ -798,3 +800,26 @@ def phase_pairs(linenos, sids, kind, t1, t2, state, upto: int, c10: int, room: i
     lo, hi = bin_lo[:5 * k], bin_hi[:5 * k]
     bins = [list(zip(lo[5 * j:5 * j + c], hi[5 * j:5 * j + c])) for j, c in enumerate(bin_n[:k])]
     return PhasePairs(a_kind[:k], a1[:k], a2[:k], a_line[:k], b_row[:k], bins, io_upto.value, io_c10.value)
+
+
+def us_to_ns(values: list, kind: int, off: int = 0, max_us: float = 0.0) -> list | None:
+    """Kineto's microsecond values (floats, None) as integer nanoseconds, None where none (see
+    ``at_us_to_ns`` in scan.c: kind 0 a time, plus ``off``, within ``max_us``; kind 1 a
+    duration); None when a time plus ``off`` leaves int64."""
+    n = len(values)
+    if not n:
+        return []
+    a = pa.array(values, pa.float64())
+    valid, data = a.buffers()
+    out, ok = pa.allocate_buffer(8 * n), pa.allocate_buffer(n)
+    if library().at_us_to_ns(data.address, valid.address if valid is not None else None, n, kind,
+                             off, max_us, out.address, ok.address):
+        return None
+    got = memoryview(out).cast("q").tolist()
+    flags = ok.to_pybytes()
+    i = flags.find(0)
+    while i >= 0:
+        got[i] = None
+        i = flags.find(0, i + 1)
+    return got
+

@@ -2424,3 +2424,46 @@ int64_t at_phase_counts(const int64_t *off, const int32_t *lo, const int32_t *hi
     }
     return least;
 }
+
+/* ---- Kineto times: microseconds (a JSON double) as integer nanoseconds -------------------
+ *
+ * The formula of ingest/formats/kineto.py (its small chunks' path, _us_to_ns and _dur_to_ns):
+ *   kind 0, a time:     floor(t) * 1000 + round(frac(t) * 1000) + off   where -max_us < t < max_us
+ *   kind 1, a duration: round(t * 1000)                                 where it is within int64
+ * round is to the nearest, a half to the even one (Python's round); anything else (null, NaN,
+ * out of range) is null. v[i] is null where bit i of the Arrow bitmap valid is 0 (valid NULL:
+ * none is). out[i], ok[i] (1: a value). Returns 0, or -1 where a time plus off leaves int64
+ * (the caller then does the sum with Python's integers). */
+static int64_t round_half_even(double x) {   /* |x| < 2^63 */
+    if (x >= 4503599627370496.0 || x <= -4503599627370496.0)
+        return (int64_t)x;                    /* from 2^52 on a double is an integer */
+    int64_t r = (int64_t)x;                   /* toward zero, exactly */
+    double f = x - (double)r;                 /* exact: |x| < 2^52 */
+    if (f > 0.5 || (f == 0.5 && (r & 1))) return r + 1;
+    if (f < -0.5 || (f == -0.5 && (r & 1))) return r - 1;
+    return r;
+}
+
+int64_t at_us_to_ns(const double *v, const uint8_t *valid, int64_t n, int kind, int64_t off, double max_us,
+                    int64_t *out, uint8_t *ok) {
+    for (int64_t i = 0; i < n; i++) {
+        double t = v[i];
+        out[i] = 0;
+        ok[i] = 0;
+        if (valid && !((valid[i >> 3] >> (i & 7)) & 1)) continue;
+        if (kind == 0) {
+            if (!(t > -max_us && t < max_us)) continue;       /* (NaN: false) */
+            int64_t w = (int64_t)t;                           /* max_us < 2^53: exact */
+            if ((double)w > t) w -= 1;                        /* floor */
+            int64_t ns = w * 1000 + round_half_even((t - (double)w) * 1000.0), sum;
+            if (__builtin_add_overflow(ns, off, &sum)) return -1;
+            out[i] = sum;
+        } else {
+            double x = t * 1000.0;
+            if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) continue;
+            out[i] = round_half_even(x);
+        }
+        ok[i] = 1;
+    }
+    return 0;
+}

@@ -100,3 +100,38 @@ def test_slices_cut_as_polars_cuts_in_both_layouts():
             assert all(g is not None and g in w for g, w in zip(got, wide)), (a0, k0, got)
     with pytest.raises(ValueError):
         native.slices(pa.array(["a", "b"], pa.large_string()), pa.array([0], pa.int32()))
+
+
+def test_kineto_times_in_nanoseconds_are_the_python_formula():
+    """``native.us_to_ns`` gives what kineto.py's formulas give (floor, round half to even, the
+    time's range, the duration's int64 range; None for null, NaN, infinities), on random doubles
+    of every magnitude, exact halves and the range edges; a time whose offset sum leaves int64 is
+    refused (None), and kineto's ``_us_to_ns`` then takes Python's integers."""
+    import math
+    import random
+    import struct
+
+    from ingest.formats.kineto import MAX_TS_US, _py_dur_to_ns, _py_us_to_ns, _us_to_ns
+    rng = random.Random(11)
+    edges = [None, math.nan, math.inf, -math.inf, 0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 0.0005, 0.0015, 0.0025,
+             -0.0025, 1.0005, MAX_TS_US, -MAX_TS_US, math.nextafter(MAX_TS_US, 0), math.nextafter(-MAX_TS_US, 0),
+             2.0 ** 63 / 1000, -(2.0 ** 63) / 1000, math.nextafter(2.0 ** 63 / 1000, 0), 2.0 ** 52, 2.0 ** 52 + 0.5]
+
+    def value():
+        k = rng.random()
+        if k < 0.2:
+            return rng.choice(edges)
+        if k < 0.4:
+            return struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0]
+        if k < 0.7:
+            return rng.randint(-10 ** 16, 10 ** 16) / rng.choice([1, 2, 4, 8, 1000, 1024])
+        return rng.uniform(1.7e15, 1.8e15) + rng.choice([0, 0.5, 0.0005, 0.25, 0.0015])
+    assert native.us_to_ns([], 0, 0, MAX_TS_US) == [] == native.us_to_ns([], 1)
+    for _ in range(300):
+        vals = [value() for _ in range(rng.randint(1, 400))]
+        off = rng.choice([0, 123, -10 ** 18, 1_790_857_026_000_000_000])
+        assert native.us_to_ns(vals, 0, off, MAX_TS_US) == _py_us_to_ns(vals, off)
+        assert native.us_to_ns(vals, 1) == _py_dur_to_ns(vals)
+    near = [math.nextafter(MAX_TS_US, 0)]                   # (x 1000: 4e18; plus 6e18 leaves int64)
+    assert native.us_to_ns(near, 0, 6 * 10 ** 18, MAX_TS_US) is None
+    assert _us_to_ns(near, 6 * 10 ** 18) == _py_us_to_ns(near, 6 * 10 ** 18) and _us_to_ns(near, 6 * 10 ** 18)[0] > 2 ** 63
