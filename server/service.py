@@ -392,7 +392,8 @@ class Service(Queries, Shares, Exports):
                 raise
             dur = time.perf_counter() - t0
             cur.execute("UPDATE incidents SET status = 'done', analyzed_at = ?, duration_s = ?, report = ?, "
-                        "interrupted = 0 WHERE incident_id = ?", [_now(), dur, report_mod.dumps(rep, indent=False), incident_id])
+                        "interrupted = 0 WHERE incident_id = ?",
+                        [_now(), dur, report_mod.dumps(rep, indent=False), incident_id])
             return rep
         finally:
             self._running.pop(incident_id, None)

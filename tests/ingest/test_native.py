@@ -134,4 +134,5 @@ def test_kineto_times_in_nanoseconds_are_the_python_formula():
         assert native.us_to_ns(vals, 1) == _py_dur_to_ns(vals)
     near = [math.nextafter(MAX_TS_US, 0)]                   # (x 1000: 4e18; plus 6e18 leaves int64)
     assert native.us_to_ns(near, 0, 6 * 10 ** 18, MAX_TS_US) is None
-    assert _us_to_ns(near, 6 * 10 ** 18) == _py_us_to_ns(near, 6 * 10 ** 18) and _us_to_ns(near, 6 * 10 ** 18)[0] > 2 ** 63
+    big = _us_to_ns(near, 6 * 10 ** 18)
+    assert big == _py_us_to_ns(near, 6 * 10 ** 18) and big[0] > 2 ** 63
