@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from array import array
 from typing import NamedTuple
 from pathlib import Path
 
@@ -88,6 +89,8 @@ def library() -> ctypes.CDLL:
             lib.at_phase_counts.restype = _I64
             lib.at_us_to_ns.argtypes = [_P, _P, _I64, ctypes.c_int, _I64, ctypes.c_double, _P, _P]
             lib.at_us_to_ns.restype = _I64
+            lib.at_body_walk.argtypes = [_P, _I64, _P, _P, _P, _I64, _I64, _P]
+            lib.at_body_walk.restype = _I64
             _lib = lib
     return _lib
 
@@ -823,3 +826,24 @@ def us_to_ns(values: list, kind: int, off: int = 0, max_us: float = 0.0) -> list
         i = flags.find(0, i + 1)
     return got
 
+
+
+BODY_LONG, BODY_UNSURE = -1, -2     # what body_walk says instead of the rows
+
+
+def body_walk(msgs: pa.Array, cont: pa.Array, head: pa.Array, starts: list[int], most: int) -> pa.Array | int:
+    """The kernel log's report body rows (see ``at_body_walk`` in scan.c): a boolean array, one per
+    message of ``msgs`` (:func:`texts`); ``cont`` and ``head``: uint8 arrays (1: a continuation
+    line, the head of a report); ``starts``: the rows walks start from. :data:`BODY_LONG` when a
+    walk goes on past ``most`` rows, :data:`BODY_UNSURE` when it reaches a line not ASCII."""
+    n = len(msgs)
+    alive, col = _column(msgs)
+    found = pa.allocate_buffer(max(n, 1))
+    at = array("q", starts)
+    got = library().at_body_walk(ctypes.byref(col), n, cont.buffers()[1].address + cont.offset,
+                                 head.buffers()[1].address + head.offset, _address(at), len(at), most,
+                                 found.address) if n else 0
+    del alive
+    if got < 0:
+        return got
+    return pa.Array.from_buffers(pa.uint8(), n, [None, found]).cast(pa.bool_())

@@ -2467,3 +2467,72 @@ int64_t at_us_to_ns(const double *v, const uint8_t *valid, int64_t n, int kind, 
     }
     return 0;
 }
+
+/* ---- Kernel report bodies -------------------------------------------------------------------
+ *
+ * BODY of ingest/formats/kernel/engine.py (a line that continues a report: a stack frame, a
+ * register dump, a task line of a hung-task or sysrq listing...), an alternation anchored at the
+ * line's start, read by Polars' regex (Rust's: \s, \S and \d are Unicode's). Only ASCII lines are
+ * read here: body_match is 1 or 0, and -1 for a line with a byte that is not ASCII. */
+static const char *const BODY_LITERALS[] = {
+    "Call Trace:", "Call trace:", "<TASK>", "</TASK>", "<IRQ>", "</IRQ>", "RIP:", "RSP:", "RAX:", "RDX:",
+    "RBP:", "FS:", "CS:", "CR2:", "Code:", "Stack:", "Modules linked in:", "Hardware name:", "task:",
+    "Workqueue:", "Tainted:", "\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\"", "---[ end", "? ",
+    "rcu: ", "(detected by", "Sending NMI", "NMI backtrace", "Kernel Offset:", "PGD ", "IP: ", NULL};
+
+static inline int is_hex_lower(int c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+static int body_match(line_t l) {
+    for (int64_t i = 0; i < l.n; i++)
+        if (l.p[i] >= 0x80) return -1;
+    if (l.n == 0) return 0;
+    if (is_s(l.p[0])) return 1;                                          /* \s */
+    for (const char *const *lit = BODY_LITERALS; *lit; lit++) {
+        size_t k = strlen(*lit);
+        if ((int64_t)k <= l.n && memcmp(l.p, *lit, k) == 0) return 1;
+    }
+    if (l.n >= 4 && l.p[0] == 'R' && is_d(l.p[1]) && is_d(l.p[2]) && l.p[3] == ':') return 1;   /* R\d\d: */
+    if (l.n >= 6 && memcmp(l.p, "CPU: ", 5) == 0 && is_d(l.p[5])) return 1;                  /* CPU: \d */
+    if (l.n >= 2 && l.p[0] == '[' && l.p[1] == '<') {                                         /* \[<[0-9a-f]+>\] */
+        int64_t i = 2;
+        while (i < l.n && is_hex_lower(l.p[i])) i++;
+        if (i > 2 && i + 1 < l.n && l.p[i] == '>' && l.p[i + 1] == ']') return 1;
+    }
+    /* \S+ +[DRSTtXZI] [0-9a-f]{8,16}  (the \S run can only end where a space follows: all of it) */
+    int64_t i = 0;
+    while (i < l.n && !is_s(l.p[i])) i++;
+    if (i == 0) return 0;
+    int64_t j = i;
+    while (j < l.n && l.p[j] == ' ') j++;
+    if (j == i || j + 1 >= l.n || !strchr("DRSTtXZI", l.p[j]) || l.p[j] == 0 || l.p[j + 1] != ' ') return 0;
+    int64_t h = j + 2, e = h;
+    while (e < l.n && is_hex_lower(l.p[e])) e++;
+    return e - h >= 8 && e - h <= 16 && e < l.n && l.p[e] == ' ';
+}
+
+/* The report body rows of a chunk of kernel log records (KernelEngine._in_body): from each start
+ * row, forward while the row continues the report (cont[i], or msg[i] matches BODY) and does not
+ * open one (head[i] 0; a null head is 1); found[i] 1 for those rows. Returns how many rows were
+ * found; -1 when a walk is still going after ``most`` rows (the caller then tests every row);
+ * -2 when a row the walk reached is not ASCII (the caller's regex decides). */
+int64_t at_body_walk(const col_t *msg, int64_t n, const uint8_t *cont, const uint8_t *head, const int64_t *starts,
+                     int64_t nstarts, int64_t most, uint8_t *found) {
+    int64_t count = 0;
+    memset(found, 0, (size_t)n);
+    for (int64_t s = 0; s < nstarts; s++) {
+        int64_t i = starts[s], k = 0;
+        for (; k < most && i < n; k++, i++) {
+            int ok = cont[i];
+            if (!ok && is_valid(msg, i)) {
+                int m = body_match(line_of(msg, i));
+                if (m < 0) return -2;
+                ok = m;
+            }
+            if (!ok || head[i]) break;
+            if (!found[i]) count++;
+            found[i] = 1;
+        }
+        if (k == most && i < n) return -1;
+    }
+    return count;
+}

@@ -744,6 +744,12 @@ def test_report_bodies_walked_from_the_heads_equal_the_forward_fill(monkeypatch)
 
     kinds = ["Call Trace:", " frame+0x1/0x2", "INFO: task x:1 blocked for more than 120 seconds.", "NVRM: x",
              "plain message", "RIP: 0010:x", "task:x state:D", "", "  indented"]
+    # (a line that is not ASCII sends the chunk to the rounds in Python: both ways are held to the fill)
+    kinds += ["  fr\u00e4me+0x1/0x2"] * (len(kinds) // 4) + ["pl\u00e4in"]
+    from ingest import native
+    said = []
+    walk = native.body_walk
+    monkeypatch.setattr(native, "body_walk", lambda *a: said.append(walk(*a)) or said[-1])
     rng = random.Random(6)
     for trial in range(300):
         n = rng.randint(1, 40)
@@ -763,6 +769,52 @@ def test_report_bodies_walked_from_the_heads_equal_the_forward_fill(monkeypatch)
             e.carry_stack_run = carry
             short = e._in_body(rec, rec["stack_head"].arg_true(), most=2)
             assert short is None or short.to_list() == want
+    ways = [w if isinstance(w, int) else "rows" for w in said]
+    assert min(ways.count(w) for w in ("rows", native.BODY_UNSURE, native.BODY_LONG)) > 30
+
+
+def test_the_compiled_body_test_is_the_regex():
+    """native.body_walk's test of a line (BODY, the report body regex, read by Polars) on every
+    line of the kernel logs of the corpus and on lines made from BODY's own pieces, edited; a line
+    that is not ASCII is left to the regex."""
+    import polars as pl
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from heads import each_piece_replaced, holds_on_edited_heads
+    from ingest import native
+    from ingest.formats.kernel import engine as K
+
+    def compiled(lines: list[str]) -> list[bool] | int:
+        # each line a walk of its own, stopped by a head row after it
+        texts = [x for ln in lines for x in (ln, "")]
+        head = pl.Series([i % 2 == 1 for i in range(len(texts))]).cast(pl.UInt8).to_arrow()
+        got = native.body_walk(native.texts(pl.Series(texts)), pl.Series([0] * len(texts), dtype=pl.UInt8).to_arrow(),
+                               head, list(range(0, len(texts), 2)), 64)
+        return got if isinstance(got, int) else got.to_pylist()[0::2]
+
+    def same(lines: list[str]) -> None:
+        ascii_only = [ln for ln in lines if ln.isascii()]
+        want = pl.Series(ascii_only, dtype=pl.String).str.contains(K.BODY).to_list()
+        assert compiled(ascii_only) == want, [(ln, w) for ln, w in zip(ascii_only, want)]
+        for ln in lines:
+            if not ln.isascii():
+                assert compiled([ln]) == native.BODY_UNSURE
+
+    corpus = []
+    for path in sorted(p for p in (DATA / "kernel").rglob("*") if p.is_file()) + \
+            sorted(p for p in (DATA / "dmesg").rglob("*") if p.is_file()):
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        for ln in data.decode("utf-8", "replace").splitlines():
+            corpus += [ln, ln.split("] ", 1)[-1]]          # (the line, and what follows its stamp)
+    assert len(corpus) > 20_000
+    same(corpus)
+    heads = [["Call Trace:"], ["RIP:", " 0010:x"], ["R", "1", "2", ":", " 0"], ["CPU: ", "3", " PID"],
+             ["[<", "ffffffff8100", ">]", " fn"], ["kworker/0:1", "  ", "D", " ", "ffff8880deadbeef", " ", "0"],
+             ["? ", "fn+0x1"], ["---[ end", " trace"], [" ", "x"], ["\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\""]]
+    pieces = ["", " ", "\t", "\x0b", "\x1c", "\x85", "\u00a0", "\u0663", "A", "g", "ffffffff", "0" * 17, ">", "]",
+              "R", "9", ":", "D", "x", "\u00e9", "fffffff", "ffffffffffffffff"]
+    same(each_piece_replaced(heads, pieces))
+    holds_on_edited_heads(heads, pieces, same)
 
 
 def test_head_codes_number_the_distinct_values_or_step_aside(monkeypatch):

@@ -388,6 +388,16 @@ class KernelEngine:
         if self.carry_stack_run:
             idx = pl.Series([0], dtype=idx.dtype).append(idx)
         idx = idx.filter(idx < n)
+        # The compiled walk (native.body_walk) reads BODY on ASCII lines; a chunk where a walk
+        # reaches another line takes the rounds below (one row of every walk per round).
+        got = native.body_walk(native.texts(msg), cont.fill_null(False).cast(pl.UInt8).rechunk().to_arrow(),
+                               head.fill_null(True).cast(pl.UInt8).rechunk().to_arrow(), idx.to_list(), most)
+        if not isinstance(got, int):
+            out = pl.Series(got)
+            self.carry_stack_run = bool(head[-1]) or bool(out[-1])
+            return out
+        if got == native.BODY_LONG:
+            return None
         found = []
         for _ in range(most):
             if len(idx) == 0:
