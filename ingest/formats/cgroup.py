@@ -79,7 +79,7 @@ class _Collector:
         self.unknown: dict[str, list] = {}
 
     def bad(self, member: str, lineno: int | None, text: str, why: str) -> None:
-        where = f"{member}:{lineno}: " if member != self.ctx.rel else ""
+        where = "" if member == self.ctx.rel else f"{member}: " if lineno is None else f"{member}:{lineno}: "
         self.ctx.sink.issue("bad_line", f"{where}{why}", line=lineno, text=text)
 
     def not_read(self, member: str, path: str, ts: int | None = None) -> None:

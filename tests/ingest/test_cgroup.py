@@ -158,6 +158,21 @@ def test_a_member_is_read_whole_gunzipped_and_within_its_limit(tmp_path):
         read_member(str(tmp_path))
 
 
+def test_a_member_too_large_is_named_without_a_line(tmp_path):
+    """A snapshot file larger than a cgroup file can be is a parse issue that names the file (it
+    has no line: none was read), and the series' other files are read."""
+    from ingest.formats.cgroup import MAX_MEMBER_BYTES
+    snap = tmp_path / "b" / "node-1" / "cgroup" / "1795958884.908782" / "cpu" / "job"
+    snap.mkdir(parents=True)
+    (snap / "cpu.stat").write_text("nr_periods 3\nnr_throttled 1\n")
+    (snap / "cpu.cfs_quota_us").write_bytes(b"1" * (MAX_MEMBER_BYTES + 1))
+    (_, g, r), = run_groups(files_of(tmp_path / "b"), tmp_path / "out")
+    issues = pl.concat([pl.read_parquet(f) for f in r.parts["parse_issues"]])["message"].to_list()
+    assert issues == [f"node-1/cgroup/1795958884.908782/cpu/job/cpu.cfs_quota_us: cannot be read: more than "
+                      f"{MAX_MEMBER_BYTES} bytes"]
+    assert r.status == "partial" and r.counts["metrics"] > 0
+
+
 def test_a_file_is_read_for_evidence_only_when_it_can_hold_the_value():
     """``may_give`` answers without reading a file whether it can hold an (entity, metric): never
     no for a value it holds (every row of every cgroup/PSI file of the corpus), and no for the
