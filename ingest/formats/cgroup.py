@@ -40,10 +40,11 @@ the wanted snapshot times and returns the raw lines, each with its member file a
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..model import CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
@@ -159,20 +160,22 @@ class _Collector:
                             "they are kept without time"
 
 
-def _ts_part(parts: list[str], is_time: dict[str, bool] | None = None) -> int | None:
-    """Index of the snapshot-time folder in a member path (the last one that looks like a time).
-    ``is_time`` remembers the verdict on each folder name (a bundle names each folder in the
-    paths of all its files)."""
+def _time_name(name: str) -> bool:
+    """Whether a folder name is a snapshot time."""
+    return bool(TS_EPOCH.match(name) or TS_ISO.match(name)) and parse_time_name(name) is not None
+
+
+def _ts_part(parts: list[str], is_time: Callable[[str], bool] = _time_name) -> int | None:
+    """Index of the snapshot-time folder in a member path (the last one that looks like a time)."""
     for i in range(len(parts) - 2, -1, -1):
-        p = parts[i]
-        t = None if is_time is None else is_time.get(p)
-        if t is None:
-            t = bool(TS_EPOCH.match(p) or TS_ISO.match(p)) and parse_time_name(p) is not None
-            if is_time is not None:
-                is_time[p] = t
-        if t:
+        if is_time(parts[i]):
             return i
     return None
+
+
+def _known(path: str) -> bool:
+    """Whether the table knows the file at ``path`` (see ``resolve``)."""
+    return resolve(path) is not None
 
 
 class CgroupSnapshotsParser(GroupParser):
@@ -190,21 +193,16 @@ class CgroupSnapshotsParser(GroupParser):
         per-file parser reads it (asked once per file name and series)."""
         groups: dict[str, list] = {}
         others: dict[str, list] = {}
-        # (the folder names and the paths under the snapshot folders recur in every snapshot: each
-        # is judged once; a bundle of 512 ranks has 100,000 such files)
-        is_time: dict[str, bool] = {}
-        known: dict[str, bool] = {}
+        # (each verdict remembered for this claim: the folder names and the paths under each snapshot
+        # recur in the paths of all its files, 100,000 in a bundle of 512 ranks)
+        is_time, known = functools.cache(_time_name), functools.cache(_known)
         for rel, disk in files:
             parts = rel.split("/")
             i = _ts_part(parts, is_time)
             if i is None:
                 continue
             key = "/".join(parts[:i]) + "/"
-            sub = "/".join(parts[i + 1:])
-            ok = known.get(sub)
-            if ok is None:
-                ok = known[sub] = resolve(sub) is not None
-            (groups if ok else others).setdefault(key, []).append((rel, disk))
+            (groups if known("/".join(parts[i + 1:])) else others).setdefault(key, []).append((rel, disk))
         for key, extra in others.items():
             if key not in groups:
                 continue
@@ -277,15 +275,7 @@ class CgroupTreeParser(GroupParser):
         groups: dict[str, list] = {}
         by_dir: dict[str, list] = {}
         known: set[str] = set()
-        # (the same paths under each copy's folder recur in every copy: each is resolved once)
-        read: dict[str, bool] = {}
-
-        def resolves(path: str) -> bool:
-            ok = read.get(path)
-            if ok is None:
-                ok = read[path] = resolve(path) is not None
-            return ok
-
+        resolves = functools.cache(_known)     # (the same paths recur under each copy's folder)
         for rel, disk in files:
             by_dir.setdefault(rel.rsplit("/", 1)[0] if "/" in rel else "", []).append((rel, disk))
             parts = rel.split("/")
