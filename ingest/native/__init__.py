@@ -83,7 +83,7 @@ def library() -> ctypes.CDLL:
             lib.at_phase_readings.restype = _I64
             lib.at_phase_forbidden.argtypes = [_I64] + [_P] * 9
             lib.at_phase_forbidden.restype = None
-            lib.at_phase_pairs.argtypes = [_I64] + [_P] * 11 + [_I64, _I64] + [_P] * 8
+            lib.at_phase_pairs.argtypes = [_I64] + [_P] * 11 + [_I64, _I64, _I64] + [_P] * 11
             lib.at_phase_pairs.restype = _I64
             lib.at_phase_counts.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P]
             lib.at_phase_counts.restype = _I64
@@ -773,36 +773,50 @@ def phase_counts(off, lo, hi, start: int, stop: int, nbins: int, values: bool = 
 
 
 class PhasePairs(NamedTuple):
-    """The pairs :func:`phase_pairs` made: per pair the earlier line's reading (``a_kind``,
-    ``a1``, ``a2``) and number (``a_line``), the later line's row (``b_row``) and the bins it rules
-    out (``bins``: a list of ``(first, end)``); ``upto`` and ``c10`` as the state now stands."""
-    a_kind: list
-    a1: list
-    a2: list
-    a_line: list
-    b_row: list
-    bins: list
+    """The pairs :func:`phase_pairs` made, as ``array.array`` columns: per pair the earlier line's
+    number and reading (``a_line``, ``a_kind``, ``a1``, ``a2``), the later line's (``b_line``,
+    ``b_kind``, ``b1``, ``b2``) and where its bins end (``bin_end``: the running offset into the
+    bins, from ``bin_base``); the bins one after another (``bin_lo``, ``bin_hi``: pair k rules out
+    ``[bin_lo[j], bin_hi[j])`` for j from the previous pair's end to its own, less ``bin_base``);
+    ``upto`` and ``c10`` as the state now stands."""
+    a_line: array
+    a_kind: array
+    a1: array
+    a2: array
+    b_line: array
+    b_kind: array
+    b1: array
+    b2: array
+    bin_end: array
+    bin_lo: array
+    bin_hi: array
     upto: int
     c10: int
 
 
-def phase_pairs(linenos, sids, kind, t1, t2, state, upto: int, c10: int, room: int, bin_ns: int) -> PhasePairs:
+def phase_pairs(linenos, sids, kind, t1, t2, state, upto: int, c10: int, room: int, bin_ns: int,
+                bin_base: int = 0) -> PhasePairs:
     """The clock phase's pairs of lines in order (see ``at_phase_pairs`` in scan.c): ``linenos``
     (``array('q')``), ``sids`` (``array('i')``: stream numbers), readings ``kind`` (``array('B')``),
     ``t1``, ``t2`` (``array('q')``); ``state``: the streams' last readings (``array('B')``, and
     three of ``array('q')``, as long as the streams, updated in place)."""
     n = len(linenos)
     m = max(1, min(n, room))
-    a_kind, bin_n = (ctypes.c_uint8 * m)(), (ctypes.c_uint8 * m)()
-    a1, a2, a_line, b_row = ((ctypes.c_int64 * m)() for _ in range(4))
-    bin_lo, bin_hi = (ctypes.c_int32 * (5 * m))(), (ctypes.c_int32 * (5 * m))()
+    q = lambda k: array("q", bytes(8 * k))
+    a_line, a1, a2, b_line, b1, b2, bin_end = (q(m) for _ in range(7))
+    a_kind, b_kind = array("B", bytes(m)), array("B", bytes(m))
+    bin_lo, bin_hi = array("i", bytes(4 * 5 * m)), array("i", bytes(4 * 5 * m))
     io_upto, io_c10 = ctypes.c_int64(upto), ctypes.c_int64(c10)
+    cols = (a_line, a_kind, a1, a2, b_line, b_kind, b1, b2)
     k = library().at_phase_pairs(n, _address(linenos), _address(sids), _address(kind), _address(t1), _address(t2),
                                  *(_address(a) for a in state), ctypes.byref(io_upto), ctypes.byref(io_c10),
-                                 min(n, room), bin_ns, a_kind, a1, a2, a_line, b_row, bin_lo, bin_hi, bin_n) if n else 0
-    lo, hi = bin_lo[:5 * k], bin_hi[:5 * k]
-    bins = [list(zip(lo[5 * j:5 * j + c], hi[5 * j:5 * j + c])) for j, c in enumerate(bin_n[:k])]
-    return PhasePairs(a_kind[:k], a1[:k], a2[:k], a_line[:k], b_row[:k], bins, io_upto.value, io_c10.value)
+                                 min(n, room), bin_ns, bin_base, *(_address(a) for a in cols),
+                                 _address(bin_lo), _address(bin_hi), _address(bin_end)) if n else 0
+    nb = bin_end[k - 1] - bin_base if k else 0
+    for a in (*cols, bin_end):
+        del a[k:]
+    del bin_lo[nb:], bin_hi[nb:]
+    return PhasePairs(*cols, bin_end, bin_lo, bin_hi, io_upto.value, io_c10.value)
 
 
 def us_to_ns(values: list, kind: int, off: int = 0, max_us: float = 0.0) -> list | None:

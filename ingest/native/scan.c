@@ -2372,14 +2372,17 @@ void at_phase_forbidden(int64_t n, const uint8_t *a_c, const int64_t *a1, const 
  * none yet; s_t1, s_t2, s_line), *upto (lines at or before it were fed: a chunk re-reads some) and
  * *c10 (c10 readings fed). A line pairs with its stream's last reading unless both are exact or
  * they are an hour or more apart; at most `room` pairs are made (the lines after the last one are
- * not fed). Per pair k: the earlier reading (a_kind, a1, a2, a_line), the later line's row (b_row)
- * and the phase bins it rules out, [bin_lo, bin_hi) at 5 * k, bin_n[k] of them (the bins of
- * BIN_NS ns wholly inside a range of phase_ranges). Returns the number of pairs. */
+ * not fed). Per pair k: the earlier line's number and reading (a_line, a_kind, a1, a2), the later
+ * one's (b_line, b_kind, b1, b2), and the phase bins it rules out (the bins of BIN_NS ns wholly
+ * inside a range of phase_ranges; at most 5 per pair), written one after another from index 0 of
+ * bin_lo and bin_hi: bin_end[k] is bin_base plus the number of bins of pairs 0..k (the caller's
+ * running offset). Returns the number of pairs. */
 int64_t at_phase_pairs(int64_t n, const int64_t *lineno, const int32_t *sid, const uint8_t *kind, const int64_t *t1,
                        const int64_t *t2, uint8_t *s_kind, int64_t *s_t1, int64_t *s_t2, int64_t *s_line, int64_t *upto,
-                       int64_t *c10, int64_t room, int64_t bin_ns, uint8_t *a_kind, int64_t *a1, int64_t *a2,
-                       int64_t *a_line, int64_t *b_row, int32_t *bin_lo, int32_t *bin_hi, uint8_t *bin_n) {
-    int64_t np = 0;
+                       int64_t *c10, int64_t room, int64_t bin_ns, int64_t bin_base, int64_t *a_line, uint8_t *a_kind,
+                       int64_t *a1, int64_t *a2, int64_t *b_line, uint8_t *b_kind, int64_t *b1, int64_t *b2,
+                       int32_t *bin_lo, int32_t *bin_hi, int64_t *bin_end) {
+    int64_t np = 0, nb = 0;
     for (int64_t i = 0; i < n && np < room; i++) {
         if (lineno[i] <= *upto) continue;
         *upto = lineno[i];
@@ -2394,13 +2397,14 @@ int64_t at_phase_pairs(int64_t n, const int64_t *lineno, const int32_t *sid, con
         int64_t gap = t1[i] - p1;
         if (gap > 3600 * PH_SEC || gap < -3600 * PH_SEC) continue;
         int64_t lo[5], hi[5];
-        int nr = phase_ranges(pk == PH_C10, p1, p2, k == PH_C10, t1[i], t2[i], lo, hi), nb = 0;
+        int nr = phase_ranges(pk == PH_C10, p1, p2, k == PH_C10, t1[i], t2[i], lo, hi);
         for (int r = 0; r < nr; r++) {
-            int64_t b0 = (lo[r] + bin_ns - 1) / bin_ns, b1 = hi[r] / bin_ns;
-            if (b1 > b0) { bin_lo[5 * np + nb] = (int32_t)b0; bin_hi[5 * np + nb] = (int32_t)b1; nb++; }
+            int64_t c0 = (lo[r] + bin_ns - 1) / bin_ns, c1 = hi[r] / bin_ns;
+            if (c1 > c0) { bin_lo[nb] = (int32_t)c0; bin_hi[nb] = (int32_t)c1; nb++; }
         }
-        bin_n[np] = (uint8_t)nb;
-        a_kind[np] = (uint8_t)pk; a1[np] = p1; a2[np] = p2; a_line[np] = pl; b_row[np] = i;
+        bin_end[np] = bin_base + nb;
+        a_line[np] = pl; a_kind[np] = (uint8_t)pk; a1[np] = p1; a2[np] = p2;
+        b_line[np] = lineno[i]; b_kind[np] = (uint8_t)k; b1[np] = t1[i]; b2[np] = t2[i];
         np++;
     }
     return np;

@@ -54,6 +54,7 @@ import re
 from array import array
 from datetime import datetime, timezone
 
+import polars as pl
 import pyarrow as pa
 
 from ... import native
@@ -131,15 +132,19 @@ class Phase:
         self._last = (array("B"), array("q"), array("q"), array("q"))
         self.c10 = 0
         self.upto = 0           # line numbers up to this one were fed (chunks re-read some rows)
-        self.kept: list[tuple] = []   # (earlier line, line, bins ruled out, earlier reading, reading)
-        # the kept pairs' bins, flat: pair k rules out [lo[j], hi[j]) for j in [off[k], off[k + 1])
+        # the kept pairs as columns: the earlier line's number and reading (the engine's kind code,
+        # t1, t2), the later line's; and their bins, flat: pair k rules out [lo[j], hi[j]) for j in
+        # [off[k], off[k + 1])
+        self._a_line, self._a_kind, self._a1, self._a2 = array("q"), array("B"), array("q"), array("q")
+        self._b_line, self._b_kind, self._b1, self._b2 = array("q"), array("B"), array("q"), array("q")
         self._off, self._lo, self._hi = array("q", [0]), array("i"), array("i")
 
     def feed(self, lineno: int, stream: str, body: str) -> None:
         self.feed_readings([(lineno, stream, reading(body))])
 
-    def feed_lines(self, linenos: list[int], streams: list[str], bodies: pa.Array) -> None:
-        """Lines in order: their numbers, streams and texts (an Arrow text array as
+    def feed_lines(self, linenos, streams, bodies: pa.Array) -> None:
+        """Lines in order: their numbers (a list or an integer Polars column), streams (a list or a
+        text column; a null stream is the empty one) and texts (an Arrow text array as
         :func:`ingest.native.texts` gives it, read at once)."""
         if self.pairs >= MAX_PAIRS:
             return
@@ -151,33 +156,40 @@ class Phase:
                 if k == native.UNSURE:
                     it = reading(texts[i]) or _NO_READING
                     kind[i], t1[i], t2[i] = _KIND[it[0]], it[1], it[2]
-        self._pairs(array("q", linenos), streams, kind, t1, t2)
+        lines = _array("q", linenos.cast(pl.Int64).to_arrow()) if isinstance(linenos, pl.Series) else array("q", linenos)
+        self._pairs(lines, self._sids(streams), kind, t1, t2)
 
     def feed_readings(self, rows) -> None:
         """(line, stream, :func:`reading` of the line) in order."""
         rows = list(rows)
         its = [r[2] or _NO_READING for r in rows]
-        self._pairs(array("q", (r[0] for r in rows)), [r[1] for r in rows], array("B", (_KIND[it[0]] for it in its)),
-                    array("q", (it[1] for it in its)), array("q", (it[2] for it in its)))
+        self._pairs(array("q", (r[0] for r in rows)), self._sids([r[1] for r in rows]),
+                    array("B", (_KIND[it[0]] for it in its)), array("q", (it[1] for it in its)),
+                    array("q", (it[2] for it in its)))
 
-    def _pairs(self, linenos: array, streams: list[str], kind: array, t1: array, t2: array) -> None:
+    def _sids(self, streams) -> array:
+        """The streams' numbers (a new stream is given the next), as ``array('i')``."""
+        s = (streams if isinstance(streams, pl.Series) else pl.Series(streams, dtype=pl.String)).fill_null("")
+        seen = s.unique(maintain_order=True).to_list()       # (few: the rows are mapped in one step)
+        sid = self._sid
+        for x in seen:
+            sid.setdefault(x, len(sid))
+        return _array("i", s.replace_strict(seen, [sid[x] for x in seen], return_dtype=pl.Int32).to_arrow())
+
+    def _pairs(self, linenos: array, sids: array, kind: array, t1: array, t2: array) -> None:
         """Each line paired with the last reading of its stream (``at_phase_pairs`` in
         :mod:`ingest.native`'s scan.c: unless both are exact, or an hour or more apart)."""
-        sid = self._sid
-        sids = array("i", (sid.setdefault(s, len(sid)) for s in streams))
-        grow = len(sid) - len(self._last[0])
+        grow = len(self._sid) - len(self._last[0])
         if grow > 0:
             for a in self._last:
                 a.extend(bytes(grow) if a.typecode == "B" else [0] * grow)
         p = native.phase_pairs(linenos, sids, kind, t1, t2, self._last, self.upto, self.c10,
-                               MAX_PAIRS - self.pairs, BIN_NS)
+                               MAX_PAIRS - self.pairs, BIN_NS, len(self._lo))
         self.upto, self.c10 = p.upto, p.c10
-        for ak, a1, a2, al, b, bins in zip(p.a_kind, p.a1, p.a2, p.a_line, p.b_row, p.bins):
-            self.kept.append((al, linenos[b], bins, (_LETTER[ak], a1, a2), (_LETTER[kind[b]], t1[b], t2[b])))
-            for i, j in bins:
-                self._lo.append(i)
-                self._hi.append(j)
-            self._off.append(len(self._lo))
+        for mine, got in ((self._a_line, p.a_line), (self._a_kind, p.a_kind), (self._a1, p.a1), (self._a2, p.a2),
+                          (self._b_line, p.b_line), (self._b_kind, p.b_kind), (self._b1, p.b1), (self._b2, p.b2),
+                          (self._off, p.bin_end), (self._lo, p.bin_lo), (self._hi, p.bin_hi)):
+            mine.extend(got)
 
     def _counts(self, start: int, stop: int, values: bool = True) -> tuple[list[int] | None, int]:
         """How many of the pairs ``kept[start:stop]`` rule out each bin (a difference array,
@@ -186,7 +198,7 @@ class Phase:
 
     @property
     def pairs(self) -> int:
-        return len(self.kept)
+        return len(self._b_line)
 
     def result(self) -> dict | None:
         if self.c10 < 2 or self.pairs == 0:
@@ -205,35 +217,36 @@ class Phase:
 
     def stretches(self) -> list[dict]:
         """The file cut into runs of pairs that each fit one phase (see the module docstring)."""
-        kept, out, parts, spans, start = self.kept, [], [], [], 0
-        while start < len(kept) and len(out) < MAX_STRETCHES:
-            lo, hi = start + 1, len(kept)          # the longest consistent run from ``start``
+        n, a_line, b_line = self.pairs, self._a_line, self._b_line
+        out, parts, start = [], [], 0      # parts: (first pair, end of the stretch's pairs, end of those spanning the cut)
+        while start < n and len(out) < MAX_STRETCHES:
+            lo, hi = start + 1, n          # the longest consistent run from ``start``
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if self._counts(start, mid, values=False)[1] <= (mid - start) // 100:
                     lo = mid
                 else:
                     hi = mid - 1
-            part = kept[start:lo]
             c, least = self._counts(start, lo)
             arcs = _arcs(c, least)
-            last = max(p[1] for p in part)
-            out.append({"from_line": min(p[0] for p in part), "to_line": last, "pairs": len(part),
+            last = max(b_line[start:lo])
+            out.append({"from_line": min(a_line[start:lo]), "to_line": last, "pairs": lo - start,
                         "against": least, "arcs_ns": None if arcs is None else arcs[:16]})
-            parts.append(part)
-            start, cross = lo, []
-            while start < len(kept) and kept[start][0] <= last:
-                cross.append(kept[start])           # spans the cut
-                start += 1
-            spans.append(cross)
+            first, start = start, lo
+            while start < n and a_line[start] <= last:
+                start += 1                  # (spans the cut)
+            parts.append((first, lo, start))
         for k in range(1, len(out)):
             a, b = out[k - 1]["arcs_ns"], out[k]["arcs_ns"]
             # where the step lies among the lines: a pair that rules out the later phase had its first
             # line written before the step (two lines written after it keep the later phase's order),
             # and a pair that rules out the earlier phase had its second line written after it (a
             # stretch with too few crossings of a second for a phase of its own says neither)
-            before = [] if b is None else [(p[0], p[3]) for p in parts[k - 1] + spans[k - 1] if _rules_out(p[2], b)]
-            after = [] if a is None else [(p[1], p[4]) for p in spans[k - 1] + parts[k] if _rules_out(p[2], a)]
+            (p0, _, p2), (_, q1, _) = parts[k - 1], parts[k]
+            before = [] if b is None else [(a_line[i], self._reading(i, 0)) for i in range(p0, p2)
+                                           if _rules_out(self._bins(i), b)]
+            after = [] if a is None else [(b_line[i], self._reading(i, 1)) for i in range(parts[k - 1][1], q1)
+                                          if _rules_out(self._bins(i), a)]
             la, ia = max(before, key=lambda x: x[0]) if before else (None, None)
             lb, ib = min(after, key=lambda x: x[0]) if after else (None, None)
             # the lines' times in this module's local reckoning (``_local_s``): the earliest line a
@@ -241,6 +254,24 @@ class Phase:
             out[k]["step"] = {"after_line": la, "after_local_ns": None if ia is None else _lo_any(ia),
                               "before_line": lb, "before_local_ns": None if ib is None else _hi_any(ib)}
         return out
+
+    def _bins(self, k: int) -> list[tuple[int, int]]:
+        """The bins pair ``k`` rules out, as ``(first, end)``."""
+        j0, j1 = self._off[k], self._off[k + 1]
+        return list(zip(self._lo[j0:j1], self._hi[j0:j1]))
+
+    def _reading(self, k: int, later: int) -> tuple:
+        """Pair ``k``'s earlier line's :func:`reading` (``later`` 0), or its later line's (1)."""
+        if later:
+            return _LETTER[self._b_kind[k]], self._b1[k], self._b2[k]
+        return _LETTER[self._a_kind[k]], self._a1[k], self._a2[k]
+
+    @property
+    def kept(self) -> list[tuple]:
+        """The pairs kept, in order: (earlier line, line, the bins it rules out as ``(first,
+        end)``, the earlier line's :func:`reading`, the line's)."""
+        return [(self._a_line[k], self._b_line[k], self._bins(k), self._reading(k, 0), self._reading(k, 1))
+                for k in range(self.pairs)]
 
 
 def _lo_any(it) -> int:

@@ -1299,7 +1299,7 @@ def _feed_phase(base: pl.DataFrame, ph: Phase) -> None:
     step = 4 * MAX_PHASE_PAIRS      # (a slice at a time: the pairs are full long before most logs end)
     for k in range(0, rows.height, step):
         part = rows.slice(k, step)
-        ph.feed_lines(part["lineno"].to_list(), part["stream"].fill_null("").to_list(), native.texts(part["body"]))
+        ph.feed_lines(part["lineno"], part["stream"], native.texts(part["body"]))
         if ph.pairs >= MAX_PHASE_PAIRS:
             break
 
