@@ -38,6 +38,7 @@ import dataclasses
 from typing import Callable, Hashable, Iterable, NamedTuple
 
 from .links import Link, LinkKind as K
+from .present import has_rows
 
 HOST_KINDS = frozenset({K.CPU_THROTTLE, K.MEMORY_GROWTH, K.CPU_PRESSURE, K.MEMORY_PRESSURE, K.CGROUP_FROZEN})
 
@@ -156,6 +157,8 @@ def job_pids(store, incident_id: str, rank_pids: dict[int, int], children: dict[
 def children_of(store, incident_id: str) -> Children:
     """pid -> the processes and threads it started (perf fork events, ``PPid`` of status copies), by host."""
     children = Children()
+    if not has_rows(store, incident_id, "events"):
+        return children
     for r in store.query(
             """SELECT COALESCE(e.host, s.host, '') AS host,
                       TRY_CAST(json_extract_string(e.attrs, '$.pid') AS BIGINT) AS parent,

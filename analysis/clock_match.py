@@ -115,6 +115,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .present import has_rows
 from .sql import events_named
 
 SEND_SLACK_NS = 1_000_000          # torchrun's poll() to its log call, allowed generously
@@ -183,6 +184,8 @@ _PERF_CLOCK = """COALESCE((SELECT lower(split_part(f.value, ' ', 1)) FROM facts 
 def _exits(store, incident_id: str) -> dict[tuple[str, int], dict]:
     """(host, tid) -> the thread's exit on perf's clock, else its last sample (``exact`` False)."""
     out: dict[tuple[str, int], dict] = {}
+    if not has_rows(store, incident_id, "events"):
+        return out
     for r in store.query(
             f"""SELECT COALESCE(s.host, '') AS host, e.pid AS tid, min(e.ts_raw_ns) AS ts,
                       arg_min(s.path, (e.ts_raw_ns, s.path, e.line)) AS path,
@@ -220,6 +223,8 @@ LAUNCHER_NAMES = ("closing_signal", "worker_failed")    # the launcher lines' ev
 
 def launcher_lines(store, incident_id: str) -> list[dict]:
     """torchrun's closing-signal and ``failed`` lines, in file order (what the rules read)."""
+    if not has_rows(store, incident_id, "events"):
+        return []
     return store.query(
         f"""SELECT COALESCE(s.host, '') AS host, s.path, e.pid AS launcher, e.line, e.name, e.ts_raw_ns AS wall_ns,
                   TRY_CAST(json_extract_string(e.attrs, '$.worker_pid') AS BIGINT) AS worker
@@ -283,6 +288,8 @@ def _own_lines(store, incident_id: str, exits: dict, only: str | None) -> list[B
     before its last thread exited: ``offset >= written - exit``. Only exits perf marked as the
     last of their process count (a line of another thread may follow the main thread's exit)."""
     out = []
+    if not has_rows(store, incident_id, "events"):
+        return out
     for r in store.query(_OWN_LINES, [incident_id]):
         host = r["host"] or only or ""
         ex = exits.get((host, r["pid"]))
@@ -301,6 +308,8 @@ def _forks(store, incident_id: str) -> dict[tuple[str, int], dict]:
     """(host, child id) -> its fork on perf's clock, with the forking thread; ids forked more
     than once in the recording (reused) are left out."""
     out = {}
+    if not has_rows(store, incident_id, "events"):
+        return out
     for r in store.query(
             f"""SELECT COALESCE(s.host, '') AS host,
                        TRY_CAST(json_extract_string(e.attrs, '$.child_pid') AS BIGINT) AS child,
@@ -419,6 +428,8 @@ def _counted_kills(store, incident_id: str, domains: tuple[str, ...]):
     kernel log's kills are matched to a series only where the log holds exactly as many kills of
     the group as the count: the n-th raised it to n. Each kernel log is matched on its own (a
     bundle may hold the same records twice: raw and ``dmesg -T``)."""
+    if not has_rows(store, incident_id, "events"):
+        return
     kills = store.query(
         f"""SELECT COALESCE(s.host, '') AS host, s.path, e.source_id, s.clock_domain AS domain, s.format, e.line,
                   e.ts_raw_ns AS ts,

@@ -68,6 +68,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .present import has_rows
+
 MAX_SLEW_PPM = 500               # the fastest a disciplined clock is slewed (NTP's limit)
 STEP_MIN_NS = 10_000_000         # a smaller miss is left to the methods' own disagreement report
 _INF = 1 << 62
@@ -187,6 +189,8 @@ def gaps_in(times: list[int]) -> list[tuple[int, int, int]]:
 
 def sampler_series(store, incident_id: str) -> list[dict]:
     """Each cgroup snapshot series' stamps: host, series (its folder or file), times."""
+    if not has_rows(store, incident_id, "metrics"):
+        return []
     return store.query(
         r"""SELECT COALESCE(s.host, '') AS host,
                   regexp_replace(s.path, '/[0-9]{9,}(\.[0-9]+)?(/.*)?$', '') AS series,

@@ -91,6 +91,8 @@ from pathlib import PurePosixPath
 
 from ingest.model import CLOCK_BOOT, CLOCK_KERNEL_WALL, CLOCK_NONE, CLOCK_WALL
 
+from .present import has_rows
+
 SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two files
 SEC_NS = 1_000_000_000
 # Hosts' wall clocks against each other where nothing in the bundle measures it (no collectives
@@ -169,7 +171,7 @@ class ClockEntry:
 
 def collect_anchors(store, incident_id: str, kernel_pairs: list[dict] | None = None,
                     launcher: list[dict] | None = None) -> list[Anchor]:
-    rows = store.query(
+    rows = [] if not has_rows(store, incident_id, "anchors") else store.query(
         """SELECT COALESCE(a.host, s.host, '') AS host, a.name, a.local_ns, a.wall_ns,
                   a.uncertainty_ns, s.path, a.line, a.text
            FROM anchors a JOIN sources s USING (incident_id, source_id)
@@ -519,6 +521,8 @@ def solve_kernel_wall(host: str, boot: ClockEntry | None, pairs: list[dict], for
 
 def _paired_readings(store, incident_id: str, sources_with_pairs: set[str]) -> list[Anchor]:
     """uptime.start + date.start in two files of one folder -> an anchor."""
+    if not has_rows(store, incident_id, "facts"):
+        return []
     rows = store.query(
         """SELECT s.source_id, s.path, COALESCE(f.host, s.host, '') AS host, f.key, f.value, f.line
            FROM facts f JOIN sources s USING (incident_id, source_id)

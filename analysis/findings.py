@@ -14,6 +14,7 @@ from bisect import bisect_left
 from .clock_match import LAUNCHER_NAMES
 from .clocks import row_uncertainty_sql
 from .links import Evidence, Link, LinkKind, Provenance
+from .present import has_rows
 from .sql import events_named
 from ingest.sink import attrs_of
 
@@ -697,6 +698,8 @@ def unsummarised_failures(store, incident_id: str, links: list[Link]) -> list[Li
     wrote one): the line is the failure's evidence, a ``signal_kill`` for a negative exit code
     (the signal's number) and a ``process_exit`` otherwise, unless another finding already says
     how that pid ended."""
+    if not has_rows(store, incident_id, "facts"):
+        return []
     rows = store.query(
         """SELECT f.value, f.line, s.path, COALESCE(e.host, s.host) AS host, e.ts_utc_ns, e.text, e.rank
            FROM facts f JOIN sources s USING (incident_id, source_id)
@@ -724,9 +727,11 @@ def unsummarised_failures(store, incident_id: str, links: list[Link]) -> list[Li
 
 def anomalies(store, incident_id: str) -> list[Link]:
     from .detectors import run as metric_detectors
-    links = oom_kills(store, incident_id) + blocked_since(typed_events(store, incident_id))
+    # (an incident without events, one perf recording: their queries are not even planned)
+    events = has_rows(store, incident_id, "events")
+    links = oom_kills(store, incident_id) + blocked_since(typed_events(store, incident_id)) if events else []
     links += unsummarised_failures(store, incident_id, links)
     links = mismatch_deviation(store, incident_id, links)
-    links = printed_before_death(starved_of_input(refine_launcher_times(store, incident_id, links)))
+    links = printed_before_death(starved_of_input(refine_launcher_times(store, incident_id, links) if events else links))
     links = metric_detectors(store, incident_id, links)
     return sorted(links, key=lambda l: (l.ts_ns is None, l.ts_ns or 0))

@@ -49,6 +49,7 @@ from ingest.timeparse import fmt_hms
 
 from .findings import MAX_WAIT_NS
 from .links import Evidence, Link, LinkKind, Provenance
+from .present import with_rows
 
 GAP_NS = 30_000_000_000
 PEER_ERROR = re.compile(r"closed by peer|reset by peer|Connection refused|remote worker|peer .*(?:died|closed)|"
@@ -124,13 +125,19 @@ class RankProgress:
 
 
 def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
-    q = store.query
+    rows_in = with_rows(store, incident_id)
+
+    def q(table: str, sql: str, params: list) -> list[dict]:
+        """``store.query`` of a query whose rows all come from ``table``: not planned where the
+        incident has no rows there."""
+        return store.query(sql, params) if table == "sources" or table in rows_in else []
+
     ranks: dict[int, RankProgress] = {}
 
     def get(r) -> RankProgress:
         return ranks.setdefault(int(r), RankProgress(int(r)))
 
-    for r in q("""SELECT COALESCE(e.rank, s.rank) AS rank, COALESCE(e.host, s.host) AS host,
+    for r in q("events", """SELECT COALESCE(e.rank, s.rank) AS rank, COALESCE(e.host, s.host) AS host,
                          mode(e.pid) AS pid
                   FROM events e JOIN sources s USING (incident_id, source_id)
                   WHERE e.incident_id = ? AND COALESCE(e.rank, s.rank) IS NOT NULL
@@ -139,16 +146,17 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
         p = get(r["rank"])
         p.host = p.host or r["host"]
         p.pid = p.pid or r["pid"]
-    for r in q("SELECT rank, host, pid FROM sources WHERE incident_id = ? AND rank IS NOT NULL", [incident_id]):
+    for r in q("sources", "SELECT rank, host, pid FROM sources WHERE incident_id = ? AND rank IS NOT NULL",
+               [incident_id]):
         p = get(r["rank"])
         p.host = p.host or r["host"]
         p.pid = p.pid or r["pid"]
     # What the launcher (or the collector) says of each rank's pid: the most direct statement.
-    for r in q("""SELECT rank, pid FROM events WHERE incident_id = ? AND rank IS NOT NULL AND pid IS NOT NULL
+    for r in q("events", """SELECT rank, pid FROM events WHERE incident_id = ? AND rank IS NOT NULL AND pid IS NOT NULL
                     AND category IN ('launcher', 'collector') GROUP BY ALL""", [incident_id]):
         get(r["rank"]).pid = int(r["pid"])
     # Steps reported in the logs (the parser's ``step`` events) ...
-    for r in q("""SELECT rank, step, ts, line, text, path, med FROM (
+    for r in q("events", """SELECT rank, step, ts, line, text, path, med FROM (
                      SELECT COALESCE(e.rank, s.rank) AS rank,
                             TRY_CAST(json_extract_string(e.attrs, '$.step') AS BIGINT) AS step,
                             e.ts_utc_ns AS ts, e.line, e.text, s.path,
@@ -165,14 +173,14 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
         p.last_step_ev = Evidence(r["path"], r["line"], r["text"] or "")
         p.step_time_s = r["med"]
     # Step times from the text logs' metrics (every step line; the events keep only the last).
-    for r in q("""SELECT TRY_CAST(regexp_extract(entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
+    for r in q("metrics", """SELECT TRY_CAST(regexp_extract(entity, '^rank (\\d+)$', 1) AS INTEGER) AS rank,
                          median(value) AS med
                   FROM metrics WHERE incident_id = ? AND metric = 'step_time' AND entity LIKE 'rank %'
                   GROUP BY 1""", [incident_id]):
         if r["rank"] is not None and r["rank"] in ranks:
             ranks[r["rank"]].step_time_s = r["med"]
     # ... and Kineto's ProfilerStep#N markers.
-    for r in q(f"""SELECT st.rank, max(st.step) AS step, max(st.ts_raw_ns + COALESCE(st.dur_ns, 0) + c.offset_ns) AS ts
+    for r in q("steps", f"""SELECT st.rank, max(st.step) AS step, max(st.ts_raw_ns + COALESCE(st.dur_ns, 0) + c.offset_ns) AS ts
                    FROM steps st JOIN sources s USING (incident_id, source_id) {_UTC}
                    WHERE st.incident_id = ? AND st.rank IS NOT NULL AND st.name LIKE 'ProfilerStep#%'
                      AND c.offset_ns IS NOT NULL
@@ -181,7 +189,7 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
         if p.last_step_ns is None or (r["ts"] or 0) > p.last_step_ns:
             p.last_step, p.last_step_ns = r["step"], r["ts"]
     # The end of the last event of each rank's Kineto trace.
-    for r in q("""SELECT COALESCE(e.rank, s.rank) AS rank, max(e.ts_utc_ns + COALESCE(e.dur_ns, 0)) AS ts
+    for r in q("events", """SELECT COALESCE(e.rank, s.rank) AS rank, max(e.ts_utc_ns + COALESCE(e.dur_ns, 0)) AS ts
                   FROM events e JOIN sources s USING (incident_id, source_id)
                   WHERE e.incident_id = ? AND s.kind = 'torch_trace' AND e.ts_utc_ns IS NOT NULL
                     AND COALESCE(e.rank, s.rank) IS NOT NULL
@@ -192,7 +200,7 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
     # (torchrun --tee: ``[default0]:``), the unprefixed lines: those are the agent's own, even
     # when the file holds one rank (a node of a multi-node job).
     rank_pids = sorted({p.pid for p in ranks.values() if p.pid is not None})
-    for r in q("""SELECT rank, ts, line, text, path FROM (
+    for r in q("events", """SELECT rank, ts, line, text, path FROM (
                     SELECT rank, ts, line, text, path,
                            row_number() OVER (PARTITION BY rank ORDER BY ts DESC, line DESC) AS n
                     FROM (SELECT COALESCE(e.rank, s.rank) AS rank, e.ts_utc_ns AS ts, e.line, e.text, s.path,
@@ -210,7 +218,7 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
         p = get(r["rank"])
         p.last_line_ns = r["ts"]
         p.last_line_ev = Evidence(r["path"], r["line"], r["text"] or "")
-    for r in q(f"""SELECT rank, op, ts FROM (
+    for r in q("collectives", f"""SELECT rank, op, ts FROM (
                      SELECT co.rank, co.op, co.ts_raw_ns + COALESCE(co.dur_ns, 0) + c.offset_ns AS ts,
                             row_number() OVER (PARTITION BY co.rank ORDER BY co.ts_raw_ns DESC) AS n
                      FROM collectives co JOIN sources s USING (incident_id, source_id) {_UTC}
@@ -222,7 +230,7 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
     if pids:
         _perf_life(store, incident_id, pids)
         _status_life(store, incident_id, pids)
-        for r in q("""SELECT TRY_CAST(json_extract_string(attrs, '$.worker_pid') AS BIGINT) AS pid,
+        for r in q("events", """SELECT TRY_CAST(json_extract_string(attrs, '$.worker_pid') AS BIGINT) AS pid,
                              min(ts_utc_ns) AS ts
                       FROM events WHERE incident_id = ? AND name = 'closing_signal' AND ts_utc_ns IS NOT NULL
                         AND json_extract_string(attrs, '$.signal') = 'SIGTERM'

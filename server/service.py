@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow.parquet as pq
 
-from analysis import clocks, report as report_mod, rootcause, timeline
+from analysis import clocks, present, report as report_mod, rootcause, timeline
 from ingest import attribution
 from ingest.bundle import (DiskFull, RawBundle, disk_full, extract, is_disk_full, sniff_kind, store_raw,
                            store_stream)
@@ -565,17 +565,19 @@ class Service(Queries, Shares, Exports):
             shutil.rmtree(staging, ignore_errors=True)
 
         progress("analyze", 0, 1)
-        entries = clocks.align(self.store, iid)
-        if any(e.method == clocks.UPTIME_METHOD for e in entries):
-            notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
-        # The timeline's tables (store work: DuckDB's own threads, the GIL released) are built
-        # while the findings are searched; neither reads what the other writes.
-        with ThreadPoolExecutor(1, thread_name_prefix="tracks") as beside:
-            tracks = beside.submit(timeline.build_tracks, self.store, iid)
-            rc = rootcause.analyze(self.store, iid, clocks.skew_links(entries))
-            rep = report_mod.build(self.store, iid, rc,
-                                   notes=notes, time_zone={"zone": tz, "from": tz_from})
-            tracks.result()
+        # (the parsed rows are all in: which tables hold any is read once for the queries below)
+        with present.one_analysis():
+            entries = clocks.align(self.store, iid)
+            if any(e.method == clocks.UPTIME_METHOD for e in entries):
+                notes.append(f"clock: {clocks.UPTIME_CAVEAT}")
+            # The timeline's tables (store work: DuckDB's own threads, the GIL released) are built
+            # while the findings are searched; neither reads what the other writes.
+            with ThreadPoolExecutor(1, thread_name_prefix="tracks") as beside:
+                tracks = beside.submit(timeline.build_tracks, self.store, iid)
+                rc = rootcause.analyze(self.store, iid, clocks.skew_links(entries))
+                rep = report_mod.build(self.store, iid, rc,
+                                       notes=notes, time_zone={"zone": tz, "from": tz_from})
+                tracks.result()
         (folder / "report.json").write_text(report_mod.dumps(rep), encoding="utf-8")
         # (the findings re-read some extracted files for their evidence lines; from here on only the
         # store is read, and the raw bundle is kept to analyse it again)
