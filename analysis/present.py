@@ -7,8 +7,9 @@ whose rows all come from one parser table (its ``FROM`` table, inner-joined to t
 rows when that table has none of the incident's, so it is not run then.
 
 The parser tables do not change while an incident is analysed (clock alignment and the findings
-write other tables), so within a :func:`one_analysis` block the answer is read once, in one
-query, for every table; outside one it is read at each question.
+write other tables), so within a :func:`one_analysis` block the store is asked once (its
+``tables_with_rows``, one query: it knows where it keeps an incident's rows); outside one, at
+each question.
 
 Worked example (``tests/analysis/test_present.py``): the incident of
 ``tests/data/perf_script/flamegraph__perf-funcab-pid-01.txt`` (one ``perf script`` file) holds
@@ -39,16 +40,15 @@ def one_analysis():
 
 
 def with_rows(store, incident_id: str) -> frozenset[str]:
-    """The parser tables (:data:`ingest.model.PARSER_TABLES`) that hold rows of the incident."""
+    """The parser tables (:data:`ingest.model.PARSER_TABLES`) that hold rows of the incident, as
+    the store says (``tables_with_rows``: it knows where it keeps them); a store that cannot say
+    is taken to hold rows in every one."""
     known = _KNOWN.get()
     key = (id(store), incident_id)
     if known is not None and key in known:
         return known[key]
-    # (counted, not EXISTS or LIMIT 1: over an attached incident's views of Parquet partitions
-    # DuckDB answered those wrongly while the counts were right)
-    sql = "SELECT " + ", ".join(f"(SELECT count(*) FROM {t} WHERE incident_id = ?) AS {t}" for t in PARSER_TABLES)
-    row = store.query(sql, [incident_id] * len(PARSER_TABLES))[0]
-    got = frozenset(t for t in PARSER_TABLES if row[t])
+    ask = getattr(store, "tables_with_rows", None)
+    got = frozenset(PARSER_TABLES) if ask is None else ask(incident_id)
     if known is not None:
         known[key] = got
     return got

@@ -27,15 +27,26 @@ def analysed(tmp_path_factory):
     return svc.store, out
 
 
+@pytest.fixture(scope="module")
+def attached(tmp_path_factory):
+    """oom-after-throttle analysed with a Parquet location: its heavy tables are partitions."""
+    home = tmp_path_factory.mktemp("present-parts")
+    svc = Service(Settings(home=home, db_path=home / "db.duckdb", workers=2, inline_bytes=0, executor="local",
+                           parts_dir=home / "parts"))
+    iid = svc.submit_path(SAMPLES[1]).incident_id
+    svc.analyze(iid)
+    return svc.store, iid
+
+
 class Counting:
-    """A store that counts its queries."""
+    """A store that counts the questions it is asked."""
 
     def __init__(self, store):
         self.store, self.n = store, 0
 
-    def query(self, sql, params=None):
+    def tables_with_rows(self, incident_id):
         self.n += 1
-        return self.store.query(sql, params)
+        return self.store.tables_with_rows(incident_id)
 
 
 def test_worked_example(analysed):
@@ -72,3 +83,27 @@ def test_the_findings_are_those_of_every_query_run(analysed, sample, monkeypatch
     assert findings() == gated
     if sample == PERF:
         assert present.with_rows(store, iid) == frozenset(PARSER_TABLES)    # (the patch is in place)
+
+
+def test_an_attached_incident_holds_what_its_partitions_and_native_tables_hold(attached, analysed):
+    store, iid = attached
+    native_store, iids = analysed
+    assert store.attached_root(iid) is not None
+    assert present.with_rows(store, iid) == present.with_rows(native_store, iids[SAMPLES[1]])
+    assert {"events", "metrics", "samples", "facts", "anchors"} <= present.with_rows(store, iid)
+
+    def findings():
+        with present.one_analysis():
+            entries = clocks.align(store, iid)
+            return entries, rootcause.analyze(store, iid, clocks.skew_links(entries))
+    gated = findings()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(present, "with_rows", lambda store, incident_id: frozenset(PARSER_TABLES))
+        assert findings() == gated
+
+
+def test_a_store_that_cannot_say_is_taken_to_hold_every_table():
+    class Rows:
+        def query(self, sql, params=None):
+            return []
+    assert present.with_rows(Rows(), "i") == frozenset(PARSER_TABLES)
