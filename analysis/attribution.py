@@ -50,7 +50,7 @@ def memberships(store, incident_id: str) -> dict[tuple[str, str], set[int]]:
     (``cgroup.procs``, ``tasks``, ``/proc/<pid>/cgroup``)."""
     read: dict[tuple[str, str], set[int]] = {}
     said: dict[tuple[str, str], set[int]] = {}
-    for r in store.query(
+    for r in [] if not has_rows(store, incident_id, "members") else store.query(
             """SELECT COALESCE(m.host, s.host, '') AS host, m.cgroup, m.pid, m.basis = 'manifest' AS said
                FROM members m JOIN sources s USING (incident_id, source_id)
                WHERE m.incident_id = ? AND m.pid IS NOT NULL AND m.cgroup IS NOT NULL

@@ -1389,8 +1389,10 @@ def align(store, incident_id: str) -> list[ClockEntry]:
     store.insert_rows("clock_map", [e.row(incident_id) for e in entries])
     cur.execute("DELETE FROM clock_segments WHERE incident_id = ?", [incident_id])
     store.insert_rows("clock_segments", [r for e in entries for r in e.segment_rows(incident_id)])
-    # members is a small table, always in the database (also for attached incidents)
-    _place(cur, "members", incident_id)
+    # members is a small table, always in the database (also for attached incidents); a table
+    # without the incident's rows has none to place
+    if has_rows(store, incident_id, "members"):
+        _place(cur, "members", incident_id)
     attached = getattr(store, "attached_root", None)
     if attached is not None and attached(incident_id):
         # Heavy tables read from Parquet (server/store.py): their views compute ts_utc_ns from
@@ -1413,7 +1415,8 @@ def align(store, incident_id: str) -> list[ClockEntry]:
         _place_rows(store, incident_id, counted_kill_windows(store, incident_id), native=False)
         return entries
     for table in ("events", "samples", "metrics", "collectives", "steps"):
-        _place(cur, table, incident_id)
+        if has_rows(store, incident_id, table):
+            _place(cur, table, incident_id)
     # A kernel log with reboots in it: the anchors were read in the last boot, so the records
     # of earlier boots (their own boot clock) stay unplaced rather than being placed wrongly.
     cur.execute(

@@ -22,6 +22,7 @@ time-series detectors' (``cpu_throttle``, ``pressure``, ``oom_events``), not thi
 from __future__ import annotations
 
 from analysis.links import Evidence, Link, LinkKind, Provenance
+from analysis.present import has_rows
 
 from ._series import entity_name
 
@@ -34,6 +35,8 @@ _METRICS = ("cpu.nr_periods", "cpu.nr_throttled", "cpu.throttled_ns", "memory.oo
 
 
 def detect(store, incident_id: str, zone: str | None = None) -> list[Link]:
+    if not has_rows(store, incident_id, "metrics"):
+        return []
     rows = store.query(
         f"""SELECT s.path, COALESCE(m.host, s.host) AS host, m.entity, m.metric, max(m.value) AS value
             FROM metrics m JOIN sources s USING (incident_id, source_id)
