@@ -2,7 +2,7 @@
 
 DuckDB takes a few milliseconds to plan one of the analysis's queries (joins, subqueries, JSON
 paths) even when the table it reads holds no row of the incident; an incident of one perf
-recording has no events, metrics or anchors, and most of its analysis was such plans. A query
+recording has no events, metrics or anchors, and most of its analysis would be such plans. A query
 whose rows all come from one parser table (its ``FROM`` table, inner-joined to the rest) has no
 rows when that table has none of the incident's, so it is not run then.
 

@@ -130,7 +130,7 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
     def q(table: str, sql: str, params: list) -> list[dict]:
         """``store.query`` of a query whose rows all come from ``table``: not planned where the
         incident has no rows there."""
-        return store.query(sql, params) if table == "sources" or table in rows_in else []
+        return store.query(sql, params) if table in rows_in else []
 
     ranks: dict[int, RankProgress] = {}
 
@@ -146,8 +146,8 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
         p = get(r["rank"])
         p.host = p.host or r["host"]
         p.pid = p.pid or r["pid"]
-    for r in q("sources", "SELECT rank, host, pid FROM sources WHERE incident_id = ? AND rank IS NOT NULL",
-               [incident_id]):
+    for r in store.query("SELECT rank, host, pid FROM sources WHERE incident_id = ? AND rank IS NOT NULL",
+                         [incident_id]):
         p = get(r["rank"])
         p.host = p.host or r["host"]
         p.pid = p.pid or r["pid"]

@@ -242,10 +242,10 @@ class Phase:
             # line written before the step (two lines written after it keep the later phase's order),
             # and a pair that rules out the earlier phase had its second line written after it (a
             # stretch with too few crossings of a second for a phase of its own says neither)
-            (p0, _, p2), (_, q1, _) = parts[k - 1], parts[k]
+            (p0, p1, p2), (_, q1, _) = parts[k - 1], parts[k]
             before = [] if b is None else [(a_line[i], self._reading(i, 0)) for i in range(p0, p2)
                                            if _rules_out(self._bins(i), b)]
-            after = [] if a is None else [(b_line[i], self._reading(i, 1)) for i in range(parts[k - 1][1], q1)
+            after = [] if a is None else [(b_line[i], self._reading(i, 1)) for i in range(p1, q1)
                                           if _rules_out(self._bins(i), a)]
             la, ia = max(before, key=lambda x: x[0]) if before else (None, None)
             lb, ib = min(after, key=lambda x: x[0]) if after else (None, None)
