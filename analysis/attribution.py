@@ -489,7 +489,7 @@ def _rank_of_holders(tasks: list, total: int, owner: dict[int, int], members: se
 
 
 def _hms(ts: int) -> str:
-    from ingest.timeparse import fmt_hms
+    from aftertrace.ingest.timeparse import fmt_hms
     return fmt_hms(ts)
 
 

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 from . import attribution, lineage
 from .chain_rules import BY_EFFECT, CONDITIONS, LINEAGE, NEVER_ORIGIN, Rule, Scope, role
-from ingest.timeparse import fmt_utc
+from aftertrace.ingest.timeparse import fmt_utc
 
 from .links import Link, LinkKind, Provenance
 

@@ -103,7 +103,7 @@ def log_steps(store, incident_id: str, hosts: set[str]) -> dict[str, list[LogSte
     The fact gives the two lines' times in the phase reader's own reckoning (month, day and time
     of one fixed year); the log's timed events of the same form nearest each line (the parser
     gave them the year and the zone) shift them to UTC."""
-    from ingest.formats.logs.c10phase import reading
+    from aftertrace.ingest.formats.logs.c10phase import reading
     rows = store.query(
         """SELECT COALESCE(s.host, '') AS host, s.path, s.source_id, f.value
            FROM facts f JOIN sources s USING (incident_id, source_id)

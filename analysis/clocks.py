@@ -89,7 +89,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 
-from ingest.model import CLOCK_BOOT, CLOCK_KERNEL_WALL, CLOCK_NONE, CLOCK_WALL
+from aftertrace.ingest.model import CLOCK_BOOT, CLOCK_KERNEL_WALL, CLOCK_NONE, CLOCK_WALL
 
 from .present import has_rows
 

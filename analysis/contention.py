@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 
-from ingest.timeparse import fmt_hms
+from aftertrace.ingest.timeparse import fmt_hms
 
 from .attribution import job_on
 from .links import Evidence, Link, LinkKind, Provenance

@@ -16,7 +16,7 @@ from .clocks import row_uncertainty_sql
 from .links import Evidence, Link, LinkKind, Provenance
 from .present import has_rows
 from .sql import events_named
-from ingest.sink import attrs_of
+from aftertrace.ingest.sink import attrs_of
 
 _UNC = row_uncertainty_sql()   # a row's own stretch where its clock stepped
 
@@ -651,7 +651,7 @@ def printed_before_death(links: list[Link]) -> list[Link]:
 
 
 def _hms(ts: int) -> str:
-    from ingest.timeparse import fmt_hms
+    from aftertrace.ingest.timeparse import fmt_hms
     return fmt_hms(ts)
 
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ingest.timeparse import NS
+from aftertrace.ingest.timeparse import NS
 
 
 @dataclass

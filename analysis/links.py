@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ingest.timeparse import fmt_utc
+from aftertrace.ingest.timeparse import fmt_utc
 
 
 class LinkKind(str, Enum):

@@ -5,7 +5,7 @@ was found but is unrelated. Times of day as people read them; offsets counted fr
 never negative."""
 from __future__ import annotations
 
-from ingest.timeparse import fmt_hms
+from aftertrace.ingest.timeparse import fmt_hms
 
 from .chain_rules import KILLED, PEER_ERROR, STOPPED, role
 from .chains import Chain

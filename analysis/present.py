@@ -23,7 +23,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ingest.model import PARSER_TABLES
+from aftertrace.ingest.model import PARSER_TABLES
 
 _KNOWN: ContextVar[dict | None] = ContextVar("aftertrace_tables_with_rows", default=None)
 

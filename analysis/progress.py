@@ -45,7 +45,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from ingest.timeparse import fmt_hms
+from aftertrace.ingest.timeparse import fmt_hms
 
 from .findings import MAX_WAIT_NS
 from .links import Evidence, Link, LinkKind, Provenance
@@ -107,7 +107,7 @@ class RankProgress:
         return max(ts) if ts else None
 
     def to_json(self) -> dict:
-        from ingest.timeparse import fmt_utc
+        from aftertrace.ingest.timeparse import fmt_utc
         ev = self.last_line_ev or self.last_step_ev
         return {"rank": self.rank, "host": self.host, "pid": self.pid,
                 "last_step": self.last_step, "last_step_time": fmt_utc(self.last_step_ns),

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from ingest.unwrap import describe
+from aftertrace.ingest.unwrap import describe
 
 from . import chains, narrative, progress
 from .rootcause import RootCause

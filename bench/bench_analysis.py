@@ -113,10 +113,10 @@ ANALYZE = r"""
 import time, tempfile, shutil, sys, resource
 from pathlib import Path
 t0 = time.perf_counter()
-from server.service import Service
-from server.settings import Settings
-from analysis import clocks, timeline, rootcause, findings, progress, report, chains, clock_collectives, detectors
-import server.service as service
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
+from aftertrace.analysis import clocks, timeline, rootcause, findings, progress, report, chains, clock_collectives, detectors
+import aftertrace.server.service as service
 spent = {}
 def timed(mod, name, label):
     fn = getattr(mod, name)
@@ -212,8 +212,8 @@ def kineto_bundle(scale: int, ranks: int = 8, per_host: int = 4, dest: Path | No
 INGEST = r"""
 import time, json
 from pathlib import Path
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 home = Path(HOME)
 svc = Service(Settings.from_env(home=home))
 t = time.perf_counter()
@@ -226,9 +226,9 @@ RESULT = dict(seconds=time.perf_counter() - t, sources=len(rep['sources']))
 ALIGN = r"""
 import time, resource
 from pathlib import Path
-from server.service import Service
-from server.settings import Settings
-from analysis import clocks, clock_collectives
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
+from aftertrace.analysis import clocks, clock_collectives
 home = Path(HOME)
 st = Service(Settings.from_env(home=home)).store
 iid = (home / "incident").read_text()

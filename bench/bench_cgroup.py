@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ingest.parse import ParseJob, parse_file  # noqa: E402
-from ingest.registry import default_registry, write_group_manifest  # noqa: E402
+from aftertrace.ingest.parse import ParseJob, parse_file  # noqa: E402
+from aftertrace.ingest.registry import default_registry, write_group_manifest  # noqa: E402
 
 SRC = ROOT / "sample_traces" / "oom-after-throttle" / "vm" / "cgroup"
 
@@ -75,7 +75,7 @@ def main() -> None:
         t = time.perf_counter()
         r = parse_file(ParseJob(man, g.rel, str(work / "g"), None, "UTC", parser.name), reg)
         t_parse = time.perf_counter() - t
-        from server.store import Store
+        from aftertrace.server.store import Store
         store = Store(str(work / "s.duckdb"))
         t = time.perf_counter()
         for table, parts in r.parts.items():
@@ -86,8 +86,8 @@ def main() -> None:
         print(f"claim {t_claim:.2f} s  parse {t_parse:.2f} s  load {t_load:.2f} s  total {total:.2f} s")
         print(f"=> {len(g.members) / total * 60:,.0f} snapshot files per minute (claim+parse+load)")
         if a.pipeline:
-            from server.service import Service
-            from server.settings import Settings
+            from aftertrace.server.service import Service
+            from aftertrace.server.settings import Settings
             svc = Service(Settings.from_env(home=work / "home"))
             t = time.perf_counter()
             rep = svc.analyze(svc.submit_path(out / "bundle").incident_id)

@@ -1,6 +1,6 @@
 """Overhead of ``aftertrace collect``: CPU % of the recorder and disk MB/minute over a fixed period.
 
-Runs the recorder (``python -m ingest.collect``, the same process ``aftertrace collect`` execs
+Runs the recorder (``python -m aftertrace.ingest.collect``, the same process ``aftertrace collect`` execs
 into) around a small stand-in job — a parent and two "ranks" (``RANK`` in their environment)
 that each print a log line every 0.2 s — and measures, between a warm-up and the end of the
 period:
@@ -117,7 +117,7 @@ def main() -> int:
     stop = out / "stop-job"
     (out / "rank.py").write_text(JOB_RANK)
     job = ["sh", "-c", f"for r in 0 1; do RANK=$r {sys.executable} {out}/rank.py {stop} & done; wait"]
-    cmd = [sys.executable, "-m", "ingest.collect", "--out", str(out / "c"), "--keep", a.keep,
+    cmd = [sys.executable, "-m", "aftertrace.ingest.collect", "--out", str(out / "c"), "--keep", a.keep,
            "--interval", a.interval, "--no-gpu", "--quiet-output"] + (["--perf"] if a.perf else []) + ["--"] + job
     rec = subprocess.Popen(cmd, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

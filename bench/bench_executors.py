@@ -30,8 +30,8 @@ from bench.suite import OUT, build_rank_bundle  # noqa: E402
 CHILD = r"""
 import json, shutil, sys, tempfile, time
 from pathlib import Path
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 bundle, executor, workers, storage = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 home = Path(tempfile.mkdtemp(prefix='bench-exec-'))
 stages = {}

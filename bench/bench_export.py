@@ -33,8 +33,8 @@ from common import OUT, machine, run_child  # noqa: E402
 
 CHILD = """
 import time, json
-from server.store import Store
-from analysis.export import {fmt} as exporter
+from aftertrace.server.store import Store
+from aftertrace.analysis.export import {fmt} as exporter
 store = Store({db!r}, read_only=True)
 if {limit!r}:
     store.cursor().execute("SET memory_limit = '{limit}'")
@@ -63,8 +63,8 @@ def _copy(st, table: str, iid: str, span: int, copies: int, limit: int | None = 
 
 
 def build(home: Path, events: int, events_only: bool) -> tuple[Path, str, dict]:
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     svc = Service(Settings.from_env(home=home))
     sub = svc.submit_path(ROOT / "sample_traces" / "oom-after-throttle")
     svc.analyze(sub.incident_id)

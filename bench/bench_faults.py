@@ -2,7 +2,7 @@
 moment of an analysis.
 
 1. Uploads: 10 distinct small bundles, each sent twice, all 20 at once (one barrier) to
-   ``python -m server.cli serve``; counts the 201 answers, the incidents (one per bundle), those
+   ``python -m aftertrace.server.cli serve``; counts the 201 answers, the incidents (one per bundle), those
    analysed to ``done``, and the bundles lost (no done incident).
 2. ``kill -9`` of the server at each moment of one upload of the 64-rank bundle (built by
    ``bench/suite.py`` under ``bench/out/``): half-way through the upload's body, queued, and in

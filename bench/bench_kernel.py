@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest.parse import ParseJob, parse_file  # noqa: E402
+from aftertrace.ingest.parse import ParseJob, parse_file  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 BOOT_LOG = DATA / "kernel" / "gpud__dmesg-decode-iso_boot.log.gz"     # a real GPU server's boot log
@@ -177,8 +177,8 @@ def other_logs(work: Path, mb: int) -> tuple[Path, Path, Path]:
 FLOOR = """
 import time, tempfile, shutil
 import polars as pl
-from ingest.lines import line_frames
-from ingest.sink import RowSink
+from aftertrace.ingest.lines import line_frames
+from aftertrace.ingest.sink import RowSink
 out = tempfile.mkdtemp()
 sink = RowSink(out, compression="none")
 t, c = time.perf_counter(), time.process_time()
@@ -234,11 +234,11 @@ def stages(path: Path, work: Path) -> str:
     """CPU seconds per stage on the first chunk of ``path`` (see the module doc)."""
     import io
 
-    from ingest.formats.kernel import engine as K
-    from ingest.lines import CHUNK_BYTES, line_frames
-    from ingest.reader import Head
-    from ingest.registry import ParseContext, default_registry
-    from ingest.sink import TEMP_COMPRESSION, RowSink
+    from aftertrace.ingest.formats.kernel import engine as K
+    from aftertrace.ingest.lines import CHUNK_BYTES, line_frames
+    from aftertrace.ingest.reader import Head
+    from aftertrace.ingest.registry import ParseContext, default_registry
+    from aftertrace.ingest.sink import TEMP_COMPRESSION, RowSink
 
     parser_cls = default_registry().detect(Head.read(path, path.name)).parser
     with open(path, "rb") as f:

@@ -55,10 +55,10 @@ SCALE_FROM = "hta__trace_diff_test_rank1of2.json.gz"
 AFTERTRACE_RUN = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[3])
-from ingest.parse import ParseJob, parse_file
-from server.loader import IncidentLoad
-from server.store import Store
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.server.loader import IncidentLoad
+from aftertrace.server.store import Store
+from aftertrace.ingest.registry import default_registry
 path, work, mode = sys.argv[1], sys.argv[2], sys.argv[4]
 reg = default_registry()            # imports every format module once: not part of a file's cost
 s = Store(work + '/s.duckdb')       # schema creation: likewise
@@ -81,11 +81,11 @@ print(json.dumps({"total_s": t2 - t0, "parse_s": t1 - t0, "after_parse_s": t2 - 
 STAGES_RUN = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[3])
-from ingest.formats._kineto_stream import EventReader
-from ingest.parse import ParseJob, parse_file
-from ingest.model import PARSER_TABLES
-from server.store import Store
-from ingest.registry import default_registry
+from aftertrace.ingest.formats._kineto_stream import EventReader
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.model import PARSER_TABLES
+from aftertrace.server.store import Store
+from aftertrace.ingest.registry import default_registry
 path, work = sys.argv[1], sys.argv[2]
 reg = default_registry()
 s = Store(work + '/s.duckdb')

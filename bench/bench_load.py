@@ -3,7 +3,7 @@
 Each client runs a closed loop (upload, wait for its analysis, fetch the report, next), so the
 numbers are the sustained rate, not a backlog of queued analyses.
 
-Starts ``python -m server.cli serve`` (or, with ``--analysis-threads K``, the same app with K
+Starts ``python -m aftertrace.server.cli serve`` (or, with ``--analysis-threads K``, the same app with K
 background analyses) on 127.0.0.1 with a fresh AFTERTRACE_HOME, runs N client threads that
 each upload a distinct small bundle (the sample's torchrun log with a unique line appended,
 plus a note file, as a .tgz) in a loop for the duration, waits for each analysis and

@@ -87,8 +87,8 @@ LOOP_RX = rb"^(?:\S+:\d+:\d+ \[\d+\] NCCL (INFO|WARN)|\d{4}-\d\d-\d\d \d\d:\d\d:
 PARSE = """
 import time, shutil, tempfile
 t0 = time.perf_counter()
-from ingest.parse import parse_file, ParseJob
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import parse_file, ParseJob
+from aftertrace.ingest.registry import default_registry
 default_registry()      # (imports every parser module: once per worker process, not per file)
 import_s = time.perf_counter() - t0
 best = None
@@ -109,8 +109,8 @@ RESULT = dict(tool="aftertrace " + str(r.format) + " -> Parquet parts", seconds=
 FLOOR = """
 import time, tempfile, shutil
 import polars as pl
-from ingest.lines import line_frames
-from ingest.sink import RowSink
+from aftertrace.ingest.lines import line_frames
+from aftertrace.ingest.sink import RowSink
 t0 = time.perf_counter()
 out = tempfile.mkdtemp()
 sink = RowSink(out, compression="none")

@@ -23,8 +23,8 @@ SOURCES = {
 
 PARSE = """
 import time, shutil, tempfile
-from ingest.parse import parse_file, ParseJob
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import parse_file, ParseJob
+from aftertrace.ingest.registry import default_registry
 default_registry()          # imports (polars, the format modules) are not part of the measurement
 out = tempfile.mkdtemp()
 t = time.perf_counter()

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from server.service import Service  # noqa: E402
-from server.settings import Settings  # noqa: E402
+from aftertrace.server.service import Service  # noqa: E402
+from aftertrace.server.settings import Settings  # noqa: E402
 
 
 def main() -> int:
@@ -46,7 +46,7 @@ def main() -> int:
         from bench_export import _copy    # the placed rows, time-shifted copies
         for table in ("events", "metrics"):
             _copy(st, table, iid, span, copies)
-        from analysis.timeline import build_tracks
+        from aftertrace.analysis.timeline import build_tracks
         t1 = time.perf_counter()
         nb = build_tracks(st, iid)
         print(f"tracks rebuilt for the scaled incident: {nb:,} tracks in {time.perf_counter() - t1:.1f} s")

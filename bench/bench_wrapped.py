@@ -63,7 +63,7 @@ def build(kind: str, mb: int) -> Path:
 CODE = """
 import time, tempfile, sys
 sys.path.insert(0, {root!r})
-from ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.parse import ParseJob, parse_file
 t0 = time.perf_counter()
 with tempfile.TemporaryDirectory() as d:
     r = parse_file(ParseJob({path!r}, {rel!r}, d))

@@ -174,12 +174,12 @@ class LocalServer:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         if analysis_threads:
-            cmd = [sys.executable, "-c", "import uvicorn; from server.app import create_app; "
-                   "from server.settings import Settings; "
+            cmd = [sys.executable, "-c", "import uvicorn; from aftertrace.server.app import create_app; "
+                   "from aftertrace.server.settings import Settings; "
                    f"uvicorn.run(create_app(Settings.from_env(analysis_threads={analysis_threads})), "
                    f"host='127.0.0.1', port={self.port}, log_level='warning')"]
         else:
-            cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port)]
+            cmd = [sys.executable, "-m", "aftertrace.server.cli", "serve", "--port", str(self.port)]
         env = dict(os.environ, AFTERTRACE_HOME=str(home), PYTHONPATH=str(ROOT))
         env.pop("AFTERTRACE_TOKEN", None)
         home.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import corpus_cli  # noqa: E402
-from server.service import Service  # noqa: E402
-from server.settings import Settings  # noqa: E402
+from aftertrace.server.service import Service  # noqa: E402
+from aftertrace.server.settings import Settings  # noqa: E402
 from tests.analysis.corpus import build, cases, judge  # noqa: E402
 
 

@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import corpus_cli  # noqa: E402
-from server.service import Service  # noqa: E402
-from server.settings import Settings  # noqa: E402
-from analysis.clocks import row_uncertainty_sql  # noqa: E402
+from aftertrace.server.service import Service  # noqa: E402
+from aftertrace.server.settings import Settings  # noqa: E402
+from aftertrace.analysis.clocks import row_uncertainty_sql  # noqa: E402
 from tests.analysis.corpus import build, cases  # noqa: E402
 
 RAW = re.compile(rb"^\[\s*(\d+)\.(\d{6})\]\s?(.*)$")

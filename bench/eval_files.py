@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import corpus_cli  # noqa: E402
-from server.service import Service  # noqa: E402
-from server.settings import Settings  # noqa: E402
+from aftertrace.server.service import Service  # noqa: E402
+from aftertrace.server.settings import Settings  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "realworld"
 # what each collected kind of file is read as (a source kind of the report)

@@ -191,8 +191,8 @@ def stage_kernel(quick: bool) -> list[dict]:
         size = _mb(path)
         a = _child(f"""
 import time, tempfile, shutil
-from ingest.parse import parse_file, ParseJob
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import parse_file, ParseJob
+from aftertrace.ingest.registry import default_registry
 default_registry()
 best = None
 for _ in range(2):       # (the faster of two parses, as for the other text logs)
@@ -231,9 +231,9 @@ import sys, time, tempfile, shutil
 from pathlib import Path
 sys.path.insert(0, {str(ROOT / 'bench')!r})
 from bench_cgroup import build
-from ingest.parse import ParseJob, parse_file
-from ingest.registry import default_registry, write_group_manifest
-from server.store import Store
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.registry import default_registry, write_group_manifest
+from aftertrace.server.store import Store
 out = Path(tempfile.mkdtemp(prefix='bench-cg-'))
 n = build(out / 'bundle', {n})
 reg = default_registry()
@@ -259,10 +259,10 @@ SMALL_RUN = r"""
 import statistics, tempfile, time, shutil
 from dataclasses import replace
 from pathlib import Path
-from ingest.parse import ParseJob, parse_file
-from ingest.reader import size_hint
-from ingest.registry import default_registry
-from ingest.sink import INLINE_ROWS
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.reader import size_hint
+from aftertrace.ingest.registry import default_registry
+from aftertrace.ingest.sink import INLINE_ROWS
 reg = default_registry()
 out = Path(tempfile.mkdtemp(prefix='bench-small-'))
 res = {}
@@ -355,8 +355,8 @@ def stage_e2e(quick: bool) -> list[dict]:
         r = _child(f"""
 import resource, time, tempfile, shutil
 from pathlib import Path
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 home = Path(tempfile.mkdtemp(prefix='bench-e2e-'))
 svc = Service(Settings.from_env(home=home))
 t = time.perf_counter()
@@ -385,9 +385,9 @@ QUERY_RUN = r"""
 import random, statistics, tempfile, time, shutil, sys
 from pathlib import Path
 sys.path.insert(0, ROOT + '/bench')
-from server.service import Service
-from server.settings import Settings
-from analysis.timeline import build_tracks
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
+from aftertrace.analysis.timeline import build_tracks
 home = Path(tempfile.mkdtemp(prefix='bench-q-'))
 svc = Service(Settings.from_env(home=home))
 sub = svc.submit_path(ROOT + '/sample_traces/oom-after-throttle')

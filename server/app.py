@@ -29,9 +29,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.routing import Match
 
-from ingest import __version__
-from ingest.bundle import DiskFull, IntakeError
-from web import pages
+from aftertrace.ingest import __version__
+from aftertrace.ingest.bundle import DiskFull, IntakeError
+from aftertrace.web import pages
 
 from .errors import NotFound, ServiceError, read_as
 from .exports import MEDIA_TYPES as _EXPORT_TYPES
@@ -469,7 +469,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
                         host: str | None = None, pid: str | None = None, comm: str | None = None,
                         baseline_start: str | None = None, baseline_end: str | None = None,
                         rank: str | None = None):
-        from web.flamegraph import filter_form, flame_subtitle, standalone_html
+        from aftertrace.web.flamegraph import filter_form, flame_subtitle, standalone_html
         # (the page's form sends empty fields for "any")
         with read_as("the pid or rank (a number)"):
             pid_n = int(pid) if pid else None
@@ -503,7 +503,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
 
     @app.get("/r/{token}", response_class=HTMLResponse, include_in_schema=False)
     def shared_page(token: str):
-        from web import report_render
+        from aftertrace.web import report_render
 
         def render(share, rep):
             share["timeline_url"] = f"/r/{token}/timeline" + (f"#{share['view']}" if share.get("view") else "")

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ingest import __version__
+from aftertrace.ingest import __version__
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -107,7 +107,7 @@ def _sources_by_kind(srcs: list[dict], title: str, colors: dict):
 def print_summary(console: Console, rep: dict, elapsed: float | None = None) -> None:
     from rich.table import Table
 
-    from web.present import clock_text, group_sources, when, where as evidence_at
+    from aftertrace.web.present import clock_text, group_sources, when, where as evidence_at
     inc = rep["incident"]
     console.print(f"[bold]aftertrace[/bold] incident [bold]{escape(inc['id'])}[/bold] "
                   f"“{escape(str(inc['title']))}”"
@@ -224,7 +224,7 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
     if not Path(args.path).exists():
         err.print(f"aftertrace: cannot read {escape(str(Path(args.path)))}: no such file or directory")
         return 2
-    from ingest.bundle import IntakeError, store_raw
+    from aftertrace.ingest.bundle import IntakeError, store_raw
     settings = _checked_settings(args, err)
     # The input is stored (read, hashed, copied) on another thread while the service's modules
     # load and its store opens: on a large file each takes a few tenths of a second, and the
@@ -266,7 +266,7 @@ def cmd_analyze(args, console: Console, err: Console) -> int:
         stopped()
     print_summary(console, rep, time.monotonic() - t0)
     if args.json:
-        from analysis.report import dumps as report_dumps
+        from aftertrace.analysis.report import dumps as report_dumps
         text = report_dumps(rep)
         if args.json == "-":
             sys.stdout.write(text + "\n")
@@ -335,7 +335,7 @@ def cmd_incidents(args, console: Console, err: Console) -> int:
 
 
 def cmd_flamegraph(args, console: Console, err: Console) -> int:
-    from web.flamegraph import flame_subtitle, standalone_html
+    from aftertrace.web.flamegraph import flame_subtitle, standalone_html
     settings, svc = _service(args, err)
     if svc is None:
         return 3
@@ -406,8 +406,8 @@ def cmd_export(args, console: Console, err: Console) -> int:
 
 
 def cmd_report(args, console: Console, err: Console) -> int:
-    from analysis.report import dumps as report_dumps
-    from web import report_render
+    from aftertrace.analysis.report import dumps as report_dumps
+    from aftertrace.web import report_render
     settings, svc = _service(args, err)
     if svc is None:
         return 3
@@ -445,7 +445,7 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
     t = Table(title=f"Clocks of incident {iid}: utc = raw + offset", title_justify="left")
     for c in ("host", "domain", "offset", "uncertainty", "sources", "method"):
         t.add_column(c, overflow="fold")
-    from ingest.timeparse import fmt_utc
+    from aftertrace.ingest.timeparse import fmt_utc
     for r in rows:
         off = r["offset_ns"]
         off_s = "unplaced" if off is None else (f"{off / 1e9:+.6f} s" + (f" (boot at {fmt_utc(off)})"
@@ -481,7 +481,7 @@ def cmd_clocks(args, console: Console, err: Console) -> int:
 
 
 def cmd_pack_recorder(args, console: Console, err: Console) -> int:
-    from ingest.collect.pyz import write_pyz
+    from aftertrace.ingest.collect.pyz import write_pyz
     try:
         out = write_pyz(args.output)
     except OSError as e:
@@ -493,7 +493,7 @@ def cmd_pack_recorder(args, console: Console, err: Console) -> int:
 
 
 def cmd_collect(args, console: Console, err: Console) -> int:
-    from ingest import collect
+    from aftertrace.ingest import collect
     return collect.run_cli(args)
 
 
@@ -587,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "cgroup/PSI snapshots, kernel log, clock anchors, output (and perf, NCCL files, "
                                     "nvidia-smi) in a bounded ring under --out, and writes --out/bundle-<time> when "
                                     "the job fails. Exit status: the job's.")
-    from ingest.collect import add_arguments as add_collect_arguments
+    from aftertrace.ingest.collect import add_arguments as add_collect_arguments
     add_collect_arguments(co)
     co.set_defaults(func=cmd_collect)
 

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from ingest.bundle import disk_full, is_disk_full
+from aftertrace.ingest.bundle import disk_full, is_disk_full
 
 from .errors import BadRequest, read_as
 
@@ -65,11 +65,11 @@ class Exports:
         if fmt in ("perfetto", "chrome"):
             if start or end:
                 raise BadRequest(f"{fmt} exports the whole incident; a window applies to folded, speedscope and html")
-            from analysis.export import chrome, perfetto
+            from aftertrace.analysis.export import chrome, perfetto
             return (perfetto if fmt == "perfetto" else chrome).write(self.store, iid, out, progress)
         if fmt == "speedscope":
-            from analysis import flamegraph as fgm
-            from analysis.export import speedscope
+            from aftertrace.analysis import flamegraph as fgm
+            from aftertrace.analysis.export import speedscope
             with read_as("the window"):
                 f = fgm.Filter(fgm.parse_time(start), fgm.parse_time(end))
             return dict(speedscope.write(self.store, iid, out, f, f"aftertrace incident {iid}",
@@ -83,8 +83,8 @@ class Exports:
         return self._export_html(iid, out, start, end)
 
     def _export_html(self, iid: str, out: BinaryIO, start: str | None, end: str | None) -> dict:
-        from web import report_render
-        from web.flamegraph import flame_subtitle
+        from aftertrace.web import report_render
+        from aftertrace.web.flamegraph import flame_subtitle
         rep = self.get_report(iid)
         try:
             tl = self.timeline(iid, start, end)

@@ -49,7 +49,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from ingest.model import PARSER_TABLES
+from aftertrace.ingest.model import PARSER_TABLES
 
 from .store import ATTACHED_TABLES, Store
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from analysis import flamegraph as fg
-from analysis import timeline as tl
-from ingest.timeparse import fmt_utc
+from aftertrace.analysis import flamegraph as fg
+from aftertrace.analysis import timeline as tl
+from aftertrace.ingest.timeparse import fmt_utc
 
 from .errors import BadRequest, NotFound, NotReady, read_as
 

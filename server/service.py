@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow.parquet as pq
 
-from analysis import clocks, present, report as report_mod, rootcause, timeline
-from ingest import attribution
-from ingest.bundle import (DiskFull, RawBundle, disk_full, extract, is_disk_full, sniff_kind, store_raw,
+from aftertrace.analysis import clocks, present, report as report_mod, rootcause, timeline
+from aftertrace.ingest import attribution
+from aftertrace.ingest.bundle import (DiskFull, RawBundle, disk_full, extract, is_disk_full, sniff_kind, store_raw,
                            store_stream)
-from ingest.issues import ISSUE_KINDS
-from ingest.model import STATUS_FAILED, STATUS_PARSED
-from ingest.parse import (ParseBatch, ParseJob, SourceResult, batched, detect_files, merge_ranges, parse_file,
+from aftertrace.ingest.issues import ISSUE_KINDS
+from aftertrace.ingest.model import STATUS_FAILED, STATUS_PARSED
+from aftertrace.ingest.parse import (ParseBatch, ParseJob, SourceResult, batched, detect_files, merge_ranges, parse_file,
                           parse_task, split_job, warm_up)
-from ingest.sink import INLINE_ROWS
-from ingest.registry import default_registry, write_group_manifest
-from ingest.timeparse import tzinfo_for
+from aftertrace.ingest.sink import INLINE_ROWS
+from aftertrace.ingest.registry import default_registry, write_group_manifest
+from aftertrace.ingest.timeparse import tzinfo_for
 
 from .errors import BadRequest, NotFound, NotReady
 from .executors import Executor, make_executor
@@ -57,7 +57,7 @@ from .shares import Shares
 from .store import Store
 
 if TYPE_CHECKING:
-    from ingest.formats.manifest import BundleManifests
+    from aftertrace.ingest.formats.manifest import BundleManifests
 
 INTERRUPTED = ("interrupted: the aftertrace process died during the analysis twice (killed, crashed or out of "
                "memory); not tried again: analyse it again")
@@ -467,7 +467,7 @@ class Service(Queries, Shares, Exports):
             members = sorted(ex.members, key=lambda m: m.path)
             # The manifests (any folder: a bundle folder tarred whole, node bundles side by side):
             # hosts' paths and the time zone before the parse; each is also parsed as a source.
-            from ingest.formats.manifest import find_manifests
+            from aftertrace.ingest.formats.manifest import find_manifests
             manifests = find_manifests([(m.path, m.where, m.size) for m in members if m.ok])
             notes += manifests.notes
 

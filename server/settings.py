@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ingest.bundle import IntakeLimits
+from aftertrace.ingest.bundle import IntakeLimits
 
 
 def default_home() -> Path:

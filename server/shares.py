@@ -12,8 +12,8 @@ import re
 import secrets
 import time
 
-from analysis.flamegraph import parse_time
-from ingest.timeparse import fmt_utc
+from aftertrace.analysis.flamegraph import parse_time
+from aftertrace.ingest.timeparse import fmt_utc
 
 from .errors import BadRequest, NotFound, read_as
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable
 
 import duckdb
 
-from ingest.model import INCIDENT_TABLES, PARSER_TABLES, SCHEMA_VERSION, TABLES
+from aftertrace.ingest.model import INCIDENT_TABLES, PARSER_TABLES, SCHEMA_VERSION, TABLES
 
 # Parser tables an attached incident reads from its Parquet partitions (the rest, small, are
 # inserted as for any incident).

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from ingest import __version__
+from aftertrace.ingest import __version__
 
 from .present import chain_strip, clock_of, clock_text, group_sources, rel_text, when, where
 

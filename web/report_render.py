@@ -115,7 +115,7 @@ def html(rep: dict, share: dict | None = None, timeline: dict | None = None, fla
     with its track list) the file also carries the trace viewer drawing that window and, with ``flame`` (``{tree, title,
     subtitle}``), a flame graph: one file that works offline, to attach to a ticket."""
     css = (STATIC_DIR / "app.css").read_text(encoding="utf-8")
-    from ingest import __version__
+    from aftertrace.ingest import __version__
     embed = None
     if timeline is not None:
         embed = {"timeline_caption": f"{timeline['start']} – {timeline['end']} · {len(timeline['data'])} of "

@@ -16,7 +16,7 @@ see ``_series``) and cites the raw snapshot lines, re-read from the member files
 """
 from __future__ import annotations
 
-from analysis.links import Link
+from aftertrace.analysis.links import Link
 
 from . import (cpu_throttle, foreign_memory, freezer, memory_growth, oom_events, pressure, snapshot_counters,
                step_slowdown, straggler)

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.links import Evidence
-from analysis.present import has_rows
-from ingest.timeparse import fmt_hms as hms  # noqa: F401 - the detectors' time of day
+from aftertrace.analysis.links import Evidence
+from aftertrace.analysis.present import has_rows
+from aftertrace.ingest.timeparse import fmt_hms as hms  # noqa: F401 - the detectors' time of day
 
 
 @dataclass
@@ -458,7 +458,7 @@ def theil_sen(xs: list[float], ys: list[float]) -> float:
 
 def evidence(s: Series, wanted: list[tuple[int, str, str]], zone: str | None) -> tuple[Evidence, ...]:
     """The raw snapshot lines behind (ts_raw_ns, entity, metric) values, re-read from the members."""
-    from ingest.formats.cgroup import evidence as locate
+    from aftertrace.ingest.formats.cgroup import evidence as locate
     try:
         found = locate(s.source, s.attrs, wanted, zone)
     except (OSError, ValueError) as e:

@@ -13,7 +13,7 @@ Stamped at the first rising snapshot (the growth began within the interval that 
 """
 from __future__ import annotations
 
-from analysis.links import Link, LinkKind, Provenance
+from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, episodes, evidence, fmt_bytes, hms, load, onset_window, threshold
 

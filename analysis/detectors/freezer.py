@@ -9,7 +9,7 @@ and of the first frozen one.
 """
 from __future__ import annotations
 
-from analysis.links import Link, LinkKind, Provenance
+from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, entity_name, evidence, hms, load, onset_window
 

@@ -24,7 +24,7 @@ the usage lines before and at onset and at the episode's end, and the limit line
 """
 from __future__ import annotations
 
-from analysis.links import Link, LinkKind, Provenance
+from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import (between, by_entity, entity_name, episodes, evidence, first_rise, fmt_bytes,
                       hms, load, onset_window, theil_sen, threshold, value_at)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from bisect import bisect_left, bisect_right
 
-from analysis.links import Link, LinkKind, Provenance
+from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, entity_name, evidence, hms, load
 

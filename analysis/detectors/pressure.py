@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-from analysis.links import Link, LinkKind, Provenance
+from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, entity_name, episodes, evidence, first_rise, hms, load, onset_window, threshold
 

@@ -21,8 +21,8 @@ time-series detectors' (``cpu_throttle``, ``pressure``, ``oom_events``), not thi
 """
 from __future__ import annotations
 
-from analysis.links import Evidence, Link, LinkKind, Provenance
-from analysis.present import has_rows
+from aftertrace.analysis.links import Evidence, Link, LinkKind, Provenance
+from aftertrace.analysis.present import has_rows
 
 from ._series import entity_name
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.links import Evidence, Link, LinkKind, Provenance
+from aftertrace.analysis.links import Evidence, Link, LinkKind, Provenance
 
 from ._series import (hms, median, ordered_codes, quiet_baseline_of, repeats, sorted_by, spans, step_lines,
                       step_numbers)

@@ -17,7 +17,7 @@ import statistics
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.links import Evidence, Link, LinkKind, Provenance
+from aftertrace.analysis.links import Evidence, Link, LinkKind, Provenance
 
 from ._series import hms, in_order, median, repeats, sorted_by, spans, step_lines, step_numbers
 

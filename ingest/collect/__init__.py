@@ -20,7 +20,7 @@ file ``DIR/trigger`` appears or the recorder gets SIGUSR1 (``trigger.py``), it w
 ``aftertrace-manifest.json`` (``writer.py``) and prints the ``aftertrace analyze`` command.
 Its exit status is the job's (128 + N for a signal N).
 
-Also runnable without the rest of aftertrace loaded: ``python -m ingest.collect ...``.
+Also runnable without the rest of aftertrace loaded: ``python -m aftertrace.ingest.collect ...``.
 Linux only; what cannot be recorded (no root, no cgroup, no perf, no GPU) is said once on
 stderr and listed under ``missing`` in the manifest, never a traceback.
 """
@@ -161,7 +161,7 @@ def run_cli(args: argparse.Namespace) -> int:
     The ``aftertrace`` process has the analysis stack loaded (DuckDB, Polars: ~60 MB resident);
     a recorder that may live for days beside the job, often inside the job's own memory cgroup,
     should not carry it. When the arguments are the process's own (``aftertrace ... collect
-    ARGS``), the process replaces itself with ``python -m ingest.collect ARGS`` (same pid, same
+    ARGS``), the process replaces itself with ``python -m aftertrace.ingest.collect ARGS`` (same pid, same
     stdio: signals and exit status are unchanged); otherwise it records in-process.
     """
     import os
@@ -173,7 +173,7 @@ def run_cli(args: argparse.Namespace) -> int:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.execv(sys.executable, [sys.executable, "-m", "ingest.collect", *rest])
+            os.execv(sys.executable, [sys.executable, "-m", "aftertrace.ingest.collect", *rest])
         except OSError:
             pass                       # fall back to recording in this process
     return run(args, argv=list(argv))

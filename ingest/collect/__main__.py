@@ -1,4 +1,4 @@
-"""``python -m ingest.collect ...``: the recorder without the analysis stack loaded."""
+"""``python -m aftertrace.ingest.collect ...``: the recorder without the analysis stack loaded."""
 import sys
 
 from . import main

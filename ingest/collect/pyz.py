@@ -2,8 +2,9 @@
 
 Training nodes rarely have the analyser's stack (DuckDB, Polars, pyarrow, FastAPI) and should not
 need it to record: the recorder uses the standard library alone. This writes it as a zip
-application (PEP 441) — the ``ingest`` package's ``__init__`` and this ``collect`` package, and
-a ``__main__`` that runs it — to copy to a node and run with any Python 3.9+::
+application (PEP 441) — the ``aftertrace`` and ``aftertrace.ingest`` packages' ``__init__`` and this
+``collect`` package, as the install names them, and a ``__main__`` that runs it — to copy to a node
+and run with any Python 3.9+::
 
     aftertrace pack-recorder aftertrace-collect.pyz
     scp aftertrace-collect.pyz node-7:
@@ -22,17 +23,19 @@ _HERE = Path(__file__).resolve().parent
 _MAIN = b'''"""aftertrace's recorder (aftertrace collect), packed by aftertrace pack-recorder."""
 import sys
 
-from ingest.collect import main
+from aftertrace.ingest.collect import main
 
 sys.exit(main())
 '''
+_TOP = b'"""aftertrace\'s recorder, packed alone (its analyser is not in this file)."""\n'
 _WHEN = (1980, 1, 1, 0, 0, 0)
 
 
 def members() -> list[tuple[str, Path | bytes]]:
     """(name in the archive, source file or bytes), in the archive's order."""
-    out: list[tuple[str, Path | bytes]] = [("__main__.py", _MAIN), ("ingest/__init__.py", _HERE.parent / "__init__.py")]
-    out += [(f"ingest/collect/{p.name}", p) for p in sorted(_HERE.glob("*.py"))]
+    out: list[tuple[str, Path | bytes]] = [("__main__.py", _MAIN), ("aftertrace/__init__.py", _TOP),
+                                           ("aftertrace/ingest/__init__.py", _HERE.parent / "__init__.py")]
+    out += [(f"aftertrace/ingest/collect/{p.name}", p) for p in sorted(_HERE.glob("*.py"))]
     return out
 
 

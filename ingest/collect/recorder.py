@@ -695,7 +695,7 @@ def _du(path: str) -> int:
 
 def _version() -> str:
     try:
-        from ingest import __version__
+        from .. import __version__
         return __version__
     except Exception:
         return "?"

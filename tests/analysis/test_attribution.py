@@ -1,8 +1,8 @@
 """Whose a cgroup's growth was: the worked example of ``analysis/attribution.py`` exactly."""
 import dataclasses
 
-from analysis import attribution
-from analysis.links import Evidence, Link, LinkKind as K
+from aftertrace.analysis import attribution
+from aftertrace.analysis.links import Evidence, Link, LinkKind as K
 
 S = 1_000_000_000
 T0 = 1796169553 * S
@@ -88,8 +88,8 @@ def test_perf_names_the_rank_that_faulted_the_growth_in(tmp_path):
     import json
     from pathlib import Path
 
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     from tests.analysis.corpus import build, cases
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-collect/full"]

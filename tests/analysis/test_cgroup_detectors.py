@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from analysis import chains, findings, narrative, progress
-from analysis.links import Evidence, Link, LinkKind as K, Provenance
+from aftertrace.analysis import chains, findings, narrative, progress
+from aftertrace.analysis.links import Evidence, Link, LinkKind as K, Provenance
 
 S = 1_000_000_000
 T0 = 1796119200 * S            # 2026-12-01 10:00:00 UTC

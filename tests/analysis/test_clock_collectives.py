@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 PROFILER = Path(__file__).resolve().parents[2] / "sample_traces/oom-after-throttle/vm/profiler"
 SHIFT_NS = 1_700_000_000
@@ -57,7 +57,7 @@ def test_events_of_both_hosts_land_on_one_timeline(shifted):
 
 
 def test_one_host_gets_no_cross_host_estimate(tmp_path):
-    from analysis.clock_collectives import host_offsets
+    from aftertrace.analysis.clock_collectives import host_offsets
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     b = tmp_path / "bundle" / "node-1"
     b.mkdir(parents=True)

@@ -19,10 +19,10 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from analysis import clock_collectives as cc
-from analysis.kineto_derived import collectives, steps
-from server.service import Service
-from server.settings import Settings
+from aftertrace.analysis import clock_collectives as cc
+from aftertrace.analysis.kineto_derived import collectives, steps
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

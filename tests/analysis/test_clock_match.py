@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.clock_match import METHOD, Bound, solve
-from server.service import Service
-from server.settings import Settings
+from aftertrace.analysis.clock_match import METHOD, Bound, solve
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "clock_match"
 
@@ -87,7 +87,7 @@ def test_without_a_typical_latency_the_middle():
 
 
 def test_timeline_tracks_say_how_their_clock_was_placed(svc):
-    from analysis.timeline import tracks
+    from aftertrace.analysis.timeline import tracks
     iid, cm = _boot(svc, DATA / "exception-r2-4rank")
     cat = tracks(svc.store, iid)
     perf = next(t["clock"] for t in cat if t["kind"] == "perf_script")      # a thread of the perf recording
@@ -100,7 +100,7 @@ def test_timeline_tracks_say_how_their_clock_was_placed(svc):
 def test_an_edge_whose_windows_overlap_is_undecidable():
     from types import SimpleNamespace as NS
 
-    from analysis.chains import _order
+    from aftertrace.analysis.chains import _order
     at = lambda lo, hi: NS(timing_ns=lambda: (lo, hi))  # noqa: E731
     assert _order(NS(cause=at(0, 10), effect=at(20, 30))) == "certain"
     assert _order(NS(cause=at(0, 25), effect=at(20, 30))) == "undecidable"
@@ -153,7 +153,7 @@ def test_births_read_out_of_order_bound_nothing(svc, tmp_path):
 def test_oom_kill_against_the_cgroup_count(tmp_path, svc):
     """The third worked example of the module docstring, on the development recording whole."""
     from tests.analysis.corpus import build, cases
-    from analysis.clock_match import _oom_kills
+    from aftertrace.analysis.clock_match import _oom_kills
     (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
     sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
     svc.analyze(sub.incident_id)
@@ -173,7 +173,7 @@ def test_oom_kills_the_count_does_not_match_are_left_out(svc, tmp_path):
     """A kernel log with fewer kills of the group than its count (rotated, or cleared): which kill
     raised it is not known, so no bound."""
     from tests.analysis.corpus import build, cases
-    from analysis.clock_match import _oom_kills
+    from aftertrace.analysis.clock_match import _oom_kills
     (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
     sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
     svc.analyze(sub.incident_id)
@@ -186,7 +186,7 @@ def test_a_count_that_falls_in_the_order_of_its_stamps_bounds_nothing(svc, tmp_p
     """A count stamped lower after a higher one: the reads are out of order by their stamps (the
     wall clock stepped back while they were taken), so which rise came first is not known."""
     from tests.analysis.corpus import build, cases
-    from analysis.clock_match import _oom_kills
+    from aftertrace.analysis.clock_match import _oom_kills
     (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
     sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
     svc.analyze(sub.incident_id)
@@ -202,7 +202,7 @@ def test_a_signalled_process_whose_main_thread_was_its_last(svc, tmp_path):
     """The fourth worked example of the module docstring, on the development recording without its
     anchors; and a process signalled twice (it outlived a SIGTERM while stopped) suggests nothing."""
     from tests.analysis.corpus import build, cases
-    from analysis.clock_match import _exits, _forks, _kill_bursts, bounds, launcher_lines
+    from aftertrace.analysis.clock_match import _exits, _forks, _kill_bursts, bounds, launcher_lines
     want = {"dev/tenant/bare", "dev/sigstop-r1/bare"}
     got = {}
     for c in [c for c in cases(("dev",)) if c.id in want]:

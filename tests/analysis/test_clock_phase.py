@@ -1,7 +1,7 @@
 """The boot clock narrowed by the wall clock's phase on CLOCK_MONOTONIC (analysis/clock_phase.py)."""
 from __future__ import annotations
 
-from analysis.clock_phase import SEC, intersect, narrow
+from aftertrace.analysis.clock_phase import SEC, intersect, narrow
 
 B = 1796161653 * SEC
 PHASE = [(809_900_000, 818_700_000)]      # tests/ingest/test_c10phase.py, the hungio-r1 log
@@ -34,9 +34,9 @@ def test_phases_of_an_analysed_incident_read_the_logs_that_state_one(tmp_path):
     cover (read for those sources only); an incident without such a log has none."""
     from pathlib import Path
 
-    from analysis.clock_phase import phases
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.analysis.clock_phase import phases
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     root = Path(__file__).resolve().parents[2] / "sample_traces" / "logs-hang" / "vm" / "logs"
     iid = svc.submit_path(root).incident_id

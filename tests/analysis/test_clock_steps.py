@@ -2,7 +2,7 @@
 drifts, and a real recording whose wall clock was stepped +2.4 s mid-job."""
 import re
 
-from analysis.clock_steps import Reading, runs
+from aftertrace.analysis.clock_steps import Reading, runs
 from tests.analysis.corpus import build, cases
 
 S = 1_000_000_000
@@ -44,7 +44,7 @@ def test_a_recording_whose_wall_clock_stepped(tmp_path):
     signals and a second pair after it. Records after the step's window are placed on the new
     offset (within 30 ms of the recorder's truth), the window covers both sides, and the report
     says the clock stepped."""
-    from server.service import Service, Settings
+    from aftertrace.server.service import Service, Settings
     (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/full"]
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
@@ -80,7 +80,7 @@ def test_a_recording_whose_wall_clock_stepped(tmp_path):
     said = float(re.search(r"stepped ([+-][0-9.]+) s", f["summary"]).group(1))
     assert abs(said * 1e9 - step["delta_ns"]) < 30 * MS
     # the worked example of sampler_gaps (analysis/clock_steps.py): one gap of the snapshots holds the step
-    from analysis.clock_steps import Gap, sampler_gaps
+    from aftertrace.analysis.clock_steps import Gap, sampler_gaps
     assert sampler_gaps(svc.store, sub.incident_id) == {"vm": [Gap("vm", "vm/cgroup/", 1_796_203_684_584_640_000,
                                                                    1_796_203_687_484_659_000, 2_401_594_000)]}
     assert 0 < step["delta_ns"] <= 2_401_594_000
@@ -88,8 +88,8 @@ def test_a_recording_whose_wall_clock_stepped(tmp_path):
 
 def test_a_gap_widens_the_records_no_reading_is_beside():
     """The worked example of analysis.clocks.widen_for_gaps."""
-    from analysis.clock_steps import Gap
-    from analysis.clocks import ClockEntry, widen_for_gaps
+    from aftertrace.analysis.clock_steps import Gap
+    from aftertrace.analysis.clocks import ClockEntry, widen_for_gaps
     e = ClockEntry("vm", "boot", B + 2_642 * MS, 10 * MS, "uptime+date")
     g = Gap("vm", "vm/cgroup", 1_796_203_684_584_640_000, 1_796_203_687_484_659_000, 2_401_594_000)
     w = widen_for_gaps(e, [g], [_r(491, B + 2_642 * MS, 10 * MS), _r(495, B + 2_642 * MS, 5 * MS)])
@@ -107,7 +107,7 @@ def test_dmesg_T_alone_next_to_a_stepped_boot_clock_moves_the_earlier_records_by
     """dmesg -T converted every record with the boot instant of when it ran, after the step: a
     record of the earlier stretch is placed by that stretch's offset, the printed times where a
     record may be on either side by the step's window."""
-    from analysis.clocks import ClockEntry, solve_kernel_wall
+    from aftertrace.analysis.clocks import ClockEntry, solve_kernel_wall
     before, after = B + 242 * MS, B + 2 * S + 642 * MS
     boot = ClockEntry("vm", "boot", after, 1_264 * MS, "x",
                       segments=((None, 464 * S, before, None, 11 * MS, "before the step"),
@@ -124,8 +124,8 @@ def test_dmesg_T_alone_next_to_a_stepped_boot_clock_moves_the_earlier_records_by
 
 def test_log_step_worked_example():
     """analysis/clocks.py unplaced_before_log_step's docstring, with its numbers."""
-    from analysis.clock_phase import LogStep
-    from analysis.clocks import LOG_STEP_WHAT, ClockEntry, unplaced_before_log_step
+    from aftertrace.analysis.clock_phase import LogStep
+    from aftertrace.analysis.clocks import LOG_STEP_WHAT, ClockEntry, unplaced_before_log_step
     e = ClockEntry("vm", "boot", 1_796_203_210_700_000_000, 100 * MS, "raw dmesg next to dmesg -T")
     x = LogStep("vm", "vm/logs/torchrun.log", 85, 1_796_203_679 * S, 498, 1_796_203_701_152_000_000,
                 ((239_100_000, 247_100_000),), ((604_800_000, 844_900_000),), 55)
@@ -146,7 +146,7 @@ def test_a_log_step_alone_leaves_the_records_before_it_unplaced(tmp_path):
     The records printed before its first line written after the step (+0.5 s of dmesg's drift)
     are left unplaced, but for the OOM kill, which its cgroup's counter places on the wall clock;
     the report says why, with the two lines."""
-    from server.service import Service, Settings
+    from aftertrace.server.service import Service, Settings
     (c,) = [c for c in cases(("dev",)) if c.id == "dev/leak-r1-wallstep/dmesg-T-only"]
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     sub = svc.submit_path(build(c, tmp_path / "b"), title=c.id)
@@ -176,8 +176,8 @@ def test_a_side_of_a_step_that_no_reading_places_is_left_unplaced():
     """Readings after a step that bound the offset on one side only (a rank stuck in the kernel gives
     no lower bound): the stretch before the step keeps the offset of its own readings, the rest is
     not placed -- never placed by the earlier stretch's offset."""
-    from analysis.clock_steps import Step
-    from analysis.clocks import UNPLACED_SIDE_WHAT, ClockEntry, unplaced_beyond_steps
+    from aftertrace.analysis.clock_steps import Step
+    from aftertrace.analysis.clocks import UNPLACED_SIDE_WHAT, ClockEntry, unplaced_beyond_steps
     e = ClockEntry("vm", "boot", B + 242 * MS, 1 * MS, "perf reference time")
     before, after = _r(455, B + 242 * MS, 1 * MS), Reading(500 * S, None, B - 4_258 * MS, "exit->failed line")
     st = Step(470 * S, 500 * S, -4_500 * MS, before, after)
@@ -189,7 +189,7 @@ def test_a_side_of_a_step_that_no_reading_places_is_left_unplaced():
 
 def test_overlap_worked_example():
     """analysis/clock_steps.py's backward-step worked example, with its numbers."""
-    from analysis.clock_steps import Overlap, overlaps_in
+    from aftertrace.analysis.clock_steps import Overlap, overlaps_in
     boot = [100 * S + k * 500 * MS for k in range(24)]
     stamps = [b + (1000 * S if b < 105_800 * MS else 998_700 * MS) for b in boot]
     assert overlaps_in(stamps) == [(1104_500 * MS, 1105_700 * MS, 500 * MS, True)]
@@ -206,8 +206,8 @@ def test_overlap_worked_example():
 def test_a_backward_step_is_narrowed_to_the_crowded_stretch():
     """The step's window from the readings alone is 38 s wide; the series' crowded stretch holds
     it to [105.2, 106.3] s, each side's offset exact here."""
-    from analysis.clock_steps import Overlap
-    from analysis.clocks import Anchor, solve_stepped, step_readings
+    from aftertrace.analysis.clock_steps import Overlap
+    from aftertrace.analysis.clocks import Anchor, solve_stepped, step_readings
     o1, o2 = 1000 * S, 998_700 * MS
     anchors = [Anchor("vm", "uptime_date", t * S, t * S + off, MS, "vm/uptime.txt", 1)
                for t, off in ((90, o1), (92, o1), (130, o2), (132, o2))]
@@ -226,8 +226,8 @@ def test_a_backward_step_is_narrowed_to_the_crowded_stretch():
 
 def test_unplaced_before_a_crowded_stretch_worked_example():
     """analysis/clocks.py unplaced_before_overlap's docstring, with its numbers."""
-    from analysis.clock_steps import Overlap
-    from analysis.clocks import OVERLAP_WHAT, ClockEntry, _printk_allowance, unplaced_before_overlap
+    from aftertrace.analysis.clock_steps import Overlap
+    from aftertrace.analysis.clocks import OVERLAP_WHAT, ClockEntry, _printk_allowance, unplaced_before_overlap
     e = ClockEntry("vm", "boot", 998_700 * MS, 10 * MS, "raw dmesg next to dmesg -T")
     o = Overlap("vm", "vm/cgroup/", 1104_500 * MS, 1105_700 * MS, 500 * MS, True)
     got = unplaced_before_overlap(e, [o], [_r(130, 998_700 * MS, MS)], 0)

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.clocks import Anchor, solve_boot
-from ingest.timeparse import fmt_utc
-from server.service import Service
-from server.settings import Settings
+from aftertrace.analysis.clocks import Anchor, solve_boot
+from aftertrace.ingest.timeparse import fmt_utc
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_clocks_command(svc, tmp_path):
     (b / "dmesg.txt").write_text("[ 1200.000000] hello\n")
     home = tmp_path / "h"
     env = dict(os.environ, AFTERTRACE_HOME=str(home), COLUMNS="200")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "server.cli", *a], capture_output=True, text=True, env=env)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "aftertrace.server.cli", *a], capture_output=True, text=True, env=env)
     assert run("analyze", str(tmp_path / "bundle")).returncode == 0
     iid = [l for l in run("incidents").stdout.split() if len(l) == 12][0]
     out = run("clocks", iid[:5]).stdout
@@ -151,7 +151,7 @@ _TWINS = """SELECT t.line, t.ts_utc_ns AS t_utc, r.ts_utc_ns AS raw_utc, {unc} A
 
 
 def test_a_dmesg_T_record_takes_the_time_of_its_raw_copy(svc, tmp_path):
-    from analysis.clocks import row_uncertainty_sql
+    from aftertrace.analysis.clocks import row_uncertainty_sql
     true_off = 1_764_415_838_685_000_000
     raws = [1200_000_000_000 + k * 137_000_000 for k in range(12)]
     b = tmp_path / "bundle" / "node-1"
@@ -268,8 +268,8 @@ def test_kineto_collectives_and_steps_get_utc_times(svc, tmp_path):
 def test_a_worker_reported_at_its_error_record_time_is_no_clock_skew(tmp_path):
     # sample_traces/collected-hang: torchrun reports rank 0's exit at the time its @record error
     # file was written, ~1 s before perf saw the process exit; that is no clock disagreement
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     iid = svc.submit_path(ROOT / "sample_traces" / "collected-hang").incident_id
     rep = svc.analyze(iid)
@@ -281,7 +281,7 @@ def test_a_worker_reported_at_its_error_record_time_is_no_clock_skew(tmp_path):
 
 
 def test_kernel_wall_docstring_example():
-    from analysis.clocks import ClockEntry, solve_kernel_wall
+    from aftertrace.analysis.clocks import ClockEntry, solve_kernel_wall
     boot = ClockEntry("vm", "boot", 1_796_161_653_812_760_000, 1_000_000, "perf reference time")
     t = 1_796_163_296_000_000_000          # "[Tue Dec  1 22:14:56 2026]"
     pairs = [{"raw_ns": 1_643_343_165_000, "t_ns": t, "raw_path": "dmesg.txt", "t_path": "dmesg_T.txt"},
@@ -299,8 +299,8 @@ def test_paired_readings_do_not_depend_on_the_order_rows_come_in(tmp_path):
     """An uptime file beside two date files of the same resolution, read 6 ms apart: the pair is
     made with the first date file by path, whichever order the store holds the facts in (a query
     without an order gave either, so one boot offset in a few moved between runs)."""
-    from analysis.clocks import _paired_readings
-    from server.store import Store
+    from aftertrace.analysis.clocks import _paired_readings
+    from aftertrace.server.store import Store
     store = Store(tmp_path / "s.duckdb")
     srcs = [(1, "vm/host/start/proc_uptime", [("reading.boottime_ns", "1608000000000"), ("reading.tag", "start")]),
             (2, "vm/host/start/date", [("reading.wall_ns", "1796163261006000000"), ("reading.wall_res_ns", "1000000"),

@@ -2,8 +2,8 @@
 just the perf samples it describes."""
 import duckdb
 
-from analysis import contention
-from analysis.links import Link, LinkKind as K
+from aftertrace.analysis import contention
+from aftertrace.analysis.links import Link, LinkKind as K
 
 S = 1_000_000_000
 T0 = 1796119200 * S        # 2026-12-01 10:00:00 UTC

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 from .corpus import build, cases, causal_order_violations, judge
 

@@ -1,7 +1,7 @@
 """cpu_throttle's episodes when throttled seconds come in bursts (a quota of 1 ms per 1 s period
 sampled every 0.5 s): the module docstring's case, with the values such a group really shows."""
-from analysis.detectors import cpu_throttle
-from analysis.detectors._series import Series
+from aftertrace.analysis.detectors import cpu_throttle
+from aftertrace.analysis.detectors._series import Series
 
 S = 10**9
 

@@ -11,9 +11,9 @@ import statistics
 
 from hypothesis import given, settings, strategies as st
 
-from analysis.detectors import memory_growth, oom_events, straggler
-from analysis.detectors._series import Series, between, value_at
-from analysis.links import Link, LinkKind
+from aftertrace.analysis.detectors import memory_growth, oom_events, straggler
+from aftertrace.analysis.detectors._series import Series, between, value_at
+from aftertrace.analysis.links import Link, LinkKind
 
 T = 1_800_000_000_000_000_000
 
@@ -119,7 +119,7 @@ _STORE: dict = {}
 def _steps_store(tmp_path_factory, by_rank):
     """A store holding ``by_rank``'s step times as the app-log parser writes them (one store for
     every example: its metrics are replaced each time)."""
-    from server.store import Store
+    from aftertrace.server.store import Store
     if "s" not in _STORE:
         st_ = _STORE["s"] = Store(tmp_path_factory.mktemp("peers") / "s.duckdb")
         st_.insert_rows("sources", [{"incident_id": "i", "source_id": 1, "path": "train.log", "kind": "app_log",

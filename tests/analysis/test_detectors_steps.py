@@ -16,10 +16,10 @@ import statistics
 import pyarrow as pa
 from hypothesis import example, given, settings, strategies as st
 
-from analysis.detectors import step_slowdown, straggler
-from analysis.detectors._series import (STEP_LINES, episodes, hms, median, quiet_baseline, quiet_baseline_of, spans,
+from aftertrace.analysis.detectors import step_slowdown, straggler
+from aftertrace.analysis.detectors._series import (STEP_LINES, episodes, hms, median, quiet_baseline, quiet_baseline_of, spans,
                                         step_lines)
-from analysis.links import Evidence, Link, LinkKind, Provenance
+from aftertrace.analysis.links import Evidence, Link, LinkKind, Provenance
 
 T = 1_800_000_000_000_000_000
 
@@ -86,7 +86,7 @@ _STORE: dict = {}
 def _store(tmp_path_factory, log):
     """The log written as the app-log parser writes it (or as step events), into one store reused
     by every example."""
-    from server.store import Store
+    from aftertrace.server.store import Store
     if "s" not in _STORE:
         _STORE["s"] = Store(tmp_path_factory.mktemp("steps") / "s.duckdb")
     store = _STORE["s"]
@@ -281,8 +281,8 @@ def test_the_references_see_findings(tmp_path_factory):
 def test_one_run_reads_the_step_lines_once(tmp_path_factory, monkeypatch):
     """Within one run of the detectors the step lines are read once and shared (by both step
     detectors); outside it every call reads them, and the findings are the same."""
-    from analysis import detectors
-    from analysis.detectors import _series
+    from aftertrace.analysis import detectors
+    from aftertrace.analysis.detectors import _series
     store = _store(tmp_path_factory, _log({0: [0.5] * 20, 1: [0.5] * 8 + [2.0] * 12}, tee=True))
     reads = []
     real = _series.read_step_lines

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.export import chrome
-from server.service import Service
-from server.settings import Settings
-from server.store import Store
+from aftertrace.analysis.export import chrome
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
+from aftertrace.server.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from analysis.export import NEST_SLACK_NS, perfetto
-from server.service import Service
-from server.settings import Settings
-from server.store import Store
+from aftertrace.analysis.export import NEST_SLACK_NS, perfetto
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
+from aftertrace.server.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"
@@ -279,7 +279,7 @@ def test_track_tree_host_process_thread(sample):
 
 
 def test_uuids_are_hashes_of_stable_keys(sample):
-    from analysis.export import stable_uuid
+    from aftertrace.analysis.export import stable_uuid
     _store, _iid, _data, _stats, d = sample
     (proc,) = d.by_name("vm: rank 0 (pid 17988)")
     assert proc == stable_uuid("process", "vm", 17988)
@@ -429,7 +429,7 @@ def test_same_incident_same_bytes(sample):
 
 
 def test_windowed_reads_give_the_same_bytes(sample, monkeypatch):
-    import analysis.export as X
+    import aftertrace.analysis.export as X
     store, iid, data, _stats, _d = sample
     monkeypatch.setattr(X, "WINDOW_ROWS", 4000)     # ~17 windows of events, 3 of metrics
     assert len(X._windows(store.cursor(), "events", iid, X.WINDOW_ROWS)) > 10

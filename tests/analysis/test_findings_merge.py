@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from analysis import clocks, findings
-from analysis.findings import DEDUP_WINDOW_NS, _merge_pair
-from analysis.links import Evidence, Link, LinkKind, Provenance
-from server.service import Service
-from server.settings import Settings
+from aftertrace.analysis import clocks, findings
+from aftertrace.analysis.findings import DEDUP_WINDOW_NS, _merge_pair
+from aftertrace.analysis.links import Evidence, Link, LinkKind, Provenance
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted(p.name for p in (ROOT / "sample_traces").iterdir()
@@ -255,7 +255,7 @@ def test_oom_kills_merges_copies_through_the_groups():
 # -- the chain search looks only at causes whose windows can meet the effect's -------------------
 @pytest.mark.parametrize("name", SAMPLES + ["repeated-crashes"])
 def test_chain_search_same_as_scanning_every_finding(analysed, name, monkeypatch):
-    from analysis import chains, rootcause
+    from aftertrace.analysis import chains, rootcause
     store, iids = analysed
     iid = iids[name]
     search, seen = rootcause.find_chains, []
@@ -308,7 +308,7 @@ def chain_links(draw):
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(chain_links(), min_size=1, max_size=40), st.booleans())
 def test_chain_search_same_as_scan_on_generated_findings(ls, in_time_order):
-    from analysis import chains
+    from aftertrace.analysis import chains
     if in_time_order:         # as rootcause gives them (else: the plain scan, kept for any order)
         ls.sort(key=lambda l: l.ts_ns)
     failure = max((l for l in ls if l.kind == LinkKind.JOB_FAILURE), key=lambda l: l.ts_ns, default=ls[-1])
@@ -321,8 +321,8 @@ def test_chain_search_same_as_scan_on_generated_findings(ls, in_time_order):
 
 
 def test_local_ranks_are_resolved_by_the_launchers_table_in_the_same_file():
-    from analysis.findings import local_ranks
-    from analysis.links import Evidence, Link, LinkKind as K
+    from aftertrace.analysis.findings import local_ranks
+    from aftertrace.analysis.links import Evidence, Link, LinkKind as K
 
     def mk(kind, src, rank=None, pid=None, **attrs):
         return Link(kind=kind, ts_ns=1, summary="x", source=src, rank=rank, pid=pid,
@@ -336,8 +336,8 @@ def test_local_ranks_are_resolved_by_the_launchers_table_in_the_same_file():
 
 
 def test_a_dataloader_timeout_dates_when_the_input_stopped():
-    from analysis.findings import starved_of_input
-    from analysis.links import Evidence, Link, LinkKind as K
+    from aftertrace.analysis.findings import starved_of_input
+    from aftertrace.analysis.links import Evidence, Link, LinkKind as K
     S = 10**9
     t = 1796179497 * S
     # an untimed traceback after the rank's last timed line (t - 6 s), bounded by the exit at t + 4 s
@@ -354,8 +354,8 @@ def test_a_dataloader_timeout_dates_when_the_input_stopped():
 
 
 def test_a_stated_wait_out_of_any_range_dates_nothing():
-    from analysis.findings import starved_of_input
-    from analysis.links import Evidence, Link, LinkKind as K
+    from aftertrace.analysis.findings import starved_of_input
+    from aftertrace.analysis.links import Evidence, Link, LinkKind as K
     for w in ("1e30", "inf", "nan", "-5", "ten"):
         exc = Link(kind=K.PYTHON_EXCEPTION, ts_ns=1796179497 * 10**9, summary="x", source="x", rank=1,
                    evidence=(Evidence("x", 1, "l"),), attrs=(("loader_wait_s", w),))
@@ -363,7 +363,7 @@ def test_a_stated_wait_out_of_any_range_dates_nothing():
 
 
 def test_a_line_printed_by_a_rank_is_not_placed_after_its_death():
-    from analysis.findings import printed_before_death
+    from aftertrace.analysis.findings import printed_before_death
     # an untimed fatal-error dump of rank 1, between a timed line at t=10.0 s and the next timed
     # line of the combined log at t=10.4 s (another rank's); rank 1 died at 10.1 s (its exit, 1 ms)
     s = 10**9
@@ -395,7 +395,7 @@ def test_kills_that_name_no_victim_are_one_kill_only_within_one_file():
 def test_many_copies_merge_into_one_finding_whose_json_is_bounded():
     """A log that repeats one crash: every copy's line stays with the merged finding, its JSON
     shows the first ``EVIDENCE_SHOWN`` (the best copy's first) and the count."""
-    from analysis.links import EVIDENCE_SHOWN
+    from aftertrace.analysis.links import EVIDENCE_SHOWN
     n = 3 * EVIDENCE_SHOWN
     copies = [Link(LinkKind.PYTHON_EXCEPTION, None, "a", "x.log", "n1", 0, None,
                    (Evidence("x.log", i, f"RuntimeError: boom ({i})"),)) for i in range(1, n + 1)]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import flamegraph as F
-from server.service import Service
-from server.settings import Settings
+from aftertrace.analysis import flamegraph as F
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perf_script"
 
@@ -96,7 +96,7 @@ def test_parse_time():
 
 
 def test_standalone_html_escapes_frames():
-    from web.flamegraph import standalone_html
+    from aftertrace.web.flamegraph import standalone_html
     html = standalone_html({"name": "all", "value": 1, "children": [{"name": "</script><b>x", "value": 1}]},
                            "t", "s")
     assert "</script><b>" not in html and "\\u003c/script\\u003e" in html

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import chain_rules
-from analysis.links import Link, LinkKind
-from analysis.narrative import phrase
+from aftertrace.analysis import chain_rules
+from aftertrace.analysis.links import Link, LinkKind
+from aftertrace.analysis.narrative import phrase
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = {chain_rules.PEER_ERROR, chain_rules.SELF_ERROR, chain_rules.KILLED, chain_rules.STOPPED,

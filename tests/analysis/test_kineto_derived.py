@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis import kineto_derived as kd
-from ingest.parse import ParseJob, parse_file
-from ingest.model import PARSER_TABLES
-from server.store import Store
+from aftertrace.analysis import kineto_derived as kd
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.model import PARSER_TABLES
+from aftertrace.server.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "torch_trace"

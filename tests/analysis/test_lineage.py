@@ -1,6 +1,6 @@
 """Process lineage: the worked example of ``analysis/lineage.py`` exactly."""
-from analysis import lineage
-from analysis.links import Evidence, Link, LinkKind as K
+from aftertrace.analysis import lineage
+from aftertrace.analysis.links import Evidence, Link, LinkKind as K
 
 S = 1_000_000_000
 T0 = 1796162400 * S + 30 * S      # 12:00:30 in the example's terms

@@ -2,7 +2,7 @@
 import dataclasses
 import pickle
 
-from analysis.links import AFTER_BOUND_NS, Link, LinkKind
+from aftertrace.analysis.links import AFTER_BOUND_NS, Link, LinkKind
 
 
 def test_window_widens_for_bounds_resolution_and_uncertainty():

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis import clocks, present, rootcause
-from ingest.model import PARSER_TABLES
-from server.service import Service
-from server.settings import Settings
+from aftertrace.analysis import clocks, present, rootcause
+from aftertrace.ingest.model import PARSER_TABLES
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PERF = ROOT / "tests/data/perf_script/flamegraph__perf-funcab-pid-01.txt"

@@ -1,8 +1,8 @@
 """When a rank stopped: the worked example of ``analysis/progress.py`` exactly."""
 import dataclasses
 
-from analysis import progress
-from analysis.links import Evidence, Link, LinkKind as K
+from aftertrace.analysis import progress
+from aftertrace.analysis.links import Evidence, Link, LinkKind as K
 
 S = 1_000_000_000
 T0 = 1796119200 * S      # 2026-12-01 10:00:00.000 UTC
@@ -108,7 +108,7 @@ def test_a_stall_seen_only_by_cpu_samples_starts_as_early_as_the_last_sample_can
     """A rank whose last sign of life is a perf sample on a boot clock placed within ±300 ms: it
     may have stopped as early as 300 ms before that sample's placed time (a stale-lock wait the
     recording dated 14 ms before the sample fell outside a window that started at the sample)."""
-    from analysis.progress import RankProgress, _stall_window
+    from aftertrace.analysis.progress import RankProgress, _stall_window
     t = 1_796_174_431_302_682_200
     p = RankProgress(1, "vm", 27496, last_cpu_ns=t, last_cpu_unc_ns=300_000_000)
     lo, hi, _ = _stall_window(p, [], [])

@@ -2,7 +2,7 @@
 import json
 import math
 
-from analysis.report import dumps
+from aftertrace.analysis.report import dumps
 
 
 def test_the_same_document_as_the_standard_encoder():

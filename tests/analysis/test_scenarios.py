@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 from .corpus import causal_order_violations
 from .scenarios import SCENARIOS, build, judge

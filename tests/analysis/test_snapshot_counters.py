@@ -4,8 +4,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "realworld" / "dev"
 

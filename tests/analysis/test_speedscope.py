@@ -1,7 +1,7 @@
 """The perf samples as a speedscope file: the module's worked example, and the sample bundle's."""
 import json
 
-from analysis.export.speedscope import SCHEMA, profiles
+from aftertrace.analysis.export.speedscope import SCHEMA, profiles
 
 
 def test_the_module_worked_example():

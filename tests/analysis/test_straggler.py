@@ -1,6 +1,6 @@
 """The straggler detector on step metrics written the way the app-log parser writes them."""
-from analysis.detectors import straggler
-from server.store import Store
+from aftertrace.analysis.detectors import straggler
+from aftertrace.server.store import Store
 
 T0 = 1_800_000_000_000_000_000
 

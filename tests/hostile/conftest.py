@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))   # (pytest runs with --import-mo
 
 import hostile_corpus as hc  # noqa: E402
 
-from server.settings import Settings  # noqa: E402
+from aftertrace.server.settings import Settings  # noqa: E402
 
 LIMITS = hc.LIMITS
 

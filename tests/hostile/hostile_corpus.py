@@ -18,7 +18,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from ingest.bundle import IntakeLimits
+from aftertrace.ingest.bundle import IntakeLimits
 
 # Small limits for the suite, so that a bomb is stopped after a few MB of work instead of GiBs.
 LIMITS = IntakeLimits(max_members=2_000, max_member_bytes=4 * 1024**2, max_total_bytes=12 * 1024**2,

@@ -20,8 +20,8 @@ import pytest
 
 import hostile_corpus as hc
 from hostile_corpus import LIMITS
-from ingest.bundle import extract, store_raw
-from server.service import Service
+from aftertrace.ingest.bundle import extract, store_raw
+from aftertrace.server.service import Service
 
 DMESG = hc.real("dmesg_raw")[1]
 APPLOG = hc.real("app_log")[1]

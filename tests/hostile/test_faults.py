@@ -25,10 +25,10 @@ import httpx
 import pytest
 
 import hostile_corpus as hc
-from ingest.bundle import _walk
-from ingest.model import INCIDENT_TABLES, TABLES
-from server.service import INTERRUPTED
-from server.store import Store
+from aftertrace.ingest.bundle import _walk
+from aftertrace.ingest.model import INCIDENT_TABLES, TABLES
+from aftertrace.server.service import INTERRUPTED
+from aftertrace.server.store import Store
 
 LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
 
@@ -44,7 +44,7 @@ def _env(home: Path) -> dict:
 
 
 def _cli(home: Path, *args, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "server.cli", *args], cwd=ROOT, env=_env(home), capture_output=True,
+    return subprocess.run([PY, "-m", "aftertrace.server.cli", *args], cwd=ROOT, env=_env(home), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -120,7 +120,7 @@ def baseline(tmp_path_factory) -> dict:
 
 def test_cli_killed_during_ingest(tmp_path, baseline):
     home = tmp_path / "home"
-    proc = subprocess.Popen([PY, "-m", "server.cli", "analyze", str(SAMPLE)], cwd=ROOT, env=_env(home),
+    proc = subprocess.Popen([PY, "-m", "aftertrace.server.cli", "analyze", str(SAMPLE)], cwd=ROOT, env=_env(home),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     iid = _kill_when_parsing(proc, home)
     assert proc.returncode == -signal.SIGKILL
@@ -159,10 +159,10 @@ class Server:
     def __init__(self, home: Path, threads: int | None = None):
         self.home, self.port = home, _free_port()
         if threads is None:
-            cmd = [PY, "-m", "server.cli", "serve", "--port", str(self.port)]
+            cmd = [PY, "-m", "aftertrace.server.cli", "serve", "--port", str(self.port)]
         else:   # the same app with more background analyses at once
-            cmd = [PY, "-c", "import sys, uvicorn; from server.app import create_app; "
-                   "from server.settings import Settings; "
+            cmd = [PY, "-c", "import sys, uvicorn; from aftertrace.server.app import create_app; "
+                   "from aftertrace.server.settings import Settings; "
                    f"uvicorn.run(create_app(Settings.from_env(analysis_threads={threads})), "
                    f"host='127.0.0.1', port={self.port}, log_level='warning')"]
         self.log = open(home.parent / f"server-{self.port}.log", "wb")

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import hostile_corpus as hc
-from ingest.parse import ParseJob, parse_file
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.registry import default_registry
 
 REGISTRY = default_registry()
 LIMIT = 64 * 1024**2
@@ -146,7 +146,7 @@ def test_perf_header_over_an_application_log(tmp_path):
 @pytest.mark.parametrize("parser", PARSERS)
 def test_detect_is_a_dry_run_that_never_raises_on_broken_heads(parser):
     """Every registered detector, directly, on every broken head of every sample."""
-    from ingest.reader import Head
+    from aftertrace.ingest.reader import Head
     name, data = hc.real(parser)
     for mutation, fn in hc.MUTATIONS.items():
         if mutation == "long_line_10mb":
@@ -191,7 +191,7 @@ def test_log_cut_inside_a_traceback_keeps_its_rows_and_the_traceback(tmp_path):
 def test_detectors_stay_fast_on_long_runs_without_spaces(tmp_path):
     """Regression: the NCCL detector's search backtracked over every start of a long run of host
     characters (JSON lines, long numbers): 2 s for one journal JSON head, 17 s with long numbers."""
-    from ingest.reader import Head
+    from aftertrace.ingest.reader import Head
     name, data = hc.real("journal_json")
     heavy = re.sub(rb"\d+", lambda m: b"9" * 30 if len(m.group(0)) > 3 else m.group(0), data)[:64 * 1024]
     for blob in (data[:64 * 1024], heavy, b"a1.-" * 16000, b"h:1:2" * 13000):
@@ -205,7 +205,7 @@ def test_detectors_stay_fast_on_long_runs_without_spaces(tmp_path):
 def test_deeply_nested_json_is_a_bad_line_not_a_crash(tmp_path):
     """Regression: json/msgspec raised RecursionError on a deeply nested value (cgroup JSON lines'
     detector and parser, the Kineto event reader)."""
-    from ingest.reader import Head
+    from aftertrace.ingest.reader import Head
     nested = b'{"raw":' * 30000 + b'"x"' + b"}" * 30000
     name, series = hc.real("cgroup_jsonl")
     lines = series.split(b"\n")

@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hostile_corpus as hc
-from ingest.bundle import IntakeLimits, extract, store_raw
-from ingest.parse import ParseJob, parse_file
-from ingest.reader import Head
-from ingest.registry import default_registry, write_group_manifest
+from aftertrace.ingest.bundle import IntakeLimits, extract, store_raw
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry, write_group_manifest
 
 REGISTRY = default_registry()
 PARSERS = sorted(hc.SAMPLES)

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 import hostile_corpus as hc
 from hostile_corpus import LIMITS
-from server.app import create_app
+from aftertrace.server.app import create_app
 
 LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
 

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 
 import pytest
 
-from ingest.parse import SourceResult
-from ingest.reader import Head
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import SourceResult
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heads import each_piece_replaced, holds_on_edited_heads  # noqa: E402
@@ -235,7 +235,7 @@ def test_log_split_over_chunks_gives_the_same_events(tmp_path, monkeypatch):
     # Times, interpolation, blocks and kinds do not depend on where chunks end. (A stream's rank
     # and pid are learnt from its own lines as they come, so with tiny chunks the first lines of
     # a stream can miss them; with the real 32 MiB chunks this only happens in huge files.)
-    import ingest.lines as lines_mod
+    import aftertrace.ingest.lines as lines_mod
     res_whole = parse(APP / "torchrun_exception.log", tmp_path / "a")
     monkeypatch.setattr(lines_mod, "CHUNK_BYTES", 2048)
     res_parts = parse(APP / "torchrun_exception.log", tmp_path / "b")
@@ -265,7 +265,7 @@ def test_a_traceback_right_after_a_chunk_end_keeps_its_lower_time_bound(tmp_path
     # torchrun_hang.log: line 92 is rank 1's last timed line (13:40:48.707), 93 starts rank 0's
     # gloo traceback (no time of its own), the next timed line is at 13:40:58.000. With a chunk
     # ending at line 92 the traceback lost its lower bound: "before" 13:40:58.000, 4.6 s late.
-    import ingest.lines as lines_mod
+    import aftertrace.ingest.lines as lines_mod
     path = APP / "torchrun_hang.log"
     whole = by_line(parse(path, tmp_path / "a"))[93]
     monkeypatch.setattr(lines_mod, "CHUNK_BYTES", _cut_after(path, 92))
@@ -280,7 +280,7 @@ def test_a_traceback_right_after_a_chunk_end_keeps_its_lower_time_bound(tmp_path
 def test_a_chunk_end_after_any_line_gives_the_same_events(tmp_path, monkeypatch):
     # rank 0's stderr of the hang job: a chunk end after line 40 left the gloo timeout (41) with no
     # time at all. Every cut gives the whole file's events, times, bounds and counts.
-    import ingest.lines as lines_mod
+    import aftertrace.ingest.lines as lines_mod
     path = APP / "hang_rank0_stderr.log"
     key = lambda r: [(e["line"], e["name"], e["kind"], e["rank"], e["ts_raw_ns"], e["attrs"].get("ts_bound"),
                       e["attrs"].get("ts_lo_ns"), e["attrs"].get("ts_hi_ns")) for e in events(r)]
@@ -320,8 +320,8 @@ def test_wrapper_split_equals_the_wrap_grammar():
     # The wrappers are read by the compiled reader (the lines it leaves by the regexes, which cut
     # torchrun's "[defaultN]:" alone without the WRAP regex): every line gives what WRAP gives.
     import polars as pl
-    from ingest.formats.logs.engine import _wrap, extract_prefix
-    from ingest.formats.logs.grammar import WRAP
+    from aftertrace.ingest.formats.logs.engine import _wrap, extract_prefix
+    from aftertrace.ingest.formats.logs.grammar import WRAP
     lines = ["[default0]:hello", "[default12]:3: x", "[default1]:[rank1]: Traceback", "[default1]:[rank1]:[I1129 x",
              "> > [default0]:a", "(Worker pid=12, ip=1.2.3.4) [default0]:x [repeated 3x across cluster]",
              "[1,3]<stdout>:[default2]:y", "12: foo", "[rank3]: bar", "[default]:x", "[default0]x",
@@ -384,8 +384,8 @@ def test_compiled_family_reader_equals_the_family_regexes():
     # compiled reader (with the regexes for what it leaves) equal those of the regexes alone, in
     # each family's rows, columns and order, and so do the lines no family took.
     import polars as pl
-    from ingest import native
-    from ingest.formats.logs import engine as E
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.logs import engine as E
 
     real = native.log_heads
 
@@ -447,7 +447,7 @@ def test_compiled_wrapper_reader_equals_the_wrapper_regexes():
     # corpus's logs: the compiled reader's frame (the regexes for the lines it leaves) equals the
     # regexes' frame, column for column.
     import polars as pl
-    from ingest.formats.logs import engine as E
+    from aftertrace.ingest.formats.logs import engine as E
 
     def same(lines):
         df = pl.DataFrame({"lineno": range(1, len(lines) + 1), "line": lines}, schema={"lineno": pl.Int64, "line": pl.String})
@@ -505,7 +505,7 @@ class _PythonWalk:
 
     def walk(self, start_from=0):
         from array import array
-        from ingest import native
+        from aftertrace.ingest import native
         at = next((s for s in self.starts if s >= start_from), None)
         rec = [-1] * len(native.BLOCK_FIELDS)
         if at is not None:
@@ -523,9 +523,9 @@ def test_compiled_block_walk_equals_the_python_walkers(monkeypatch):
     import polars as pl
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from ingest import native
-    from ingest.formats.logs import blocks as B
-    from ingest.formats.logs import engine as E
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.logs import blocks as B
+    from aftertrace.ingest.formats.logs import engine as E
 
     def walk(lines, final=True):
         base = E._wrap(pl.DataFrame({"lineno": range(1, len(lines) + 1), "line": lines},
@@ -615,8 +615,8 @@ def test_step_values_equal_the_step_grammar():
     # the step-line numbers are read without capture regexes (grammar.NOCAP): on every text they
     # equal the groups of the STEP, LOSS and STEP_TIME regexes
     import polars as pl
-    from ingest.formats.logs.engine import _step_match, _step_values
-    from ingest.formats.logs.grammar import LOSS, LOWER, STEP, STEP_TIME
+    from aftertrace.ingest.formats.logs.engine import _step_match, _step_values
+    from aftertrace.ingest.formats.logs.grammar import LOSS, LOWER, STEP, STEP_TIME
     low = pl.col("t")
     for texts in (STEP_TEXTS, [t for t in STEP_TEXTS if t.isascii()]):
         df = pl.DataFrame({"t": texts})
@@ -643,8 +643,8 @@ def test_compiled_step_reader_equals_the_step_grammar():
     # it gives what the STEP, LOSS and STEP_TIME regexes give (a step line: the STEP regex matches
     # a message holding "step" or "iteration" in any case); other messages are left to the regexes
     import polars as pl
-    from ingest import native
-    from ingest.formats.logs.grammar import LOSS, LOWER, STEP, STEP_TIME
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.logs.grammar import LOSS, LOWER, STEP, STEP_TIME
     more = ["STEP=5 LOSS=1E5", "Iteration 3 / 4", "xstep=1 step=2", "global_step=3", "global_stepx=1 step=4",
             "lm losses=1 lm loss=2", "loss :  -7e-3x step=1", "step_time=1.5 S step=1", "step=5loss=3",
             "Elapsed Time Per Iteration (ms): 12 iteration 1/2", "step\t=\t7", "step 5/ x step=6", "step=1 loss=1e+",
@@ -689,8 +689,8 @@ def test_compiled_rank_reader_equals_the_rank_grammar():
     # ingest.native.rank_said reads the rank a message states: on every ASCII message what
     # RANK_IN_TEXT's two groups and the PG_RANK prefix give; other messages are left to the regexes
     import polars as pl
-    from ingest import native
-    from ingest.formats.logs.grammar import PG_RANK, RANK_IN_TEXT
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.logs.grammar import PG_RANK, RANK_IN_TEXT
     texts = ["[rank3] x", "Rank=4 y", "[PG 0 (default_pg) Rank 5] z", "xrank=1 rank:2", "[RANK: 7]", "[rank :7] rank=8",
              "[rank  9] rank:10x rank:11", "[rank99999999999999999999] rank=3", "rank=99999999999999999999",
              "[PG 0 ] x] Rank 1]", "[PG 1 Rank 2] Rank 3]", "[Rank 6] y", "[PGx Rank 12]", "[PG Rank 13]", "[PG  Rank 14]",
@@ -724,8 +724,8 @@ def test_compiled_readers_equal_the_regexes_on_generated_messages():
     # and every other one is left to the regexes
     import polars as pl
     from hypothesis import HealthCheck, given, settings, strategies as st
-    from ingest import native
-    from ingest.formats.logs.grammar import LOSS, LOWER, PG_RANK, RANK_IN_TEXT, STEP, STEP_TIME
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.logs.grammar import LOSS, LOWER, PG_RANK, RANK_IN_TEXT, STEP, STEP_TIME
 
     @settings(max_examples=300, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
@@ -772,7 +772,7 @@ def test_compiled_readers_read_both_arrow_layouts_alike():
     # inline up to 12 bytes, else in one of several data buffers) or as large_string (offsets):
     # the same rows give the same values, sliced or not, with nulls, from many buffers.
     import polars as pl
-    from ingest import native
+    from aftertrace.ingest import native
     from hypothesis import HealthCheck, given, settings, strategies as st
 
     def read(arr):
@@ -882,7 +882,7 @@ REAL = Path(__file__).resolve().parents[1] / "data" / "realworld"
     ("dev/nccl-1808_timestamped-worker-prefix-socketfinalizeaccept-wrong-magic.log", 9, "nccl_warn"),
 ])
 def test_how_a_job_ended_in_the_words_of_its_runner(tmp_path, name, line, kind):
-    from ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.parse import ParseJob, parse_file
     res = parse_file(ParseJob(str(REAL / name), Path(name).name, str(tmp_path / "out")))
     assert res.status in ("parsed", "partial", "text")
     got = {(e["line"], e["kind"]) for f in (tmp_path / "out").glob("events*.parquet")
@@ -894,7 +894,7 @@ def test_a_traceback_header_after_a_message(tmp_path):
     """A logger's message may lead into a traceback on its header's line ("... hit an exception:
     Traceback (most recent call last):"); a DataLoader's "Original Traceback (most recent call
     last):" is not one: it is the message of the exception above it, whose last line says why."""
-    from ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.parse import ParseJob, parse_file
     res = parse_file(ParseJob(str(APP / "shm_dataloader_traceback.log"), "t.log", str(tmp_path / "a")))
     got = sorted((e["line"], e["kind"]) for f in (tmp_path / "a").glob("events*.parquet")
                  for e in pq.read_table(f).to_pylist() if e["kind"])
@@ -909,7 +909,7 @@ def test_a_traceback_header_after_a_message(tmp_path):
 def test_the_verdicts_of_job_runners(tmp_path):
     """Real lines of Kubernetes, Slurm's sacct, LSF, DeepSpeed's launcher, Ray Jobs and Open MPI (one per
     source, see tests/data/app_log/PROVENANCE.md): each says how a job or its process ended."""
-    from ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.parse import ParseJob, parse_file
     res = parse_file(ParseJob(str(APP / "runner_verdicts.txt"), "runner_verdicts.txt", str(tmp_path / "out")))
     got = sorted((e["line"], e["name"], e["kind"]) for f in (tmp_path / "out").glob("events*.parquet")
                  for e in pq.read_table(f).to_pylist() if e["kind"])
@@ -932,7 +932,7 @@ def test_a_line_takes_the_first_message_whose_literal_and_pattern_both_match(tmp
     # Lines composed from the grammar's own entries (not a recorded file): several entries share
     # a literal ("srun: error:", "Exit Code:"), and line 5 holds the literal of the srun entries,
     # none of whose patterns match, and that of a later entry, which does.
-    from ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.parse import ParseJob, parse_file
     f = tmp_path / "m.log"
     f.write_text("srun: error: node-3: task 5: Segmentation fault\n"
                  "srun: error: node-3: tasks 0-7: Exited with exit code 1\n"
@@ -949,7 +949,7 @@ def test_a_line_takes_the_first_message_whose_literal_and_pattern_both_match(tmp
 
 def test_a_childfailederror_summary_pasted_without_its_traceback(tmp_path):
     """The launcher's failure summary alone (what people paste): its exception line, then the block."""
-    from ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.parse import ParseJob, parse_file
     log = next((Path(__file__).resolve().parents[2] / "sample_traces" / "logs-exception").rglob("torchrun.log"))
     lines = log.read_text().splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.endswith("ChildFailedError: "))
@@ -975,7 +975,7 @@ def _tables(res: SourceResult) -> dict[str, list[dict]]:
 def test_row_wise_steps_on_two_threads_give_the_same_tables(path, tmp_path, monkeypatch):
     # The row-wise steps (wrappers, line families, messages, times) run on two halves of a large
     # chunk at once. Cutting every frame of two or more rows in two must change no row of any table.
-    from ingest.formats.logs import frames
+    from aftertrace.ingest.formats.logs import frames
     parser = default_registry().detect(Head.read(path, path.name)).parser
     if parser is None:
         pytest.skip("not a log")
@@ -990,7 +990,7 @@ def test_row_wise_steps_on_two_threads_give_the_same_tables(path, tmp_path, monk
 def test_a_large_log_with_bad_lines_counts_every_one(tmp_path):
     # Past a row group of rows the engine's sink calls run on the sink thread, the reader's
     # issues (undecodable lines) included: every bad line is counted once, the first ones stored.
-    from ingest.sink import ROW_GROUP
+    from aftertrace.ingest.sink import ROW_GROUP
     good = (APP / "torchrun_hang.log").read_bytes().splitlines(keepends=True)
     path = tmp_path / "big.log"
     bad, rows = 0, 0
@@ -1020,7 +1020,7 @@ def test_the_frame_helpers_make_what_polars_own_constructions_make(dtype, n):
 
     import polars as pl
 
-    from ingest.formats.logs.frames import nulls, repeat, scatter
+    from aftertrace.ingest.formats.logs.frames import nulls, repeat, scatter
 
     t = getattr(pl, dtype)
     want = pl.Series("v", [], dtype=t).extend_constant(None, n)

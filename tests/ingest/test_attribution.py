@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.attribution import Attributable, host_from_path, rank_from_path, resolve
+from aftertrace.ingest.attribution import Attributable, host_from_path, rank_from_path, resolve
 
 
 @pytest.mark.parametrize("path,host", [

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest.bundle import (IntakeError, IntakeLimits, extract, safe_relpath, sniff_kind,
+from aftertrace.ingest.bundle import (IntakeError, IntakeLimits, extract, safe_relpath, sniff_kind,
                            store_raw, store_stream)
-from ingest.reader import Head, open_binary
+from aftertrace.ingest.reader import Head, open_binary
 
 # ---------------------------------------------------------------------------
 # helpers
@@ -251,7 +251,7 @@ def test_a_single_file_is_copied_whole_and_named_by_the_hash_of_the_copy(tmp_pat
     (a file system that refuses it, or a platform without it: reads and writes): the same bytes
     and the same name either way, from where the file is read."""
     import errno as _errno
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     data = _incompressible(3 * (1 << 20) + 12_345, 7)        # (more than one read of the fallback)
     src = tmp_path / "perf.txt"
     src.write_bytes(data)
@@ -282,7 +282,7 @@ def test_a_single_file_is_copied_whole_and_named_by_the_hash_of_the_copy(tmp_pat
 
 def test_a_full_disk_while_a_single_file_is_copied_is_named_and_leaves_nothing(tmp_path, bundles, monkeypatch):
     import errno as _errno
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     src = tmp_path / "perf.txt"
     src.write_bytes(b"x" * 100_000)
     sizes = iter([65_536])
@@ -884,7 +884,7 @@ def test_extract_empties_the_destination_first(tmp_path, bundles):
 
 
 def test_folder_packed_without_the_tar_tool_is_the_same_bundle(tmp_path, monkeypatch):
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     src = tmp_path / "src"
     (src / "a" / "b").mkdir(parents=True)
     (src / "a" / "b" / "f.txt").write_text("hello\n")
@@ -903,7 +903,7 @@ def test_folder_packed_without_the_tar_tool_is_the_same_bundle(tmp_path, monkeyp
 
 
 def test_folder_packed_when_the_tar_tool_fails_midway_and_stored_again(tmp_path, monkeypatch):
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     src = tmp_path / "src"
     for i in range(300):        # names enough to fill the pipe to a tool that stopped reading
         (src / f"d{i % 7}").mkdir(parents=True, exist_ok=True)
@@ -980,7 +980,7 @@ def _rows(ex) -> list:
 
 
 def test_walk_lists_a_folder_as_os_walk_does(tmp_path):
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     src = _odd_tree(tmp_path / "src")
     os.mkfifo(src / "a" / "pipe")
     assert B._walk(src) == _walk_with_os_walk(src)
@@ -993,7 +993,7 @@ def test_folder_files_are_read_ahead_only_when_reads_wait_and_within_the_window(
     when the probes' reads were slow (here: made to look so, or not), asks for each file not yet
     read at most once, never more than FILES files or BYTES bytes (PER_FILE of a file) ahead of
     the loop, and has ended when the scan returns."""
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     src = _odd_tree(tmp_path / "src")
     sizes = [0, 10, 700, 2500, 40]
     _write_tree(src, [(f"many/{i % 7}/f{i:03d}.log", bytes([65 + i % 26]) * sizes[i % 5]) for i in range(300)],
@@ -1057,7 +1057,7 @@ def test_folder_files_are_read_ahead_only_when_reads_wait_and_within_the_window(
 @pytest.mark.parametrize("limits", [IntakeLimits(), IntakeLimits(max_members=5), IntakeLimits(max_member_bytes=100),
                                     IntakeLimits(max_total_bytes=30)], ids=["default", "members", "member", "total"])
 def test_folder_read_in_place_has_the_members_its_tar_reads_back(tmp_path, monkeypatch, tool, awkward, limits):
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     src = _odd_tree(tmp_path / "src", awkward)
     if not tool:
         monkeypatch.setattr(B.shutil, "which", lambda name: None)
@@ -1075,7 +1075,7 @@ def test_folder_read_in_place_has_the_members_its_tar_reads_back(tmp_path, monke
 
 @pytest.mark.parametrize("tool", [True, False])
 def test_folder_with_a_fifo_or_hard_link_is_read_back_from_its_tar(tmp_path, monkeypatch, tool):
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     if not tool:
         monkeypatch.setattr(B.shutil, "which", lambda name: None)
     fifo = _odd_tree(tmp_path / "fifo", awkward_names=False)
@@ -1093,7 +1093,7 @@ def test_folder_with_a_fifo_or_hard_link_is_read_back_from_its_tar(tmp_path, mon
 
 
 def test_folder_tar_changed_since_packing_is_read_back(tmp_path, monkeypatch):
-    import ingest.bundle as B
+    import aftertrace.ingest.bundle as B
     src = _odd_tree(tmp_path / "src", awkward_names=False)
     raw = store_raw(src, tmp_path / "bundles")
     assert str(raw.raw_path) in B._PACKED

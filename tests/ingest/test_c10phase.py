@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ingest.formats.logs import c10phase as ph
+from aftertrace.ingest.formats.logs import c10phase as ph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_nccl_log import facts, parse  # noqa: E402
@@ -100,7 +100,7 @@ def test_compiled_stamp_reader_equals_reading():
     # examples) and with each piece replaced by each odd one; the lines it leaves, the regexes read
     import polars as pl
     from heads import each_piece_replaced, holds_on_edited_heads
-    from ingest import native
+    from aftertrace.ingest import native
 
     def same(lines):
         r = native.phase_readings(native.texts(pl.Series(lines, dtype=pl.String)))
@@ -121,7 +121,7 @@ def test_forbidden_phases_are_those_where_the_later_line_would_read_earlier():
     # lag by a tick) less the earliest a can have, plus the slack, is below zero exactly inside
     # the ranges forbidden() gives; pairs of each form near a second's edge, one call for them all
     import random
-    from ingest import native
+    from aftertrace.ingest import native
     rnd = random.Random(7)
     base = ph._local_s("12", "01", "22", "13", "53") * ph.SEC
 
@@ -158,7 +158,7 @@ def test_pairs_follow_the_rules_across_streams_chunks_and_the_cap(monkeypatch):
     # fed again; after the cap nothing more is fed)
     import random
     import polars as pl
-    from ingest import native
+    from aftertrace.ingest import native
     monkeypatch.setattr(ph, "MAX_PAIRS", 150)
     rnd = random.Random(3)
     lines, t = [], 0.0

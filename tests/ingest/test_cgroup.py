@@ -15,12 +15,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ingest.formats.cgroup import (CgroupConcatParser, CgroupJsonlParser, CgroupSnapshotsParser,
+from aftertrace.ingest.formats.cgroup import (CgroupConcatParser, CgroupJsonlParser, CgroupSnapshotsParser,
                                    CgroupTreeParser, evidence)
-from ingest.formats.nvidia_smi import NvidiaSmiCsvParser
-from ingest.parse import ParseJob, parse_file
-from ingest.reader import Head
-from ingest.registry import default_registry, write_group_manifest
+from aftertrace.ingest.formats.nvidia_smi import NvidiaSmiCsvParser
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry, write_group_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"
@@ -141,7 +141,7 @@ def test_evidence_lines_are_re_read_from_the_member_files(sample):
 
 
 def test_a_member_is_read_whole_gunzipped_and_within_its_limit(tmp_path):
-    from ingest.formats._cgroup_read import read_member
+    from aftertrace.ingest.formats._cgroup_read import read_member
     (tmp_path / "cpu.stat").write_bytes(b"nr_periods 3\nnr_throttled 1\n")
     (tmp_path / "empty").write_bytes(b"")
     (tmp_path / "big").write_bytes(b"x" * 200_001)          # (more than one read of the descriptor)
@@ -161,7 +161,7 @@ def test_a_member_is_read_whole_gunzipped_and_within_its_limit(tmp_path):
 def test_a_member_too_large_is_named_without_a_line(tmp_path):
     """A snapshot file larger than a cgroup file can be is a parse issue that names the file (it
     has no line: none was read), and the series' other files are read."""
-    from ingest.formats.cgroup import MAX_MEMBER_BYTES
+    from aftertrace.ingest.formats.cgroup import MAX_MEMBER_BYTES
     snap = tmp_path / "b" / "node-1" / "cgroup" / "1795958884.908782" / "cpu" / "job"
     snap.mkdir(parents=True)
     (snap / "cpu.stat").write_text("nr_periods 3\nnr_throttled 1\n")
@@ -177,7 +177,7 @@ def test_a_file_is_read_for_evidence_only_when_it_can_hold_the_value():
     """``may_give`` answers without reading a file whether it can hold an (entity, metric): never
     no for a value it holds (every row of every cgroup/PSI file of the corpus), and no for the
     other metrics of a grammar whose metric names the table lists."""
-    from ingest.formats._cgroup_read import may_give, parse_block, read_member, resolve
+    from aftertrace.ingest.formats._cgroup_read import may_give, parse_block, read_member, resolve
     checked, refused = 0, set()
     for root in (ROOT / "tests" / "data", ROOT / "sample_traces"):
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -347,8 +347,8 @@ def test_nvidia_smi_log(tmp_path):
 
 def test_one_cgroup_file_on_its_own_is_read_by_its_kernel_name(tmp_path):
     """A file copied alone (a ticket's attachment): the name says which file, the grammar must fit."""
-    from ingest.parse import ParseJob, parse_file
-    from ingest.registry import default_registry
+    from aftertrace.ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.registry import default_registry
     reg = default_registry()
     ctl = tmp_path / "cgroup.controllers"
     ctl.write_text("cpuset cpu io memory hugetlb pids rdma misc\n")

@@ -19,11 +19,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ingest.formats import _cgroup_state
-from ingest.formats.cgroup import CgroupConcatParser, CgroupSnapshotsParser
-from ingest.parse import ParseJob, parse_file
-from ingest.reader import Head
-from ingest.registry import default_registry, write_group_manifest
+from aftertrace.ingest.formats import _cgroup_state
+from aftertrace.ingest.formats.cgroup import CgroupConcatParser, CgroupSnapshotsParser
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry, write_group_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "cgroup" / "members"

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from ingest.collect import add_arguments, config_from_args, parse_duration, parse_size
-from ingest.collect import cgroups as cgmod
-from ingest.collect.host import anchor, anchors_files, date_c
-from ingest.collect.kmsg import parse_record, render
-from ingest.collect.perf import _fix_header
-from ingest.collect.procs import ProcTable
-from ingest.collect.recorder import Config, Recorder
-from ingest.collect.ring import NS, Ring
-from ingest.collect.trigger import Reason, TriggerState, Watchdog
-from ingest.collect.writer import BundleRequest, BundleWriter, snap_dir_name
+from aftertrace.ingest.collect import add_arguments, config_from_args, parse_duration, parse_size
+from aftertrace.ingest.collect import cgroups as cgmod
+from aftertrace.ingest.collect.host import anchor, anchors_files, date_c
+from aftertrace.ingest.collect.kmsg import parse_record, render
+from aftertrace.ingest.collect.perf import _fix_header
+from aftertrace.ingest.collect.procs import ProcTable
+from aftertrace.ingest.collect.recorder import Config, Recorder
+from aftertrace.ingest.collect.ring import NS, Ring
+from aftertrace.ingest.collect.trigger import Reason, TriggerState, Watchdog
+from aftertrace.ingest.collect.writer import BundleRequest, BundleWriter, snap_dir_name
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_traces" / "oom-after-throttle" / "vm"
@@ -57,7 +57,7 @@ def test_durations_sizes_and_arguments():
 
 
 def test_cli_has_the_collect_subcommand():
-    from server.cli import build_parser
+    from aftertrace.server.cli import build_parser
     a = build_parser().parse_args(["collect", "--out", "d", "--perf", "--", "sh", "-c", "exit 1"])
     assert a.cmd == "collect" and a.perf and a.command[-3:] == ["sh", "-c", "exit 1"]
 
@@ -175,7 +175,7 @@ def test_mountinfo_and_cgroup_paths(tmp_path):
     assert cgmod._in_mount(m[3], "/kubepods/pod1") == "/sys/fs/cgroup/unified/pod1"
     assert cgmod._rel("/sys/fs/cgroup/memory/job", m[1]) == "memory/job"
     # the snapshot paths resolve to the entities the ingest expects
-    from ingest.formats._cgroup_read import resolve
+    from aftertrace.ingest.formats._cgroup_read import resolve
     assert resolve("memory/job/memory.usage_in_bytes").entity == "/job"
     assert resolve("cpu,cpuacct/job/cpu.stat").entity == "/job"
     assert resolve("proc/4242/status").entity == "pid 4242"
@@ -219,8 +219,8 @@ def _copy_sample_cgroup_tree(tmp_path, snap: str) -> Path:
 
 
 def _parse_group(bundle: Path, tmp_path):
-    from ingest.parse import ParseJob, parse_file
-    from ingest.registry import default_registry, write_group_manifest
+    from aftertrace.ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.registry import default_registry, write_group_manifest
     import pyarrow.parquet as pq
     files = sorted((str(p.relative_to(bundle)), str(p)) for p in bundle.rglob("*") if p.is_file())
     reg = default_registry()
@@ -356,8 +356,8 @@ def test_kernel_lines_before_the_window_are_left_out(tmp_path):
 
 
 def test_the_bundle_ingests_and_gives_the_recorded_chain(tmp_path):
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     ring, first, last = _sample_ring(tmp_path)
     path, _ = BundleWriter(ring, _request(tmp_path, first, last)).write("bundle-sample")
     svc = Service(Settings.from_env(home=tmp_path / "home"))
@@ -515,7 +515,7 @@ def test_archive_and_missing_command(tmp_path):
     with tarfile.open(rec.bundles[0]) as tf:
         names = tf.getnames()
     assert any(n.endswith("aftertrace-manifest.json") for n in names)
-    from ingest.collect import run
+    from aftertrace.ingest.collect import run
     p = argparse.ArgumentParser()
     add_arguments(p)
     msgs: list[str] = []
@@ -526,8 +526,8 @@ def test_archive_and_missing_command(tmp_path):
 
 
 def test_recorded_bundle_of_a_real_process_ingests(tmp_path):
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     rc, rec, _ = _record(tmp_path, ["sh", "-c", "echo 'E1129 13:28:56.349000 1 x.py:1] failed'; sleep 1.2; exit 1"],
                          anchor_every_s=0.5)
     man = _manifest(rec.bundles[0])

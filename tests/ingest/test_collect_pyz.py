@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ingest.collect.pyz import members, write_pyz
-from ingest.collect.schema import MANIFEST_NAME, SCHEMA
+from aftertrace.ingest.collect.pyz import members, write_pyz
+from aftertrace.ingest.collect.schema import MANIFEST_NAME, SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,14 +30,15 @@ def test_the_recorder_imports_the_standard_library_and_itself_only():
     names = set()
     for name, src in members():
         names |= _imports(src.decode() if isinstance(src, bytes) else src.read_text())
-    foreign = sorted(n for n in names if n not in sys.stdlib_module_names and n not in ("__future__", "ingest"))
+    foreign = sorted(n for n in names if n not in sys.stdlib_module_names and n not in ("__future__", "aftertrace"))
     assert foreign == [], foreign
-    assert {n for n, _ in members()} >= {"__main__.py", "ingest/__init__.py", "ingest/collect/__init__.py",
-                                          "ingest/collect/schema.py", "ingest/collect/writer.py"}
+    assert {n for n, _ in members()} >= {"__main__.py", "aftertrace/__init__.py", "aftertrace/ingest/__init__.py",
+                                          "aftertrace/ingest/collect/__init__.py", "aftertrace/ingest/collect/schema.py",
+                                          "aftertrace/ingest/collect/writer.py"}
 
 
 def test_the_packed_recorder_runs_without_site_packages_and_its_bundle_is_read(tmp_path):
-    from server.cli import main
+    from aftertrace.server.cli import main
     pyz = tmp_path / "aftertrace-collect.pyz"
     assert main(["pack-recorder", str(pyz)]) == 0
     first = pyz.read_bytes()
@@ -54,8 +55,8 @@ def test_the_packed_recorder_runs_without_site_packages_and_its_bundle_is_read(t
     man = json.loads((bundle / MANIFEST_NAME).read_text())
     assert man["schema"] == SCHEMA and man["job"]["exit_code"] == 3
 
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     rep = svc.analyze(svc.submit_path(bundle).incident_id)
     src = {s["path"]: s for s in rep["sources"]}

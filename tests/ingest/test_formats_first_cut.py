@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.parse import ParseJob, SourceResult, parse_file
+from aftertrace.ingest.parse import ParseJob, SourceResult, parse_file
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 NS = 1_000_000_000

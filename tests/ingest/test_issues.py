@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.issues import ISSUE_KINDS, SEVERITIES, issue_kind
-from ingest.sink import RowSink
+from aftertrace.ingest.issues import ISSUE_KINDS, SEVERITIES, issue_kind
+from aftertrace.ingest.sink import RowSink
 
 ROOT = Path(__file__).resolve().parents[2]
 

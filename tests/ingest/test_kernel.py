@@ -20,9 +20,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.parse import ParseJob, SourceResult, parse_file
-from ingest.reader import Head
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import ParseJob, SourceResult, parse_file
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 K = DATA / "kernel"
@@ -500,7 +500,7 @@ def _records(parser_cls, lines: list[str]):
 def test_iso_constant_columns_equal_per_row_columns():
     """One --decode width and one UTC offset per chunk: fields at constant columns. A chunk that mixes
     them takes the per-row path; the rows both share must come out the same."""
-    from ingest.formats.kernel.dmesg import DmesgIsoParser
+    from aftertrace.ingest.formats.kernel.dmesg import DmesgIsoParser
     same = ["kern  :info  : 2026-11-29T13:38:49,486513+01:00 Linux version 5.15.0",
             "kern  :err   : 2026-02-30T13:38:49,000001+01:00 feb 30 still reads",
             "kern  :warn  : 2026-11-29T24:00:00,000002+01:00  two spaces, one kept",
@@ -524,7 +524,7 @@ def test_iso_constant_columns_equal_per_row_columns():
 def test_raw_stamp_fields():
     """Seconds as one float where the fraction has 6 digits, integer fields otherwise (ns printk);
     the one optional space after "]"; <N> and --decode prefixes."""
-    from ingest.formats.kernel.dmesg import DmesgRawParser
+    from aftertrace.ingest.formats.kernel.dmesg import DmesgRawParser
     rec = _records(DmesgRawParser, [
         "[    0.000001] a", "[1234567.999999]b", "[    1.000000123]  ns", "<6>[ 4294967.295000] c",
         "kern  :warn  : [   12.500000] d", "+[    2.000000] e", "[    3.000000]", "garbage"])
@@ -538,7 +538,7 @@ def test_subsystem_equals_the_capture():
     """kernel.subsystem answers per distinct 42-character head; SUBSYS's capture is the reference."""
     import polars as pl
 
-    from ingest.formats.kernel.engine import SUBSYS, subsystem
+    from aftertrace.ingest.formats.kernel.engine import SUBSYS, subsystem
     msgs = ["pcieport 0000:00:1c.1: AER: x", "pci 0000:d7: on NUMA node 5", "NVRM: Xid", "sched: RT",
             "eth0 (unregistering): link down", "systemd[1]: started", "nvidia-modeset[42]: x",
             "w\u00e4rme (x): thermal", "\u00e9l\u00e8ve: x", "a" * 39 + ": 39", "a" * 40 + ": 40",
@@ -555,7 +555,7 @@ def test_compiled_subsystem_reader_equals_the_capture():
     import polars as pl
     from hypothesis import HealthCheck, given, settings, strategies as st
 
-    from ingest.formats.kernel.engine import SUBSYS, subsystem
+    from aftertrace.ingest.formats.kernel.engine import SUBSYS, subsystem
     pieces = ["a", "Z", "eth0", "x" * 18, "y" * 38, "z" * 39, "1", "_", ".", "-", "/", " ", "  ", ":", ": ", " (",
               "(", ")", "c" * 39, "c" * 40, "c" * 41, "[", "]", "[12]", "[1x]", "12", "\t", "\u00e4", "\u0663", "x" * 90]
 
@@ -580,8 +580,8 @@ def test_subsystem_and_prefixes_survive_a_hash_collision(monkeypatch):
     path gives the same answers (here every head gets one hash)."""
     import polars as pl
 
-    from ingest.formats.kernel.engine import SUBSYS, subsystem
-    from ingest.formats.kernel.frames import extract_distinct
+    from aftertrace.ingest.formats.kernel.engine import SUBSYS, subsystem
+    from aftertrace.ingest.formats.kernel.frames import extract_distinct
     msgs = pl.Series("msg", ["NVRM: x", "sched: a", None, "", "eth0 (x): y", "NVRM: x", "x[1]: y", "plain"] * 2)
     pre = pl.Series("line", ["kern  :info  : ", None, "<6>", "user  :err   : ", "kern  :info  : "])
     want = subsystem(msgs).to_list(), extract_distinct(pre, r"(info|err)\s*: $").to_list()
@@ -596,7 +596,7 @@ def test_oom_parts_are_tested_from_the_first_report_start():
     on (and with a report open) the column is the full test's."""
     import polars as pl
 
-    from ingest.formats.kernel.engine import candidates
+    from aftertrace.ingest.formats.kernel.engine import candidates
     msgs = ["memory: usage 1kB, limit 2kB, failcnt 3", "NVRM: Xid (PCI:0000:3b:00): 13, x",
             "python invoked oom-killer: gfp_mask=0x0", "memory: usage 1kB, limit 2kB, failcnt 3",
             "[  pid  ]   uid  tgid total_vm", "Memory cgroup stats for /x:"]
@@ -640,8 +640,8 @@ def test_compiled_raw_reader_equals_the_raw_regexes():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from heads import each_piece_replaced, edited_heads
     from hypothesis import HealthCheck, given, settings
-    from ingest import native
-    from ingest.formats.kernel import dmesg
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.kernel import dmesg
 
     def df_of(lines):
         return pl.DataFrame({"lineno": list(range(1, len(lines) + 1)), "line": lines, "bad_utf8": [False] * len(lines)},
@@ -690,7 +690,7 @@ def test_iso_layout_rows_equal_the_per_row_path(monkeypatch, extra):
     """Lines with the layout of the chunk's first record (--decode widths, UTC offset, a space) skip the
     grammar, --decode and prefix tests (all of them in a chunk of such lines and blank ones); the frame
     is the one the per-row path builds (forced here by finding no layout)."""
-    from ingest.formats.kernel import dmesg
+    from aftertrace.ingest.formats.kernel import dmesg
     same = ["kern  :info  : 2026-11-29T13:38:49,486513+00:00 Linux version 5.15.0",
             "kern  :err   : 2026-11-29T13:38:50,000001+00:00 pci 0000:00:01.0: x",
             "user  :notice: 2026-11-29T13:38:51,000004+00:00  two spaces, one kept",
@@ -709,7 +709,7 @@ def test_boot_attrs_per_number_equal_per_row():
     """The plain events' boot attrs, made once per boot number, are the per-row text."""
     import polars as pl
 
-    from ingest.formats.kernel.engine import _boot_attrs
+    from aftertrace.ingest.formats.kernel.engine import _boot_attrs
     boot = pl.Series([0, 0, 1, 1, 1, 2, 1000, 1000, 12345678])
     new = pl.Series([False, False, True, False, False, True, True, False, True])
     want = [None, None, '{"boot":1,"boot_restart":true}', '{"boot":1}', '{"boot":1}',
@@ -729,7 +729,7 @@ def test_report_bodies_walked_from_the_heads_equal_the_forward_fill(monkeypatch)
 
     import polars as pl
 
-    from ingest.formats.kernel import engine as K
+    from aftertrace.ingest.formats.kernel import engine as K
 
     class _P:
         clock_domain, untimed, name, per_line_host = "boot", False, "dmesg_raw", False
@@ -746,7 +746,7 @@ def test_report_bodies_walked_from_the_heads_equal_the_forward_fill(monkeypatch)
              "plain message", "RIP: 0010:x", "task:x state:D", "", "  indented"]
     # (a line that is not ASCII sends the chunk to the rounds in Python: both ways are held to the fill)
     kinds += ["  fr\u00e4me+0x1/0x2"] * (len(kinds) // 4) + ["pl\u00e4in"]
-    from ingest import native
+    from aftertrace.ingest import native
     said = []
     walk = native.body_walk
     monkeypatch.setattr(native, "body_walk", lambda *a: said.append(walk(*a)) or said[-1])
@@ -781,8 +781,8 @@ def test_the_compiled_body_test_is_the_regex():
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from heads import each_piece_replaced, holds_on_edited_heads
-    from ingest import native
-    from ingest.formats.kernel import engine as K
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.kernel import engine as K
 
     def compiled(lines: list[str]) -> list[bool] | int:
         # each line a walk of its own, stopped by a head row after it
@@ -822,7 +822,7 @@ def test_head_codes_number_the_distinct_values_or_step_aside(monkeypatch):
     answers None: no pl.Categories); subsystem gives the capture's values on both paths."""
     import polars as pl
 
-    from ingest.formats.kernel import engine as K, frames as F
+    from aftertrace.ingest.formats.kernel import engine as K, frames as F
     s = pl.Series("k", ["b", "a", "b", "", "c", "a"])
     heads, code = F.head_codes(s)
     if heads is not None:
@@ -844,7 +844,7 @@ def test_syslog_years_vectorised_equal_the_line_loop():
 
     import polars as pl
 
-    from ingest.formats.kernel.journal import SyslogParser
+    from aftertrace.ingest.formats.kernel.journal import SyslogParser
 
     def loop(p, months):
         out = []
@@ -912,7 +912,7 @@ def _journal_json_variants() -> list[str]:
 
 def _per_field(lines: list[str]) -> list[tuple]:
     import polars as pl
-    from ingest.formats.kernel.journal import _J
+    from aftertrace.ingest.formats.kernel.journal import _J
     return pl.DataFrame({"line": lines}).select(
         **{k: pl.col("line").str.json_path_match(p) for k, p in _J.items()}).rows()
 
@@ -924,7 +924,7 @@ def test_journal_json_one_pass_decode_equals_per_field_path(extra):
     path; invalid JSON that looks like an object makes the chunk's decode fail (a retry without raw
     control characters, else the per-field path for the chunk)."""
     import polars as pl
-    from ingest.formats.kernel.journal import _json_fields
+    from aftertrace.ingest.formats.kernel.journal import _json_fields
     lines = _journal_json_variants()
     lines = lines[:30] + extra + lines[30:] + extra
     got = _json_fields(pl.Series("line", lines, dtype=pl.String))
@@ -938,7 +938,7 @@ def test_journal_json_a_broken_line_leaves_the_rest_of_the_chunk_decoded_in_one_
     the lines that take the per-field path anyway (the whole chunk did), and the fields equal the
     per-field path's on every line."""
     import polars as pl
-    import ingest.formats.kernel.journal as J
+    import aftertrace.ingest.formats.kernel.journal as J
     lines = _journal_json_variants()
     lines = lines + lines
     real = J._fields_slow
@@ -984,7 +984,7 @@ def test_journal_json_anchor_medians_and_ties(tmp_path):
         best = min(ps, key=lambda q: q[0])
         unc = max(1_000_000, int(statistics.median(q[0] for q in ps) - best[0]))
         want.append((key[0], best[1], best[1] + best[0], best[2], unc))
-    import ingest.formats.kernel.engine as KM
+    import aftertrace.ingest.formats.kernel.engine as KM
     for chunk in (None, 50_000):
         saved = KM.records_ahead.__defaults__, KM.line_frames_to_the_cut.__defaults__
         if chunk:
@@ -1015,7 +1015,7 @@ def test_syslog_in_another_locale(tmp_path):
 
 @pytest.mark.parametrize("month,num", [("Dez", 12), ("déc.", 12), ("mär", 3), ("AGO", 8), ("10月", 10)])
 def test_locale_month_names(month, num):
-    from ingest.timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
+    from aftertrace.ingest.timeparse import LOCALE_MONTH_RE, LOCALE_MONTHS
     assert re.fullmatch(LOCALE_MONTH_RE, month)
     assert LOCALE_MONTHS[month.lower().rstrip(".")] == num
 

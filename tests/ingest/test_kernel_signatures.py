@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from analysis.links import LinkKind
-from ingest.formats.kernel import signatures as ks
+from aftertrace.analysis.links import LinkKind
+from aftertrace.ingest.formats.kernel import signatures as ks
 
 
 @pytest.mark.parametrize("sig", ks.SIGNATURES, ids=lambda s: s.id)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.formats._kineto_fields import NCCL_KERNEL, canonical_collective
-from ingest.formats.kineto import KinetoParser
-from ingest.parse import ParseJob, SourceResult, parse_file
-from ingest.reader import Head
+from aftertrace.ingest.formats._kineto_fields import NCCL_KERNEL, canonical_collective
+from aftertrace.ingest.formats.kineto import KinetoParser
+from aftertrace.ingest.parse import ParseJob, SourceResult, parse_file
+from aftertrace.ingest.reader import Head
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "torch_trace"
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,8 +121,8 @@ def test_events_parts_are_whole_row_groups_in_file_order(tmp_path, monkeypatch):
     """Many small chunks are gathered into parts of whole DuckDB row groups (the store loads
     those in parallel); rows stay in file order and every event keeps its args (non-ASCII
     text, an empty object and no args at all included)."""
-    import ingest.formats._kineto_stream as stream
-    import ingest.sink as sink
+    import aftertrace.ingest.formats._kineto_stream as stream
+    import aftertrace.ingest.sink as sink
     monkeypatch.setattr(sink, "ROW_GROUP", 64)
     monkeypatch.setattr(stream.EventReader.__init__, "__defaults__", (4096,))
     evs = []
@@ -405,8 +405,8 @@ def test_sample_bundle_ranks_pids_and_step_times(tmp_path):
 def test_streamed_parts_of_a_late_time_base_are_announced_rebased(tmp_path, monkeypatch):
     # Parts are loaded while the file is parsed; when baseTimeNanoseconds comes after the
     # events, the parts written before it are rewritten, so none may be announced before.
-    from ingest import sink as sink_mod
-    from ingest.formats._kineto_stream import EventReader
+    from aftertrace.ingest import sink as sink_mod
+    from aftertrace.ingest.formats._kineto_stream import EventReader
     monkeypatch.setattr(sink_mod, "ROW_GROUP", 64)                  # parts written mid-parse
     monkeypatch.setattr(EventReader.__init__, "__defaults__", (4096,))   # many small chunks
     path = DATA / "hta__nccl_data.excerpt.json.gz"
@@ -466,7 +466,7 @@ _AWKWARD = {"schemaVersion": 1, "baseTimeNanoseconds": 1_700_000_000_000_000_000
 def test_small_chunks_read_event_by_event_give_the_vectorised_rows(name, tmp_path, monkeypatch):
     # a chunk of few events skips the Polars queries (the fixed cost of a small file); both
     # ways must write the same rows, number for number (flows: no row order is promised)
-    import ingest.formats.kineto as kineto
+    import aftertrace.ingest.formats.kineto as kineto
     if name == "awkward":
         path = tmp_path / "awkward.pt.trace.json"
         path.write_text(json.dumps(_AWKWARD))
@@ -506,8 +506,8 @@ def test_small_chunks_read_together_give_each_chunks_rows(name, block, tmp_path,
     # consecutive chunks of few events are read together (a file's last event is a chunk of its
     # own); the rows must be those of reading each chunk on its own, in order (the vectorised
     # path with SMALL_CHUNK 0 reads every chunk alone)
-    import ingest.formats.kineto as kineto
-    from ingest.formats._kineto_stream import EventReader
+    import aftertrace.ingest.formats.kineto as kineto
+    from aftertrace.ingest.formats._kineto_stream import EventReader
     monkeypatch.setattr(EventReader.__init__, "__defaults__", (block,))
     path = tmp_path / f"{name}.pt.trace.json"
     path.write_text(json.dumps(_chunked_variants()[name], indent=1))
@@ -525,7 +525,7 @@ def test_small_chunks_read_together_give_each_chunks_rows(name, block, tmp_path,
 
 @pytest.mark.parametrize("size", [1, 200, 4096])
 def test_detect_reads_a_prefix_of_the_head_to_the_same_answer(size, monkeypatch):
-    import ingest.formats.kineto as kineto
+    import aftertrace.ingest.formats.kineto as kineto
     heads = [Head.read(DATA / name, name) for name, _ in REAL]
     heads += [Head.from_bytes(f"{k}.json", json.dumps(v).encode()) for k, v in _chunked_variants().items()]
     big = [{"ph": "X", "name": "x" * 500, "ts": i, "pid": 1, "tid": 1} for i in range(60)]
@@ -543,8 +543,8 @@ def test_detect_reads_a_prefix_of_the_head_to_the_same_answer(size, monkeypatch)
 def test_blocks_read_ahead_on_a_worker_give_the_rows_of_blocks_read_in_turn(name, tmp_path, monkeypatch):
     # a file of more than one block is read and decoded a block ahead on a worker thread; the
     # rows, issues and outcome (a cut stream's error after every complete event) are the same
-    import ingest.formats.kineto as kineto
-    from ingest.formats._kineto_stream import EventReader
+    import aftertrace.ingest.formats.kineto as kineto
+    from aftertrace.ingest.formats._kineto_stream import EventReader
     monkeypatch.setattr(EventReader.__init__, "__defaults__", (4096,))
     path = tmp_path / name
     if name == REC0.name:

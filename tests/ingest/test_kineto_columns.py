@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import native
-from ingest.formats import _kineto_stream as KS
-from ingest.parse import ParseJob, parse_file
+from aftertrace.ingest import native
+from aftertrace.ingest.formats import _kineto_stream as KS
+from aftertrace.ingest.parse import ParseJob, parse_file
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = sorted(glob.glob(str(ROOT / "tests/data/torch_trace/*.json*"))) + \

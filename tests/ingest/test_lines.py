@@ -4,9 +4,9 @@ import io
 
 import pytest
 
-from ingest.lines import line_frames
-from ingest.registry import ParseContext
-from ingest.sink import RowSink
+from aftertrace.ingest.lines import line_frames
+from aftertrace.ingest.registry import ParseContext
+from aftertrace.ingest.sink import RowSink
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
@@ -59,7 +59,7 @@ def _not_utf8(b: bytes) -> bool:
 def test_every_line_within_the_size_limit_is_handed_out_whatever_the_read_size(tmp_path, chunk):
     # one large read may cross the per-file limit: the bytes before the limit still come out (the
     # lines, and the one the limit cuts), then the error
-    from ingest.reader import DecompressedLimit, open_binary
+    from aftertrace.ingest.reader import DecompressedLimit, open_binary
     p = tmp_path / "x.log"
     p.write_bytes(b"".join(b"line %06d of a log\n" % i for i in range(100_000)))
     limit = 1_234_567
@@ -74,7 +74,7 @@ def test_every_line_within_the_size_limit_is_handed_out_whatever_the_read_size(t
 
 
 def test_a_read_at_the_limit_raises_instead_of_ending_the_stream(tmp_path):
-    from ingest.reader import DecompressedLimit, open_binary
+    from aftertrace.ingest.reader import DecompressedLimit, open_binary
     p = tmp_path / "x.bin"
     p.write_bytes(b"x" * 101)
     stream = open_binary(p, 100)          # (kept: the buffered stream closes its raw when collected)
@@ -103,7 +103,7 @@ def test_a_small_file_does_not_get_a_chunk_sized_buffer():
 
 
 def test_the_size_hint_is_the_file_or_gzip_trailer_size(tmp_path):
-    from ingest.reader import size_hint
+    from aftertrace.ingest.reader import size_hint
     data = b"".join(b"line %d\n" % i for i in range(5000))
     plain, packed = tmp_path / "a.log", tmp_path / "a.log.gz"
     plain.write_bytes(data)
@@ -116,7 +116,7 @@ def test_the_size_hint_is_the_file_or_gzip_trailer_size(tmp_path):
 
 def test_a_hinted_file_is_read_into_one_buffer_of_its_size(monkeypatch):
     # (growing the buffer from 64 kB to a 10 MB file's size cost three times its read and split)
-    import ingest.lines as lines
+    import aftertrace.ingest.lines as lines
     data = b"".join(b"line %d of a larger log\n" % i for i in range(20000))
     sizes = []
     real = lines._read_into
@@ -174,7 +174,7 @@ def test_lines_not_utf8_past_the_first_replacement_buffer_and_blank_lines_as_nul
     # 30,000 lines of bytes that are not UTF-8 grow into 270 kB of replacements (more than the
     # split's first buffer for them holds: it splits again with room), between ASCII lines, empty
     # ones (null with blank_as_null) and lines of at most 12 bytes (held in their views)
-    from ingest.native import split_lines
+    from aftertrace.ingest.native import split_lines
     lines = [b"\xff\xfe\xfd", b"", b"short", b"a line of ASCII longer than twelve bytes", b"\xc3\xa9t\xc3\xa9"] * 30_000
     buf = bytearray(b"\n".join(lines) + b"\npartial")
     text, flags, used = split_lines(buf, len(buf), False, True)
@@ -189,7 +189,7 @@ def test_lines_not_utf8_past_the_first_replacement_buffer_and_blank_lines_as_nul
 def test_a_chunk_past_a_view_offset_window_is_split_into_its_lines():
     # a view's offset is an int32 into the data buffer it names: past 1 GiB the lines point into
     # the next window of the chunk's copy (a chunk grows this large for one very long line)
-    from ingest.native import WINDOW, split_lines
+    from aftertrace.ingest.native import WINDOW, split_lines
     import polars as pl
     line = (b"0123456789abcdef" * 65536)[:(1 << 20) - 1]           # 1 MiB with its newline
     n = WINDOW // (1 << 20) + 3
@@ -205,7 +205,7 @@ def test_a_chunk_past_a_view_offset_window_is_split_into_its_lines():
 
 def test_ahead_hands_out_each_item_worked_in_order_and_each_error_where_it_happened():
     import threading
-    from ingest.lines import ahead
+    from aftertrace.ingest.lines import ahead
     where = []
 
     def items():
@@ -233,7 +233,7 @@ def test_ahead_hands_out_each_item_worked_in_order_and_each_error_where_it_happe
 
 def test_ahead_closed_early_closes_its_items_once_the_worker_is_out_of_them():
     import threading
-    from ingest.lines import ahead
+    from aftertrace.ingest.lines import ahead
     state = {"closed": False, "read": 0}
     gate = threading.Event()
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ingest.formats import manifest as manifest_mod
-from ingest.formats.manifest import CollectManifestParser, find_manifests, key_lines, schema_of
-from ingest.parse import ParseJob, parse_file
-from ingest.reader import Head
-from ingest.registry import default_registry
+from aftertrace.ingest.formats import manifest as manifest_mod
+from aftertrace.ingest.formats.manifest import CollectManifestParser, find_manifests, key_lines, schema_of
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = ROOT / "sample_traces" / "collected-hang" / "aftertrace-manifest.json"

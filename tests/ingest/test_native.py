@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import native
-from ingest.parse import ParseJob, parse_file
-from ingest.registry import default_registry
+from aftertrace.ingest import native
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -111,7 +111,7 @@ def test_kineto_times_in_nanoseconds_are_the_python_formula():
     import random
     import struct
 
-    from ingest.formats.kineto import MAX_TS_US, _py_dur_to_ns, _py_us_to_ns, _us_to_ns
+    from aftertrace.ingest.formats.kineto import MAX_TS_US, _py_dur_to_ns, _py_us_to_ns, _us_to_ns
     rng = random.Random(11)
     edges = [None, math.nan, math.inf, -math.inf, 0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 0.0005, 0.0015, 0.0025,
              -0.0025, 1.0005, MAX_TS_US, -MAX_TS_US, math.nextafter(MAX_TS_US, 0), math.nextafter(-MAX_TS_US, 0),

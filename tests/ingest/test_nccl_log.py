@@ -8,12 +8,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.formats.logs.applog import AppLogParser
-from ingest.formats.logs.nccl import NcclLogParser
-from ingest.formats.logs.nccl_grammar import warn_class
-from ingest.parse import ParseJob, SourceResult, parse_file
-from ingest.reader import Head
-from ingest.registry import default_registry
+from aftertrace.ingest.formats.logs.applog import AppLogParser
+from aftertrace.ingest.formats.logs.nccl import NcclLogParser
+from aftertrace.ingest.formats.logs.nccl_grammar import warn_class
+from aftertrace.ingest.parse import ParseJob, SourceResult, parse_file
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 NCCL = DATA / "nccl_log"
@@ -312,7 +312,7 @@ def _per_op_log(n: int) -> str:
 
 @pytest.mark.parametrize("chunk", [None, 4096])
 def test_per_operation_lines_collapse_to_the_last_one_per_process_and_device(tmp_path, monkeypatch, chunk):
-    import ingest.lines as lines_mod
+    import aftertrace.ingest.lines as lines_mod
     if chunk:       # small chunks: the kept lines travel over many chunk ends (their counts with them)
         monkeypatch.setattr(lines_mod, "CHUNK_BYTES", chunk)
     p = tmp_path / "nccl.log"
@@ -367,8 +367,8 @@ def test_compiled_info_reader_equals_the_collapse_grammar():
     import polars as pl
     import pyarrow as pa
     from hypothesis import HealthCheck, given, settings, strategies as st
-    from ingest import native
-    from ingest.formats.logs.nccl_grammar import INFO_KEEP, OP_LITERALS
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.logs.nccl_grammar import INFO_KEEP, OP_LITERALS
 
     heads = st.sampled_from(["h:1:2 [0]", "h:1:3 [0]", "[2026-01-01 00:00:00] h:1:2 [0]", "", "x", "h\u00fc:1:2"])
     msgs = st.lists(st.sampled_from(_INFO_PIECES), max_size=10).map("".join)
@@ -428,8 +428,8 @@ def test_compiled_header_reader_cuts_the_lines_as_the_string_operations_do():
     import polars as pl
     from hypothesis import HealthCheck, given, settings, strategies as st
     from polars.testing import assert_frame_equal
-    from ingest import native
-    from ingest.formats.logs.nccl_grammar import FAST_START, _heads_cut, _heads_read
+    from aftertrace.ingest import native
+    from aftertrace.ingest.formats.logs.nccl_grammar import FAST_START, _heads_cut, _heads_read
 
     ids = st.sampled_from(["h:1:2", "host-1.x:12:345", "a_b.c:0:0", "h:1:", ":1:2", "h:x:2", "h\u00fc:1:2", "h:1:2:3"])
     rest = st.lists(st.sampled_from(_HEAD_PIECES), max_size=12).map("".join)
@@ -473,8 +473,8 @@ def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path,
     import re
 
     import polars as pl
-    from ingest.formats.logs import engine as applog, nccl_grammar as nccl
-    from ingest.lines import line_frames
+    from aftertrace.ingest.formats.logs import engine as applog, nccl_grammar as nccl
+    from aftertrace.ingest.lines import line_frames
     import gzip
     with gzip.open(NCCL / "timez-zx__nccl-tests_nccl.log.gz", "rb") as f:     # (COLL, tuning, proxy lines)
         text = b"".join(f.readline() for _ in range(6000))
@@ -536,10 +536,10 @@ def test_info_grammar_read_once_per_message_and_collapse_on_real_lines(tmp_path,
 def test_the_messages_read_once_per_file_are_bounded_and_read_alike(tmp_path, monkeypatch):
     # each distinct NCCL message's INFO entry is read once per file and kept (engine._info_read);
     # past MAX_INFO_READ messages the kept readings are dropped and read again: the same events
-    import ingest.formats.logs.engine as engine
-    import ingest.lines
+    import aftertrace.ingest.formats.logs.engine as engine
+    import aftertrace.ingest.lines as lines_mod
     path = NCCL / "bigscience__n16_32gb_all_reduce_bench.txt.gz"
-    monkeypatch.setattr(ingest.lines, "CHUNK_BYTES", 16 * 1024)     # (chunks that meet new messages)
+    monkeypatch.setattr(lines_mod, "CHUNK_BYTES", 16 * 1024)     # (chunks that meet new messages)
     real = engine._info_read
     runs = []
     for bound in (engine.MAX_INFO_READ, 5):
@@ -580,8 +580,8 @@ def test_collapse_groups_of_thousands_of_processes_merge_over_chunks(tmp_path, m
     time, so that each chunk's groups are emitted with it), written in three rounds over all
     processes, are one event each with every line counted, whether the groups meet in one chunk or
     in many, merged many times on the way (a small merge threshold) and written in batches."""
-    import ingest.formats.logs.engine as engine
-    import ingest.lines as lines_mod
+    import aftertrace.ingest.formats.logs.engine as engine
+    import aftertrace.ingest.lines as lines_mod
     merges = []
     if chunk:
         monkeypatch.setattr(lines_mod, "CHUNK_BYTES", chunk)

@@ -5,7 +5,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import ingest
+from aftertrace import ingest
 
 
 class _Lookups:
@@ -54,7 +54,7 @@ def test_arrows_allocator_asks_for_no_huge_pages():
     code = textwrap.dedent("""
         import os
         os.environ.pop("MIMALLOC_ALLOW_THP", None)
-        import ingest
+        import aftertrace.ingest
         import pyarrow as pa
         b = pa.allocate_buffer(64 << 20)
         inside = None

@@ -8,9 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ingest.parse import ParseJob, parse_file
-from ingest.reader import Head
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import default_registry
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perf_script"
 SAMPLE_PERF = Path(__file__).resolve().parents[2] / "sample_traces/oom-after-throttle/vm/perf/perf.script.txt.gz"
@@ -265,8 +265,8 @@ def test_compiled_header_reader_gives_what_the_regexes_give(tmp_path, monkeypatc
     the compiled reader as with the regexes alone (every line left to them)."""
     from hypothesis import HealthCheck, given, seed as hseed, settings, strategies as st
 
-    import ingest.formats.perf_script as ps
-    from ingest import native
+    import aftertrace.ingest.formats.perf_script as ps
+    from aftertrace.ingest import native
     real = native.perf_headers
 
     def regexes_only(lines, max_seconds):
@@ -338,7 +338,7 @@ def test_detection_reads_on_while_the_body_can_still_reach_its_share():
     # a file whose first lines are foreign but whose body still reaches the share is read to the
     # end and claimed, and one just below the share is not. (Real records of the sample, no
     # "# perf" header: the body decides.)
-    from ingest.formats.perf_script import PerfScriptParser
+    from aftertrace.ingest.formats.perf_script import PerfScriptParser
     lines = [ln for ln in text_of(SAMPLE_PERF).splitlines() if ln.strip() and not ln.startswith("#")][:400]
     heads = [ln for ln in lines if not ln.startswith(("\t", " "))]
     assert len(lines) == 400 and heads and sum(1 for ln in lines if ln.startswith("\t")) > 200

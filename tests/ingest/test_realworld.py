@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.parse import ParseJob, parse_file
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "realworld"
 CASES = json.loads((ROOT / "cases.json").read_text())

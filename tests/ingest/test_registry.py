@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats.kernel.dmesg import DmesgCtimeParser, DmesgRawParser
-from ingest.formats.host_info import HostInfoParser
-from ingest.parse import detect_files
-from ingest.reader import Head
-from ingest.registry import Parser, Registry, default_registry
+from aftertrace.ingest.formats.kernel.dmesg import DmesgCtimeParser, DmesgRawParser
+from aftertrace.ingest.formats.host_info import HostInfoParser
+from aftertrace.ingest.parse import detect_files
+from aftertrace.ingest.reader import Head
+from aftertrace.ingest.registry import Parser, Registry, default_registry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -4,8 +4,8 @@ import json
 import polars as pl
 import pyarrow.parquet as pq
 
-from ingest import sink as sink_mod
-from ingest.sink import RowSink
+from aftertrace.ingest import sink as sink_mod
+from aftertrace.ingest.sink import RowSink
 
 
 def _frame(lo, hi):
@@ -64,7 +64,7 @@ def _codecs(path):
 def test_temporary_parts_are_uncompressed_kept_ones_compressed(tmp_path):
     # parse_file writes parts that only travel to the store uncompressed, and parts for a shared
     # Parquet location (kept) with the sink's codec
-    from ingest.parse import ParseJob, parse_file
+    from aftertrace.ingest.parse import ParseJob, parse_file
     log = tmp_path / "dmesg.txt"
     log.write_text("".join(f"[{i}.000001] usb 1-1: new device {i}\n" for i in range(1, 200)))
     temp = parse_file(ParseJob(str(log), "dmesg.txt", str(tmp_path / "t")))
@@ -179,7 +179,7 @@ def test_attrs_json_is_compact_json_of_every_value():
 
 def test_attrs_of_reads_what_attrs_json_writes_and_what_orjson_refuses():
     import json
-    from ingest.sink import attrs_json, attrs_of
+    from aftertrace.ingest.sink import attrs_json, attrs_of
     a = {"a": 1, "b": [1.5, None], "c": "x\u00e9", "d": {"e": True}}
     assert attrs_of(attrs_json(a)) == a and attrs_of(None) == {} and attrs_of("") == {}
     # an integer beyond 64 bits and NaN: orjson refuses them, the standard library reads them

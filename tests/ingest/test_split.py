@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.formats.perf_script import PerfScriptParser
-from ingest.parse import ParseJob, merge_ranges, parse_file, split_job
+from aftertrace.ingest.formats.perf_script import PerfScriptParser
+from aftertrace.ingest.parse import ParseJob, merge_ranges, parse_file, split_job
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "perf_script"
@@ -128,7 +128,7 @@ def test_a_failed_range_fails_the_source_and_removes_its_parts(tmp_path):
 def test_a_parse_in_small_chunks_is_the_parse_in_one(tmp_path, monkeypatch, name):
     # a file of more than one chunk is read ahead and its last record waits for the end of the
     # lines (no look at the next chunk): the same rows as the file read in one chunk
-    import ingest.lines as lines_mod
+    import aftertrace.ingest.lines as lines_mod
     path = _plain(SAMPLE_PERF if name == "sample" else DATA / name, tmp_path)
     got = {}
     small, whole = max(64, path.stat().st_size // 9), lines_mod.CHUNK_BYTES     # (about nine chunks; one)

@@ -5,8 +5,8 @@ import json
 
 import pyarrow.parquet as pq
 
-from ingest.parse import ParseJob, parse_file
-from ingest.registry import default_registry
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.registry import default_registry
 
 TICKET = (
     "We saw this on node 3 last night:\n"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from ingest.parse import ParseJob, parse_file
-from ingest.registry import default_registry
-from ingest.unwrap import layers, peel_line
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.ingest.registry import default_registry
+from aftertrace.ingest.unwrap import layers, peel_line
 
 # the module's worked example (two lines of a real paste, tests/data/realworld/dev/llamafactory-7396_*)
 PASTE = (
@@ -120,7 +120,7 @@ def _terminal(lines: list[str], width: int) -> list[str]:
 
 
 def test_terminal_width_worked_example():
-    from ingest.unwrap import rejoin, terminal_width
+    from aftertrace.ingest.unwrap import rejoin, terminal_width
     lines = (APP / "torchrun_mismatch.log").read_text().splitlines()
     assert terminal_width(lines) is None
     cut = _terminal(lines, 80)
@@ -140,7 +140,7 @@ def test_lines_all_as_wide_as_the_widest_are_not_a_terminal_cut():
     for p in (real / "realworld" / "dev" / "azhpc-diagnostics-77_nvidia-smi-power-ERR.txt",      # a table
               real / "nccl_log" / "issue_nvidia-nccl-697_ncclSystemError_socket_dgxa100.log",     # a template
               real / "realworld" / "dev" / "colossalai-3172_rich-indented-log-sigterm-exitcode-9.log"):  # padded
-        from ingest.unwrap import terminal_width
+        from aftertrace.ingest.unwrap import terminal_width
         assert terminal_width(p.read_text().splitlines()) is None, p.name
 
 
@@ -167,7 +167,7 @@ def test_a_log_cut_by_a_terminal_reads_as_the_log(tmp_path):
 
 
 def test_a_join_is_bounded():
-    from ingest.unwrap import MAX_PIECES, rejoin, terminal_width
+    from aftertrace.ingest.unwrap import MAX_PIECES, rejoin, terminal_width
     lines = [f"{i:04d}" + "x" * 76 for i in range(1000)]         # 80 columns each, every one "continued"
     assert terminal_width(lines) == 80
     joined = rejoin(lines, 80)

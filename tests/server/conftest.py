@@ -1,6 +1,6 @@
 import pytest
 
-from server.settings import Settings
+from aftertrace.server.settings import Settings
 
 
 @pytest.fixture

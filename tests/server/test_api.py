@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from server.app import create_app
+from aftertrace.server.app import create_app
 
 LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
 
@@ -101,7 +101,7 @@ def test_error_envelope(client):
 
 
 def test_upload_limit(settings):
-    from ingest.bundle import IntakeLimits
+    from aftertrace.ingest.bundle import IntakeLimits
     s = settings.with_(limits=IntakeLimits(max_upload_bytes=1000))
     with TestClient(create_app(s), base_url=LOCAL) as c:
         r = c.post("/api/incidents", files={"bundle": ("big.txt", b"x" * 5000)})
@@ -147,7 +147,7 @@ def test_flamegraph_route_and_page(client):
 
 
 def test_root_cause_views_escape_bundle_strings(client):
-    from web import report_render
+    from aftertrace.web import report_render
     evil = "<b>evil</b>"
     line = OOM_LINE.replace("(python)", f"({evil})")
     data = _tgz({"node-1/host/anchors.txt": b"7000.00 9000.00\n1764417073.000000000\n",
@@ -295,7 +295,7 @@ def test_a_running_analysis_says_its_stage_and_time(client):
 def test_an_incident_not_analysed_yet_answers_409_with_its_status(settings, tmp_path):
     # a queued (or running, or failed) incident has no rows to show: each data endpoint says so in the
     # envelope, its pages show its status; an unknown id is a 404 and an unreadable window a 400
-    from server.service import Service
+    from aftertrace.server.service import Service
     log = tmp_path / "train.log"
     log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=499 step_time=0.123s loss=2.3080\n")
     svc = Service(settings)
@@ -367,8 +367,8 @@ def test_the_same_bundle_uploaded_at_once_is_one_incident_analysed_once(settings
 
 
 def test_an_incident_is_deleted_with_every_byte_of_it_and_nothing_else(settings, tmp_path):
-    from ingest.model import INCIDENT_TABLES
-    from server.service import Service
+    from aftertrace.ingest.model import INCIDENT_TABLES
+    from aftertrace.server.service import Service
     svc = Service(settings)
     with TestClient(create_app(settings, svc), base_url=LOCAL) as c:
         ids, sent = [], []

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ingest import __version__
+from aftertrace.ingest import __version__
 
 
 def run(*args, home, cwd=None):
     env = dict(os.environ, AFTERTRACE_HOME=str(home), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "aftertrace.server.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=120)
 
 
@@ -85,7 +85,7 @@ def test_the_terminal_lists_the_first_findings_and_says_how_many_more(tmp_path):
     import io
     from pathlib import Path
     from rich.console import Console
-    from server.cli import MAX_FINDINGS, print_summary
+    from aftertrace.server.cli import MAX_FINDINGS, print_summary
     sample = Path(__file__).resolve().parents[2] / "sample_traces" / "oom-after-throttle"
     assert run("analyze", str(sample), "--json", str(tmp_path / "r.json"), home=tmp_path / "h").returncode == 0
     rep = json.loads((tmp_path / "r.json").read_text())
@@ -171,8 +171,8 @@ def test_evidence_without_a_line_names_its_source_alone(tmp_path):
 
 def test_an_incident_whose_analysis_failed_answers_its_reason_in_one_line(tmp_path):
     # every command that shows an incident's data says why there is none, exit status 2, no traceback
-    from server.service import Service
-    from server.settings import Settings
+    from aftertrace.server.service import Service
+    from aftertrace.server.settings import Settings
     log = tmp_path / "train.log"
     log.write_text("2026-11-29 13:31:51,235 INFO [rank0] train: step=499 step_time=0.123s loss=2.3080\n")
     svc = Service(Settings.from_env(home=tmp_path / "h"))
@@ -219,7 +219,7 @@ def test_sigterm_stops_an_analysis_on_the_command_line_as_ctrl_c_does(tmp_path):
         (b / "notes").mkdir(parents=True, exist_ok=True)
         (b / "notes" / f"n{k:04d}.txt").write_text(f"note {k}: nothing happened\n" * 20)
     env = dict(os.environ, AFTERTRACE_HOME=str(tmp_path / "home"), PYTHONPATH=str(root))
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "analyze", str(b)], cwd=root, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "aftertrace.server.cli", "analyze", str(b)], cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     # (the analysis is under way once its work folder is made: detection and the parse of the
@@ -232,8 +232,8 @@ def test_sigterm_stops_an_analysis_on_the_command_line_as_ctrl_c_does(tmp_path):
     assert proc.returncode == 130, (out, errs)
     assert "stopping at the next step (again to stop at once)" in errs and "Traceback" not in errs, errs
     assert "stopped; its incident" in errs
-    from server.service import STOPPED_BY_USER
-    from server.store import Store
+    from aftertrace.server.service import STOPPED_BY_USER
+    from aftertrace.server.store import Store
     st = Store(tmp_path / "home" / "aftertrace.duckdb")
     try:
         assert st.query("SELECT status, error FROM incidents") == [{"status": "failed", "error": STOPPED_BY_USER}]

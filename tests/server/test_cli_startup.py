@@ -3,7 +3,7 @@
 Each case runs ``server.cli.main`` in a fresh interpreter and then reads ``sys.modules``: what
 is checked is which modules were imported, never how long it took, so the test cannot flake on
 a slow machine. The parse workers of the local executor are spawned processes that import the
-main module again, so a light ``import server.cli`` keeps them light too.
+main module again, so a light ``import aftertrace.server.cli`` keeps them light too.
 """
 import json
 import os
@@ -21,7 +21,7 @@ HEAVY = ("duckdb", "polars", "pyarrow", "plotly")
 PROBE = """
 import json, sys
 out, what, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-from server import cli
+from aftertrace.server import cli
 after_import = sorted(sys.modules)
 try:
     code = cli.main(argv) if what == "main" else None
@@ -51,7 +51,7 @@ def test_import_is_light(tmp_path):
     r, code, after_import, _ = probe(tmp_path, what="import")
     assert heavy(after_import) == []
     # rich, the store and the service come with the command that needs them
-    assert not {"rich.console", "server.store", "server.service", "ingest.bundle"} & set(after_import)
+    assert not {"rich.console", "aftertrace.server.store", "aftertrace.server.service", "aftertrace.ingest.bundle"} & set(after_import)
 
 
 @pytest.mark.parametrize("argv, code", [
@@ -98,7 +98,7 @@ def test_a_real_analysis_still_loads_what_it_needs(tmp_path):
     f.write_text("hello world\n")
     r, code, _, after_main = probe(tmp_path, "analyze", str(f))
     assert code == 0, r.stderr
-    assert "duckdb" in after_main and "server.service" in after_main
+    assert "duckdb" in after_main and "aftertrace.server.service" in after_main
     assert "tiny.log" in r.stdout
 
 
@@ -107,8 +107,8 @@ def test_commands_that_read_the_store_load_no_parser(tmp_path):
     format modules are loaded only when a bundle is analysed."""
     r, code, _, after = probe(tmp_path, "incidents")
     assert code == 0, r.stderr
-    assert "server.service" in after
-    assert not [m for m in after if m.startswith("ingest.formats")]
+    assert "aftertrace.server.service" in after
+    assert not [m for m in after if m.startswith("aftertrace.ingest.formats")]
 
 
 def test_the_console_script_ends_its_process_once_everything_is_written(tmp_path):
@@ -118,7 +118,7 @@ def test_the_console_script_ends_its_process_once_everything_is_written(tmp_path
     marker = tmp_path / "atexit-ran"
     sample = ROOT / "tests" / "data" / "perf_script" / "flamegraph__perf-funcab-pid-01.txt"
     code = ("import atexit, sys; p = sys.argv[1]; atexit.register(lambda: open(p, 'w').write('ran')); "
-            "sys.argv = ['aftertrace'] + sys.argv[2:]; from server.cli import run; run()")
+            "sys.argv = ['aftertrace'] + sys.argv[2:]; from aftertrace.server.cli import run; run()")
     env = dict(os.environ, AFTERTRACE_HOME=str(tmp_path / "home"), COLUMNS="200")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.parse import ParseJob, parse_file
-from server.executors import ExecutorUnavailable, LocalExecutor, make_executor
-from server.service import Service
-from server.settings import Settings
+from aftertrace.ingest.parse import ParseJob, parse_file
+from aftertrace.server.executors import ExecutorUnavailable, LocalExecutor, make_executor
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "oom-after-throttle"
 FILES = ["vm/dmesg.txt", "vm/logs/torchrun.log",
@@ -122,7 +122,7 @@ def test_a_result_pickles_its_inline_tables_as_arrow_ipc(tmp_path):
 
     import pyarrow as pa
 
-    from ingest.model import TABLES
+    from aftertrace.ingest.model import TABLES
     job = _jobs(tmp_path)[1]                       # (the torchrun log: events, facts, metrics inline)
     r = parse_file(replace(job, inline_rows=4096))
     assert len(r.inline) >= 2
@@ -171,7 +171,7 @@ def _pid(_):
 
 
 def test_local_executor_start_spawns_the_workers_the_first_map_uses():
-    from ingest.parse import warm_up
+    from aftertrace.ingest.parse import warm_up
     with LocalExecutor(2) as ex:
         ex.start(warm_up)
         started = set(ex._pool._processes)     # (spawned at once, before any map)
@@ -200,7 +200,7 @@ def _payload(n):
 def test_local_executor_results_fit_the_pipe_whole():
     """A worker sends a result larger than a pipe's default 64 KiB without waiting for the reader."""
     import fcntl
-    from server.executors import RESULT_PIPE_BYTES
+    from aftertrace.server.executors import RESULT_PIPE_BYTES
     with LocalExecutor(2) as ex:
         got = dict(ex.map_unordered(_payload, range(6)))
         assert got == {n: _payload(n) for n in range(6)}
@@ -226,7 +226,7 @@ def test_ray_missing_says_what_to_install(monkeypatch):
 
 
 def test_cli_analyze_takes_the_executor(tmp_path, monkeypatch):
-    from server import cli
+    from aftertrace.server import cli
     seen = {}
 
     class Stop(Exception):
@@ -236,7 +236,7 @@ def test_cli_analyze_takes_the_executor(tmp_path, monkeypatch):
         seen["s"] = settings
         raise Stop
 
-    monkeypatch.setattr("server.service.Service", fake_service)
+    monkeypatch.setattr("aftertrace.server.service.Service", fake_service)
     args = cli.build_parser().parse_args(["analyze", str(SAMPLE), "--home", str(tmp_path),
                                           "--executor", "ray", "--ray-address", "auto"])
     with pytest.raises(Stop):
@@ -307,7 +307,7 @@ def test_ray_executor_returns_the_exception_of_a_failed_call(tmp_path, local_ray
 _HOLDER = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-from server.executors import LocalExecutor
+from aftertrace.server.executors import LocalExecutor
 
 def nap(job):
     time.sleep(60)
@@ -376,7 +376,7 @@ def test_small_files_go_to_the_pool_in_batches():
     """Runs of files of at most BATCH_FILE_BYTES are one task per BATCH_FILES files (or
     BATCH_BYTES bytes); larger files and byte ranges are tasks of their own; a run of one file is
     the file's own task."""
-    from ingest.parse import BATCH_BYTES, BATCH_FILE_BYTES, BATCH_FILES, ParseBatch, batched
+    from aftertrace.ingest.parse import BATCH_BYTES, BATCH_FILE_BYTES, BATCH_FILES, ParseBatch, batched
     big = ParseJob("/b", "big", "/o")
     rng = replace(big, rel="r", byte_range=(0, 10, 1))
     small = [ParseJob(f"/s{i}", f"s{i}", "/o") for i in range(BATCH_FILES + 3)]
@@ -398,7 +398,7 @@ def test_a_batch_whose_worker_died_is_parsed_again_file_by_file(tmp_path, monkey
     its own, so that only a file that kills its worker fails, as when every file was a task."""
     from concurrent.futures.process import BrokenProcessPool
 
-    from ingest.parse import ParseBatch
+    from aftertrace.ingest.parse import ParseBatch
 
     class DiesOnBatches:
         name = "local"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from server.app import create_app
-from server.exports import normalize
-from server.service import Service
-from server.settings import Settings
+from aftertrace.server.app import create_app
+from aftertrace.server.exports import normalize
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
 
 LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
 
@@ -109,12 +109,12 @@ def test_cli_export(analysed, tmp_path):
     svc.store.close()     # the CLI opens the store itself
     try:
         out = tmp_path / "r.folded"
-        p = subprocess.run([sys.executable, "-m", "server.cli", "export", iid[:6], "-o", str(out),
+        p = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "export", iid[:6], "-o", str(out),
                             "--db", str(settings.db_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert p.returncode == 0, p.stderr
         assert "folded export of incident" in p.stdout and "samples 3811" in p.stdout
         assert out.exists() and not out.with_name(out.name + ".part").exists()
-        p = subprocess.run([sys.executable, "-m", "server.cli", "export", iid, "-o", str(tmp_path / "x.svg"),
+        p = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "export", iid, "-o", str(tmp_path / "x.svg"),
                             "--db", str(settings.db_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert p.returncode == 2 and "unknown export format" in p.stderr
     finally:

@@ -3,9 +3,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.model import TABLES
-from server.loader import IncidentLoad
-from server.store import Store
+from aftertrace.ingest.model import TABLES
+from aftertrace.server.loader import IncidentLoad
+from aftertrace.server.store import Store
 
 
 def _part(path, names):
@@ -83,7 +83,7 @@ def test_abort_rolls_back(tmp_path):
 
 # -- attached incidents (a run folder of Parquet partitions) ----------------------------------------
 def _partition(root, sid, names, host="h1"):
-    from ingest.sink import partition_path
+    from aftertrace.ingest.sink import partition_path
     p = partition_path(root, "events", "app_log", host, sid, 0)
     p.parent.mkdir(parents=True, exist_ok=True)
     return _part(p, names)

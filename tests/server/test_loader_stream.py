@@ -6,10 +6,10 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.model import TABLES
-from server import loader
-from server.loader import IncidentLoad
-from server.store import Store
+from aftertrace.ingest.model import TABLES
+from aftertrace.server import loader
+from aftertrace.server.loader import IncidentLoad
+from aftertrace.server.store import Store
 
 
 def _part(path, n, text_bytes=0):

@@ -12,7 +12,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from server.service import Service
+from aftertrace.server.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = ROOT / "sample_traces" / "collected-hang"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest.sink import NO_VALUE, partition_path, partition_value
-from server.service import Service
-from server.settings import Settings
-from server.store import ATTACHED_TABLES, Store
+from aftertrace.ingest.sink import NO_VALUE, partition_path, partition_value
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
+from aftertrace.server.store import ATTACHED_TABLES, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
@@ -116,7 +116,7 @@ def test_parts_dir_setting(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("command", ["analyze", "serve"])
 def test_cli_takes_parts_dir(tmp_path, command):
-    from server import cli
+    from aftertrace.server import cli
     args = cli.build_parser().parse_args([command, *([str(SAMPLES)] if command == "analyze" else []),
                                           "--home", str(tmp_path), "--parts-dir", str(tmp_path / "p")])
     assert cli._settings(args).parts_dir == (tmp_path / "p").resolve()
@@ -236,10 +236,10 @@ def test_a_perf_file_parsed_in_byte_ranges_gives_the_same_incident(tmp_path, par
     bundle = _bundle_with_plain_perf(tmp_path)
     perf = bundle / "vm" / "perf" / "perf.script.txt"
     _, _, whole = _analyse_bundle(tmp_path / "whole", bundle, None, 0)
-    import server.service
+    import aftertrace.server.service as service_mod
     merged = []
-    real = server.service.merge_ranges
-    monkeypatch.setattr(server.service, "merge_ranges",
+    real = service_mod.merge_ranges
+    monkeypatch.setattr(service_mod, "merge_ranges",
                         lambda job, ranges, results, reg=None: merged.append(len(ranges)) or real(job, ranges, results, reg))
     svc, iid, split = _analyse_bundle(tmp_path / "split", bundle, tmp_path / "parts" if parts else None,
                                       perf.stat().st_size // 9)

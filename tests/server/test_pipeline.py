@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats import PARSERS
-from ingest.registry import Parser, Registry
-import server.service as service_mod
-from server.service import Service
+from aftertrace.ingest.formats import PARSERS
+from aftertrace.ingest.registry import Parser, Registry
+import aftertrace.server.service as service_mod
+from aftertrace.server.service import Service
 
 RAW = "[ {:>4}.000000] line {}\n"
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_host_files_parsed_on_the_running_workers_give_what_this_process_gives(t
 def test_the_store_yields_the_cores_the_parse_holds(tmp_path, settings, monkeypatch):
     """In this process the parse holds one core; with the pool, every worker's."""
     from contextlib import contextmanager
-    from server.store import Store
+    from aftertrace.server.store import Store
     busy = []
 
     @contextmanager
@@ -227,8 +227,8 @@ def test_the_sources_say_what_was_read_past(tmp_path, settings):
 def test_the_timeline_tables_and_the_findings_fail_the_analysis_alike(tmp_path, settings, monkeypatch, broken):
     # The timeline's tables are built beside the search for findings: a failure of either fails
     # the analysis with its own error, after both have stopped; a later analysis runs afresh.
-    import analysis.rootcause as rootcause_mod
-    import analysis.timeline as timeline_mod
+    import aftertrace.analysis.rootcause as rootcause_mod
+    import aftertrace.analysis.timeline as timeline_mod
     mod = timeline_mod if broken == "build_tracks" else rootcause_mod
     real = getattr(mod, broken)
 

@@ -50,7 +50,7 @@ def report(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     out = home / "report.json"
     env = dict(os.environ, AFTERTRACE_HOME=str(home), COLUMNS="200")
-    r = subprocess.run([sys.executable, "-m", "server.cli", "analyze", str(SAMPLE), "--json", str(out)],
+    r = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "analyze", str(SAMPLE), "--json", str(out)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text()), r.stdout, env
@@ -92,7 +92,7 @@ def test_terminal_summary_says_what_is_missing(report):
 def test_flamegraph_of_rank0_before_the_kill_shows_the_leak(report, tmp_path):
     rep, _, env = report
     out = tmp_path / "fg.folded"
-    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"][:6], "--pid", "17988",
+    r = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "flamegraph", rep["incident"]["id"][:6], "--pid", "17988",
                         "--start", "2026-11-29T13:28:50Z", "--end", "2026-11-29T13:28:56Z", "-o", str(out)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -103,7 +103,7 @@ def test_flamegraph_of_rank0_before_the_kill_shows_the_leak(report, tmp_path):
     top = max(stacks, key=stacks.get)
     assert top.startswith("python3;") and "__memset" in top and top.endswith("clear_page_erms")
     html = tmp_path / "fg.html"
-    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"], "-o", str(html)],
+    r = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "flamegraph", rep["incident"]["id"], "-o", str(html)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and "<svg" not in html.read_text() and '"tree"' in html.read_text()
 
@@ -113,7 +113,7 @@ def test_flamegraph_of_a_rank_and_what_the_window_could_be_narrowed_to(report, t
     window's samples hold, most first (a neighbour's processes show here before anyone reads frames)."""
     rep, _, env = report
     out = tmp_path / "fg.json"
-    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"], "--rank", "0",
+    r = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "flamegraph", rep["incident"]["id"], "--rank", "0",
                         "-o", str(out)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     fg = json.loads(out.read_text())
@@ -123,7 +123,7 @@ def test_flamegraph_of_a_rank_and_what_the_window_could_be_narrowed_to(report, t
                                                    {"host": "vm", "pid": 17989, "rank": 1}]
     assert ch["pids"][0]["samples"] >= ch["pids"][-1]["samples"] and {"pid": 17988, "host": "vm", "comm": "python3",
                                                                       "samples": 995} in ch["pids"]
-    r = subprocess.run([sys.executable, "-m", "server.cli", "flamegraph", rep["incident"]["id"], "--rank", "7",
+    r = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "flamegraph", rep["incident"]["id"], "--rank", "7",
                         "-o", str(out)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and "no process of rank 7" in r.stderr
 
@@ -131,7 +131,7 @@ def test_flamegraph_of_a_rank_and_what_the_window_could_be_narrowed_to(report, t
 def test_speedscope_export_of_the_window_before_the_kill(report, tmp_path):
     rep, _, env = report
     out = tmp_path / "window.speedscope.json"
-    r = subprocess.run([sys.executable, "-m", "server.cli", "export", rep["incident"]["id"], "-o", str(out),
+    r = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "export", rep["incident"]["id"], "-o", str(out),
                         "--start", "2026-11-29T13:28:50Z", "--end", "2026-11-29T13:28:56Z"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr

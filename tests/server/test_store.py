@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.model import SCHEMA_VERSION, TABLES
-from server import store as store_mod
-from server.store import Store, StoreBusy, StoreError
+from aftertrace.ingest.model import SCHEMA_VERSION, TABLES
+from aftertrace.server import store as store_mod
+from aftertrace.server.store import Store, StoreBusy, StoreError
 
 
 def test_creates_every_table_with_documented_columns(tmp_path):
@@ -124,7 +124,7 @@ def test_daemon_threads_ending_at_interpreter_exit_do_not_abort(tmp_path):
     threads end exactly then. About one run in two aborted, so a handful of runs must all pass."""
     code = textwrap.dedent(f"""
         import atexit, sys, threading, time
-        from server.store import Store
+        from aftertrace.server.store import Store
         st = Store(sys.argv[1])
         evs = []
         def work(ev):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from server.app import create_app
-from server.settings import Settings
+from aftertrace.server.app import create_app
+from aftertrace.server.settings import Settings
 
 LOCAL = "http://127.0.0.1:8000"   # (the server answers to its own names only: the address it listens on)
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def client(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     env = dict(os.environ, AFTERTRACE_HOME=str(home))
-    r = subprocess.run([sys.executable, "-m", "server.cli", "analyze", str(ROOT / "sample_traces" / "oom-after-throttle"),
+    r = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "analyze", str(ROOT / "sample_traces" / "oom-after-throttle"),
                         "--json", str(home / "r.json")], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     iid = json.loads((home / "r.json").read_text())["incident"]["id"]
@@ -133,7 +133,7 @@ def test_a_bucket_is_named_by_its_most_common_name_the_first_in_name_order_among
 
 
 def test_depths_worked_example():
-    from analysis.timeline import depths
+    from aftertrace.analysis.timeline import depths
     # a step [0, 180) holding mm [10, 14) holding add [11, 11.02); a later mm; an instant inside the step
     rows = [[0, 180, None], [10, 4, None], [11, 0.02, None], [20, 4, None], [30, None, None], [200, 5, None]]
     depths(rows)

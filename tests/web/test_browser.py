@@ -37,7 +37,7 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     port = _free_port()
     env = dict(os.environ, AFTERTRACE_HOME=str(home))
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--port", str(port)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "aftertrace.server.cli", "serve", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     import urllib.request
@@ -383,7 +383,7 @@ def test_exported_report_file_works_offline(browser, tmp_path):
     """`aftertrace export ID -o r.html`: one file that draws the chain, the timeline and the flame
     graph with no server and no network."""
     env = dict(os.environ, AFTERTRACE_HOME=str(tmp_path / "home"))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "server.cli", *a], env=env, cwd=ROOT,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "aftertrace.server.cli", *a], env=env, cwd=ROOT,
                                     capture_output=True, text=True, timeout=300)
     p = run("analyze", str(ROOT / "sample_traces" / "oom-after-throttle"), "--json", str(tmp_path / "rep.json"))
     assert p.returncode == 0, p.stderr

@@ -1,6 +1,6 @@
 """Evidence is shown where it is: a line where it has one, its source alone where it has none."""
-from web.pages import _env
-from web.present import where
+from aftertrace.web.pages import _env
+from aftertrace.web.present import where
 
 
 def test_evidence_with_and_without_a_line():
@@ -13,13 +13,13 @@ def test_evidence_with_and_without_a_line():
 
 
 def test_when_a_finding_has_no_time_it_says_so():
-    from web.present import when
+    from aftertrace.web.present import when
     assert when({"time": "2026-12-02T10:00:00.000000Z"}) == "2026-12-02T10:00:00.000000Z"
     assert when({"time": None}) == "time unknown"
 
 
 def test_times_as_people_read_them():
-    from web.present import clock_of, rel_text
+    from aftertrace.web.present import clock_of, rel_text
     fail = {"time": "2026-11-29T13:28:56.147000Z"}
     assert clock_of({"time": "2026-11-29T13:28:24.409226Z"}, fail) == "13:28:24.409"
     assert clock_of({"time": "2022-10-03T13:52:42.750000Z"}, fail) == "2022-10-03 13:52:42.750"
@@ -32,7 +32,7 @@ def test_the_chain_strip_of_the_readme_sample():
     """The sample's chain (sample_traces/oom-after-throttle): throttling 31.7 s before the failure,
     memory growth at 16.2 s, then the kill, SIGKILL and the failure within 0.4 s of each other: one
     axis from T−31.7 s to T, the last three marks stacked in rows so their labels do not overlap."""
-    from web.present import chain_strip
+    from aftertrace.web.present import chain_strip
     lead = {"cpu_throttle": 31.737774, "memory_growth": 16.237944, "oom_kill": 0.386408, "signal_kill": 0.0735,
             "job_failure": 0.0}
     chain = {"links": [{"kind": k, "lead_s": v, "ts": 1_795_958_936.147 - v, "rank": 0 if k != "cpu_throttle" else None,
