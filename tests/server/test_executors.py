@@ -15,6 +15,7 @@ import pytest
 from aftertrace.ingest.parse import ParseJob, parse_file
 from aftertrace.server.executors import ExecutorUnavailable, LocalExecutor, make_executor
 from aftertrace.server.service import Service
+from aftertrace.server.pipeline import Pipeline
 from aftertrace.server.settings import Settings
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "oom-after-throttle"
@@ -180,16 +181,18 @@ def test_local_executor_start_spawns_the_workers_the_first_map_uses():
 
 
 def test_a_large_bundle_of_many_files_starts_the_pool_before_its_extraction(tmp_path):
-    svc = Service(Settings(home=tmp_path, db_path=tmp_path / "db.duckdb", workers=2, inline_bytes=1000))
-    early = svc._early_executor({"bundle_kind": "dir", "bundle_bytes": 5000})
+    def pipeline(**kw) -> Pipeline:
+        svc = Service(Settings(home=tmp_path / str(kw), db_path=tmp_path / f"{kw}.duckdb", inline_bytes=1000, **kw))
+        return Pipeline(svc.settings, svc.store, None, svc._executor)
+    two = pipeline(workers=2)
+    early = two._early_executor({"bundle_kind": "dir", "bundle_bytes": 5000})
     try:
         assert early is not None and len(early._pool._processes) == 2
     finally:
         early.close()
     for kind, size in (("file", 5000), ("tar", 999)):     # a single file; a bundle parsed in-process
-        assert svc._early_executor({"bundle_kind": kind, "bundle_bytes": size}) is None
-    one = Service(Settings(home=tmp_path / "b", db_path=tmp_path / "b.duckdb", workers=1, inline_bytes=1000))
-    assert one._early_executor({"bundle_kind": "zip", "bundle_bytes": 5000}) is None
+        assert two._early_executor({"bundle_kind": kind, "bundle_bytes": size}) is None
+    assert pipeline(workers=1)._early_executor({"bundle_kind": "zip", "bundle_bytes": 5000}) is None
 
 
 def _payload(n):

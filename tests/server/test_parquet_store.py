@@ -236,10 +236,10 @@ def test_a_perf_file_parsed_in_byte_ranges_gives_the_same_incident(tmp_path, par
     bundle = _bundle_with_plain_perf(tmp_path)
     perf = bundle / "vm" / "perf" / "perf.script.txt"
     _, _, whole = _analyse_bundle(tmp_path / "whole", bundle, None, 0)
-    import aftertrace.server.service as service_mod
+    import aftertrace.server.pipeline as pipeline_mod
     merged = []
-    real = service_mod.merge_ranges
-    monkeypatch.setattr(service_mod, "merge_ranges",
+    real = pipeline_mod.merge_ranges
+    monkeypatch.setattr(pipeline_mod, "merge_ranges",
                         lambda job, ranges, results, reg=None: merged.append(len(ranges)) or real(job, ranges, results, reg))
     svc, iid, split = _analyse_bundle(tmp_path / "split", bundle, tmp_path / "parts" if parts else None,
                                       perf.stat().st_size // 9)

@@ -6,6 +6,7 @@ import pytest
 
 from aftertrace.ingest.formats import PARSERS
 from aftertrace.ingest.registry import Parser, Registry
+import aftertrace.server.pipeline as pipeline_mod
 import aftertrace.server.service as service_mod
 from aftertrace.server.service import Service
 
@@ -26,7 +27,7 @@ def test_parallel_and_inline_give_the_same_rows(tmp_path, settings, monkeypatch,
     b = _bundle(tmp_path / "b")
     (b / "node-0" / "broken.log.gz").write_bytes(gzip.compress(b"[ 1.0] x\n" * 5000)[:200])
     (b / "node-1" / "notes.bin").write_bytes(bytes(range(256)) * 4)
-    monkeypatch.setattr(service_mod, "DETECT_BATCH", detect_batch)   # (pooled from 4 batches on)
+    monkeypatch.setattr(pipeline_mod, "DETECT_BATCH", detect_batch)   # (pooled from 4 batches on)
     par = Service(settings.with_(workers=2, inline_bytes=0))
     sub = par.submit_path(b)
     rep_par = par.analyze(sub.incident_id)
@@ -50,12 +51,13 @@ def test_host_files_parsed_on_the_running_workers_give_what_this_process_gives(t
     b = _bundle(tmp_path / "b", n_files=4, lines=50)
     for node in ("node-0", "node-1"):
         shutil.copytree(ROOT / "sample_traces/oom-after-throttle/vm/host", b / node / "host")
-    monkeypatch.setattr(service_mod, "DETECT_BATCH", 1)          # (the workers start for the detection)
-    monkeypatch.setattr(service_mod, "POOLED_HOST_FILES", 1)
+    monkeypatch.setattr(pipeline_mod, "DETECT_BATCH", 1)          # (the workers start for the detection)
+    monkeypatch.setattr(pipeline_mod, "POOLED_HOST_FILES", 1)
     par = Service(settings.with_(workers=2, inline_bytes=0))
     calls = []
-    real = par._parse_all
-    monkeypatch.setattr(par, "_parse_all", lambda jobs, *a, **k: calls.append(k.get("pooled")) or real(jobs, *a, **k))
+    real = pipeline_mod.Pipeline._parse_all
+    monkeypatch.setattr(pipeline_mod.Pipeline, "_parse_all",
+                        lambda self, jobs, *a, **k: calls.append(k.get("pooled")) or real(self, jobs, *a, **k))
     rep_par = par.analyze(par.submit_path(b).incident_id)
     assert calls[0] is True                                      # (the host files' call)
     seq = Service(settings.with_(home=tmp_path / "h2", db_path=tmp_path / "h2" / "db.duckdb", workers=1))
@@ -182,13 +184,13 @@ def test_archive_of_a_folder_gets_the_folders_paths(tmp_path, settings):
 
 def test_a_folder_is_read_in_place_then_from_the_raw_copy(tmp_path, settings, monkeypatch):
     written: list[list[str]] = []
-    real = service_mod.extract
+    real = pipeline_mod.extract
 
     def extract(raw, dest, limits, local):
         ex = real(raw, dest, limits, local)
         written.append(sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()))
         return ex
-    monkeypatch.setattr(service_mod, "extract", extract)
+    monkeypatch.setattr(pipeline_mod, "extract", extract)
     b = _bundle(tmp_path / "b", n_files=2, lines=7)
     svc = Service(settings)
     sub = svc.submit_path(b)
