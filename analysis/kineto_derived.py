@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from aftertrace.ingest.formats._kineto_fields import ARG, GPU_BUSY_CATEGORIES
+from aftertrace.ingest.formats.kineto_fields import ARG, GPU_BUSY_CATEGORIES
 
 _UTC = """LEFT JOIN clock_map c ON c.incident_id = s.incident_id AND c.host = COALESCE(s.host, '')
                            AND c.domain = s.clock_domain"""

@@ -33,7 +33,8 @@ def dumps(rep: dict, indent: bool = True) -> str:
         return json.dumps(rep, indent=2) if indent else json.dumps(rep)
 
 
-def _iso(dt) -> str | None:
+def iso_utc(dt) -> str | None:
+    """A store's timestamp (naive: UTC) as the report writes times: ISO-8601 with ``Z``."""
     if dt is None:
         return None
     if isinstance(dt, datetime):
@@ -86,7 +87,7 @@ def build(store, incident_id: str, rc: RootCause, notes: list[str] | None = None
     return {
         "schema": SCHEMA,
         "incident": {"id": incident_id, "title": inc["title"], "bundle_sha256": inc["bundle_sha256"],
-                     "created_at": _iso(inc["created_at"]), "bundle_name": inc["bundle_name"]},
+                     "created_at": iso_utc(inc["created_at"]), "bundle_name": inc["bundle_name"]},
         "generator": {"name": "aftertrace", "analysis_version": ANALYSIS_VERSION},
         "time_zone": time_zone or {"zone": inc["time_zone"], "from": inc["time_zone_source"]},
         "summary": rc.summary,

@@ -188,7 +188,7 @@ class Service(Queries, Shares, Exports):
                FROM incidents i ORDER BY i.created_at DESC""")
         for r in rows:
             for k in ("created_at", "analyzed_at"):
-                r[k] = report_mod._iso(r[k])
+                r[k] = report_mod.iso_utc(r[k])
         return rows
 
     def get_incident(self, incident_id: str) -> dict:
@@ -200,7 +200,7 @@ class Service(Queries, Shares, Exports):
             raise NotFound(f"no incident {incident_id!r}")
         r = rows[0]
         for k in ("created_at", "analyzed_at"):
-            r[k] = report_mod._iso(r[k])
+            r[k] = report_mod.iso_utc(r[k])
         counts = self.store.query(
             "SELECT status, count(*) AS n FROM sources WHERE incident_id = ? GROUP BY status", [incident_id])
         r["sources"] = {c["status"]: c["n"] for c in counts}

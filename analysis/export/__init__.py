@@ -88,7 +88,7 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from aftertrace.ingest.formats._kineto_fields import GPU_CATEGORIES
+from aftertrace.ingest.formats.kineto_fields import GPU_CATEGORIES
 
 Progress = Callable[[int, int], None]
 

@@ -36,7 +36,7 @@ What is read (reference: shared/reference/FORMATS.md section 2)
   stored under today's names). GPU-side events (kernel, gpu_memcpy, gpu_memset,
   gpu_user_annotation) carry Kineto's device index and stream in pid/tid; they are stored
   with pid/tid null (they are not OS ids) and keep ``device``/``stream`` in ``attrs``.
-  ``attrs`` is the event's raw ``args`` JSON, unchanged; :data:`._kineto_fields.ARG_FIELDS`
+  ``attrs`` is the event's raw ``args`` JSON, unchanged; :data:`.kineto_fields.ARG_FIELDS`
   is the one table that maps its keys to typed columns. ``C`` counters -> ``metrics``
   (one row per numeric series, metric ``<name>:<series>``), and the ``[memory]`` instants
   of ``profile_memory=True`` also -> ``metrics`` (``torch.memory:allocated`` /
@@ -87,7 +87,7 @@ from ..model import CLOCK_PROCESS, CLOCK_WALL
 from ..lines import ahead
 from ..reader import Head, size_hint
 from ..registry import ParseContext, Parser
-from ._kineto_fields import (BACKEND_ANNOTATION, C10D_NOT_COLLECTIVE, C10D_OP, CATEGORY_ALIASES,
+from .kineto_fields import (BACKEND_ANNOTATION, C10D_NOT_COLLECTIVE, C10D_OP, CATEGORY_ALIASES,
                              DERIVED_NAMES, GPU_CATEGORIES, NCCL_KERNEL, OPTIMIZER_STEP, STEP_MARKER,
                              canonical_collective, dtype_bytes, read_args)
 from ._kineto_stream import BLOCK, Chunk, EventColumns, EventReader, Ev, Outcome, Phase

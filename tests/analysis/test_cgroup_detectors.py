@@ -25,7 +25,7 @@ SAMPLE = ROOT / "sample_traces" / "oom-after-throttle"
 TRUTH = json.loads((ROOT / "sample_traces" / "oom-after-throttle.truth.json").read_text())
 REC = ROOT / "tests" / "data" / "cgroup" / "recorded"
 REC_TRUTH = json.loads((REC / "truth.json").read_text())
-NS = 10**9
+from aftertrace.ingest.timeparse import NS
 
 
 def analyze(tmp_path, bundle: Path) -> dict:

@@ -13,7 +13,7 @@ import pytest
 from aftertrace.ingest.parse import ParseJob, SourceResult, parse_file
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-NS = 1_000_000_000
+from aftertrace.ingest.timeparse import NS
 
 # An independent, deliberately simple reading of a raw dmesg record.
 TS = re.compile(rb"^(?:<\d>)?\[\s*(\d+)\.(\d{6})\]")

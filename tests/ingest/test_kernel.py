@@ -26,7 +26,7 @@ from aftertrace.ingest.registry import default_registry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 K = DATA / "kernel"
-NS = 1_000_000_000
+from aftertrace.ingest.timeparse import NS
 
 
 def rows(res: SourceResult, table: str) -> list[dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from aftertrace.ingest.formats._kineto_fields import NCCL_KERNEL, canonical_collective
+from aftertrace.ingest.formats.kineto_fields import NCCL_KERNEL, canonical_collective
 from aftertrace.ingest.formats.kineto import KinetoParser
 from aftertrace.ingest.parse import ParseJob, SourceResult, parse_file
 from aftertrace.ingest.reader import Head
