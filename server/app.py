@@ -34,7 +34,7 @@ from aftertrace.ingest.bundle import DiskFull, IntakeError
 from aftertrace.web import pages
 
 from .errors import NotFound, ServiceError, read_as
-from .exports import MEDIA_TYPES as _EXPORT_TYPES
+from .exports import formats as export_formats
 from .service import HandedBack, Service
 from .settings import Settings
 
@@ -372,18 +372,21 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         return svc.flamegraph(incident_id, start, end, host, pid, comm, event, weight,
                               baseline_start, baseline_end, rank)
 
+    exporting = export_formats()
+
     @app.get("/api/incidents/{incident_id}/export", summary="The incident as a file for other tools",
-             response_class=FileResponse, responses={200: {"content": {t.split(";")[0]: {} for t in _EXPORT_TYPES.values()}},
-                                                     **_errors(400, 404, 409, 507)},
-             description="format: perfetto (.pftrace), chrome (merged Chrome trace JSON), folded/collapsed "
-                         "(collapsed stacks of a window), speedscope (the window's samples, one profile per "
-                         "process, for www.speedscope.app), html (self-contained report with timeline and "
-                         "flame graph). start/end: a window, for folded, speedscope and html.")
+             response_class=FileResponse,
+             responses={200: {"content": {f.media_type.split(";")[0]: {} for f in exporting.values()}},
+                        **_errors(400, 404, 409, 507)},
+             description="format: " + "; ".join(
+                 f"{f.name}{'/' + '/'.join(f.aliases) if f.aliases else ''} ({f.suffix}): {f.what}"
+                 for f in exporting.values()) + ". start/end: a window, for "
+                 + ", ".join(f.name for f in exporting.values() if f.windowed) + ".")
     def api_export(incident_id: str, format: str = "perfetto", start: str | None = None, end: str | None = None):
-        from .exports import MEDIA_TYPES, normalize
+        from .exports import normalize
         fmt = normalize(format)
         path = svc.export_file(incident_id, fmt, start, end)
-        return FileResponse(path, media_type=MEDIA_TYPES[fmt], filename=path.name)
+        return FileResponse(path, media_type=exporting[fmt].media_type, filename=path.name)
 
     @app.get("/api/incidents/{incident_id}/timeline", summary="Tracks, spans and metrics of a time window",
              responses=_errors(400, 404, 409))

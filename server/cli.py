@@ -558,13 +558,13 @@ def build_parser() -> argparse.ArgumentParser:
     common(rp)
     rp.set_defaults(func=cmd_report)
 
-    ex = sub.add_parser("export", help="the incident as a file for other tools: perfetto, chrome, folded, "
-                                       "speedscope, html")
+    ex = sub.add_parser("export", help="the incident as a file for other tools (Perfetto and Chrome traces, "
+                                       "collapsed stacks, speedscope, a self-contained HTML report)")
     ex.add_argument("incident", help="incident id (or a unique prefix)")
     ex.add_argument("-o", "--output", required=True,
-                    help="file to write (.pftrace, .json, .folded, .speedscope.json, .html)")
-    ex.add_argument("--format", choices=("perfetto", "chrome", "folded", "collapsed", "speedscope", "html"),
-                    help="default: from the output file's extension")
+                    help="file to write; its ending names the format when --format does not "
+                         "(.pftrace: Perfetto, .folded: collapsed stacks, .html: the report...)")
+    ex.add_argument("--format", help="the export format (an unknown name is answered with the list)")
     ex.add_argument("--start", help="window start for folded/speedscope/html: ISO-8601 UTC or epoch seconds "
                                     "(html default: the report's window around the chain)")
     ex.add_argument("--end", help="window end (exclusive)")

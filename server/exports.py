@@ -1,5 +1,11 @@
 """Exports of an analysed incident, for the tools people already use (the service layer).
 
+An export format is a module: every module of :mod:`aftertrace.analysis.export`, and the report's
+own renderer :mod:`aftertrace.web.report_render`, that declares ``EXPORT`` (its name, the file
+ending it is known by, its media type, what it holds, whether it takes a window, other names it
+answers to) and ``export(src, out, start, end, progress) -> stats`` is one; adding a format is
+adding such a module. The formats today:
+
 =========  =========================================================  =================
 format     what                                                       file
 =========  =========================================================  =================
@@ -15,13 +21,19 @@ html       the report as one self-contained file: chain, findings,    ``.html``
            the trace viewer on one window and the flame graph
 =========  =========================================================  =================
 
-``collapsed`` is accepted for ``folded`` (the name DESIGN.md's API uses). The CLI writes to the
-file the user names; the HTTP route writes into the incident's own folder (``exports/``) and
-sends that file, so nothing lands outside it.
+``collapsed`` is accepted for ``folded`` (the name DESIGN.md's API uses). What a writer may ask
+of the incident is :class:`ExportSource`. The CLI writes to the file the user names; the HTTP
+route writes into the incident's own folder (``exports/``) and sends that file, so nothing lands
+outside it. The modules are looked for on first use (the commands that do not export do not
+load them).
 """
 from __future__ import annotations
 
+import functools
+import importlib
 import os
+import pkgutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -29,84 +41,101 @@ from aftertrace.ingest.bundle import disk_full, is_disk_full
 
 from .errors import BadRequest, read_as
 
-FORMATS = {"perfetto": ".pftrace", "chrome": ".json", "folded": ".folded", "speedscope": ".speedscope.json",
-           "html": ".html"}
-ALIASES = {"collapsed": "folded", "pftrace": "perfetto", "json": "chrome"}
-MEDIA_TYPES = {"perfetto": "application/octet-stream", "chrome": "application/json",
-               "folded": "text/plain; charset=utf-8", "speedscope": "application/json",
-               "html": "text/html; charset=utf-8"}
-
 Progress = Callable[[int, int], None]
+# where the format modules are: every module of these packages, and these modules
+_PACKAGES = ("aftertrace.analysis.export",)
+_MODULES = ("aftertrace.web.report_render",)
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """One export format, as its module declares it (``EXPORT``) with its writer (``export``)."""
+    name: str
+    suffix: str                 # the file ending it is known by (the longest that fits wins)
+    media_type: str
+    what: str                   # one line: what the file holds, for which tool
+    write: Callable[..., dict]  # (src, out, start, end, progress) -> what was written
+    windowed: bool = False      # takes a window (start, end); else the whole incident
+    aliases: tuple[str, ...] = ()
+
+
+@functools.cache
+def formats() -> dict[str, ExportFormat]:
+    """Every export format, by name."""
+    mods = [importlib.import_module(f"{pkg}.{info.name}") for pkg in _PACKAGES
+            for info in sorted(pkgutil.iter_modules(importlib.import_module(pkg).__path__), key=lambda i: i.name)]
+    mods += [importlib.import_module(m) for m in _MODULES]
+    out: dict[str, ExportFormat] = {}
+    for mod in mods:
+        decl = getattr(mod, "EXPORT", None)
+        if decl is None:
+            continue
+        f = ExportFormat(write=mod.export, **decl)
+        if f.name in out:
+            raise ValueError(f"two export formats named {f.name!r} ({mod.__name__})")
+        out[f.name] = f
+    return dict(sorted(out.items()))
 
 
 def format_of(path: str | os.PathLike) -> str:
     """The export format a file name asks for, by its ending (the longest that fits), or ''."""
     name = os.fspath(path).lower()
-    fits = [(len(ext), f) for f, ext in FORMATS.items() if name.endswith(ext)]
+    fits = [(len(f.suffix), f.name) for f in formats().values() if name.endswith(f.suffix)]
     return max(fits)[1] if fits else ""
 
 
 def normalize(fmt: str) -> str:
-    f = ALIASES.get((fmt or "").lower(), (fmt or "").lower())
-    if f not in FORMATS:
-        raise BadRequest(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)} (or collapsed)")
+    """The name of the format ``fmt`` names (its name or another it answers to)."""
+    f = (fmt or "").lower()
+    known = formats()
+    f = next((x.name for x in known.values() if f in x.aliases), f)
+    if f not in known:
+        others = sorted(a for x in known.values() for a in x.aliases)
+        raise BadRequest(f"unknown export format {fmt!r}: use one of {', '.join(known)}"
+                         + (f" (or {', '.join(others)})" if others else ""))
     return f
+
+
+class ExportSource:
+    """What a format's writer may ask of the incident it exports."""
+
+    def __init__(self, service, incident_id: str):
+        self._svc = service
+        self.store = service.store
+        self.incident_id = incident_id
+
+    def report(self) -> dict:
+        return self._svc.get_report(self.incident_id)
+
+    def timeline(self, start: str | None, end: str | None) -> dict:
+        return self._svc.timeline(self.incident_id, start, end)
+
+    def flamegraph(self, start: str | None, end: str | None) -> dict:
+        return self._svc.flamegraph(self.incident_id, start, end)
+
+    def window(self, start: str | None, end: str | None):
+        """The window as the flame graph's filter (a bad time is the request's fault)."""
+        from aftertrace.analysis import flamegraph as fgm
+        with read_as("the window"):
+            return fgm.Filter(fgm.parse_time(start), fgm.parse_time(end))
+
+    def rank_processes(self) -> dict[int, dict]:
+        return self._svc._rank_processes(self.incident_id)
 
 
 class Exports:
     """Mixed into :class:`server.service.Service` (needs ``store``, ``settings``, ``timeline``,
-    ``flamegraph``, ``get_report``, ``resolve_incident``)."""
+    ``flamegraph``, ``get_report``, ``analysed_incident``)."""
 
     def export(self, incident_id: str, fmt: str, out: BinaryIO, start: str | None = None,
                end: str | None = None, progress: Progress | None = None) -> dict:
         """Write one export to ``out``; returns what was written (counts, window)."""
-        fmt = normalize(fmt)
+        f = formats()[normalize(fmt)]
         iid = self.analysed_incident(incident_id)
-        if fmt in ("perfetto", "chrome"):
-            if start or end:
-                raise BadRequest(f"{fmt} exports the whole incident; a window applies to folded, speedscope and html")
-            from aftertrace.analysis.export import chrome, perfetto
-            return (perfetto if fmt == "perfetto" else chrome).write(self.store, iid, out, progress)
-        if fmt == "speedscope":
-            from aftertrace.analysis import flamegraph as fgm
-            from aftertrace.analysis.export import speedscope
-            with read_as("the window"):
-                f = fgm.Filter(fgm.parse_time(start), fgm.parse_time(end))
-            return dict(speedscope.write(self.store, iid, out, f, f"aftertrace incident {iid}",
-                                         self._rank_processes(iid)), window={"start": start, "end": end})
-        if fmt == "folded":
-            fg = self.flamegraph(iid, start, end)
-            text = "".join(line + "\n" for line in fg["folded"])
-            out.write(text.encode("utf-8"))
-            return {"format": fmt, "samples": fg["tree"]["value"], "stacks": len(fg["folded"]),
-                    "samples_total": fg["samples_total"], "window": fg["filter"]}
-        return self._export_html(iid, out, start, end)
-
-    def _export_html(self, iid: str, out: BinaryIO, start: str | None, end: str | None) -> dict:
-        from aftertrace.web import report_render
-        from aftertrace.web.flamegraph import flame_subtitle
-        rep = self.get_report(iid)
-        try:
-            tl = self.timeline(iid, start, end)
-        except ValueError:
-            if start is not None or end is not None:
-                raise
-            # nothing could be placed in time (pasted text, a lone snapshot): the report alone
-            text = report_render.html(rep)
-            out.write(text.encode("utf-8"))
-            return {"format": "html", "bytes": len(text.encode("utf-8")), "window": None, "tracks": 0, "samples": 0}
-        fg = self.flamegraph(iid, tl["start"], tl["end"])
-        whole = False
-        if fg["tree"]["value"] == 0 and fg["samples_total"] > 0:    # no samples in the window: all of them
-            fg, whole = self.flamegraph(iid), True
-        flame = None
-        if fg["tree"]["value"]:
-            sub = flame_subtitle(fg) + (" · the whole recording (none in the timeline's window)" if whole else "")
-            flame = {"tree": fg["tree"], "title": "perf samples", "subtitle": sub, "diff": False}
-        text = report_render.html(rep, timeline=tl, flame=flame)
-        out.write(text.encode("utf-8"))
-        return {"format": "html", "bytes": len(text.encode("utf-8")), "window": {"start": tl["start"], "end": tl["end"]},
-                "tracks": len(tl["data"]), "samples": fg["tree"]["value"]}
+        if not f.windowed and (start or end):
+            windowed = [x.name for x in formats().values() if x.windowed]
+            raise BadRequest(f"{f.name} exports the whole incident; a window applies to {', '.join(windowed)}")
+        return f.write(ExportSource(self, iid), out, start, end, progress)
 
     def export_file(self, incident_id: str, fmt: str, start: str | None = None, end: str | None = None) -> Path:
         """Write an export into the incident's folder (``exports/``) and return its path. Written
@@ -115,7 +144,7 @@ class Exports:
         iid = self.analysed_incident(incident_id)
         folder = self.settings.incident_dir(iid) / "exports"
         window = "" if not (start or end) else "-window"
-        path = folder / f"aftertrace-{iid}{window}{FORMATS[fmt]}"
+        path = folder / f"aftertrace-{iid}{window}{formats()[fmt].suffix}"
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         try:
             folder.mkdir(parents=True, exist_ok=True)

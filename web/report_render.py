@@ -127,3 +127,38 @@ def html(rep: dict, share: dict | None = None, timeline: dict | None = None, fla
     return _env.get_template("report_standalone.html").render(
         rep=rep, css=css, version=__version__, sources=group_sources(rep["sources"], limit=60), share=share,
         embed=embed)
+
+
+# The export format this module writes (see server/exports.py: every module that declares one is a format)
+EXPORT = {"name": "html", "suffix": ".html", "media_type": "text/html; charset=utf-8", "windowed": True,
+          "what": "the report as one self-contained file: chain, findings, the trace viewer on one window and the "
+                  "flame graph"}
+
+
+def export(src, out, start: str | None, end: str | None, progress=None) -> dict:
+    """The format's writer as server/exports.py calls it: the report with the timeline of the window
+    (default: the report's window around the chain) and the flame graph of its samples (all of
+    them where the window holds none)."""
+    from .flamegraph import flame_subtitle
+    rep = src.report()
+    try:
+        tl = src.timeline(start, end)
+    except ValueError:
+        if start is not None or end is not None:
+            raise
+        # nothing could be placed in time (pasted text, a lone snapshot): the report alone
+        text = html(rep)
+        out.write(text.encode("utf-8"))
+        return {"format": "html", "bytes": len(text.encode("utf-8")), "window": None, "tracks": 0, "samples": 0}
+    fg = src.flamegraph(tl["start"], tl["end"])
+    whole = False
+    if fg["tree"]["value"] == 0 and fg["samples_total"] > 0:    # no samples in the window: all of them
+        fg, whole = src.flamegraph(None, None), True
+    flame = None
+    if fg["tree"]["value"]:
+        sub = flame_subtitle(fg) + (" · the whole recording (none in the timeline's window)" if whole else "")
+        flame = {"tree": fg["tree"], "title": "perf samples", "subtitle": sub, "diff": False}
+    text = html(rep, timeline=tl, flame=flame)
+    out.write(text.encode("utf-8"))
+    return {"format": "html", "bytes": len(text.encode("utf-8")), "window": {"start": tl["start"], "end": tl["end"]},
+            "tracks": len(tl["data"]), "samples": fg["tree"]["value"]}

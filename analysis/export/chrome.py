@@ -463,6 +463,17 @@ class _Exporter:
         }
 
 
+# The export format this module writes (see server/exports.py: every module that declares one is a format)
+EXPORT = {"name": "chrome", "suffix": ".json", "media_type": "application/json", "aliases": ("json",),
+          "what": "Chrome trace JSON of every rank merged on the aligned clock (chrome://tracing, Perfetto's JSON "
+                  "importer)"}
+
+
+def export(src, out: BinaryIO, start: str | None, end: str | None, progress=None) -> dict:
+    """The format's writer as server/exports.py calls it: the whole incident (no window)."""
+    return write(src.store, src.incident_id, out, progress)
+
+
 def write(store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None = None) -> dict:
     """Write the incident as Chrome trace JSON to ``out``; returns what was written (see the module doc)."""
     if not incident_exists(store.cursor(), incident_id):

@@ -759,6 +759,17 @@ class _Exporter:
         }
 
 
+# The export format this module writes (see server/exports.py: every module that declares one is a format)
+EXPORT = {"name": "perfetto", "suffix": ".pftrace", "media_type": "application/octet-stream", "aliases": ("pftrace",),
+          "what": "Perfetto protobuf trace: host -> process/rank -> thread tracks, spans, counters, perf samples, the "
+                  "findings (ui.perfetto.dev)"}
+
+
+def export(src, out: BinaryIO, start: str | None, end: str | None, progress=None) -> dict:
+    """The format's writer as server/exports.py calls it: the whole incident (no window)."""
+    return write(src.store, src.incident_id, out, progress)
+
+
 def write(store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None = None) -> dict:
     """Write the incident as a Perfetto trace to ``out``; returns what was written (see the module doc)."""
     if not incident_exists(store.cursor(), incident_id):

@@ -61,6 +61,17 @@ def profiles(rows, paths: dict, ranks: dict | None = None) -> dict:
             "activeProfileIndex": 0, "exporter": "aftertrace"}
 
 
+# The export format this module writes (see server/exports.py: every module that declares one is a format)
+EXPORT = {"name": "speedscope", "suffix": ".speedscope.json", "media_type": "application/json", "windowed": True,
+          "what": "the perf samples of a window, one profile per process, in time order (www.speedscope.app)"}
+
+
+def export(src, out: BinaryIO, start: str | None, end: str | None, progress=None) -> dict:
+    """The format's writer as server/exports.py calls it: the samples of the window."""
+    return dict(write(src.store, src.incident_id, out, src.window(start, end), f"aftertrace incident {src.incident_id}",
+                      src.rank_processes()), window={"start": start, "end": end})
+
+
 def write(store, incident_id: str, out: BinaryIO, f: fg.Filter, name: str, ranks: dict | None = None) -> dict:
     """Write the samples of the window/filters ``f`` as a speedscope file; returns what was written."""
     base, params = fg.samples_from(incident_id, f)

@@ -21,4 +21,11 @@ def _discover() -> tuple:
     return tuple(found)
 
 
-PARSERS = _discover()
+def __getattr__(name: str):
+    # (found on first use: a module that only reads a table of one format, kineto_fields, does not
+    # load every parser with it)
+    if name == "PARSERS":
+        global PARSERS
+        PARSERS = _discover()
+        return PARSERS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

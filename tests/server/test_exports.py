@@ -139,3 +139,51 @@ def test_the_report_file_of_a_bundle_with_no_time_at_all(tmp_path):
     assert "embedded-timeline" not in page
     with open(tmp_path / "w.html", "wb") as fh, pytest.raises(ValueError):
         svc.export(iid, "html", fh, start="2026-01-01T00:00:00Z")   # a window asked for must hold something
+
+
+def test_the_formats_are_the_modules_that_declare_one():
+    from aftertrace.server.exports import format_of, formats
+    fs = formats()
+    assert sorted(fs) == ["chrome", "folded", "html", "perfetto", "speedscope"]
+    assert {f.name: f.windowed for f in fs.values()} == {"chrome": False, "folded": True, "html": True,
+                                                         "perfetto": False, "speedscope": True}
+    assert [format_of(n) for n in ("a.PFTRACE", "a.json", "a.speedscope.json", "a.folded", "a.html", "a.svg")] == \
+        ["perfetto", "chrome", "speedscope", "folded", "html", ""]
+    assert [normalize(n) for n in ("collapsed", "pftrace", "json", "HTML")] == ["folded", "perfetto", "chrome", "html"]
+    names = [n for f in fs.values() for n in (f.name, *f.aliases)]
+    assert len(names) == len(set(names)) and all(f.what and f.media_type and f.suffix.startswith(".")
+                                                 for f in fs.values())
+
+
+def test_a_new_format_is_one_module(analysed, tmp_path, monkeypatch):
+    """A module that declares EXPORT and export() is a format of the service, the CLI's file
+    endings and the HTTP route, with nothing else to register."""
+    import types
+    import aftertrace.server.exports as exports
+    toy = types.ModuleType("toy_export")
+    toy.EXPORT = {"name": "toy", "suffix": ".toy.txt", "media_type": "text/plain; charset=utf-8", "windowed": True,
+                  "what": "the finding count, as a test's toy"}
+
+    def export(src, out, start, end, progress=None):
+        n = len(src.report()["anomalies"])
+        out.write(f"{src.incident_id} {n} {start} {end}\n".encode())
+        return {"format": "toy", "findings": n}
+    toy.export = export
+    monkeypatch.setitem(sys.modules, "toy_export", toy)
+    monkeypatch.setattr(exports, "_MODULES", exports._MODULES + ("toy_export",))
+    exports.formats.cache_clear()
+    try:
+        settings, svc, iid = analysed
+        assert exports.format_of("out.toy.txt") == "toy"
+        path = svc.export_file(iid, "toy", "2026-11-29T13:28:50Z", None)
+        n = len(svc.get_report(iid)["anomalies"])
+        assert path.read_text() == f"{iid} {n} 2026-11-29T13:28:50Z None\n" and n > 0
+        client = TestClient(create_app(settings, svc), base_url=LOCAL)
+        r = client.get(f"/api/incidents/{iid}/export", params={"format": "toy"})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        assert "toy (.toy.txt): the finding count" in client.get("/openapi.json").text
+        with open(tmp_path / "x", "wb") as fh, pytest.raises(ValueError, match="a window applies to folded, html, "
+                                                                           "speedscope, toy"):
+            svc.export(iid, "chrome", fh, "2026-11-29T13:28:50Z")
+    finally:
+        exports.formats.cache_clear()
