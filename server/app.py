@@ -1,7 +1,9 @@
 """The FastAPI app: thin routes over :class:`server.service.Service`.
 
-Build it with :func:`create_app(settings)`; nothing is global. Every API error
-uses one envelope::
+Build it with :func:`create_app(settings)`; nothing is global. This module holds what every
+request goes through (the names the server answers to, the token, the body limits, the security
+headers, one exception handler per kind of error) and builds the app from one router per resource
+(:mod:`server.routes`: incidents, shares, pages). Every API error uses one envelope::
 
     {"error": {"status": 404, "code": "not_found", "message": "no incident 'x'"}}
 """
@@ -15,16 +17,17 @@ import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi import FastAPI, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.routing import Match
@@ -33,8 +36,7 @@ from aftertrace.ingest import __version__
 from aftertrace.ingest.bundle import DiskFull, IntakeError
 from aftertrace.web import pages
 
-from .errors import NotFound, ServiceError, read_as
-from .exports import formats as export_formats
+from .errors import ServiceError
 from .service import HandedBack, Service
 from .settings import Settings
 
@@ -69,10 +71,15 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def _methods_of(app, scope) -> set[str]:
-    """The methods some route of the app answers at the request's path."""
+def _methods_of(routes, scope) -> set[str]:
+    """The methods some route of ``routes`` (the app's, and those of the routers it includes)
+    answers at the request's path."""
     methods: set[str] = set()
-    for route in app.router.routes:
+    for route in routes:
+        inner = getattr(route, "original_router", None)      # (a router the app includes)
+        if inner is not None:
+            methods |= _methods_of(inner.routes, scope)
+            continue
         match, _ = route.matches(dict(scope, method="GET")) if hasattr(route, "matches") else (Match.NONE, None)
         if match != Match.NONE and getattr(route, "methods", None):
             methods |= set(route.methods)
@@ -144,6 +151,19 @@ _WHY = {400: "A window or argument it cannot read", 401: "A write without the be
 def _errors(*codes: int) -> dict:
     """The ``responses`` of a route: its errors (and 403, which any request may get), one envelope."""
     return {c: {"model": ErrorEnvelope, "description": _WHY[c]} for c in sorted({403, *codes})}
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """What the routers of one app share (see :mod:`server.routes`): its service and settings, the
+    upload limit, and the upload's steps (store and queue a bundle; one field of each; the form's
+    token check)."""
+    service: Service
+    settings: Settings
+    upload_limit: int
+    submit: Callable[[UploadFile, str | None], dict]
+    one_of_each: Callable[[Request], Awaitable[None]]
+    writer: Callable[[Request, str | None], None]
 
 
 class ShareRequest(BaseModel):
@@ -263,7 +283,7 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
             detail = _too_large(request.url.path)
         headers = exc.headers
         if exc.status_code == 405:      # (Starlette names the methods of the first route of the path only)
-            headers = {"Allow": ", ".join(sorted(_methods_of(app, request.scope)))}
+            headers = {"Allow": ", ".join(sorted(_methods_of(app.router.routes, request.scope)))}
         return _answer(request, exc.status_code, _CODES.get(exc.status_code, "error"), detail, headers)
 
     @app.exception_handler(RequestValidationError)
@@ -331,206 +351,10 @@ def create_app(settings: Settings, service: Service | None = None) -> FastAPI:
         if not _signed_in(request, form_token):
             raise ApiError(401, "unauthorized", _NEEDS_TOKEN)
 
-    # -- API -------------------------------------------------------------------------------
-    @app.post("/api/incidents", status_code=201, summary="Upload a crash bundle", max_body_size=upload_limit,
-              responses=_errors(400, 401, 413, 507))
-    async def api_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None)):
-        await _one_of_each(request)
-        # storing the upload (copy, hash) and registering it block: off the event loop
-        return await run_in_threadpool(_submit, bundle, title)
-
-    @app.get("/api/incidents", summary="List incidents", responses=_errors())
-    def api_list():
-        return {"incidents": svc.list_incidents()}
-
-    @app.get("/api/incidents/{incident_id}", summary="Incident status", responses=_errors(404))
-    def api_get(incident_id: str):
-        return svc.get_incident(incident_id)
-
-    @app.delete("/api/incidents/{incident_id}", summary="Delete an incident and every byte of it",
-                responses=_errors(400, 401, 404, 409),
-                description="Its rows, its share links, its folder (extracted files, exports) and its raw bundle. "
-                            "409 while it is queued or being analysed.")
-    def api_delete(incident_id: str, request: Request):
-        return svc.delete_incident(incident_id)
-
-    @app.get("/api/incidents/{incident_id}/report", summary="The aftertrace.report/1 JSON", responses=_errors(404, 409))
-    def api_report(incident_id: str):
-        return svc.get_report(incident_id)
-
-    @app.get("/api/incidents/{incident_id}/issues", summary="Lines that could not be parsed", responses=_errors(404, 409))
-    def api_issues(incident_id: str, limit: int = 200):
-        return {"issues": svc.parse_issues(incident_id, max(1, min(limit, 5000)))}
-
-    @app.get("/api/incidents/{incident_id}/flamegraph", summary="Stack tree of the perf samples in a window",
-             responses=_errors(400, 404, 409))
-    def api_flamegraph(incident_id: str, start: str | None = None, end: str | None = None,
-                       host: str | None = None, pid: int | None = None, comm: str | None = None,
-                       event: str | None = None, weight: str = "samples",
-                       baseline_start: str | None = None, baseline_end: str | None = None,
-                       rank: int | None = None):
-        return svc.flamegraph(incident_id, start, end, host, pid, comm, event, weight,
-                              baseline_start, baseline_end, rank)
-
-    exporting = export_formats()
-
-    @app.get("/api/incidents/{incident_id}/export", summary="The incident as a file for other tools",
-             response_class=FileResponse,
-             responses={200: {"content": {f.media_type.split(";")[0]: {} for f in exporting.values()}},
-                        **_errors(400, 404, 409, 507)},
-             description="format: " + "; ".join(
-                 f"{f.name}{'/' + '/'.join(f.aliases) if f.aliases else ''} ({f.suffix}): {f.what}"
-                 for f in exporting.values()) + ". start/end: a window, for "
-                 + ", ".join(f.name for f in exporting.values() if f.windowed) + ".")
-    def api_export(incident_id: str, format: str = "perfetto", start: str | None = None, end: str | None = None):
-        from .exports import normalize
-        fmt = normalize(format)
-        path = svc.export_file(incident_id, fmt, start, end)
-        return FileResponse(path, media_type=exporting[fmt].media_type, filename=path.name)
-
-    @app.get("/api/incidents/{incident_id}/timeline", summary="Tracks, spans and metrics of a time window",
-             responses=_errors(400, 404, 409))
-    def api_timeline(incident_id: str, start: str | None = None, end: str | None = None,
-                     tracks: str | None = None, metrics: str | None = None, px: int = 1600,
-                     max_events: int = 2000, catalog: bool = True):
-        return svc.timeline(incident_id, start, end, tracks, metrics, px, max_events, catalog)
-
-    @app.get("/api/incidents/{incident_id}/timeline/detail", summary="The events of a track at one time",
-             responses=_errors(400, 404, 409))
-    def api_timeline_detail(incident_id: str, track: int, t: int):
-        return svc.timeline_detail(incident_id, track, t)
-
-    @app.post("/api/incidents/{incident_id}/shares", status_code=201, summary="Make a read-only link to the report",
-              responses=_errors(400, 401, 404, 409, 413),
-              max_body_size=_SMALL_BODY)
-    def api_share(incident_id: str, request: Request, body: ShareRequest | None = None):
-        body = body or ShareRequest()
-        return svc.create_share(incident_id, body.note, body.start, body.end, body.view)
-
-    @app.get("/api/incidents/{incident_id}/shares", summary="The incident's share links (without their tokens)",
-             responses=_errors(404))
-    def api_shares(incident_id: str):
-        return {"shares": svc.list_shares(incident_id)}
-
-    @app.delete("/api/incidents/{incident_id}/shares/{share_id}", summary="Revoke a share link by its id",
-                responses=_errors(401, 404))
-    def api_revoke_by_id(incident_id: str, share_id: str, request: Request):
-        return svc.revoke_share(share_id=share_id, incident_id=incident_id)
-
-    @app.delete("/api/shares/{token}", summary="Revoke a share link", responses=_errors(401, 404))
-    def api_revoke(token: str, request: Request):
-        return svc.revoke_share(token=token)
-
-    @app.get("/api/shared/{token}", summary="What a share link shows: the share and the report",
-             responses=_errors(404, 409))
-    def api_shared(token: str):
-        share, rep = svc.shared(token)
-        return {"share": share, "report": rep}
-
-    @app.get("/api/shared/{token}/timeline", summary="The shared incident's timeline (as /api/incidents/{id}/timeline)",
-             responses=_errors(400, 404, 409))
-    def api_shared_timeline(token: str, start: str | None = None, end: str | None = None,
-                            tracks: str | None = None, metrics: str | None = None, px: int = 1600,
-                            max_events: int = 2000, catalog: bool = True):
-        return svc.timeline(svc.shared_incident(token), start, end, tracks, metrics, px, max_events, catalog)
-
-    @app.get("/api/shared/{token}/timeline/detail", summary="The events of a track of the shared incident",
-             responses=_errors(400, 404, 409))
-    def api_shared_timeline_detail(token: str, track: int, t: int):
-        return svc.timeline_detail(svc.shared_incident(token), track, t)
-
-    @app.get("/vendor/plotly.min.js", include_in_schema=False)
-    def plotly_js():
-        return FileResponse(pages.plotly_js_path(), media_type="application/javascript",
-                            headers={"Cache-Control": "public, max-age=86400"})
-
-    # -- HTML ------------------------------------------------------------------------------
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def index():
-        return pages.index_page(svc.list_incidents(), needs_token=bool(settings.api_token))
-
-    @app.post("/upload", include_in_schema=False, max_body_size=upload_limit)
-    async def html_upload(request: Request, bundle: UploadFile = File(...), title: str | None = Form(None),
-                          token: str | None = Form(None)):
-        try:
-            _writer(request, token)
-            await _one_of_each(request)
-            out = await run_in_threadpool(_submit, bundle, title)
-        except ApiError as e:
-            return HTMLResponse(pages.error_page(e.status, e.message), status_code=e.status)
-        return RedirectResponse(out["url"], status_code=303)
-
-    @app.get("/incidents/{incident_id}", response_class=HTMLResponse, include_in_schema=False)
-    def incident_page(incident_id: str, all: bool = False):
-        inc = svc.get_incident(incident_id)
-        rep = svc.get_report(incident_id) if inc["status"] == "done" else None
-        issues = svc.parse_issues(incident_id, 200) if rep else []
-        return pages.incident_page(inc, rep, all_files=all, needs_token=bool(settings.api_token), issues=issues)
-
-    @app.get("/incidents/{incident_id}/flamegraph", response_class=HTMLResponse, include_in_schema=False)
-    def flamegraph_page(incident_id: str, start: str | None = None, end: str | None = None,
-                        host: str | None = None, pid: str | None = None, comm: str | None = None,
-                        baseline_start: str | None = None, baseline_end: str | None = None,
-                        rank: str | None = None):
-        from aftertrace.web.flamegraph import filter_form, flame_subtitle, standalone_html
-        # (the page's form sends empty fields for "any")
-        with read_as("the pid or rank (a number)"):
-            pid_n = int(pid) if pid else None
-            rank_n = int(rank) if rank else None
-        fg = svc.flamegraph(incident_id, start, end, host or None, pid_n, comm or None, None, "samples",
-                            baseline_start, baseline_end, rank_n)
-        diff = fg["baseline"] is not None
-        return standalone_html(fg["tree"], f"Flame graph — incident {fg['incident']}", flame_subtitle(fg), diff,
-                               form=filter_form(fg, baseline_start, baseline_end))
-
-    @app.get("/incidents/{incident_id}/timeline", response_class=HTMLResponse, include_in_schema=False)
-    def timeline_page(incident_id: str):
-        inc = svc.get_incident(incident_id)
-        return pages.timeline_page(inc, api=f"/api/incidents/{inc['id']}/timeline", report=f"/incidents/{inc['id']}")
-
-    def _shared_page(token: str, render) -> HTMLResponse:
-        """A share link's page, ``render(share, report)``, for a live token only (a 404 tells no
-        unknown link from a revoked one); never sent on as a referrer, never indexed."""
-        try:
-            share, rep = svc.shared(token)
-        except NotFound:
-            return HTMLResponse(pages.error_page(404, "This link does not exist or was revoked."), status_code=404)
-        return HTMLResponse(render(share, rep), headers={"Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"})
-
-    @app.get("/r/{token}/timeline", response_class=HTMLResponse, include_in_schema=False)
-    def shared_timeline_page(token: str):
-        def render(share, rep):
-            inc = {"id": rep["incident"]["id"], "title": rep["incident"].get("title") or rep["incident"]["id"]}
-            return pages.timeline_page(inc, api=f"/api/shared/{token}/timeline", report=f"/r/{token}", share=share)
-        return _shared_page(token, render)
-
-    @app.get("/r/{token}", response_class=HTMLResponse, include_in_schema=False)
-    def shared_page(token: str):
-        from aftertrace.web import report_render
-
-        def render(share, rep):
-            share["timeline_url"] = f"/r/{token}/timeline" + (f"#{share['view']}" if share.get("view") else "")
-            return report_render.html(rep, share=share)
-        return _shared_page(token, render)
-
-    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
-    def login_form(next: str | None = None):
-        return pages.login_page(_local_path(next))
-
-    @app.post("/login", include_in_schema=False)
-    def login(request: Request, token: str = Form(""), next: str | None = Form(None)):
-        if not settings.api_token:
-            return RedirectResponse(_local_path(next), status_code=303)
-        if not secrets.compare_digest(token.encode(), settings.api_token.encode()):
-            return HTMLResponse(pages.login_page(_local_path(next), "That is not this server's token."),
-                                status_code=401)
-        r = RedirectResponse(_local_path(next), status_code=303)
-        r.set_cookie(_SESSION, _session_of(settings.api_token), httponly=True, samesite="strict", path="/",
-                     secure=request.url.scheme == "https")
-        return r
-
-    @app.get("/healthz", include_in_schema=False)
-    def healthz():
-        return {"ok": True, "version": __version__}
+    # -- routes: one router per resource -----------------------------------------------------
+    from .routes import incidents, pages as page_routes, shares
+    ctx = AppContext(svc, settings, upload_limit, _submit, _one_of_each, _writer)
+    for r in (incidents.router(ctx), shares.router(ctx), page_routes.router(ctx)):
+        app.include_router(r)
 
     return app
