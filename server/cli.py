@@ -363,7 +363,13 @@ def cmd_flamegraph(args, console: Console, err: Console) -> int:
 def cmd_export(args, console: Console, err: Console) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from .exports import format_of, normalize
+    from .exports import format_of, formats, normalize
+    if not (args.format or format_of(args.output)):
+        known = formats().values()
+        err.print(f"aftertrace: cannot tell the export format from the file name {escape(repr(args.output))}: "
+                  f"give --format ({', '.join(f.name for f in known)}) or a file ending in "
+                  f"{', '.join(sorted(f.suffix for f in known))}")
+        return 2
     try:
         fmt = normalize(args.format or format_of(args.output))
     except ValueError as e:

@@ -116,7 +116,12 @@ def test_cli_export(analysed, tmp_path):
         assert out.exists() and not out.with_name(out.name + ".part").exists()
         p = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "export", iid, "-o", str(tmp_path / "x.svg"),
                             "--db", str(settings.db_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
-        assert p.returncode == 2 and "unknown export format" in p.stderr
+        assert p.returncode == 2 and "cannot tell the export format from the file name" in p.stderr
+        assert "give --format (chrome, folded, html, perfetto, speedscope) or a file ending in .folded" in p.stderr
+        p = subprocess.run([sys.executable, "-m", "aftertrace.server.cli", "export", iid, "-o", str(tmp_path / "x.svg"),
+                            "--format", "svg", "--db", str(settings.db_path)], capture_output=True, text=True,
+                           cwd=ROOT, timeout=120)
+        assert p.returncode == 2 and "unknown export format 'svg': use one of chrome, folded" in p.stderr
     finally:
         svc.store.__init__(settings.db_path)
 
