@@ -62,7 +62,8 @@ def test_the_wheel_holds_aftertrace_alone_with_every_file_and_every_module_impor
     assert r.returncode == 0, r.stderr
     (wheel,) = tmp_path.glob("aftertrace-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {n.split("/")[0] for n in names} == {"aftertrace", "aftertrace-0.1.0.dist-info"}
+    from aftertrace.ingest import __version__
+    assert {n.split("/")[0] for n in names} == {"aftertrace", f"aftertrace-{__version__}.dist-info"}
     on_disk = {"aftertrace/" + str(p.relative_to(ROOT)) for top in PACKAGES for p in (ROOT / top).rglob("*")
                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".so"}
     assert on_disk and on_disk <= names, sorted(on_disk - names)[:10]
