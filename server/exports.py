@@ -35,11 +35,15 @@ import os
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from aftertrace.ingest.bundle import disk_full, is_disk_full
 
 from .errors import BadRequest, read_as
+
+if TYPE_CHECKING:      # (the command line reads the formats without loading the queries' modules)
+    from .queries import Queries
+    from .settings import Settings
 
 Progress = Callable[[int, int], None]
 # where the format modules are: every module of these packages, and these modules
@@ -99,19 +103,19 @@ def normalize(fmt: str) -> str:
 class ExportSource:
     """What a format's writer may ask of the incident it exports."""
 
-    def __init__(self, service, incident_id: str):
-        self._svc = service
-        self.store = service.store
+    def __init__(self, queries: Queries, incident_id: str):
+        self._q = queries
+        self.store = queries.store
         self.incident_id = incident_id
 
     def report(self) -> dict:
-        return self._svc.get_report(self.incident_id)
+        return self._q.get_report(self.incident_id)
 
     def timeline(self, start: str | None, end: str | None) -> dict:
-        return self._svc.timeline(self.incident_id, start, end)
+        return self._q.timeline(self.incident_id, start, end)
 
     def flamegraph(self, start: str | None, end: str | None) -> dict:
-        return self._svc.flamegraph(self.incident_id, start, end)
+        return self._q.flamegraph(self.incident_id, start, end)
 
     def window(self, start: str | None, end: str | None):
         """The window as the flame graph's filter (a bad time is the request's fault)."""
@@ -120,28 +124,32 @@ class ExportSource:
             return fgm.Filter(fgm.parse_time(start), fgm.parse_time(end))
 
     def rank_processes(self) -> dict[int, dict]:
-        return self._svc._rank_processes(self.incident_id)
+        return self._q.rank_processes(self.incident_id)
 
 
 class Exports:
-    """Mixed into :class:`server.service.Service` (needs ``store``, ``settings``, ``timeline``,
-    ``flamegraph``, ``get_report``, ``analysed_incident``)."""
+    """Exports of analysed incidents (a part of :class:`server.service.Service`, built over its
+    settings and its :class:`server.queries.Queries`)."""
+
+    def __init__(self, settings: Settings, queries: Queries):
+        self.settings = settings
+        self.queries = queries
 
     def export(self, incident_id: str, fmt: str, out: BinaryIO, start: str | None = None,
                end: str | None = None, progress: Progress | None = None) -> dict:
         """Write one export to ``out``; returns what was written (counts, window)."""
         f = formats()[normalize(fmt)]
-        iid = self.analysed_incident(incident_id)
+        iid = self.queries.analysed_incident(incident_id)
         if not f.windowed and (start or end):
             windowed = [x.name for x in formats().values() if x.windowed]
             raise BadRequest(f"{f.name} exports the whole incident; a window applies to {', '.join(windowed)}")
-        return f.write(ExportSource(self, iid), out, start, end, progress)
+        return f.write(ExportSource(self.queries, iid), out, start, end, progress)
 
     def export_file(self, incident_id: str, fmt: str, start: str | None = None, end: str | None = None) -> Path:
         """Write an export into the incident's folder (``exports/``) and return its path. Written
         to a temporary name first: a failed export leaves no half file behind."""
         fmt = normalize(fmt)
-        iid = self.analysed_incident(incident_id)
+        iid = self.queries.analysed_incident(incident_id)
         folder = self.settings.incident_dir(iid) / "exports"
         window = "" if not (start or end) else "-window"
         path = folder / f"aftertrace-{iid}{window}{formats()[fmt].suffix}"

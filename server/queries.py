@@ -8,6 +8,7 @@ from aftertrace.analysis import timeline as tl
 from aftertrace.ingest.timeparse import fmt_utc
 
 from .errors import BadRequest, NotFound, NotReady, read_as
+from .store import Store
 
 
 # times beyond this (ns from 1970) are refused: the store's columns are 64-bit
@@ -15,7 +16,23 @@ _YEARS_9000 = 9000 * 365 * 86400 * 10**9
 
 
 class Queries:
-    """Mixed into :class:`server.service.Service`; uses ``self.store``."""
+    """What an analysed incident's rows and report answer: its id from a reference, its report, clocks,
+    flame graph and timeline (a part of :class:`server.service.Service`, built over its store)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._bounds_cache: dict = {}
+        self._tracks_cache: dict = {}
+
+    def get_report(self, incident_id: str) -> dict:
+        """The incident's report, once its analysis is done (:class:`NotReady` before)."""
+        rows = self.store.query("SELECT status, report, error FROM incidents WHERE incident_id = ?",
+                                [incident_id])
+        if not rows:
+            raise NotFound(f"no incident {incident_id!r}")
+        if rows[0]["status"] != "done" or not rows[0]["report"]:
+            raise NotReady.of(incident_id, rows[0]["status"], rows[0]["error"])
+        return json.loads(rows[0]["report"])
 
     def resolve_incident(self, ref: str) -> str:
         """``ref`` when it is an incident's whole id (what the API and the pages name incidents by:
@@ -77,7 +94,7 @@ class Queries:
         incident_id = self.analysed_incident(incident_id)
         if weight not in ("samples", "period"):
             raise BadRequest("weight must be 'samples' or 'period'")
-        ranks = self._rank_processes(incident_id)
+        ranks = self.rank_processes(incident_id)
         if rank is not None:
             if rank not in ranks:
                 raise BadRequest(f"no process of rank {rank} is known in this incident")
@@ -111,7 +128,7 @@ class Queries:
             "rank": rank,
         }
 
-    def _rank_processes(self, incident_id: str) -> dict[int, dict]:
+    def rank_processes(self, incident_id: str) -> dict[int, dict]:
         """rank -> {host, pid} of each rank whose process the report's progress names."""
         # (only the progress part of the report is read out of its JSON, not the whole document)
         row = self.store.query("SELECT json_extract(report, '$.progress')::VARCHAR AS p FROM incidents "
@@ -122,7 +139,7 @@ class Queries:
 
     def _bounds(self, incident_id: str) -> tuple[int | None, int | None]:
         """The incident's placed time range, computed once per incident and analysis."""
-        cache = self.__dict__.setdefault("_bounds_cache", {})
+        cache = self._bounds_cache
         stamp = self.store.query("SELECT analyzed_at FROM incidents WHERE incident_id = ?", [incident_id])
         key = (incident_id, stamp[0]["analyzed_at"] if stamp else None)
         if key not in cache:
@@ -131,7 +148,7 @@ class Queries:
 
     def _tracks(self, incident_id: str) -> list[dict]:
         """The incident's track list, read once per incident and analysis."""
-        cache = self.__dict__.setdefault("_tracks_cache", {})
+        cache = self._tracks_cache
         stamp = self.store.query("SELECT analyzed_at FROM incidents WHERE incident_id = ?", [incident_id])
         key = (incident_id, stamp[0]["analyzed_at"] if stamp else None)
         if key not in cache:

@@ -8,7 +8,6 @@ report), keeps their status, stops them, and answers queries about incidents
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -55,7 +54,12 @@ class Submitted:
     queued: bool = True         # this submission queued it for analysis (else it joined the incident)
 
 
-class Service(Queries, Shares, Exports):
+class Service:
+    """The service: its intake, queue and analyses here; what analysed incidents answer in its parts,
+    plain objects over its store (:attr:`queries`, :attr:`shares`, :attr:`exports`), whose calls
+    it answers as its own (``svc.timeline(...)`` is ``svc.queries.timeline(...)``)."""
+
+
     @property
     def registry(self):
         """The parser registry (every format module: loaded on first use, so that the commands
@@ -72,6 +76,17 @@ class Service(Queries, Shares, Exports):
         self.settings = settings
         own_store = store is None
         self.store = store or Store(settings.db_path)
+        self.queries = q = Queries(self.store)
+        self.shares = sh = Shares(self.store, q, self.get_incident)
+        self.exports = ex = Exports(settings, q)
+        # (their calls as the service's: bound methods, with their own signatures)
+        self.resolve_incident, self.complete_id, self.analysed_incident = \
+            q.resolve_incident, q.complete_id, q.analysed_incident
+        self.get_report, self.clock_table, self.flamegraph = q.get_report, q.clock_table, q.flamegraph
+        self.default_window, self.timeline, self.timeline_detail = q.default_window, q.timeline, q.timeline_detail
+        self.create_share, self.list_shares, self.revoke_share = sh.create_share, sh.list_shares, sh.revoke_share
+        self.shared, self.shared_incident = sh.shared, sh.shared_incident
+        self.export, self.export_file = ex.export, ex.export_file
         self._registry = None            # the parsers, loaded when a bundle is first analysed
         self._local_dirs: dict[str, Path] = {}
         self._ray = None                 # the RayExecutor, once connected
@@ -210,15 +225,6 @@ class Service(Queries, Shares, Exports):
                              "done": run["done"], "total": run["total"],
                              "elapsed_s": round(time.monotonic() - run["t0"], 1)}
         return r
-
-    def get_report(self, incident_id: str) -> dict:
-        rows = self.store.query("SELECT status, report, error FROM incidents WHERE incident_id = ?",
-                                [incident_id])
-        if not rows:
-            raise NotFound(f"no incident {incident_id!r}")
-        if rows[0]["status"] != "done" or not rows[0]["report"]:
-            raise NotReady.of(incident_id, rows[0]["status"], rows[0]["error"])
-        return json.loads(rows[0]["report"])
 
     def delete_incident(self, ref: str) -> dict:
         """Remove an incident and every byte of it: its rows in every table and its share links (one

@@ -15,7 +15,11 @@ import time
 from aftertrace.analysis.flamegraph import parse_time
 from aftertrace.ingest.timeparse import fmt_utc
 
+from typing import Callable
+
 from .errors import BadRequest, NotFound, read_as
+from .queries import Queries
+from .store import Store
 
 
 # what a viewer's state may hold (it is put back into a URL fragment as it is)
@@ -27,11 +31,17 @@ def _hash(token: str) -> str:
 
 
 class Shares:
-    """Mixed into :class:`server.service.Service`; uses ``self.store`` and ``get_incident``."""
+    """Share links of analysed incidents (a part of :class:`server.service.Service`, built over its
+    store, its :class:`server.queries.Queries` and its incident status, ``incident``)."""
+
+    def __init__(self, store: Store, queries: Queries, incident: Callable[[str], dict]):
+        self.store = store
+        self.queries = queries
+        self._incident = incident
 
     def create_share(self, incident_id: str, note: str | None = None, start: str | None = None,
                      end: str | None = None, view: str | None = None) -> dict:
-        iid = self.analysed_incident(incident_id)
+        iid = self.queries.analysed_incident(incident_id)
         with read_as("the window"):
             s_ns, e_ns = parse_time(start), parse_time(end)
         if (s_ns is None) != (e_ns is None) or (s_ns is not None and e_ns <= s_ns):
@@ -50,7 +60,7 @@ class Shares:
         return {"token": token, "url": f"/r/{token}", "share_id": h[:16], "incident": iid}
 
     def list_shares(self, incident_id: str) -> list[dict]:
-        inc = self.get_incident(incident_id)
+        inc = self._incident(incident_id)
         rows = self.store.query(
             """SELECT share_id, created_ns, note, window_start_ns, window_end_ns, revoked_ns, view FROM shares
                WHERE incident_id = ? ORDER BY created_ns""", [inc["id"]])
@@ -79,7 +89,7 @@ class Shares:
         if not rows:
             raise NotFound("this link does not exist or was revoked")
         share = self._share_json(rows[0])
-        return share, self.get_report(rows[0]["incident_id"])
+        return share, self.queries.get_report(rows[0]["incident_id"])
 
     def shared_incident(self, token: str) -> str:
         """The incident a live token shows; :class:`NotFound` otherwise."""

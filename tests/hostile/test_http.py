@@ -536,7 +536,7 @@ def test_the_smaller_answers_say_what_they_must(client, monkeypatch):
     def full(iid, fmt, out, *a, **k):
         out.write(b"x" * 1000)
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(svc, "export", full)
+    monkeypatch.setattr(svc.exports, "export", full)     # (what export_file writes with)
     r = client.get(f"/api/incidents/{iid}/export", params={"format": "chrome"})
     assert r.status_code == 507 and r.json()["error"]["code"] == "insufficient_storage"
     assert "no space left" in r.json()["error"]["message"]
