@@ -532,16 +532,13 @@ def wraps(lines: pa.Array) -> Wraps:
     code, rep_ok = pa.allocate_buffer(m), pa.allocate_buffer(m)
     body_at, body_len, rep = (pa.allocate_buffer(4 * m) for _ in range(3))
 
-    def read(g0, g1) -> int:
-        return lib.at_wraps(ctypes.byref(col), n, code.address, g0, g1, body_at.address, body_len.address, rep.address,
-                            rep_ok.address) if n else 0
-
-    left = read(None, None)
+    # (room for every group's span of every line: one read; the buffers go once the spans are cut)
+    g0, g1 = pa.allocate_buffer(4 * m * len(WRAP_GROUPS)), pa.allocate_buffer(4 * m * len(WRAP_GROUPS))
+    left = lib.at_wraps(ctypes.byref(col), n, code.address, g0.address, g1.address, body_at.address, body_len.address,
+                        rep.address, rep_ok.address) if n else 0
     codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])
     groups = {}
-    if n and pc.any(pc.equal(codes, 1)).as_py():    # (the groups' spans: read again, with room for them)
-        g0, g1 = pa.allocate_buffer(4 * m * len(WRAP_GROUPS)), pa.allocate_buffer(4 * m * len(WRAP_GROUPS))
-        read(g0.address, g1.address)
+    if n and pc.any(pc.equal(codes, 1)).as_py():
         starts = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g0])
         ends = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g1])
         for k, name in enumerate(WRAP_GROUPS):
