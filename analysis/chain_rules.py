@@ -18,19 +18,20 @@ Each :class:`Rule` says that a finding of kind (or role) ``cause`` can lead to o
 ``prior`` is how often the propagation happens when both are present (a judgement written down
 here, 0..1); ``window_s`` how much earlier a point-in-time cause may be; ``why`` the plain-words
 reason shown in the report. A *condition* (throttling, pressure, growth, slow steps, contention:
-:data:`CONDITIONS`) has a start and an end (``until_ns``): it can cause an effect that starts
+the kinds :mod:`.kinds` declares ``condition``) has a start and an end (``until_ns``): it can cause an effect that starts
 while it lasts or at most ``lag_s`` after it ended, never one that began before it. ``min_lead_s``
 is for build-ups that take time.
 
-Roles refine a kind where the data tells more: a Python exception that names a peer
-(``Connection closed by peer``) is a *peer error*; a signal the launcher sent while tearing the
-job down is a *stop*, never a cause of the failure.
+Roles (declared in :mod:`.kinds`) refine a kind where the data tells more: a Python exception
+that names a peer (``Connection closed by peer``) is a *peer error*; a signal the launcher sent
+while tearing the job down is a *stop*, never a cause of the failure.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
 
+from .kinds import KILLED, NOT_ORIGINS, PEER_ERROR, SELF_ERROR, STOPPED
 from .lineage import is_launcher_stop
 from .links import Link, LinkKind as K
 from .progress import waits_for_peer
@@ -56,18 +57,6 @@ class Rule:
     lag_s: float = 30.0       # a condition's effect may start this long after the condition ended
     cause_attr: str | None = None   # an attribute the cause must not have false for this rule to apply
     needs: str | None = None        # an attribute the cause must have true for this rule to apply
-
-
-# Roles beyond the kind: see role().
-PEER_ERROR = "peer_error"        # python_exception naming a lost/closed/reset peer
-SELF_ERROR = "self_error"        # any other python_exception
-KILLED = "killed"                # signal_kill by SIGKILL/SIGSEGV/SIGABRT/... (not the launcher's)
-STOPPED = "stopped"              # a signal the launcher sent while tearing the job down
-LINEAGE = "lineage"              # the process-lineage edge (analysis/lineage.py)
-
-CONDITIONS = frozenset({"cpu_throttle", "cpu_pressure", "memory_pressure", "memory_growth", "foreign_memory",
-                        "step_slowdown",
-                        "straggler", "cpu_contention", "cgroup_frozen", "thermal_throttle", "dataloader_stall"})
 
 
 def role(l: Link) -> str:
@@ -234,7 +223,7 @@ RULES: tuple[Rule, ...] = (
 
 # What can never be an origin: a launcher's stop, the failure report itself (unless nothing
 # else is there), clock findings.
-NEVER_ORIGIN = frozenset({STOPPED, "clock_skew", "clock_step"})
+NEVER_ORIGIN = frozenset({STOPPED}) | NOT_ORIGINS
 
 BY_EFFECT: dict[str, list[Rule]] = {}
 for _rule in RULES:

@@ -63,7 +63,8 @@ import math
 from dataclasses import dataclass
 
 from . import attribution, lineage
-from .chain_rules import BY_EFFECT, CONDITIONS, LINEAGE, NEVER_ORIGIN, Rule, Scope, role
+from .chain_rules import BY_EFFECT, NEVER_ORIGIN, Rule, Scope, role
+from .kinds import CONDITIONS, LINEAGE
 from aftertrace.ingest.timeparse import fmt_utc
 
 from .links import Link, LinkKind, Provenance

@@ -536,7 +536,8 @@ def terminal_failure(links: list[Link]) -> Link | None:
         end = [l for l in failures if last.ts_ns - l.ts_ns <= SAME_END_NS]
         named = [l for l in end if l.attr("root_cause_rank") is not None]
         return min(named or end, key=lambda l: l.ts_ns)
-    from .chain_rules import STOPPED, role
+    from .chain_rules import role
+    from .kinds import STOPPED
     fatal = [l for l in placed if l.kind in FATAL_KINDS and role(l) != STOPPED]
     if fatal:
         return max(fatal, key=lambda l: (l.ts_ns, FATAL_KINDS.index(l.kind)))

@@ -6,50 +6,13 @@ from enum import Enum
 
 from aftertrace.ingest.timeparse import fmt_utc
 
+from .kinds import KINDS
 
-class LinkKind(str, Enum):
-    CPU_THROTTLE = "cpu_throttle"
-    CPU_PRESSURE = "cpu_pressure"
-    MEMORY_PRESSURE = "memory_pressure"
-    MEMORY_GROWTH = "memory_growth"
-    OOM_KILL = "oom_kill"
-    PROCESS_EXIT = "process_exit"
-    SIGNAL_KILL = "signal_kill"
-    SEGFAULT = "segfault"
-    GPU_XID = "gpu_xid"
-    HUNG_TASK = "hung_task"
-    RT_THROTTLING = "rt_throttling"
-    SOFT_LOCKUP = "soft_lockup"
-    PCIE_ERROR = "pcie_error"
-    NCCL_WARN = "nccl_warn"
-    NCCL_INIT_FAILURE = "nccl_init_failure"
-    COLLECTIVE_TIMEOUT = "collective_timeout"
-    COLLECTIVE_MISMATCH = "collective_mismatch"
-    RANK_STALLED = "rank_stalled"
-    STEP_SLOWDOWN = "step_slowdown"
-    STRAGGLER = "straggler"
-    DATALOADER_STALL = "dataloader_stall"
-    PYTHON_EXCEPTION = "python_exception"
-    JOB_FAILURE = "job_failure"
-    CLOCK_SKEW = "clock_skew"
-    CLOCK_STEP = "clock_step"                  # a host's wall clock stepped against its boot clock
-    HARD_LOCKUP = "hard_lockup"
-    RCU_STALL = "rcu_stall"
-    KERNEL_PANIC = "kernel_panic"
-    KERNEL_OOPS = "kernel_oops"
-    KERNEL_WARNING = "kernel_warning"          # a WARN_ON in the kernel: a driver or subsystem hit a bad state
-    HARDWARE_ERROR = "hardware_error"
-    THERMAL_THROTTLE = "thermal_throttle"
-    LINK_DOWN = "link_down"
-    PROCESS_STOPPED = "process_stopped"        # a job process seen in state T (stopped by a signal)
-    PROCESS_BLOCKED = "process_blocked"        # a job process seen in state D (uninterruptible wait)
-    CGROUP_FROZEN = "cgroup_frozen"            # a freezer cgroup holding job processes was frozen
-    DISK_FULL = "disk_full"                    # a write failed for lack of space (ENOSPC)
-    SHM_EXHAUSTED = "shm_exhausted"            # shared memory (/dev/shm) too small: a bus error
-    DATALOADER_WORKER_KILLED = "dataloader_worker_killed"
-    CPU_CONTENTION = "cpu_contention"          # processes outside the job took the CPUs a rank needed
-    FOREIGN_MEMORY = "foreign_memory"          # host memory taken by processes outside the job
-    RENDEZVOUS_FAILURE = "rendezvous_failure"  # ranks/nodes could not connect to form the job
+
+# The kinds of finding, one member per :data:`.kinds.KINDS` entry (its value, upper-cased): the
+# catalogue declares each kind once, with its phrase and whether it lasts.
+LinkKind = Enum("LinkKind", [(k.value.upper(), k.value) for k in KINDS], type=str, module=__name__,
+                qualname="LinkKind")
 
 
 # A time known only as "after this line" (no later timestamped line in the file): how late it may be.

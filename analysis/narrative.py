@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from aftertrace.ingest.timeparse import fmt_hms
 
-from .chain_rules import KILLED, PEER_ERROR, STOPPED, role
+from .chain_rules import role
 from .chains import Chain
+from .kinds import BY_VALUE
 from .links import Link, LinkKind as K, Provenance
 
 
@@ -17,19 +18,6 @@ def _t(ts: int | None) -> str:
 
 
 WIDE_NS = 5_000_000_000     # an origin known to less than this is told as a point in time
-
-
-def _who(l: Link) -> str:
-    if l.rank is not None and l.pid is not None and l.attr("started_by_rank"):
-        comm = l.attr("comm")
-        return f"a process of rank {l.rank} (pid {l.pid}{', ' + comm if comm else ''})"
-    if l.rank is not None and l.pid is not None:
-        return f"rank {l.rank} (pid {l.pid})"
-    if l.rank is not None:
-        return f"rank {l.rank}"
-    if l.pid is not None:
-        return f"pid {l.pid}"
-    return "the job"
 
 
 def _mid_when(l: Link, origin: Link) -> str:
@@ -57,162 +45,9 @@ def _dur(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def _cg(l: Link) -> str:
-    return f"cgroup {l.entity}" if l.entity and l.entity.startswith("/") else "the job's cgroup"
-
-
-def _inside(l: Link) -> str:
-    """Who the host finding touches, in words."""
-    if l.attr("outside"):
-        n = len(l.attr("members") or ())
-        return f" (no job process in it{f'; {n} other process' + ('es' if n != 1 else '') if n else ''})"
-    ranks = l.attr("ranks") or ()
-    if ranks:
-        return f" (holding rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
-    return ""
-
-
 def phrase(l: Link) -> str:
-    """What happened, in a few words (no time)."""
-    k, r = l.kind, role(l)
-    host = f" on {l.host}" if l.host else ""
-    if k == K.CPU_THROTTLE:
-        return f"CPU throttling of {_cg(l)}{host}{_inside(l)}"
-    if k == K.CPU_PRESSURE:
-        return f"CPU pressure{host}"
-    if k == K.MEMORY_PRESSURE:
-        return f"memory pressure{host}"
-    if k == K.MEMORY_GROWTH:
-        of = f" of {_cg(l)}" if l.entity and l.entity.startswith("/") else ""
-        if l.pid is not None:
-            return f"memory of {_who(l)} in {_cg(l)} growing toward the limit{host}"
-        if l.attr("startup") and not l.attr("near_limit"):
-            return f"{_cg(l)} filling up from empty (a start-up){host}{_inside(l)}"
-        return f"memory{of} growing toward its limit{host}{_inside(l)}"
-    if k == K.OOM_KILL:
-        comm = l.attr("victim_comm")
-        who = _who(l) + (f" ({comm})" if comm and l.rank is None else "")
-        return f"the OOM killer killing {who}{host}"
-    if k == K.STEP_SLOWDOWN:
-        b, s = l.attr("baseline_s"), l.attr("slow_s")
-        x = f" {s / b:.0f}x" if b and s else ""
-        return f"rank {l.rank}'s training steps slowing down{x}"
-    if k == K.RANK_STALLED:
-        st = l.attr("state")
-        if l.attr("exited_ns"):
-            return f"{_who(l)} leaving the job (it stopped making progress and exited without reporting an error)"
-        return f"{_who(l)} stopping (no progress after that{'; ' + st if st else ''})"
-    if k == K.FOREIGN_MEMORY:
-        return f"memory on {l.host or 'the host'} taken by processes outside the job's cgroups"
-    if k == K.CPU_CONTENTION:
-        return f"{l.attr('hog') or 'another process'} taking the CPU {_who(l)} needed"
-    if k == K.CGROUP_FROZEN:
-        return f"the freezer cgroup{' ' + l.entity if l.entity else ''} being frozen{_inside(l)}"
-    if k == K.PROCESS_STOPPED:
-        return f"{_who(l)} being stopped"
-    if k == K.PROCESS_BLOCKED:
-        return f"{_who(l)} blocked in uninterruptible sleep"
-    if k == K.HUNG_TASK:
-        return f"{_who(l)} blocked in the kernel (hung task)"
-    if k == K.DISK_FULL:
-        return f"{_who(l)} failing to write (disk full)"
-    if k == K.SHM_EXHAUSTED:
-        return f"{_who(l)} running out of shared memory (/dev/shm)"
-    if k == K.DATALOADER_STALL:
-        return f"the DataLoader of {_who(l)} no longer delivering batches"
-    if k == K.DATALOADER_WORKER_KILLED:
-        w = str(l.attr("worker_pids") or "").strip()
-        return f"{_who(l)} losing a DataLoader worker" + (f" (pid{'s' if ',' in w else ''} {w})" if w else "")
-    if k == K.RENDEZVOUS_FAILURE:
-        if l.rank is None and str(l.attr("exc_type") or "").endswith("RendezvousTimeoutError"):
-            where = f" on {l.host}" if l.host else ""
-            return f"the launcher{where} giving up waiting for the other nodes to join (rendezvous timeout)"
-        return f"{_who(l)} failing to join the job (rendezvous)"
-    if r == KILLED and l.attr("launcher_killed"):
-        where = f" on {l.host}" if l.host else ""
-        took = f" and rank {l.rank} with it" if l.rank is not None else " and its ranks with it"
-        return f"the launcher{where} (pid {l.pid}){took} being killed by {l.attr('signal')} from outside"
-    if r == KILLED:
-        sig = l.attr("signal") or "a signal"
-        src = " sent from outside the job (not by the launcher)" if l.attr("outside_signal") else ""
-        return f"{_who(l)} dying from {sig}{src}"
-    if r == STOPPED:
-        ign = l.attr("sigterm_ignored_s")
-        by = f"killed by the launcher ({l.attr('signal')}) after ignoring SIGTERM for {ign:g} s" if ign and \
-            l.attr("signal") == "SIGKILL" else f"being stopped by the launcher ({l.attr('signal') or 'signal'})"
-        return f"{_who(l)} {by}"
-    if k == K.PROCESS_EXIT:
-        code = l.attr("exitcode")
-        return f"{_who(l)} exiting" + (f" with code {code}" if code is not None else "")
-    if k == K.PYTHON_EXCEPTION:
-        exc = l.attr("exc_type") or "an exception"
-        msg = (l.attr("exc_msg") or "").strip().splitlines()[0:1]
-        m = f": {msg[0][:90]}" if msg else ""
-        lost = " (it lost its peer)" if r == PEER_ERROR else ""
-        return f"{_who(l)} raising {exc}{m}{lost}"
-    if k == K.COLLECTIVE_TIMEOUT:
-        ms = l.attr("wait_ms") or l.attr("timeout_ms")
-        return f"{_who(l)} timing out in a collective" + (f" after waiting {ms / 1000:g} s" if ms else "")
-    if k == K.COLLECTIVE_MISMATCH:
-        return f"{_who(l)} reporting mismatched collectives"
-    if k == K.SEGFAULT:
-        return f"{_who(l)} crashing (segmentation fault)"
-    if k == K.JOB_FAILURE:
-        return "the job failing"
-    return _device_phrase(l, host) or f"{k.value.replace('_', ' ')} ({_who(l)}{host})"
-
-
-def _in(l: Link) -> str:
-    """' in rank 0 (pid 17988)' when the finding names a process of the job, else ''."""
-    return f" in {_who(l)}" if l.rank is not None or l.pid is not None else ""
-
-
-def _device_phrase(l: Link, host: str) -> str | None:
-    """The phrases of the kernel's, the devices', NCCL's and the clocks' findings."""
-    k = l.kind
-    cpu = l.attr("cpu")
-    on_cpu = f" of CPU {cpu}" if isinstance(cpu, int) else ""
-    if k == K.GPU_XID:
-        gpu = l.attr("pci") or l.entity
-        gpu = f"GPU {gpu}" if gpu else "a GPU"
-        if "fallen off the bus" in (l.summary or ""):
-            return f"{gpu} falling off the bus{host}"
-        xid = l.attr("xid")
-        return f"{gpu} reporting {'Xid ' + str(xid) if xid is not None else 'an Xid error'}{host}"
-    if k == K.NCCL_WARN:
-        return f"an NCCL warning{_in(l)}{host}"
-    if k == K.NCCL_INIT_FAILURE:
-        return f"NCCL failing to set up its communicator{_in(l)}{host}"
-    if k == K.STRAGGLER:
-        return f"{_who(l)}{host} falling behind its peers (a straggler)"
-    if k == K.RT_THROTTLING:
-        return f"the kernel throttling real-time tasks{host}"
-    if k == K.SOFT_LOCKUP:
-        return f"a soft lockup{on_cpu}{host}"
-    if k == K.HARD_LOCKUP:
-        return f"a hard lockup{on_cpu}{host}"
-    if k == K.RCU_STALL:
-        return f"an RCU stall{host}"
-    if k == K.KERNEL_PANIC:
-        return f"a kernel panic{host}"
-    if k == K.KERNEL_OOPS:
-        return f"a kernel oops{_in(l)}{host}"
-    if k == K.KERNEL_WARNING:
-        return f"a kernel warning{_in(l)}{host}"
-    if k == K.HARDWARE_ERROR:
-        return f"a hardware error{host}"
-    if k == K.PCIE_ERROR:
-        return f"a PCIe bus error{host}"
-    if k == K.THERMAL_THROTTLE:
-        return f"thermal throttling{on_cpu}{host}"
-    if k == K.LINK_DOWN:
-        iface = l.attr("iface")
-        return f"network link {iface + ' ' if iface else ''}going down{host}"
-    if k == K.CLOCK_SKEW:
-        return f"the clocks{host} disagreeing beyond their stated uncertainty"
-    if k == K.CLOCK_STEP:
-        return f"the wall clock{host} stepping"
-    return None
+    """What happened, in a few words (no time): the kind's phrase (:data:`.kinds.KINDS`)."""
+    return BY_VALUE[l.kind.value].phrase(l, role(l))
 
 
 def launcher_victim_of(ch: Chain, failure: Link) -> int | None:

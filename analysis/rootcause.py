@@ -11,8 +11,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from . import attribution, contention, findings, narrative, progress
-from .chain_rules import PEER_ERROR, STOPPED, role
+from .chain_rules import role
 from .chains import Chain, find_chains
+from .kinds import PEER_ERROR, STOPPED
 from .links import Link, LinkKind
 
 

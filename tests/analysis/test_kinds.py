@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from aftertrace.analysis import chain_rules
+from aftertrace.analysis import chain_rules, kinds
 from aftertrace.analysis.links import Link, LinkKind
 from aftertrace.analysis.narrative import phrase
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = {chain_rules.PEER_ERROR, chain_rules.SELF_ERROR, chain_rules.KILLED, chain_rules.STOPPED,
-         chain_rules.LINEAGE}
+ROLES = kinds.ROLES
 # (where kinds are declared, reasoned about and told: not where they are produced)
-NOT_PRODUCERS = {"analysis/links.py", "analysis/chain_rules.py", "analysis/narrative.py"}
+NOT_PRODUCERS = {"analysis/kinds.py", "analysis/links.py", "analysis/chain_rules.py", "analysis/narrative.py"}
 
 
 def _producers() -> dict[str, str]:
@@ -50,13 +49,24 @@ def test_every_kind_is_emitted_somewhere():
 
 
 def test_the_rules_name_only_kinds_and_roles():
-    kinds = {k.value for k in LinkKind}
+    values = {k.value for k in LinkKind}
     for r in chain_rules.RULES:
-        assert r.cause in kinds | ROLES, r
-        assert r.effect in kinds | ROLES, r
+        assert r.cause in values | ROLES, r
+        assert r.effect in values | ROLES, r
         assert r.why and 0 < r.prior <= 1 and r.window_s > 0, r
-    assert chain_rules.CONDITIONS <= kinds
+    assert kinds.CONDITIONS <= values and kinds.NOT_ORIGINS <= values
+    assert chain_rules.NEVER_ORIGIN == {kinds.STOPPED, "clock_skew", "clock_step"}
     # every role is reachable from a kind: role() maps two kinds onto the four finding roles
     assert {chain_rules.role(Link(kind=LinkKind.PYTHON_EXCEPTION, ts_ns=1, summary="x", source="s",
                                   attrs=(("exc_msg", m),))) for m in ("Connection closed by peer", "boom")} == \
-        {chain_rules.PEER_ERROR, chain_rules.SELF_ERROR}
+        {kinds.PEER_ERROR, kinds.SELF_ERROR}
+
+
+def test_the_kinds_are_declared_once_and_the_enum_is_theirs():
+    # LinkKind is made from the catalogue: one member per declared kind, in its order, by its value
+    assert [k.value for k in LinkKind] == [k.value for k in kinds.KINDS]
+    assert all(LinkKind[k.value.upper()] is LinkKind(k.value) for k in kinds.KINDS)
+    assert kinds.CONDITIONS == {"cpu_throttle", "cpu_pressure", "memory_pressure", "memory_growth", "foreign_memory",
+                                "step_slowdown", "straggler", "cpu_contention", "cgroup_frozen", "thermal_throttle",
+                                "dataloader_stall"}
+    assert all(k.about and k.about == k.about.strip() for k in kinds.KINDS)
