@@ -93,6 +93,8 @@ from aftertrace.ingest.model import CLOCK_BOOT, CLOCK_KERNEL_WALL, CLOCK_NONE, C
 
 from .present import has_rows
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({"clock_skew", "clock_step"})
 SEPARATE_FILES_GAP_NS = 50_000_000   # assumed gap between readings kept in two files
 SEC_NS = 1_000_000_000
 # Hosts' wall clocks against each other where nothing in the bundle measures it (no collectives

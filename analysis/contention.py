@@ -35,6 +35,8 @@ from aftertrace.ingest.timeparse import fmt_hms
 from .attribution import job_on
 from .links import Evidence, Link, LinkKind, Provenance
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.CPU_CONTENTION})
 BEFORE_NS = 20 * 10**9
 AFTER_NS = 20 * 10**9
 LEAD_NS = 2 * 10**9        # how long before the change the newcomer's first sample may be

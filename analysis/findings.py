@@ -18,6 +18,8 @@ from .present import has_rows
 from .sql import events_named
 from aftertrace.ingest.sink import attrs_of
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.OOM_KILL, LinkKind.DATALOADER_STALL, LinkKind.SIGNAL_KILL, LinkKind.PROCESS_EXIT})
 _UNC = row_uncertainty_sql()   # a row's own stretch where its clock stepped
 
 DEDUP_WINDOW_NS = 5_000_000_000

@@ -11,11 +11,15 @@ Python exception that names a lost peer is a *peer error*, a signal the launcher
 tearing the job down is a *stop*. A phrase is given the finding's role with the finding.
 
 What names a kind elsewhere: the chain rules (:data:`.chain_rules.RULES`, the relations between
-two kinds or roles), and the producers that emit it (the parsers' grammars, the detectors, the
-analysis's own findings: ``tests/analysis/test_kinds.py`` holds all three to this catalogue).
+two kinds or roles), and the producers that make it, each declaring what it makes: a parser its
+``emits`` (the kinds its events carry), a detector (a module of :mod:`.detectors`) and each of the
+analysis's own producers (:data:`PRODUCER_MODULES`) its ``EMITS``. :func:`producers` gathers them
+all; ``tests/analysis/test_kinds.py`` holds the rules and the producers to this catalogue (a rule
+that waits for a kind nobody makes fails it, and so does a module that makes a kind it does not
+declare).
 
 Adding a kind: one :class:`FindingKind` in :data:`KINDS` (its phrase included), the producer that
-emits it, and the rules that name it.
+makes it (a new detector is a new module of :mod:`.detectors`), and the rules that name it.
 """
 from __future__ import annotations
 
@@ -221,10 +225,6 @@ KINDS: tuple[FindingKind, ...] = (
     _K("thermal_throttle", "a CPU or GPU was throttled for its temperature",
        lambda l, r: f"thermal throttling{_of_cpu(l)}{_on(l)}", condition=True),
     _K("link_down", "a network link went down", _link_down),
-    _K("process_stopped", "a job process was seen in state T (stopped by a signal)",
-       lambda l, r: f"{who(l)} being stopped"),
-    _K("process_blocked", "a job process was seen in state D (uninterruptible wait)",
-       lambda l, r: f"{who(l)} blocked in uninterruptible sleep"),
     _K("cgroup_frozen", "a freezer cgroup holding job processes was frozen",
        lambda l, r: f"the freezer cgroup{' ' + l.entity if l.entity else ''} being frozen{_inside(l)}",
        condition=True),
@@ -243,3 +243,27 @@ assert len(BY_VALUE) == len(KINDS), "a finding kind is declared twice"
 assert not ROLES & set(BY_VALUE), "a role has a kind's name"
 CONDITIONS = frozenset(k.value for k in KINDS if k.condition)
 NOT_ORIGINS = frozenset(k.value for k in KINDS if not k.origin)
+
+# The modules of the analysis that make findings of their own (beyond the parsers' and the
+# detectors'), each with its ``EMITS``.
+PRODUCER_MODULES = ("clocks", "contention", "findings", "progress")
+
+
+def producers() -> dict[str, frozenset[str]]:
+    """Every producer of findings and the kinds it makes, by name: the parsers (``parser
+    app_log``), the detectors (``detector cpu_throttle``) and :data:`PRODUCER_MODULES`
+    (``analysis findings``)."""
+    import importlib
+
+    from aftertrace.ingest.registry import default_registry
+
+    from .detectors import DETECTORS
+
+    def values(emits) -> frozenset[str]:
+        return frozenset(getattr(k, "value", k) for k in emits)
+
+    out = {f"parser {p.name}": values(p.emits) for p in default_registry().parsers}
+    out.update((f"detector {m.__name__.rsplit('.', 1)[-1]}", values(m.EMITS)) for m in DETECTORS)
+    out.update((f"analysis {m}", values(importlib.import_module(f"{__package__}.{m}").EMITS))
+               for m in PRODUCER_MODULES)
+    return out

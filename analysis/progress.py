@@ -51,6 +51,8 @@ from .findings import MAX_WAIT_NS
 from .links import Evidence, Link, LinkKind, Provenance
 from .present import with_rows
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.RANK_STALLED, LinkKind.JOB_FAILURE, LinkKind.SIGNAL_KILL})
 GAP_NS = 30_000_000_000
 PEER_ERROR = re.compile(r"closed by peer|reset by peer|Connection refused|remote worker|peer .*(?:died|closed)|"
                         r"Broken pipe|timed out|Timeout", re.I)

@@ -162,6 +162,9 @@ class Parser:
     priority: ClassVar[int] = 50
     clock_domain: ClassVar[str]
     description: ClassVar[str] = ""
+    # the finding kinds its events may carry (``events.kind``; values of analysis/kinds.py): the
+    # analysis's catalogue of who emits what reads them, and a test holds them to the code
+    emits: ClassVar[frozenset[str]] = frozenset()
     # reads the file as lines (``line_frames``/``lines``), so a terminal's cut can be joined back for
     # it; a parser of a document (JSON) reads the bytes as they are
     reads_lines: ClassVar[bool] = True

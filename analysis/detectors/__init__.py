@@ -13,23 +13,48 @@
 
 Each compares a series with the incident's own quiet level (median and MAD of the series;
 see ``_series``) and cites the raw snapshot lines, re-read from the member files.
+
+The detectors are found, not listed: every module of this package whose name does not start with
+``_`` is one, with ``EMITS`` (the finding kinds it makes, :mod:`aftertrace.analysis.kinds`) and
+``detect(store, incident_id, zone) -> list[Link]``; they run in the order of their names. A
+detector that revises the findings made before it (``oom_events``: the kernel's OOM kills, which
+the cgroup's own count confirms) has ``merge(store, incident_id, zone, existing) -> (new,
+updated)`` instead, and runs after the others.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from types import ModuleType
+
 from aftertrace.analysis.links import Link
 
-from . import (cpu_throttle, foreign_memory, freezer, memory_growth, oom_events, pressure, snapshot_counters,
-               step_slowdown, straggler)
 from ._series import shared_reads, time_zone
 
 
+def _found() -> tuple[ModuleType, ...]:
+    mods = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)
+            if not m.name.startswith("_")]
+    for mod in mods:
+        if not isinstance(getattr(mod, "EMITS", None), frozenset) or not (hasattr(mod, "detect") or
+                                                                         hasattr(mod, "merge")):
+            raise TypeError(f"{mod.__name__}: a detector has EMITS and detect() (or merge())")
+    return tuple(sorted(mods, key=lambda m: m.__name__))
+
+
+DETECTORS: tuple[ModuleType, ...] = _found()
+
+
 def run(store, incident_id: str, existing: list[Link]) -> list[Link]:
-    """``existing`` findings plus what the metric detectors find (OOM counters merged in)."""
+    """``existing`` findings plus what the metric detectors find (the revising ones last)."""
     zone = time_zone(store, incident_id)
     found: list[Link] = []
     with shared_reads():
-        for mod in (cpu_throttle, pressure, memory_growth, foreign_memory, freezer, step_slowdown, straggler,
-                    snapshot_counters):
-            found += mod.detect(store, incident_id, zone)
-    new, updated = oom_events.detect(store, incident_id, zone, existing)
-    return updated + found + new
+        for mod in DETECTORS:
+            if hasattr(mod, "detect"):
+                found += mod.detect(store, incident_id, zone)
+        for mod in DETECTORS:
+            if hasattr(mod, "merge"):
+                new, existing = mod.merge(store, incident_id, zone, existing)
+                found += new
+    return existing + found

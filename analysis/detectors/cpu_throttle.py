@@ -24,6 +24,9 @@ from aftertrace.analysis.links import Link, LinkKind, Provenance
 from ._series import (between, by_entity, entity_name, episodes, evidence, first_rise, hms, load, onset_window,
                       threshold, value_at)
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.CPU_THROTTLE})
+
 SERIES = "cpu.throttled_s_per_s"
 K, ABS_MIN = 8.0, 0.02
 FRAC_MIN = 0.5      # throttled in half the periods: never routine

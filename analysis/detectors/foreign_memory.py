@@ -17,6 +17,9 @@ from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, episodes, evidence, fmt_bytes, hms, load, onset_window, threshold
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.FOREIGN_MEMORY})
+
 K, ABS_MIN = 4.0, 16 * 1024 * 1024
 MIN_GAIN = 1024 * 1024 * 1024
 MIN_SHARE = 0.04          # of the host's memory: a job starting up loads a few hundred MiB of libraries

@@ -13,6 +13,9 @@ from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, entity_name, evidence, hms, load, onset_window
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.CGROUP_FROZEN})
+
 SERIES = "freezer.frozen"
 
 

@@ -29,6 +29,9 @@ from aftertrace.analysis.links import Link, LinkKind, Provenance
 from ._series import (between, by_entity, entity_name, episodes, evidence, first_rise, fmt_bytes,
                       hms, load, onset_window, theil_sen, threshold, value_at)
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.MEMORY_GROWTH})
+
 K, ABS_MIN = 4.0, 8 * 1024 * 1024
 MIN_GAIN_OF_LIMIT, NEAR_LIMIT = 0.10, 0.80
 NO_LIMIT_GAIN = 256 * 1024 * 1024

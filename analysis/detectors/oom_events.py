@@ -17,6 +17,9 @@ from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, entity_name, evidence, hms, load
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.OOM_KILL})
+
 SLACK_NS = 2_000_000_000
 RAW = {"memory.oom_kill_delta": "memory.oom_kill"}
 
@@ -39,7 +42,7 @@ class _Kills:
                     and self.links[j].source != source), default=None)
 
 
-def detect(store, incident_id: str, zone: str | None, existing: list[Link]) -> tuple[list[Link], list[Link]]:
+def merge(store, incident_id: str, zone: str | None, existing: list[Link]) -> tuple[list[Link], list[Link]]:
     """Returns (new findings, existing findings with the counter evidence added)."""
     new, updated = [], list(existing)
     kills = _Kills(updated)

@@ -17,6 +17,9 @@ from aftertrace.analysis.links import Link, LinkKind, Provenance
 
 from ._series import by_entity, entity_name, episodes, evidence, first_rise, hms, load, onset_window, threshold
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.CPU_PRESSURE, LinkKind.MEMORY_PRESSURE})
+
 RULES = {  # resource -> (kind, abs_min percent)
     "cpu": (LinkKind.CPU_PRESSURE, 20.0),
     "memory": (LinkKind.MEMORY_PRESSURE, 5.0),

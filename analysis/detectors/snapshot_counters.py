@@ -26,6 +26,9 @@ from aftertrace.analysis.present import has_rows
 
 from ._series import entity_name
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.CPU_THROTTLE, LinkKind.OOM_KILL, LinkKind.CPU_PRESSURE, LinkKind.MEMORY_PRESSURE})
+
 PSI_SOME_PERCENT = 10.0
 PSI_FULL_PERCENT = 5.0
 _METRICS = ("cpu.nr_periods", "cpu.nr_throttled", "cpu.throttled_ns", "memory.oom_kill",

@@ -25,6 +25,9 @@ from aftertrace.analysis.links import Evidence, Link, LinkKind, Provenance
 from ._series import (hms, median, ordered_codes, quiet_baseline_of, repeats, sorted_by, spans, step_lines,
                       step_numbers)
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.STEP_SLOWDOWN})
+
 RATIO, K, ABS_MIN_S = 2.0, 6.0, 0.05
 MIN_POINTS, MIN_STEPS = 3, 8
 

@@ -21,6 +21,9 @@ from aftertrace.analysis.links import Evidence, Link, LinkKind, Provenance
 
 from ._series import hms, in_order, median, repeats, sorted_by, spans, step_lines, step_numbers
 
+# the finding kinds it makes (the catalogue: analysis/kinds.py)
+EMITS = frozenset({LinkKind.STRAGGLER})
+
 RATIO, MIN_STEPS = 1.3, 5
 
 

@@ -227,6 +227,7 @@ def _int(v) -> int | None:
 class CollectManifestParser(Parser):
     name = "collect_manifest"
     kind = "host_info"
+    emits = frozenset({"job_failure"})
     reads_lines = False
     priority = 90
     clock_domain = CLOCK_WALL

@@ -1,30 +1,23 @@
-"""Every finding kind is whole: it has its own phrase in the report, something emits it, and the
-chain rules name only kinds (and roles) that exist — so a rule can never wait for a finding
-nobody makes, and a new kind cannot reach a report as its bare name."""
+"""Every finding kind is whole: it has its own phrase in the report, a producer makes it, and the
+chain rules name only kinds (and roles) that something makes — so a rule can never wait for a
+finding nobody makes, and a new kind cannot reach a report as its bare name. The producers'
+declarations (``emits``, ``EMITS``, gathered by ``kinds.producers()``) are held to their code."""
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 from aftertrace.analysis import chain_rules, kinds
+from aftertrace.analysis.detectors import DETECTORS
 from aftertrace.analysis.links import Link, LinkKind
 from aftertrace.analysis.narrative import phrase
+from aftertrace.ingest.formats.logs.engine import KINDS_WRITTEN
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = kinds.ROLES
-# (where kinds are declared, reasoned about and told: not where they are produced)
-NOT_PRODUCERS = {"analysis/kinds.py", "analysis/links.py", "analysis/chain_rules.py", "analysis/narrative.py"}
-
-
-def _producers() -> dict[str, str]:
-    out = {}
-    for pkg in ("ingest", "analysis"):
-        for p in sorted((ROOT / pkg).rglob("*.py")):
-            rel = p.relative_to(ROOT).as_posix()
-            if rel not in NOT_PRODUCERS:
-                out[rel] = p.read_text()
-    return out
+MADE = {k for v in kinds.producers().values() for k in v}
 
 
 @pytest.mark.parametrize("kind", list(LinkKind), ids=lambda k: k.value)
@@ -38,21 +31,16 @@ def test_every_kind_has_its_own_phrase(kind):
         assert "  " not in said and "None" not in said, said
 
 
-def test_every_kind_is_emitted_somewhere():
-    sources = _producers()
-    silent = []
-    for k in LinkKind:
-        spelled = (f'"{k.value}"', f"'{k.value}'", f"LinkKind.{k.name}", f"K.{k.name}")
-        if not any(any(s in text for s in spelled) for text in sources.values()):
-            silent.append(k.value)
-    assert silent == [], f"kinds nothing emits: {silent}"
+def test_every_kind_is_made_by_a_producer():
+    assert sorted({k.value for k in LinkKind} - MADE) == [], "kinds nothing makes"
+    assert sorted(MADE - {k.value for k in LinkKind}) == [], "producers declare kinds the catalogue lacks"
 
 
 def test_the_rules_name_only_kinds_and_roles():
     values = {k.value for k in LinkKind}
     for r in chain_rules.RULES:
-        assert r.cause in values | ROLES, r
-        assert r.effect in values | ROLES, r
+        assert r.cause in (values & MADE) | ROLES, r
+        assert r.effect in (values & MADE) | ROLES, r
         assert r.why and 0 < r.prior <= 1 and r.window_s > 0, r
     assert kinds.CONDITIONS <= values and kinds.NOT_ORIGINS <= values
     assert chain_rules.NEVER_ORIGIN == {kinds.STOPPED, "clock_skew", "clock_step"}
@@ -70,3 +58,41 @@ def test_the_kinds_are_declared_once_and_the_enum_is_theirs():
                                 "step_slowdown", "straggler", "cpu_contention", "cgroup_frozen", "thermal_throttle",
                                 "dataloader_stall"}
     assert all(k.about and k.about == k.about.strip() for k in kinds.KINDS)
+
+
+def _made_in(tree: ast.AST) -> set[str]:
+    """The kinds a module's code makes findings of: ``Link(kind=LinkKind.X)``, ``replace(...,
+    kind=K.X)`` and the like, where the kind is spelled out."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and any(kw.arg == "kind" for kw in node.keywords):
+            f = node.func
+            if (f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)) in ("Link", "replace"):
+                v = next(kw.value for kw in node.keywords if kw.arg == "kind")
+                if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id in ("LinkKind", "K"):
+                    out.add(LinkKind[v.attr].value)
+    return out
+
+
+def test_the_analysis_modules_that_make_findings_declare_them():
+    producers = {f"analysis/{m}.py" for m in kinds.PRODUCER_MODULES} | {
+        Path(m.__file__).relative_to(ROOT).as_posix() for m in DETECTORS}
+    made = kinds.producers()
+    for p in sorted((ROOT / "analysis").rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        got = _made_in(ast.parse(p.read_text()))
+        if not got:
+            continue
+        assert rel in producers, f"{rel} makes {sorted(got)}: a detector module or one of kinds.PRODUCER_MODULES"
+        name = ("detector " if "/detectors/" in rel else "analysis ") + p.stem
+        assert got <= made[name], f"{rel} makes {sorted(got - made[name])} without declaring them in EMITS"
+
+
+def test_the_log_engine_declares_the_kinds_its_code_writes():
+    # every kind named by a string of the log engine's modules is one it declares it writes
+    named = set()
+    for p in (ROOT / "ingest" / "formats" / "logs").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds.BY_VALUE:
+                named.add(node.value)
+    assert named <= KINDS_WRITTEN, sorted(named - KINDS_WRITTEN)

@@ -780,6 +780,7 @@ class KernelLogParser(Parser):
     """Base of every kernel-log format: subclasses define ``records`` (and ``detect``)."""
     kind = "dmesg"
     priority = 40
+    emits = frozenset({s.proposed or s.kind for s in ks.SIGNATURES if s.proposed or s.kind} | {"oom_kill"})
     untimed = False          # the format carries no timestamps at all
     per_line_host = False    # the format names a host on every line (syslog, journald)
     grammar: str | None = None   # the line grammar ``detect`` dry-runs on the head (a regex)

@@ -12,7 +12,7 @@ import re
 from ...model import CLOCK_WALL
 from ...reader import Head
 from ...registry import ParseContext, Parser
-from .engine import FAMILIES, WRAP, parse_log
+from .engine import FAMILIES, KINDS_WRITTEN, WRAP, parse_log
 from .nccl_grammar import nccl_line_count
 
 _DET = {f: re.compile(FAMILIES[f].test) for f in ("c10", "elastic", "usdt", "pylog")}
@@ -49,6 +49,7 @@ class AppLogParser(Parser):
     name = "app_log"
     kind = "app_log"
     priority = 30
+    emits = KINDS_WRITTEN
     clock_domain = CLOCK_WALL
     description = ("training / launcher log: torchrun/elastic, PyTorch c10d, Python logging and tracebacks "
                    "(NCCL lines inside are read too)")

@@ -101,17 +101,24 @@ from ...registry import ParseContext
 from ...sink import SinkThread, attrs_json, attrs_of
 from ...timeparse import NS
 from ..kernel.signatures import Unknown
-from .blocks import block_rows, group_blocks
+from .blocks import EXC_KINDS, block_rows, group_blocks
 from .c10phase import MAX_PAIRS as MAX_PHASE_PAIRS, Phase
 from .frames import extract_prefix, in_halves, lists, repeat, rows_in_halves, scatter
-from .grammar import (EXC_LINE, FAMILIES, LOSS_NOCAP, LOSS_VALUE, MESSAGE_ANY, MESSAGE_LITERALS, MESSAGES, NOCAP,
-                      PG_RANK, PLAIN_HINTS, RANK_IN_TEXT, RAY_REPEAT, SAID, SEVERITY, STEP, STEP_TIME, TEE, TEE_MORE,
-                      UNDERLYING, WRAP, WRAP_START, message_in, signame, timeout_summary)
+from .grammar import (EXC_LINE, FAMILIES, FATAL_SIGNALS, LOSS_NOCAP, LOSS_VALUE, MESSAGE_ANY, MESSAGE_LITERALS,
+                      MESSAGES, NOCAP, PG_RANK, PLAIN_HINTS, RANK_IN_TEXT, RAY_REPEAT, SAID, SEVERITY, STEP,
+                      STEP_TIME, TEE, TEE_MORE, UNDERLYING, WRAP, WRAP_START, message_in, signame, timeout_summary)
 from .logtime import MONTH_NUM, frac_ns_expr, frac_res_expr, hms_parts, interpolate, local_epoch_ns
 from .nccl_grammar import (COLLAPSED_NAMES, CONNECT_FILES, INFO_GRAMMAR, INIT_FAILURE_FILES, NCCL_RESULT,
                            WARN_LABELS, collapse_info, nccl_frame, warn_class)
 
 MAX_CARRY_ROWS = 200_000
+
+# The finding kinds the engine writes (``events.kind``): the messages', the blocks' (tracebacks,
+# fatal signals, a launcher's failure report) and NCCL's warnings and failed inits.
+KINDS_WRITTEN = frozenset({m.kind for m in MESSAGES if m.kind} | {k for _, k in FATAL_SIGNALS.values()}
+                          | {u[1] for u in UNDERLYING} | {k for _, k, _ in EXC_KINDS.values()}
+                          | {"python_exception", "job_failure", "signal_kill", "process_exit", "nccl_warn",
+                             "nccl_init_failure"})
 
 _INFO_ENTRY = {lit: i for i, (_n, lit, _rx, _ints) in enumerate(INFO_GRAMMAR)}
 assert len(_INFO_ENTRY) == len(INFO_GRAMMAR), "INFO_GRAMMAR literals must be distinct"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...model import CLOCK_WALL
 from ...reader import Head
 from ...registry import ParseContext, Parser
-from .engine import parse_log
+from .engine import KINDS_WRITTEN, parse_log
 from .nccl_grammar import nccl_line_count
 
 
@@ -17,6 +17,7 @@ class NcclLogParser(Parser):
     name = "nccl_log"
     kind = "nccl_log"
     priority = 35
+    emits = KINDS_WRITTEN
     clock_domain = CLOCK_WALL
     description = "NCCL debug log (NCCL_DEBUG / NCCL_DEBUG_FILE), alone or inside a job's stdout"
 
