@@ -2,7 +2,9 @@
 
 Both exporters are pure functions over the store (``write(store, incident_id, out, progress)``);
 this module holds what they share: which track a row lands on, the ids tracks get, the order
-rows are read in, and how spans that do not nest are laid out.
+rows are read in, how spans that do not nest are laid out, and the walk itself (:class:`Walk`:
+progress, the time range written, the metrics as counter tracks), which each format's writer
+extends with how it writes a span, an instant or a counter value.
 
 Clock
 -----
@@ -186,6 +188,86 @@ class Track:
     labels: tuple = ()
     lanes: list = field(default_factory=list)   # lane tracks (lanes[0] is the track itself)
     stack: list = field(default_factory=list)   # ends of the spans open on this lane
+
+
+@dataclass(frozen=True)
+class CounterTrack:
+    """A metric's counter track, as :meth:`Walk.counters` made it: its ``label`` (entity and metric)
+    and ``series`` (its unit, or ``value``) for formats that name the value, its track for all."""
+    track: "Track"
+    label: str
+    series: str
+
+
+class Walk:
+    """What an exporter keeps while it walks an incident's rows: the cursor and sources, the
+    tracks (``on_track`` writes a new track's description), the progress over every row read, and
+    the first start, last start and last end written (the trace's time range). The formats'
+    writers are subclasses; the walks they share are methods here."""
+
+    def __init__(self, store, incident_id: str, progress: Callable[[int, int], None] | None,
+                 on_track: Callable[["Track"], None]):
+        self.cur = store.cursor()
+        self.iid = incident_id
+        self.progress = progress
+        self.sources = load_sources(self.cur, incident_id)
+        self.layout = Layout(self.cur, incident_id, self.sources, on_track)
+        self.lanes = Lanes(self.layout)
+        self.t_min = None     # first start
+        self.t_max = None     # last start
+        self.t_end = None     # last end
+        self.done = 0
+        self.total = 0
+
+    def tick(self, n: int) -> None:
+        self.done += n
+        if self.progress:
+            self.progress(self.done, self.total)
+
+    def seen(self, first: int, last: int, end: int) -> None:
+        """Widen the time range by rows written from ``first`` to ``last`` (starts), ending at ``end``."""
+        if self.t_min is None or first < self.t_min:
+            self.t_min = first
+        if self.t_max is None or last > self.t_max:
+            self.t_max = last
+        if self.t_end is None or end > self.t_end:
+            self.t_end = end
+
+    def walked(self) -> dict:
+        """What every format's summary says of the walk: the processes given other ids, and the
+        time range written (ns, UTC)."""
+        return {"pids_remapped": self.layout.remapped, "first_ts_ns": self.t_min, "last_ts_ns": self.t_max,
+                "end_ts_ns": self.t_end, "time_range_ns": None if self.t_min is None else [self.t_min, self.t_end]}
+
+    def counters(self, stats: dict) -> Iterator[tuple[int, float, CounterTrack]]:
+        """The metric rows as (ts, value, counter), in time order, one counter track per (source,
+        host, entity, metric, unit) under the source's process or host; a value that is not a
+        finite number is skipped and counted (``stats``: ``exported``, ``skipped_values``)."""
+        srcs, layout = self.sources, self.layout
+        made: dict[tuple, CounterTrack] = {}
+        first = last = None
+        for batch in iter_metrics(self.cur, self.iid):
+            for ts, sid, host, entity, metric, value, unit in batch:
+                if value is None or not math.isfinite(value):
+                    stats["skipped_values"] += 1
+                    continue
+                key = (sid, host, entity, metric, unit)
+                c = made.get(key)
+                if c is None:
+                    parent = layout.process_or_host(srcs[sid], host)
+                    label = f"{entity} {metric}" if entity else metric
+                    named = bool(unit) and unit != "-"
+                    track = layout.child(parent, "counter", label + (f" ({unit})" if named else ""), entity, metric,
+                                         unit, unit=unit, sort_index=1 << 44)
+                    c = made[key] = CounterTrack(track, label, unit if named else "value")
+                yield ts, value, c
+                stats["exported"] += 1
+                if first is None:
+                    first = ts
+                last = ts
+            self.tick(len(batch))
+        if first is not None:
+            self.seen(first, last, last)
 
 
 class Layout:

@@ -65,8 +65,8 @@ from typing import BinaryIO, Callable
 
 import orjson
 
-from . import (Layout, Lanes, Track, arrow_reader, count_rows, cut, incident_exists, iter_collectives,
-               iter_events, iter_metrics, iter_samples, iter_steps, load_findings, load_sources)
+from . import (Track, Walk, arrow_reader, count_rows, cut, incident_exists, iter_collectives, iter_events,
+               iter_samples, iter_steps, load_findings)
 
 LINES_PER_WRITE = 4096
 
@@ -140,20 +140,12 @@ class _Lines:
             self.buf = []
 
 
-class _Exporter:
+class _Exporter(Walk):
     def __init__(self, store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None):
-        self.cur = store.cursor()
-        self.iid = incident_id
         self.lines = _Lines(out)
-        self.progress = progress
-        self.sources = load_sources(self.cur, incident_id)
         self.phases: Counter = Counter()
-        self.layout = Layout(self.cur, incident_id, self.sources, self._metadata)
-        self.lanes = Lanes(self.layout)
         self.rows: dict = {}
-        self.t_min = self.t_max = self.t_end = None
-        self.done = 0
-        self.total = 0
+        super().__init__(store, incident_id, progress, self._metadata)
 
     def _event(self, head: bytes, body: dict) -> None:
         """One event line: ``head`` (the pre-formatted ``"ts":...`` members) then ``body``."""
@@ -184,19 +176,6 @@ class _Exporter:
         elif t.kind != "counter":
             self._meta("thread_name", t.json_pid, t.json_tid, {"name": t.name})
             self._meta("thread_sort_index", t.json_pid, t.json_tid, {"sort_index": t.sort_index})
-
-    def _tick(self, n: int) -> None:
-        self.done += n
-        if self.progress:
-            self.progress(self.done, self.total)
-
-    def _time(self, first: int, last: int, end: int) -> None:
-        if self.t_min is None or first < self.t_min:
-            self.t_min = first
-        if self.t_max is None or last > self.t_max:
-            self.t_max = last
-        if self.t_end is None or end > self.t_end:
-            self.t_end = end
 
     def _span(self, track: Track, ts: int, dur: int | None, body: dict, args: dict) -> tuple[bool, int]:
         """Write an ``X`` (on the span's lane) or an ``i``; returns (is_span, end)."""
@@ -230,9 +209,9 @@ class _Exporter:
             if first is None:
                 first = batch[0][0]
             last = batch[-1][0]
-            self._tick(len(batch))
+            self.tick(len(batch))
         if first is not None:
-            self._time(first, last, end_max)
+            self.seen(first, last, end_max)
 
     def events(self) -> None:
         srcs, event_track = self.sources, self.layout.event_track
@@ -294,32 +273,9 @@ class _Exporter:
         self._table(iter_collectives(self.cur, self.iid), one, self.rows["collectives"])
 
     def metrics(self) -> None:
-        st = self.rows["metrics"]
-        srcs, layout = self.sources, self.layout
-        names: dict = {}
-        first = last = None
-        for batch in iter_metrics(self.cur, self.iid):
-            for ts, sid, host, entity, metric, value, unit in batch:
-                if value is None or not math.isfinite(value):
-                    st["skipped_values"] += 1
-                    continue
-                key = (sid, host, entity, metric, unit)
-                got = names.get(key)
-                if got is None:
-                    parent = layout.process_or_host(srcs[sid], host)
-                    label = f"{entity} {metric}" if entity else metric
-                    track = layout.child(parent, "counter", label + (f" ({unit})" if unit and unit != "-" else ""),
-                                         entity, metric, unit, unit=unit, sort_index=1 << 44)
-                    got = names[key] = (track.json_pid, label, unit if unit and unit != "-" else "value")
-                pid, label, series = got
-                self._event(b'"ts":' + _us(ts), {"ph": "C", "name": label, "pid": pid, "args": {series: value}})
-                st["exported"] += 1
-                if first is None:
-                    first = ts
-                last = ts
-            self._tick(len(batch))
-        if first is not None:
-            self._time(first, last, last)
+        for ts, value, c in self.counters(self.rows["metrics"]):
+            self._event(b'"ts":' + _us(ts), {"ph": "C", "name": c.label, "pid": c.track.json_pid,
+                                             "args": {c.series: value}})
 
     def findings(self) -> None:
         items, chains, unplaced = self._findings
@@ -351,8 +307,8 @@ class _Exporter:
             self._event(b'"ts":' + _us(f.ts_ns), {"ph": "i", "s": "t", "name": f.kind, "cat": "aftertrace.finding",
                                                   "pid": track.json_pid, "tid": track.json_tid, "args": args})
             st["chain_links" if f.chain is not None else "findings"] += 1
-        self._tick(len(items))
-        self._time(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
+        self.tick(len(items))
+        self.seen(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
 
     def sample_threads(self) -> dict:
         """Create (with their metadata, while ``traceEvents`` is open) the threads of the samples."""
@@ -393,9 +349,9 @@ class _Exporter:
                 if first is None:
                     first = ts
                 last = ts
-            self._tick(len(batch))
+            self.tick(len(batch))
         if first is not None:
-            self._time(first, last, last)
+            self.seen(first, last, last)
 
     def stack_frames(self) -> int:
         n = 0
@@ -455,11 +411,7 @@ class _Exporter:
             "tracks": dict(sorted(self.layout.counts.items()), total=len(self.layout.tracks)),
             "rows": self.rows,
             "stack_frames": frames,
-            "pids_remapped": self.layout.remapped,
-            "first_ts_ns": self.t_min,
-            "last_ts_ns": self.t_max,
-            "end_ts_ns": self.t_end,
-            "time_range_ns": None if self.t_min is None else [self.t_min, self.t_end],
+            **self.walked(),
         }
 
 

@@ -77,9 +77,8 @@ import orjson
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from . import (MAX_INTERNED, TEXT_MAX, Layout, Lanes, Track, arrow_table, clean, count_rows, cut, incident_exists,
-               iter_collectives, iter_events, iter_metrics, iter_samples, iter_steps, load_findings,
-               load_sources, parse_attrs, stable_uuid)
+from . import (MAX_INTERNED, TEXT_MAX, Track, Walk, arrow_table, clean, count_rows, cut, incident_exists,
+               iter_collectives, iter_events, iter_samples, iter_steps, load_findings, parse_attrs, stable_uuid)
 
 PACKETS_PER_WRITE = 2048
 SEQ_EVENTS = 1
@@ -265,25 +264,15 @@ ANNOTATION_NAMES = (
 _A = {n: i + 1 for i, n in enumerate(ANNOTATION_NAMES)}
 
 
-class _Exporter:
+class _Exporter(Walk):
     def __init__(self, store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None):
-        self.cur = store.cursor()
-        self.iid = incident_id
         self.w = _BatchingBuilder(out)
-        self.progress = progress
-        self.sources = load_sources(self.cur, incident_id)
         self.first_on_seq = {SEQ_EVENTS: True, SEQ_SAMPLES: True}
         self.names = _Interner()
         self.cats = _Interner()
         self.src_strings = _Interner()
-        self.layout = Layout(self.cur, incident_id, self.sources, self._descriptor)
-        self.lanes = Lanes(self.layout)
         self.stats_rows: dict = {}
-        self.t_min = None     # first start
-        self.t_max = None     # last start
-        self.t_end = None     # last end
-        self.done = 0
-        self.total = 0
+        super().__init__(store, incident_id, progress, self._descriptor)
 
     # -- packets
     def _packet(self, seq: int, needs_state: bool) -> pb.TracePacket:
@@ -406,19 +395,6 @@ class _Exporter:
         te.track_uuid = uuid
         self.w.write_packet(pk, "slice_end")
 
-    def _time(self, first: int, last: int, end: int) -> None:
-        if self.t_min is None or first < self.t_min:
-            self.t_min = first
-        if self.t_max is None or last > self.t_max:
-            self.t_max = last
-        if self.t_end is None or end > self.t_end:
-            self.t_end = end
-
-    def _tick(self, n: int) -> None:
-        self.done += n
-        if self.progress:
-            self.progress(self.done, self.total)
-
     # -- spans of one table, in time order, with their ends
     def _spans(self, batches, row_fn, stats: dict) -> None:
         """Feed each row to ``row_fn(row, push_end) -> (is_span, end)``; slice ends are written
@@ -451,7 +427,7 @@ class _Exporter:
             if first is None:
                 first = batch[0][0]
             last = batch[-1][0]
-            self._tick(len(batch))
+            self.tick(len(batch))
         while heap:
             e, _, uuid = pop(heap)
             self._end(e, uuid)
@@ -459,7 +435,7 @@ class _Exporter:
         stats["instants"] += instants
         stats["exported"] += spans + instants
         if first is not None:
-            self._time(first, last, end_max)
+            self.seen(first, last, end_max)
 
     def _place(self, track: Track, ts: int, dur: int | None):
         """(lane, end, odd): the lane of a span and its (clamped) end, ``odd`` the real duration
@@ -555,38 +531,15 @@ class _Exporter:
         self._spans(iter_collectives(self.cur, self.iid), one, self.stats_rows["collectives"])
 
     def metrics(self) -> None:
-        st = self.stats_rows["metrics"]
-        srcs, layout, write = self.sources, self.layout, self.w.write_packet
-        tracks: dict = {}
-        first = last = None
-        for batch in iter_metrics(self.cur, self.iid):
-            for ts, sid, host, entity, metric, value, unit in batch:
-                if value is None or not math.isfinite(value):
-                    st["skipped_values"] += 1
-                    continue
-                key = (sid, host, entity, metric, unit)
-                uuid = tracks.get(key)
-                if uuid is None:
-                    parent = layout.process_or_host(srcs[sid], host)
-                    label = f"{entity} {metric}" if entity else metric
-                    if unit and unit != "-":
-                        label = f"{label} ({unit})"
-                    uuid = tracks[key] = layout.child(parent, "counter", label, entity, metric, unit, unit=unit,
-                                                      sort_index=1 << 44).uuid
-                pk = self._packet(SEQ_EVENTS, False)
-                pk.timestamp = ts
-                te = pk.track_event
-                te.type = _COUNTER
-                te.track_uuid = uuid
-                te.double_counter_value = value
-                write(pk, "counter")
-                st["exported"] += 1
-                if first is None:
-                    first = ts
-                last = ts
-            self._tick(len(batch))
-        if first is not None:
-            self._time(first, last, last)
+        write = self.w.write_packet
+        for ts, value, c in self.counters(self.stats_rows["metrics"]):
+            pk = self._packet(SEQ_EVENTS, False)
+            pk.timestamp = ts
+            te = pk.track_event
+            te.type = _COUNTER
+            te.track_uuid = c.track.uuid
+            te.double_counter_value = value
+            write(pk, "counter")
 
     def findings(self) -> None:
         items, chains, unplaced = self._findings
@@ -633,8 +586,8 @@ class _Exporter:
                             _add(item.dict_entries.add, None, k, _deep_clean(e[k]))
             self.w.write_packet(pk, "instant")
             st["chain_links" if f.chain is not None else "findings"] += 1
-        self._tick(len(items))
-        self._time(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
+        self.tick(len(items))
+        self.seen(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
 
     @staticmethod
     def _intern_stack(idata, tree: "_StackTree", path: list[int], cs_iid: int, fnames: _Interner,
@@ -705,8 +658,8 @@ class _Exporter:
                 self.w.write_packet(pk, "perf_sample")
                 st["exported"] += 1
             if batch:
-                self._time(batch[0][0], batch[-1][0], batch[-1][0])
-            self._tick(len(batch))
+                self.seen(batch[0][0], batch[-1][0], batch[-1][0])
+            self.tick(len(batch))
         st["interned_callstacks"] = len(stacks.ids)
         st["interned_frames"] = len(frames.ids)
         st["interned_function_names"] = len(fnames.ids)
@@ -751,11 +704,7 @@ class _Exporter:
             "rows": self.stats_rows,
             "interned": {"event_names": len(self.names.ids), "categories": len(self.cats.ids),
                          "annotation_names": len(_A), "source_paths": len(self.src_strings.ids)},
-            "pids_remapped": self.layout.remapped,
-            "first_ts_ns": self.t_min,
-            "last_ts_ns": self.t_max,
-            "end_ts_ns": self.t_end,
-            "time_range_ns": None if self.t_min is None else [self.t_min, self.t_end],
+            **self.walked(),
         }
 
 
