@@ -219,6 +219,20 @@ class Walk:
         self.done = 0
         self.total = 0
 
+    @classmethod
+    def write(cls, store, incident_id: str, out, progress: Callable[[int, int], None] | None = None) -> dict:
+        """Write the incident to ``out`` in this writer's format; returns what was written (counts,
+        tracks, the time range)."""
+        if not incident_exists(store.cursor(), incident_id):
+            raise KeyError(f"no incident {incident_id!r}")
+        return cls(store, incident_id, out, progress).run()
+
+    @classmethod
+    def export(cls, src, out, start: str | None, end: str | None, progress=None) -> dict:
+        """:meth:`write` as server/exports.py calls a format's writer: the whole incident (a trace
+        has no window)."""
+        return cls.write(src.store, src.incident_id, out, progress)
+
     def tick(self, n: int) -> None:
         self.done += n
         if self.progress:

@@ -65,7 +65,7 @@ from typing import BinaryIO, Callable
 
 import orjson
 
-from . import (Track, Walk, arrow_reader, count_rows, cut, incident_exists, iter_collectives, iter_events,
+from . import (Track, Walk, arrow_reader, count_rows, cut, iter_collectives, iter_events,
                iter_samples, iter_steps, load_findings)
 
 LINES_PER_WRITE = 4096
@@ -421,13 +421,5 @@ EXPORT = {"name": "chrome", "suffix": ".json", "media_type": "application/json",
                   "importer)"}
 
 
-def export(src, out: BinaryIO, start: str | None, end: str | None, progress=None) -> dict:
-    """The format's writer as server/exports.py calls it: the whole incident (no window)."""
-    return write(src.store, src.incident_id, out, progress)
-
-
-def write(store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Write the incident as Chrome trace JSON to ``out``; returns what was written (see the module doc)."""
-    if not incident_exists(store.cursor(), incident_id):
-        raise KeyError(f"no incident {incident_id!r}")
-    return _Exporter(store, incident_id, out, progress).run()
+# (write(store, incident_id, out, progress) writes the incident as Chrome trace JSON)
+export, write = _Exporter.export, _Exporter.write

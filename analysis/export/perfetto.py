@@ -77,7 +77,7 @@ import orjson
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from . import (MAX_INTERNED, TEXT_MAX, Track, Walk, arrow_table, clean, count_rows, cut, incident_exists,
+from . import (MAX_INTERNED, TEXT_MAX, Track, Walk, arrow_table, clean, count_rows, cut,
                iter_collectives, iter_events, iter_samples, iter_steps, load_findings, parse_attrs, stable_uuid)
 
 PACKETS_PER_WRITE = 2048
@@ -714,13 +714,5 @@ EXPORT = {"name": "perfetto", "suffix": ".pftrace", "media_type": "application/o
                   "findings (ui.perfetto.dev)"}
 
 
-def export(src, out: BinaryIO, start: str | None, end: str | None, progress=None) -> dict:
-    """The format's writer as server/exports.py calls it: the whole incident (no window)."""
-    return write(src.store, src.incident_id, out, progress)
-
-
-def write(store, incident_id: str, out: BinaryIO, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Write the incident as a Perfetto trace to ``out``; returns what was written (see the module doc)."""
-    if not incident_exists(store.cursor(), incident_id):
-        raise KeyError(f"no incident {incident_id!r}")
-    return _Exporter(store, incident_id, out, progress).run()
+# (write(store, incident_id, out, progress) writes the incident as a Perfetto trace)
+export, write = _Exporter.export, _Exporter.write
