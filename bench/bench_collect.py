@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from aftertrace.ingest.collect.recorder import disk_usage as du  # noqa: E402
+
 JOB_RANK = r"""
 import os, sys, time
 stop, r = sys.argv[1], os.environ["RANK"]
@@ -89,17 +91,6 @@ def children(pid: int, comm: str) -> list[int]:
         if ppid == pid and c == comm:
             out.append(int(d))
     return out
-
-
-def du(path: Path) -> int:
-    n = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            try:
-                n += os.path.getsize(os.path.join(d, f))
-            except OSError:
-                pass
-    return n
 
 
 def main() -> int:

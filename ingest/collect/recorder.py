@@ -635,7 +635,7 @@ class Recorder:
         if perf is not None and self.job_ended_ns is None and not self.stop_flag.is_set():
             self.perf_restart = True        # by the main loop (see _loop)
         self.bundles.append(path)
-        size = _du(path)
+        size = disk_usage(path)
         self.log(f"bundle written: {path} ({size / 1e6:.1f} MB; captured: "
                  + ", ".join(c["what"] for c in man["captured"])
                  + ("; missing: " + ", ".join(m["what"] for m in man["missing"]) if man["missing"] else "") + ")")
@@ -680,7 +680,8 @@ def _rss_kb() -> int | None:
     return None
 
 
-def _du(path: str) -> int:
+def disk_usage(path: str | os.PathLike) -> int:
+    """Bytes in a file, or in the files under a folder (those that vanish meanwhile left out)."""
     if os.path.isfile(path):
         return os.path.getsize(path)
     n = 0
