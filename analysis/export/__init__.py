@@ -673,37 +673,36 @@ def load_findings(cur, incident_id: str) -> tuple[list[Finding], list[dict], int
     if not isinstance(rep, dict):
         return [], [], 0
     out: list[Finding] = []
-    unplaced = 0
+    unplaced = [0]
+
+    def placed(links) -> Iterator[tuple[int, dict, int]]:
+        """(index, link, ts) of the links that are objects with a time (the others counted)."""
+        for i, link in enumerate(links or []):
+            if isinstance(link, dict):
+                ts = _ts_ns(link)
+                if ts is None:
+                    unplaced[0] += 1
+                else:
+                    yield i, link, ts
+
     seen = set()
-    for link in rep.get("anomalies") or []:
-        if not isinstance(link, dict):
-            continue
-        ts = _ts_ns(link)
-        if ts is None:
-            unplaced += 1
-            continue
+    for _, link, ts in placed(rep.get("anomalies")):
         seen.add((ts, link.get("kind")))
         out.append(Finding(ts, str(link.get("kind") or "finding"), str(link.get("summary") or ""), link, None))
     fail = rep.get("failure")
     if isinstance(fail, dict):
         ts = _ts_ns(fail)
         if ts is None:
-            unplaced += 1
+            unplaced[0] += 1
         elif (ts, fail.get("kind")) not in seen:
             out.append(Finding(ts, str(fail.get("kind") or "failure"), str(fail.get("summary") or ""),
                                dict(fail, role="failure"), None))
     chains = [c for c in rep.get("chains") or [] if isinstance(c, dict)]
     for ci, ch in enumerate(chains):
         edges = [e for e in ch.get("edges") or [] if isinstance(e, dict)]
-        for li, link in enumerate(ch.get("links") or []):
-            if not isinstance(link, dict):
-                continue
-            ts = _ts_ns(link)
-            if ts is None:
-                unplaced += 1
-                continue
+        for li, link, ts in placed(ch.get("links")):
             because = edges[li - 1].get("because") if 0 < li <= len(edges) else None
             out.append(Finding(ts, str(link.get("kind") or "link"), str(link.get("summary") or ""), link, ci,
                                because))
     out.sort(key=lambda f: (f.ts_ns, -1 if f.chain is None else f.chain, f.kind, f.summary))
-    return out, chains, unplaced
+    return out, chains, unplaced[0]

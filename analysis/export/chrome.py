@@ -326,7 +326,6 @@ class _Exporter(Walk):
 
     def samples(self, threads: dict) -> None:
         st = self.rows["samples"]
-        first = last = None
         for batch in iter_samples(self.cur, self.iid):
             for ts, sid, host, pid, tid, cpu, _comm, event, period, stack_id in batch:
                 ev = {}
@@ -345,13 +344,10 @@ class _Exporter(Walk):
                     st["no_stack"] += 1
                 b = _dumps(ev)
                 self.lines.item(b'{"ts":' + _us(ts) + (b"," + b[1:] if len(b) > 2 else b"}"))
-                st["exported"] += 1
-                if first is None:
-                    first = ts
-                last = ts
+            st["exported"] += len(batch)
+            if batch:       # (every sample is written, in time order)
+                self.seen(batch[0][0], batch[-1][0], batch[-1][0])
             self.tick(len(batch))
-        if first is not None:
-            self.seen(first, last, last)
 
     def stack_frames(self) -> int:
         n = 0
