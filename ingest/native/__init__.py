@@ -532,19 +532,22 @@ def wraps(lines: pa.Array) -> Wraps:
     code, rep_ok = pa.allocate_buffer(m), pa.allocate_buffer(m)
     body_at, body_len, rep = (pa.allocate_buffer(4 * m) for _ in range(3))
 
-    # (room for every group's span of every line: one read; the buffers go once the spans are cut)
+    # (room for every group's span of every line, one read: the reader writes the spans of the lines
+    # with a wrapper only, so a log without any leaves that memory untouched; the other rows are
+    # read as -1 below)
     g0, g1 = pa.allocate_buffer(4 * m * len(WRAP_GROUPS)), pa.allocate_buffer(4 * m * len(WRAP_GROUPS))
     left = lib.at_wraps(ctypes.byref(col), n, code.address, g0.address, g1.address, body_at.address, body_len.address,
                         rep.address, rep_ok.address) if n else 0
     codes = pa.Array.from_buffers(pa.uint8(), n, [None, code])
     groups = {}
-    if n and pc.any(pc.equal(codes, 1)).as_py():
+    wrapped = pc.equal(codes, 1) if n else None
+    if n and pc.any(wrapped).as_py():
         starts = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g0])
         ends = pa.Array.from_buffers(pa.int32(), n * len(WRAP_GROUPS), [None, g1])
         for k, name in enumerate(WRAP_GROUPS):
-            a = starts.slice(k * n, n)
+            a = pc.if_else(wrapped, starts.slice(k * n, n), -1)
             if pc.max(a).as_py() >= 0:
-                groups[name] = (a, pc.subtract(ends.slice(k * n, n), a))
+                groups[name] = (a, pc.subtract(pc.if_else(wrapped, ends.slice(k * n, n), -1), a))
     return Wraps(codes, groups, pa.Array.from_buffers(pa.int32(), n, [None, body_at]),
                  pa.Array.from_buffers(pa.int32(), n, [None, body_len]), _nullable(rep, rep_ok, pa.int32(), n), left)
 

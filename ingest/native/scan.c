@@ -1540,16 +1540,17 @@ static int wrap_line(line_t l, int32_t *g0, int32_t *g1, int32_t *body_at, int32
 
 /* For the lines [0, n) of col: code (0 no wrapper, 1 one read, UNSURE where the regexes decide),
  * where the rest starts and its length (bytes; -1: to the line's end, else Ray's suffix ends it),
- * and the suffix's count (rep, rep_ok); with g0 and g1 (else NULL: most logs have no wrapper, and these are the bulk of
- * the output) the start and end of each group (WG_N arrays of n, -1 where the group took nothing).
+ * and the suffix's count (rep, rep_ok); with g0 and g1 (else NULL) the start and end of each group
+ * (WG_N arrays of n, -1 where the group took nothing), written on the rows of code 1 only (most
+ * logs have no wrapper: their rows of these, the bulk of the output, are never touched).
  * Null lines are code 0. Returns the number left to the regexes. */
 int64_t at_wraps(const col_t *col, int64_t n, uint8_t *code, int32_t *g0, int32_t *g1, int32_t *body_at,
                  int32_t *body_len, int32_t *rep, uint8_t *rep_ok) {
     int64_t left = 0;
     int32_t a[WG_N], b[WG_N];
+    /* (the groups' spans are written for the lines with a wrapper only, code 1: the other rows of
+       g0/g1 are left as they are, and the caller reads them only where code is 1) */
     for (int64_t i = 0; i < n; i++) {
-        if (g0 != NULL)
-            for (int g = 0; g < WG_N; g++) g0[g * n + i] = g1[g * n + i] = -1;
         body_at[i] = 0; body_len[i] = -1; rep[i] = 0; rep_ok[i] = 0;
         code[i] = 0;
         if (!is_valid(col, i)) continue;
