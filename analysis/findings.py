@@ -144,7 +144,7 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
     # A source's rank (a file of one rank's output) is not given to the unprefixed lines of a
     # launcher log whose rank output is prefixed (torchrun --tee ``[default0]:``): those are the
     # agent's own, even in a node's log that holds one rank.
-    rows = store.query(
+    cols = store.columns(
         f"""WITH teed AS (SELECT DISTINCT source_id FROM events
                          WHERE incident_id = ? AND starts_with(text, '[default'))
            SELECT e.ts_utc_ns, COALESCE(e.host, s.host) AS host,
@@ -157,25 +157,27 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
                 AND c.domain = s.clock_domain
            WHERE e.incident_id = ? AND e.kind IS NOT NULL AND e.kind NOT IN (SELECT unnest(?))
            ORDER BY e.ts_utc_ns NULLS LAST, s.path, e.line""", [incident_id, incident_id, list(skip)])
-    known = {k.value for k in LinkKind}
+    kinds = {k.value: k for k in LinkKind}
     out = []
-    for r in rows:
-        if r["kind"] not in known:
+    # (columns, not a dict per row: a log that repeats its crash has tens of thousands of these)
+    for ts, host, rank, pid, line, text, name, kind, raw, path, source_kind, unc in zip(
+            cols["ts_utc_ns"], cols["host"], cols["rank"], cols["pid"], cols["line"], cols["text"], cols["name"],
+            cols["kind"], cols["attrs"], cols["path"], cols["source_kind"], cols["uncertainty_ns"]):
+        kind = kinds.get(kind)
+        if kind is None:
             continue
-        attrs = attrs_of(r["attrs"])
-        if r["source_kind"] in ("app_log", "nccl_log") and isinstance(attrs.get("ts_lo_ns"), int) \
+        attrs = attrs_of(raw)
+        if source_kind in ("app_log", "nccl_log") and isinstance(attrs.get("ts_lo_ns"), int) \
                 and isinstance(attrs.get("ts_hi_ns"), int):
             # an untimed line is placed between its timed neighbours in the file; in a launcher's
             # combined log those may come from another rank's pipe, delivered a little earlier or
             # later than this rank's output
             attrs["ts_lo_ns"] -= PIPE_SLACK_NS
             attrs["ts_hi_ns"] += PIPE_SLACK_NS
-        summary = attrs.get("summary") or f"{r['name']}: {(r['text'] or '')[:200]}"
-        out.append(Link(kind=LinkKind(r["kind"]), ts_ns=r["ts_utc_ns"], summary=summary, source=r["path"],
-                        host=r["host"], rank=r["rank"], pid=r["pid"],
-                        evidence=(Evidence(r["path"], r["line"], r["text"] or ""),),
-                        provenance=Provenance.READ, confidence=1.0, uncertainty_ns=r["uncertainty_ns"],
-                        attrs=_scalar_attrs(attrs)))
+        summary = attrs.get("summary") or f"{name}: {(text or '')[:200]}"
+        out.append(Link(kind=kind, ts_ns=ts, summary=summary, source=path, host=host, rank=rank, pid=pid,
+                        evidence=(Evidence(path, line, text or ""),), provenance=Provenance.READ, confidence=1.0,
+                        uncertainty_ns=unc, attrs=_scalar_attrs(attrs)))
     return local_ranks(out)
 
 
@@ -253,8 +255,11 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
             g.add(len(out), w, l.pid or None)
             out.append(l)
         else:
-            m, b_best = _merge_head(out[slot], l)
             ev = merged_ev.get(slot)
+            if ev is not None and _adds_nothing(out[slot], l, w):
+                ev.merge(l.evidence, False)
+                continue
+            m, b_best = _merge_head(out[slot], l)
             if ev is None:
                 ev = merged_ev[slot] = _Evidence(out[slot].evidence)
             ev.merge(l.evidence, b_best)
@@ -416,6 +421,16 @@ def _merge_pair(a: Link, b: Link) -> Link:
             seen.add((e.source, e.line))
             ev.append(e)
     return dataclasses.replace(m, evidence=tuple(ev))
+
+
+def _adds_nothing(kept: Link, copy: Link, w: tuple[int, int] | None) -> bool:
+    """Whether :func:`_merge_head` of a kept finding (already a merge: its attrs have one value
+    per key) and a copy would give the kept finding again, less its evidence: the same window
+    (the kept one stays the better copy, its time unmoved), the same attrs, no pid it lacks and
+    no higher confidence. A log that repeats one report thousands of times merges mostly such
+    copies, and this test is far cheaper than building the merged finding."""
+    return (w == kept.timing_ns() and copy.attrs == kept.attrs and copy.confidence <= kept.confidence
+            and (copy.pid == kept.pid or (not copy.pid and bool(kept.pid))))
 
 
 def _merge_head(a: Link, b: Link) -> tuple[Link, bool]:
