@@ -180,6 +180,8 @@ RULES: tuple[Rule, ...] = (
     _R("rank_stalled", PEER_ERROR, J, 0.6, 3600, "its peers gave up on it"),
     _R("rank_stalled", "nccl_warn", J, 0.5, 3600, "NCCL on its peers complained while waiting"),
     _R("rank_stalled", "job_failure", J, 0.6, 3600, "the job ended while the rank was stuck"),
+    _R("rank_stalled", "job_hang", J, 0.9, 3600, "the job waited for the stuck rank (its peers in a collective)"),
+    _R("dataloader_stall", "job_hang", J, 0.7, 3600, "the rank without input batches held the job up"),
     _R("rank_stalled", STOPPED, P, 0.9, 3600, "the stuck rank was stopped by the launcher"),
     _R("rank_stalled", KILLED, P, 0.6, 3600, "the stuck rank was killed"),
     _R("hung_task", "rank_stalled", P, 0.95, 900, "its main thread was blocked in the kernel"),

@@ -161,7 +161,7 @@ def _entity(rule: Rule, c: Link, e: Link, ctx: Context) -> float | None:
     if rule.scope == Scope.HOST:
         return _host(c, e, ctx)
     # JOB
-    if not (ctx.in_job(c) or c.kind == LinkKind.JOB_FAILURE) or not (ctx.in_job(e) or e.kind == LinkKind.JOB_FAILURE):
+    if not (ctx.in_job(c) or c.kind in JOB_LEVEL) or not (ctx.in_job(e) or e.kind in JOB_LEVEL):
         return None
     if e.kind == LinkKind.JOB_FAILURE:
         rc_rank, rc_pid = e.attr("root_cause_rank"), e.attr("root_cause_pid")
@@ -169,6 +169,10 @@ def _entity(rule: Rule, c: Link, e: Link, ctx: Context) -> float | None:
             named = (c.rank is not None and c.rank == rc_rank) or (c.pid is not None and c.pid == rc_pid)
             return 1.0 if named else 0.9
     return 1.0 if ctx.same_process(c, e) else 0.9
+
+
+# findings about the job as a whole (the launcher's failure report, the collector's hang watchdog)
+JOB_LEVEL = frozenset({LinkKind.JOB_FAILURE, LinkKind.JOB_HANG})
 
 
 def _host(c: Link, e: Link, ctx: Context) -> float | None:

@@ -116,7 +116,12 @@ def _rank_stalled(l: Link, r: str) -> str:
     st = l.attr("state")
     if l.attr("exited_ns"):
         return f"{who(l)} leaving the job (it stopped making progress and exited without reporting an error)"
-    return f"{who(l)} stopping (no progress after that{'; ' + st if st else ''})"
+    where = ""
+    if l.attr("blocked_workers"):
+        where = f"; its DataLoader workers blocked inside {l.attr('blocked_in')}"
+    elif l.attr("blocked_in"):
+        where = f"; blocked in {l.attr('blocked_in')}"
+    return f"{who(l)} stopping (no progress after that{'; ' + st if st else ''}{where})"
 
 
 def _worker_killed(l: Link, r: str) -> str:
@@ -209,6 +214,8 @@ KINDS: tuple[FindingKind, ...] = (
        lambda l, r: f"the DataLoader of {who(l)} no longer delivering batches", condition=True),
     _K("python_exception", "a Python exception ended a process", _python_exception),
     _K("job_failure", "the launcher reported the job failed", lambda l, r: "the job failing"),
+    _K("job_hang", "the collector's hang watchdog found the job silent (no output for a while)",
+       lambda l, r: "the job hanging (no output)", origin=False),
     _K("clock_skew", "two clocks disagreed beyond their stated uncertainty",
        lambda l, r: f"the clocks{_on(l)} disagreeing beyond their stated uncertainty", origin=False),
     _K("clock_step", "a host's wall clock stepped against its boot clock",
@@ -246,7 +253,7 @@ NOT_ORIGINS = frozenset(k.value for k in KINDS if not k.origin)
 
 # The modules of the analysis that make findings of their own (beyond the parsers' and the
 # detectors'), each with its ``EMITS``.
-PRODUCER_MODULES = ("clocks", "contention", "findings", "progress")
+PRODUCER_MODULES = ("clocks", "contention", "findings", "progress", "stacks")
 
 
 def producers() -> dict[str, frozenset[str]]:

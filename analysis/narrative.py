@@ -74,6 +74,9 @@ def failure_sentence(failure: Link | None, after: str = "") -> str:
     if failure is None:
         return "No terminal failure was found in the bundle (no launcher failure report, no fatal error)."
     rc = failure.attr("root_cause_rank")
+    if failure.kind == K.JOB_HANG:      # (no failure: the collector found the job silent and took the bundle)
+        return (f"The job was found hanging at {_t(failure.ts_ns)} UTC{after}: {failure.attr('detail') or phrase(failure)}"
+                f"; the bundle was taken while it hung.")
     how = failure.summary.split(";")[0] if failure.kind == K.JOB_FAILURE else phrase(failure)
     s = (f"The job failed at {_t(failure.ts_ns)} UTC{after}" if failure.ts_ns is not None else
          "The job failed at a time the bundle does not let aftertrace place (no clock anchor for its source)")

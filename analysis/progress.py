@@ -92,6 +92,7 @@ class RankProgress:
     sigterm_ns: int | None = None          # when the launcher sent it SIGTERM
     exit_ns: int | None = None             # when perf saw its main thread exit
     ended: list[Link] = field(default_factory=list)
+    stack: dict | None = None              # what its main thread (and workers) were doing in a dump (stacks.py)
 
     @property
     def last_progress_ns(self) -> int | None:
@@ -123,7 +124,8 @@ class RankProgress:
                 "last_alive_time": fmt_utc(self.last_alive_ns),
                 "median_step_s": self.step_time_s,
                 "ended": [{"kind": l.kind.value, "summary": l.summary, "time": fmt_utc(l.ts_ns)}
-                          for l in self.ended]}
+                          for l in self.ended],
+                "stack": self.stack}
 
 
 def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
@@ -529,7 +531,7 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
                f"({wait_l.summary.split(': ', 1)[-1][:120]}) while rank {p.rank} reported no failure of its own"
                + (" by then" if any(l.ts_ns is not None and l.ts_ns > horizon for l in p.ended) else ""))
         hung = [l for l in links if l.kind == LinkKind.HUNG_TASK and l.pid is not None and l.pid == p.pid]
-        return [_stall_link(p, why, conf, waits, hung, min(l.ts_ns for l in waits))]
+        return [stall_link(p, why, conf, waits, hung, min(l.ts_ns for l in waits))]
     # No one waited: a rank that went quiet long before all of its peers.
     alive.sort(key=lambda p: p.last_alive_ns)
     failed = {p.rank for p in ranks.values() if any(own_failure(l) for l in p.ended)}
@@ -540,7 +542,7 @@ def stalled_links(ranks: dict[int, RankProgress], links: list[Link]) -> list[Lin
         if gap > need and first.rank not in failed:
             why = (f"its last sign of life is {gap / 1e9:.1f} s before any other rank's "
                    f"(rank {nxt.rank} until {fmt_hms(nxt.last_alive_ns)})")
-            return [_stall_link(first, why, 0.6, [])]
+            return [stall_link(first, why, 0.6, [])]
     return []
 
 
@@ -597,7 +599,7 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
     return lo, max(lo, p.last_alive_ns or lo) + max(4 * cad, 2_000_000_000), []
 
 
-def _stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung: list[Link] = (),
+def stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung: list[Link] = (),
                 peers_failed_ns: int | None = None) -> Link:
     bits = []
     if p.last_step is not None:

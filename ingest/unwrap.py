@@ -198,8 +198,21 @@ def _continues(line: str, nxt: str, width: int, head: str | None = None) -> bool
     a table's row (it ends in a border and ``nxt`` starts with one) nor padded with spaces to the
     width (a console that pads)."""
     head = line if head is None else head
-    return (len(line) == width and bool(nxt.strip()) and nxt[:4] != head[:4] and not line.endswith("  ")
+    return (len(line) == width and bool(nxt.strip()) and not _same_start(nxt, head) and not line.endswith("  ")
             and not (line[-1:] in _BORDERS and nxt[:1] in _BORDERS))
+
+
+_DIGITS = str.maketrans("123456789", "000000000")
+
+
+def _same_start(a: str, b: str) -> bool:
+    """Whether two lines start alike: the same first characters, or, for lines that open with a
+    number (a process id, a time), the same shape of their first eight (digits as digits): the
+    threads of an ``strace -f`` trace, ``12671 16:41:11.367475 futex(`` and ``12611 16:41:11.367607
+    restart_syscall(``, each start a record."""
+    if a[:4] == b[:4]:
+        return True
+    return a[:1].isdigit() and b[:1].isdigit() and a[:8].translate(_DIGITS) == b[:8].translate(_DIGITS)
 
 
 def terminal_width(lines: list[str]) -> int | None:

@@ -90,6 +90,20 @@ def markdown(rep: dict) -> str:
             out.append(f"| {p['rank']} | {md_escape(p['host'] or '-')} | {p['pid'] or '-'} | {step} | "
                        f"{p['last_line_time'] or '-'} | {p['last_alive_time'] or '-'} | {md_escape(ended)} |")
         out.append("")
+        dumped = [p for p in rep["progress"] if p.get("stack")]
+        if dumped:
+            out += ["### What each rank was doing (stack dumps)", ""]
+            for p in dumped:
+                st = p["stack"]
+                line = (f"- rank {p['rank']} (pid {st['pid']}){' **(not where its peers are)**' if st.get('elsewhere') else ''}: "
+                        f"{md_escape(st['doing'])}")
+                if st.get("syscall"):
+                    line += f", blocked in {md_escape(st['syscall'])}"
+                out.append(line)
+                for w in st.get("workers") or []:
+                    out.append(f"  - worker pid {w['pid']}: {md_escape(w['doing'])}"
+                               + (f", blocked in {md_escape(w['syscall'])}" if w.get("syscall") else ""))
+            out.append("")
     out += [f"## Findings ({len(rep['anomalies'])})", ""]
     for a in rep["anomalies"]:
         out.append(f"- **{when(a)}**{_lead(a)} `{a['kind']}` {md_escape(_where(a))} — "

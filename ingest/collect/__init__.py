@@ -4,6 +4,7 @@
 
     aftertrace collect --out DIR [--pid PID | -- CMD ARGS...] [--cgroup PATH ...] [--keep 15m]
                        [--max-mb N] [--perf] [--interval 1s] [--watchdog REGEX ...] [--files GLOB ...]
+                       [--hang-after DURATION] [--strace-seconds 3s] [--no-live-capture]
 
 It records continuously into a bounded ring under ``DIR/ring`` (``ring.py``): cgroup v1/v2
 and PSI snapshots every interval (the job's cgroups from ``/proc/<pid>/cgroup`` unless
@@ -14,10 +15,12 @@ switch-output mode (``perf.py``), the job's stdout/stderr when it wraps the comm
 debug files (``NCCL_DEBUG_FILE``), nvidia-smi samples when there is a GPU, and host facts
 (``sources.py``).
 
-When the job exits non-zero or by a signal, a watchdog line appears in its output, the
-file ``DIR/trigger`` appears or the recorder gets SIGUSR1 (``trigger.py``), it writes
-``DIR/bundle-<time>/`` (or ``.tar.gz``) covering the last ``--keep`` with an
-``aftertrace-manifest.json`` (``writer.py``) and prints the ``aftertrace analyze`` command.
+When the job exits non-zero or by a signal, a watchdog line appears in its output, the job
+prints nothing for ``--hang-after``, the file ``DIR/trigger`` appears or the recorder gets
+SIGUSR1 (``trigger.py``), it writes ``DIR/bundle-<time>/`` (or ``.tar.gz``) covering the last
+``--keep`` with an ``aftertrace-manifest.json`` (``writer.py``) and prints the ``aftertrace
+analyze`` command. A bundle written while the job still runs also holds what its processes were
+doing then: py-spy dumps, a few seconds of strace, kernel stacks, /dev/shm usage (``live.py``).
 Its exit status is the job's (128 + N for a signal N).
 
 Also runnable without the rest of aftertrace loaded: ``python -m aftertrace.ingest.collect ...``.
@@ -89,6 +92,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-default-watchdog", action="store_true", help="do not use the built-in timeout patterns")
     p.add_argument("--linger", type=_duration, default=5.0, metavar="DURATION",
                    help="after a watchdog/request trigger, keep recording this long before writing (default 5s)")
+    p.add_argument("--hang-after", type=_duration, default=None, metavar="DURATION",
+                   help="no output line from the job for this long while it runs triggers a bundle (a hang "
+                        "watchdog; default off)")
+    p.add_argument("--strace-seconds", type=_duration, default=3.0, metavar="DURATION", dest="strace_s",
+                   help="when a bundle is written while the job runs, strace its processes this long "
+                        "(default 3s; 0: no strace)")
+    p.add_argument("--no-live-capture", action="store_true",
+                   help="when a bundle is written while the job runs, do not take py-spy dumps, strace, "
+                        "kernel stacks and /dev/shm usage of its processes")
     p.add_argument("--files", action="append", default=[], metavar="GLOB",
                    help="also put files matching GLOB modified within --keep into the bundle (profiler traces, "
                         "launcher logs); repeatable")
@@ -126,6 +138,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
                   max_bytes=args.max_bytes, interval_s=args.interval, perf=args.perf, perf_freq=args.perf_freq,
                   watchdog=args.watchdog, watchdog_defaults=not args.no_default_watchdog, linger_s=args.linger,
                   archive=args.archive, files=args.files, anchor_every_s=args.anchor_every,
+                  hang_after_s=args.hang_after, strace_s=args.strace_s, live=not args.no_live_capture,
                   nvidia=not args.no_gpu, passthrough=not args.quiet_output, kernel_log=args.kernel_log,
                   argv=list(argv if argv is not None else sys.argv))
 

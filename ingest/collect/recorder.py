@@ -66,6 +66,9 @@ class Config:
     head_bytes: int = 256 * 1024
     passthrough: bool = True
     kernel_log: str = "auto"          # auto | dmesg | off
+    hang_after_s: float | None = None   # no output for this long while the job runs: a trigger
+    live: bool = True                 # a bundle written while the job runs takes its processes' stacks (live.py)
+    strace_s: float = 3.0
     argv: list[str] = field(default_factory=list)
 
 
@@ -87,6 +90,7 @@ class Recorder:
         self.notes: list[str] = []
         self.trig = TriggerState(int(cfg.linger_s * NS))
         self.watchdog = Watchdog(cfg.watchdog, cfg.watchdog_defaults)
+        self.hang_fired = False
         self.child: subprocess.Popen | None = None
         self.job_pid: int | None = None
         self.job_started_ns: int | None = None
@@ -228,6 +232,7 @@ class Recorder:
                                              "was sent; wrap the command (-- CMD) to record it")
 
     def _output_line(self, line: str) -> None:
+        self.last_output_ns = time.time_ns()
         p = self.watchdog.check(line)
         if p is not None:
             self.trig.add(Reason("watchdog", f"output line matched /{p}/", time.time_ns(), line[:2000]))
@@ -452,6 +457,12 @@ class Recorder:
             self._check_request_file(final=not running or self.stop_flag.is_set())
             if not running or self.stop_flag.is_set():
                 return
+            if cfg.hang_after_s and not self.hang_fired:
+                quiet = now - (getattr(self, "last_output_ns", None) or self.job_started_ns or now)
+                if quiet >= cfg.hang_after_s * NS:
+                    self.hang_fired = True
+                    self.trig.add(Reason("hang", f"no output line from the job for {quiet / NS:.0f} s "
+                                                 f"(--hang-after {cfg.hang_after_s:g}s)", now))
             if self.trig.due(now) and not self._writer_busy():
                 self._bundle_async()
             if not self._writer_busy():
@@ -629,7 +640,8 @@ class Recorder:
             ranks=self._ranks(), missing=[{"what": k, "reason": v} for k, v in missing.items()],
             notes=notes, collector=self._collector_json(), output_name=getattr(self, "output_name", "job.log"),
             extra_globs=self.cfg.files, extra_max_bytes=max(1 << 20, self.cfg.max_bytes // 4),
-            archive=self.cfg.archive, nvidia_header=self.nvidia.header if self.nvidia else None)
+            archive=self.cfg.archive, nvidia_header=self.nvidia.header if self.nvidia else None,
+            live=self._live_capture if self.cfg.live and self.job_ended_ns is None else None)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t_first / 1e9))
         path, man = BundleWriter(self.ring, req, perf).write(f"bundle-{stamp}")
         if perf is not None and self.job_ended_ns is None and not self.stop_flag.is_set():
@@ -641,6 +653,12 @@ class Recorder:
                  + ("; missing: " + ", ".join(m["what"] for m in man["missing"]) if man["missing"] else "") + ")")
         self.log(f"analyse it with:  aftertrace analyze {path}")
         return path
+
+    def _live_capture(self, dest: str, host: str) -> tuple[list[dict], list[dict]]:
+        """The running job's processes' stacks, blocked calls and /dev/shm (``live.py``)."""
+        from .live import capture
+        self.procs.refresh(time.time_ns())
+        return capture(self.procs.live(), dest, host, self.cfg.strace_s)
 
     def _banner(self) -> str:
         k = self.kernel.method if self.kernel else f"off ({self.missing.get('kernel log')})"

@@ -4,8 +4,12 @@
   end, since only its parent can read its status);
 * a watchdog line in the job's output or in its NCCL debug files (regular expressions:
   the defaults below, plus ``--watchdog``);
+* a hang: no output line from the job for ``--hang-after`` (off by default), once per run;
 * a request: the file ``<out>/trigger`` appears (its first line is kept as the reason), or
   the recorder receives SIGUSR1.
+
+A bundle written while the job still runs first takes its processes' stacks, blocked calls,
+kernel wait channels and /dev/shm usage (``live.py``).
 
 A trigger while the job runs starts a short *linger* (``--linger``, default 5 s) so that the
 bundle also holds what happens right after (the launcher tearing the job down); triggers
@@ -33,7 +37,7 @@ DEFAULT_WATCHDOG = (
 
 @dataclass
 class Reason:
-    kind: str                 # exit | signal | watchdog | request_file | sigusr1 | pid_gone | interrupted
+    kind: str                 # exit | signal | watchdog | hang | request_file | sigusr1 | pid_gone | interrupted
     detail: str
     ts_ns: int
     line: str | None = None

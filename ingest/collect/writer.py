@@ -30,6 +30,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Callable
 
 from . import host as hostmod
 from .kmsg import RAW_LINE
@@ -71,6 +72,8 @@ class BundleRequest:
     extra_max_bytes: int = 64 << 20
     archive: bool = False
     nvidia_header: bytes | None = None
+    # the running job's captures (``live.capture``): called with (bundle folder, host) first
+    live: Callable[[str, str], tuple[list, list]] | None = None
 
 
 class BundleWriter:
@@ -337,6 +340,14 @@ class BundleWriter:
         if not n:
             self.missing.append({"what": "files (--files)", "reason": "no matching file modified in the window"})
 
+    def write_live(self) -> None:
+        """First, while the processes are as the trigger found them: their stacks and calls."""
+        if self.req.live is None:
+            return
+        captured, missing = self.req.live(self.tmp, self.req.facts["hostname"])
+        self.captured.extend(captured)
+        self.missing.extend(missing)
+
     # -- manifest ------------------------------------------------------------------
     def manifest(self, anchors: list[dict]) -> dict:
         r, f = self.req, self.req.facts
@@ -378,7 +389,8 @@ class BundleWriter:
             shutil.rmtree(self.tmp)
         os.makedirs(self.tmp)
         anchors = self._anchors()
-        steps = (("host", lambda: self.write_host(anchors)), ("snapshots", self.write_snapshots),
+        steps = (("live captures", self.write_live),
+                 ("host", lambda: self.write_host(anchors)), ("snapshots", self.write_snapshots),
                  ("kernel log", self.write_kernel), ("job output", self.write_output),
                  ("NCCL files", self.write_tails), ("nvidia-smi", self.write_gpu), ("perf", self.write_perf),
                  ("files", self.write_extra))

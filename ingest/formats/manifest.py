@@ -11,7 +11,8 @@ service also reads it before the parse for host attribution and the time zone
     or ``job.signal`` is set; ``job_ended`` (no kind) when the job ended with code 0.
     attrs: exit_code, signal, status, pid, launcher_pid, mode, command, started, ended;
     text: the JSON of those fields; pid: the launcher's.
-  - ``trigger`` per ``trigger.reasons[]``: attrs kind, detail, line (the output line that
+  - ``trigger`` per ``trigger.reasons[]`` (kind ``job_hang`` for the hang watchdog's, ``hang``:
+    no output from the job for ``--hang-after``): attrs kind, detail, line (the output line that
     matched, when one did); text: that line or the detail.
   - per rank: ``proc_seen_alive`` at ``ranks.<r>.last_seen_alive``, and ``proc_ended`` when
     ``ranks.<r>.ended`` is true, at the collector's ``processes[].ended_ns`` of that pid (null
@@ -227,7 +228,7 @@ def _int(v) -> int | None:
 class CollectManifestParser(Parser):
     name = "collect_manifest"
     kind = "host_info"
-    emits = frozenset({"job_failure"})
+    emits = frozenset({"job_failure", "job_hang"})
     reads_lines = False
     priority = 90
     clock_domain = CLOCK_WALL
@@ -419,7 +420,10 @@ class CollectManifestParser(Parser):
             ts = r.time(x, "time_ns", path)
             attrs = {"kind": kind, "detail": detail and detail[:MAX_TEXT], "line": line and line[:MAX_TEXT],
                      "summary": f"collector trigger ({kind or 'unknown'}): {(detail or '')[:300]}"}
+            # (a hang watchdog's trigger is the collector's judgement that the job stopped: the end
+            # that a bundle taken during a hang has, in place of a failure report)
             r.ctx.sink.event(host=only, ts_raw_ns=ts, category="collector", name="trigger", line=r.line(path),
+                             kind="job_hang" if kind == "hang" else None,
                              text=(line or detail or json.dumps(x, default=str))[:MAX_TEXT], attrs=attrs)
             n += 1
         return n

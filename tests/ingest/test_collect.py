@@ -382,6 +382,7 @@ def test_the_bundle_ingests_and_gives_the_recorded_chain(tmp_path):
 def _record(tmp_path, cmd, **kw) -> tuple[int, Recorder, list[str]]:
     out = tmp_path / "out"
     msgs: list[str] = []
+    kw.setdefault("strace_s", 0.5)      # (a bundle written while the job runs straces it this long)
     cfg = Config(out=str(out), command=cmd, keep_s=60, interval_s=0.1, linger_s=kw.pop("linger_s", 0.5),
                  passthrough=False, nvidia=False, argv=["test"], **kw)
     rec = Recorder(cfg, log=msgs.append)
@@ -426,6 +427,31 @@ def test_trigger_on_watchdog_line_while_the_job_runs(tmp_path):
     (r,) = man["trigger"]["reasons"]
     assert r["kind"] == "watchdog" and "Watchdog caught" in r["line"]
     assert man["job"]["ended"] is None and man["job"]["status"] == "running"
+
+
+def test_a_silent_job_triggers_a_bundle_with_what_its_processes_were_doing(tmp_path):
+    """--hang-after: no output for that long is a trigger; the bundle, written while the job
+    runs, holds its processes' py-spy dumps and strace (or says why not: the tool is missing),
+    their wait channels and /dev/shm's usage."""
+    job = [sys.executable, "-c", "import time; print('step 1', flush=True); time.sleep(4)"]
+    rc, rec, _ = _record(tmp_path, job, hang_after_s=1.0, strace_s=1.0, linger_s=0.2)
+    assert rc == 0 and len(rec.bundles) == 1
+    man = _manifest(rec.bundles[0])
+    (r,) = man["trigger"]["reasons"]
+    assert r["kind"] == "hang" and r["detail"].startswith("no output line from the job for ")
+    host = next(iter(man["hosts"]))
+    b = Path(rec.bundles[0]) / host
+    got = {c["what"]: c for c in man["captured"]}
+    lacking = {m["what"]: m["reason"] for m in man["missing"]}
+    pid = man["job"]["pid"]
+    if shutil.which("py-spy"):
+        assert "MainThread" in (b / f"stacks/py-spy-{pid}.txt").read_text() and got["py-spy dumps"]["count"] >= 1
+    else:
+        assert lacking["py-spy dumps"].startswith("py-spy is not installed")
+    if shutil.which("strace") and IS_ROOT:
+        assert got["strace of the job's processes"]["seconds"] == 1.0
+        assert "nanosleep" in (b / f"strace/strace-{pid}.txt").read_text()
+    assert (b / f"proc/{pid}/wchan").exists() and (b / "host/df-dev-shm.txt").read_text().startswith("Filesystem")
 
 
 def test_trigger_on_custom_watchdog_then_exit_joins_one_bundle(tmp_path):

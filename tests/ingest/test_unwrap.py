@@ -168,7 +168,9 @@ def test_a_log_cut_by_a_terminal_reads_as_the_log(tmp_path):
 
 def test_a_join_is_bounded():
     from aftertrace.ingest.unwrap import MAX_PIECES, rejoin, terminal_width
-    lines = [f"{i:04d}" + "x" * 76 for i in range(1000)]         # 80 columns each, every one "continued"
+    # 80 columns each, every one "continued" (a letter first: lines that open with numbers of one
+    # shape start records, like an strace's)
+    lines = [f"x{i:03d}" + "x" * 76 for i in range(1000)]
     assert terminal_width(lines) == 80
     joined = rejoin(lines, 80)
     assert len(joined) == 1000 and len(joined[0]) == 80 * MAX_PIECES and joined[MAX_PIECES].startswith(lines[MAX_PIECES])

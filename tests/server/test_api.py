@@ -249,6 +249,23 @@ def test_incident_page_lists_skipped_lines_with_their_numbers(client):
     assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
 
 
+def test_incident_page_shows_what_each_rank_was_doing_escaped(client):
+    """The recorded DataLoader deadlock, one frame of rank 1's dump renamed to markup: the page's
+    stacks table shows it as text."""
+    root = Path(__file__).resolve().parents[2] / "sample_traces" / "hang-dataloader-lock"
+    files = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    dump = "vm/stacks/py-spy-12580.txt"
+    files[dump] = files[dump].replace(b"    main (hang_job.py:79)", b"    <script>alert(1)</script> (hang_job.py:79)")
+    iid = client.post("/api/incidents", files={"bundle": ("hang.tgz", _tgz(files))}).json()["id"]
+    assert _wait(client, iid, timeout=60)["status"] == "done"
+    html = client.get(f"/incidents/{iid}").text
+    assert 'id="stacks"' in html and "pid 12677: was blocked in Shards.__getitem__ (hang_job.py:37)" in html
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; (hang_job.py:79)" in html
+    rep = client.get(f"/api/incidents/{iid}/report").json()
+    (r1,) = [p for p in rep["progress"] if p["rank"] == 1]
+    assert r1["stack"]["elsewhere"] is True and r1["stack"]["waits_for"] == "dataloader"
+
+
 def test_pages_and_scripts_are_gzipped_for_clients_that_accept_it(client):
     r = client.get("/static/timeline.js", headers={"Accept-Encoding": "gzip"})
     assert r.status_code == 200 and r.headers.get("content-encoding") == "gzip"

@@ -1,0 +1,296 @@
+"""Where a stopped rank waited, and for whom: its threads' stacks (py-spy) and the system calls
+its processes were blocked in (strace), read together with who started whom.
+
+A hang leaves no error line. What an engineer takes while it hangs says where every process
+was: ``py-spy dump`` of each rank and of its DataLoader workers (``ingest.formats.pyspy``),
+``strace -p`` of the stuck ones (``ingest.formats.strace``), ``/proc/<pid>/status`` copies (whose
+``PPid`` says which worker is whose, :func:`.attribution.children_of`). This module reads each
+process's main thread as one :class:`Position` (what it waits for, in words) and, for a rank that
+stopped making progress (``rank_stalled``, :mod:`.progress`), follows the wait: a rank waiting for
+its DataLoader is waiting for its workers, and a worker that is not idle in its loop is where
+the rank is stuck.
+
+Worked example (``sample_traces/hang-dataloader-lock``, recorded here): rank 1 (pid 12580) logged
+its last step at 16:41:04.998; rank 0 timed out in the gradients' all_reduce 40 s later. The
+dumps say::
+
+    pid 12580  MainThread  _PollLikeSelector.select (selectors.py:415) ... Queue.get ...
+                           _MultiProcessingDataLoaderIter._try_get_data (torch/utils/data/dataloader.py:1291)
+    pid 12677  MainThread  Shards.__getitem__ (hang_job.py:37) ... _worker_loop (torch/utils/data/_utils/worker.py:374)
+    pid 12678  MainThread  Shards.__getitem__ (hang_job.py:37) ... _worker_loop (...)
+    strace -p 12677: futex(0x556698963510, FUTEX_WAIT_BITSET_PRIVATE|FUTEX_CLOCK_REALTIME, 0, NULL ... <detached ...>
+
+and the status copies give both workers ``PPid: 12580``. Rank 1 waits for its DataLoader
+(``waits_for = "dataloader"``); of its workers none is idle in ``Queue.get``, both are inside
+``Shards.__getitem__ (hang_job.py:37)``, blocked in ``futex()``: the stall is explained as "its main
+thread waited for its DataLoader workers (pids 12677, 12678), which were inside
+Shards.__getitem__ (hang_job.py:37), blocked in futex()", with the dumps' and the trace's lines as
+evidence. A stack is a reading at one moment (a dump carries no time): it explains a stall, it is
+not a cause placed before it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+
+from .attribution import Children
+from .links import Evidence, Link, LinkKind
+from .present import has_rows
+
+# the finding kinds it makes (the catalogue: analysis/kinds.py): a stall only the dumps show
+EMITS = frozenset({LinkKind.RANK_STALLED})
+
+# what a main thread waits for, by (function name's end, file's end) of a frame: py-spy names a
+# function with its class (``Queue.get``) since 0.3 and by itself before; a file by the path
+# Python has for it (short, or absolute in older versions)
+DATALOADER_WAIT = (("_try_get_data", "torch/utils/data/dataloader.py"), ("_get_data", "torch/utils/data/dataloader.py"),
+                   ("_next_data", "torch/utils/data/dataloader.py"))
+WORKER_LOOP = ("_worker_loop", "torch/utils/data/_utils/worker.py")
+WORKER_IDLE = ("get", "multiprocessing/queues.py")
+COLLECTIVE = (("", "torch/distributed/distributed_c10d.py"), ("_engine_run_backward", "torch/autograd/graph.py"),
+              ("", "torch/distributed/c10d_logger.py"))
+# the runtime around user code: the first frame outside it is where user code was
+LIBRARY_DIRS = ("multiprocessing/", "torch/", "concurrent/", "asyncio/", "site-packages/", "dist-packages/",
+                "importlib/", "json/", "logging/")
+LIBRARY_FILES = ("threading.py", "selectors.py", "queue.py", "socket.py", "runpy.py", "ssl.py", "subprocess.py")
+MAX_WORKERS_NAMED = 8
+
+
+@dataclass(frozen=True)
+class Position:
+    """A process's main thread as a dump saw it."""
+    host: str
+    pid: int
+    frames: tuple[str, ...]             # innermost first
+    idle: bool
+    waits_for: str | None               # "dataloader" | "collective" | "work" (an idle worker) | None
+    where: str | None                   # the innermost frame of user code (else the innermost frame)
+    worker: bool                        # a DataLoader worker (its loop is on the stack)
+    evidence: Evidence
+    syscall: str | None = None          # the call strace saw it blocked in, when a trace has it
+    syscall_ev: Evidence | None = None
+
+    def words(self) -> str:
+        if self.waits_for == "dataloader":
+            return "waited for its DataLoader workers (Queue.get in _MultiProcessingDataLoaderIter)"
+        if self.waits_for == "collective":
+            return f"waited in {next((f for f in self.frames if _is(f, ('', 'torch/autograd/graph.py')) or 'distributed' in f), self.frames[0])}"
+        if self.waits_for == "work":
+            return "was idle, waiting for work"
+        return f"was {'blocked' if self.idle else 'running'} in {self.where}"
+
+
+def _split(frame: str) -> tuple[str, str]:
+    """(function, file) of a frame as the dump parsers write it: ``function (file:line)``."""
+    at = frame.rfind(" (")
+    if at < 0:
+        return frame, ""
+    return frame[:at], frame[at + 2:-1].rsplit(":", 1)[0]
+
+
+def _is(frame: str, pattern: tuple[str, str]) -> bool:
+    func, file = _split(frame)
+    return func.endswith(pattern[0]) and (file == pattern[1] or file.endswith("/" + pattern[1]))
+
+
+def _library(frame: str) -> bool:
+    file = _split(frame)[1]
+    return (file.startswith("<") or any(file.startswith(d) or f"/{d}" in file for d in LIBRARY_DIRS)
+            or any(file == f or file.endswith("/" + f) for f in LIBRARY_FILES))
+
+
+def _classify(frames: list[str]) -> tuple[str | None, str | None, bool]:
+    """(waits_for, where, worker) of a main thread's frames (innermost first)."""
+    loop = next((i for i, f in enumerate(frames) if _is(f, WORKER_LOOP)), None)
+    if loop is not None:
+        if any(_is(f, WORKER_IDLE) for f in frames[:loop]) and all(_library(f) for f in frames[:loop]):
+            return "work", None, True
+    elif any(_is(f, w) for f in frames[:16] for w in DATALOADER_WAIT):
+        return "dataloader", None, False
+    elif any(_is(f, c) for f in frames[:8] for c in COLLECTIVE):
+        return "collective", None, False
+    user = next((f for f in frames if not _library(f)), None)
+    return None, user or (frames[0] if frames else None), loop is not None
+
+
+def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
+    """(host, pid) -> its main thread's position, from the py-spy dumps of the incident (the text
+    dump's thread where a process was dumped twice) with the call strace saw that thread blocked in."""
+    if not has_rows(store, incident_id, "events"):
+        return {}
+    rows = store.query(
+        """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.tid, e.line, e.text, e.attrs, s.path, s.format
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND e.category = 'stack' AND e.name = 'thread_stack' AND e.pid IS NOT NULL
+           ORDER BY s.format <> 'py_spy_dump', s.path, e.line""", [incident_id])
+    if not rows:
+        return {}
+    import json
+    out: dict[tuple[str, int], Position] = {}
+    for r in rows:
+        a = json.loads(r["attrs"] or "{}")
+        main = r["tid"] == r["pid"] or a.get("thread") == "MainThread"
+        key = (r["host"], int(r["pid"]))
+        if not main or key in out:
+            continue
+        frames = [f for f in a.get("frames") or [] if isinstance(f, str)]
+        waits, where, worker = _classify(frames)
+        text = "\n".join((r["text"] or "").split("\n")[:2])
+        out[key] = Position(host=r["host"], pid=int(r["pid"]), frames=tuple(frames), idle=bool(a.get("idle")),
+                            waits_for=waits, where=where, worker=worker,
+                            evidence=Evidence(r["path"], r["line"], text))
+    for r in store.query(
+            """SELECT COALESCE(e.host, s.host, '') AS host, e.tid, e.line, e.text, s.path,
+                      json_extract_string(e.attrs, '$.syscall') AS syscall,
+                      json_extract_string(e.attrs, '$.args') AS args
+               FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND e.category = 'syscall' AND e.name = 'syscall_blocked'
+               ORDER BY s.path, e.line""", [incident_id]):
+        key = (r["host"], int(r["tid"])) if r["tid"] is not None else None
+        p = out.get(key)
+        if p is not None and p.syscall is None:
+            call = f"{r['syscall']}()" + (" (a lock or condition wait)" if r["syscall"] == "futex"
+                                          and "FUTEX_WAIT" in (r["args"] or "") else "")
+            out[key] = dataclasses.replace(p, syscall=call, syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""))
+    for r in store.query(
+            """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.line, e.text, s.path,
+                      json_extract_string(e.attrs, '$.wchan') AS wchan
+               FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND e.category = 'stack' AND e.name = 'wchan' AND e.pid IS NOT NULL
+               ORDER BY s.path""", [incident_id]):
+        key = (r["host"], int(r["pid"]))
+        p = out.get(key)
+        if p is not None and p.syscall is None and r["wchan"]:
+            out[key] = dataclasses.replace(p, syscall=f"the kernel's {r['wchan']}",
+                                           syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""))
+    return out
+
+
+def lookup(pos: dict[tuple[str, int], Position], host: str | None, pid: int | None) -> Position | None:
+    """The position of ``pid`` on ``host``: a dump of that host, else one whose host is unknown;
+    for a rank of unknown host, the one dump of that pid."""
+    if pid is None:
+        return None
+    p = pos.get((host or "", pid)) or pos.get(("", pid))
+    if p is None and not host:
+        found = [v for (h, q), v in pos.items() if q == pid]
+        p = found[0] if len(found) == 1 else None
+    return p
+
+
+def stalls(pos: dict[tuple[str, int], Position], ranks: dict, links: list[Link]) -> list[Link]:
+    """A rank stalled, read from the dumps alone, where nothing else said so (a bundle taken while
+    the job hung, before any timeout): ranks whose main thread waits in a collective are held up
+    by a rank whose main thread is elsewhere (in its DataLoader, in its own code)."""
+    from .progress import stall_link
+    if any(l.kind == LinkKind.RANK_STALLED for l in links):
+        return []
+    at = {r: lookup(pos, p.host, p.pid) for r, p in ranks.items()}
+    waiting = sorted(r for r, q in at.items() if q is not None and q.waits_for == "collective")
+    elsewhere = sorted(r for r, q in at.items() if q is not None and q.waits_for != "collective")
+    if not waiting or not elsewhere:
+        return []
+    out = []
+    for r in elsewhere:
+        why = (f"when the stacks were dumped, rank{'s' if len(waiting) > 1 else ''} "
+               f"{', '.join(map(str, waiting))} waited in a collective ({at[waiting[0]].frames[0]}) while "
+               f"rank {r} was not in one")
+        l = stall_link(ranks[r], why, 0.7 if len(elsewhere) == 1 else 0.5, [])
+        out.append(dataclasses.replace(l, evidence=l.evidence + (at[waiting[0]].evidence,)))
+    return out
+
+
+def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: int,
+                   children: Children) -> tuple[str, tuple[Evidence, ...], dict] | None:
+    """Where the process ``pid`` (a rank) was stuck, in words, with the evidence and attrs; None
+    where no dump of it is in the bundle."""
+    p = lookup(pos, host, pid)
+    if p is None:
+        return None
+    ev = [p.evidence] + ([p.syscall_ev] if p.syscall_ev else [])
+    attrs = {"stack_top": p.frames[0] if p.frames else None, "waits_for": p.waits_for}
+    text = f"its main thread {p.words()}"
+    if p.waits_for == "dataloader":
+        kids = sorted(children.on(p.host or None).get(pid, set()))
+        workers = [pos[(p.host, k)] for k in kids if (p.host, k) in pos and pos[(p.host, k)].worker]
+        busy = [w for w in workers if w.waits_for != "work"]
+        if busy:
+            at = sorted({w.where or "?" for w in busy})
+            calls = sorted({w.syscall for w in busy if w.syscall})
+            pids = ", ".join(str(w.pid) for w in busy[:MAX_WORKERS_NAMED])
+            text += (f"; its worker{'s' if len(busy) > 1 else ''} (pid{'s' if len(busy) > 1 else ''} {pids}) "
+                     f"{'were' if len(busy) > 1 else 'was'} inside {' and '.join(at)}")
+            if calls:
+                text += f", blocked in {' and '.join(calls)}"
+            if len(busy) < len(workers):
+                text += f" ({len(workers) - len(busy)} other worker(s) idle, waiting for work)"
+            for w in busy[:MAX_WORKERS_NAMED]:
+                ev.append(w.evidence)
+                if w.syscall_ev:
+                    ev.append(w.syscall_ev)
+            attrs.update(blocked_in=" and ".join(at), blocked_workers=",".join(str(w.pid) for w in busy))
+        elif workers:
+            text += f"; its {len(workers)} worker(s) were idle, waiting for work"
+    elif p.waits_for is None and p.where:
+        attrs["blocked_in"] = p.where
+    if p.syscall and p.waits_for != "dataloader":
+        text += f", blocked in {p.syscall}"
+    traced = p.syscall_ev is not None or any(w.syscall_ev is not None for w in pos.values() if w.evidence in ev)
+    return text + (" (py-spy and strace)" if traced else " (py-spy)"), tuple(ev), attrs
+
+
+SHOWN_FRAMES = 12
+
+
+def _shown(p: Position) -> dict:
+    return {"pid": p.pid, "doing": p.words(), "waits_for": p.waits_for, "frames": list(p.frames[:SHOWN_FRAMES]),
+            "depth": len(p.frames), "syscall": p.syscall, "source": p.evidence.source, "line": p.evidence.line}
+
+
+def attach(pos: dict[tuple[str, int], Position], ranks: dict, children: Children) -> None:
+    """Each rank's ``stack`` (the report's "what each rank was doing"): its main thread as dumped,
+    and its DataLoader workers'."""
+    for p in ranks.values():
+        q = lookup(pos, p.host, p.pid)
+        if q is None:
+            continue
+        d = _shown(q)
+        kids = sorted(children.on(q.host or None).get(q.pid, set()))
+        d["workers"] = [_shown(pos[(q.host, k)]) for k in kids if (q.host, k) in pos and pos[(q.host, k)].worker]
+        p.stack = d
+    # which rank is somewhere else: out of the collective its peers wait in, else off the place
+    # most of them are (by their innermost frame)
+    dumped = [p.stack for p in ranks.values() if p.stack is not None]
+    if len(dumped) >= 2:
+        if any(d["waits_for"] == "collective" for d in dumped):
+            for d in dumped:
+                d["elsewhere"] = d["waits_for"] != "collective"
+        else:
+            tops = Counter(d["frames"][0] if d["frames"] else None for d in dumped)
+            top, n = tops.most_common(1)[0]
+            for d in dumped:
+                d["elsewhere"] = n > len(dumped) / 2 and (d["frames"][0] if d["frames"] else None) != top
+
+
+def explain_stalls(store, incident_id: str, ranks: dict, links: list[Link], children: Children) -> list[Link]:
+    """``links`` with each ``rank_stalled`` finding told where its rank was stuck, where a dump of
+    the rank is in the bundle (:func:`blocking_point`); with the stalls only the dumps show
+    (:func:`stalls`) added."""
+    pos = positions(store, incident_id)
+    if not pos:
+        return links
+    attach(pos, ranks, children)
+    links = links + stalls(pos, ranks, links)
+    out = []
+    for l in links:
+        got = blocking_point(pos, l.host, l.pid, children) if l.kind == LinkKind.RANK_STALLED and l.pid else None
+        if got is None:
+            out.append(l)
+            continue
+        text, ev, attrs = got
+        merged = dict(l.attrs)
+        merged.update(attrs)
+        out.append(dataclasses.replace(l, summary=f"{l.summary}; {text}", evidence=l.evidence + ev,
+                                       attrs=tuple(merged.items())))
+    return out

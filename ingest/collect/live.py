@@ -1,0 +1,167 @@
+"""What the job's processes are doing, taken while they still run: the captures of a hang.
+
+When a bundle is written while the job is alive (a watchdog line, ``--hang-after``, a request,
+SIGUSR1), the recorder takes what an engineer would take by hand before anyone kills the job:
+
+* ``py-spy dump --pid P`` of every live process of the job (ranks, their DataLoader workers,
+  the launcher): each thread's Python stack (``<host>/stacks/py-spy-<pid>.txt``). py-spy is
+  looked for on the PATH and beside the job's interpreter (a ``pip install py-spy`` in the job's
+  environment); it needs ptrace rights on the process (root, or ``kernel.yama.ptrace_scope`` 0).
+* ``strace -f -tt -T -p P`` of the same processes, all at once, for ``strace_s`` seconds
+  (``<host>/strace/strace-<pid>.txt``): the calls they are blocked in. strace slows what it
+  traces: it runs only this long, on a job that has stopped making progress or is failing.
+* copies of ``/proc/<pid>/stack`` and ``/proc/<pid>/wchan`` (``<host>/proc/<pid>/``): where in the
+  kernel each one sleeps (``stack`` needs root).
+* ``df -B1 /dev/shm`` (``<host>/host/df-dev-shm.txt``): how full the shared memory a DataLoader
+  passes its batches through was.
+
+What could not be taken is said once, with why (no py-spy, no strace, ptrace refused). Bounded:
+at most :data:`MAX_PROCS` processes, :data:`TOOL_TIMEOUT_S` per py-spy call, ``strace_s`` for the
+traces, :data:`MAX_TRACE_BYTES` per trace file (strace stops writing there).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+MAX_PROCS = 64
+TOOL_TIMEOUT_S = 10.0
+MAX_TRACE_BYTES = 8 << 20
+
+
+def find_tool(name: str, near: list[str] = ()) -> str | None:
+    """``name`` on the PATH, else beside one of the interpreters in ``near`` (a venv's bin)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for exe in near:
+        if os.path.isabs(exe):
+            cand = os.path.join(os.path.dirname(exe), name)
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                return cand
+    return None
+
+
+def _first_line(b: bytes) -> str:
+    t = b.decode("utf-8", "replace").strip().splitlines()
+    return t[-1][:300] if t else ""
+
+
+def capture(procs: list, dest: str, host: str, strace_s: float = 3.0) -> tuple[list[dict], list[dict]]:
+    """Take the captures of ``procs`` (``procs.Proc``, alive) into ``dest/<host>/...``; returns
+    (captured, missing) entries for the manifest."""
+    captured: list[dict] = []
+    missing: list[dict] = []
+    procs = [p for p in procs if p.ended_ns is None][:MAX_PROCS]
+    if not procs:
+        return captured, [{"what": "stacks of the job's processes", "reason": "no process of the job was alive"}]
+    near = [p.cmdline.split("\0")[0].split(" ")[0] for p in procs if p.cmdline]
+    base = os.path.join(dest, host)
+
+    # py-spy, one process at a time (it stops each for the moment it reads it)
+    pyspy = find_tool("py-spy", near)
+    if pyspy is None:
+        missing.append({"what": "py-spy dumps", "reason": "py-spy is not installed (pip install py-spy, on the PATH "
+                                                           "or in the job's environment)"})
+    else:
+        os.makedirs(os.path.join(base, "stacks"), exist_ok=True)
+        ok, refused = 0, []
+        t0 = time.time_ns()
+        for p in procs:
+            out = os.path.join(base, "stacks", f"py-spy-{p.pid}.txt")
+            try:
+                r = subprocess.run([pyspy, "dump", "--pid", str(p.pid)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, timeout=TOOL_TIMEOUT_S)
+            except (subprocess.TimeoutExpired, OSError) as e:
+                refused.append(f"{p.pid}: {type(e).__name__}")
+                continue
+            if r.returncode == 0 and r.stdout.strip():
+                with open(out, "wb") as f:
+                    f.write(r.stdout)
+                ok += 1
+            else:
+                refused.append(f"{p.pid} ({p.comm}): {_first_line(r.stderr or r.stdout)}")
+        if ok:
+            captured.append({"what": "py-spy dumps", "path": f"{host}/stacks/", "count": ok, "time_ns": t0,
+                             "tool": pyspy})
+        if refused:
+            missing.append({"what": "py-spy dumps of some processes", "reason": "; ".join(refused[:8])
+                            + (f" (and {len(refused) - 8} more)" if len(refused) > 8 else "")})
+
+    # /proc/<pid>/stack and wchan
+    n = 0
+    for p in procs:
+        for name in ("stack", "wchan"):
+            try:
+                with open(f"/proc/{p.pid}/{name}", "rb") as f:
+                    data = f.read(1 << 16)
+            except OSError:
+                continue
+            d = os.path.join(base, "proc", str(p.pid))
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+            n += 1
+    if n:
+        captured.append({"what": "kernel stacks and wait channels", "path": f"{host}/proc/", "count": n,
+                         "time_ns": time.time_ns()})
+
+    # strace, all at once, for strace_s seconds
+    strace = find_tool("strace")
+    if strace is None:
+        missing.append({"what": "strace of the job's processes", "reason": "strace is not installed"})
+    elif strace_s > 0:
+        os.makedirs(os.path.join(base, "strace"), exist_ok=True)
+        running = []
+        t0 = time.time_ns()
+        for p in procs:
+            out = os.path.join(base, "strace", f"strace-{p.pid}.txt")
+            try:
+                running.append((p, out, subprocess.Popen([strace, "-f", "-tt", "-T", "-p", str(p.pid), "-o", out],
+                                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+            except OSError as e:
+                missing.append({"what": "strace of the job's processes", "reason": str(e)})
+                break
+        deadline = time.monotonic() + strace_s
+        while time.monotonic() < deadline and any(r.poll() is None for _, _, r in running):
+            time.sleep(0.1)
+            for _, out, r in running:
+                if r.poll() is None and os.path.exists(out) and os.path.getsize(out) > MAX_TRACE_BYTES:
+                    r.send_signal(signal.SIGINT)
+        failed = []
+        for p, out, r in running:
+            if r.poll() is None:
+                r.send_signal(signal.SIGINT)
+            try:
+                _, err = r.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                r.kill()
+                _, err = r.communicate()
+            if not os.path.exists(out) or os.path.getsize(out) == 0:
+                failed.append(f"{p.pid} ({p.comm}): {_first_line(err or b'') or 'no output'}")
+                if os.path.exists(out):
+                    os.remove(out)
+        ok = len(running) - len(failed)
+        if ok:
+            captured.append({"what": "strace of the job's processes", "path": f"{host}/strace/", "count": ok,
+                             "time_ns": t0, "seconds": strace_s, "command": "strace -f -tt -T -p PID"})
+        if failed:
+            missing.append({"what": "strace of some processes", "reason": "; ".join(failed[:8])})
+
+    # /dev/shm
+    if os.path.isdir("/dev/shm"):
+        try:
+            r = subprocess.run(["df", "-B1", "/dev/shm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=TOOL_TIMEOUT_S)
+            if r.returncode == 0:
+                os.makedirs(os.path.join(base, "host"), exist_ok=True)
+                with open(os.path.join(base, "host", "df-dev-shm.txt"), "wb") as f:
+                    f.write(r.stdout)
+                captured.append({"what": "/dev/shm usage (df)", "path": f"{host}/host/df-dev-shm.txt",
+                                 "time_ns": time.time_ns()})
+        except (OSError, subprocess.TimeoutExpired) as e:
+            missing.append({"what": "/dev/shm usage (df)", "reason": str(e)})
+    return captured, missing

@@ -1,0 +1,87 @@
+"""Where a stopped rank waited (analysis/stacks.py): the module's worked example on the recorded
+DataLoader deadlock (sample_traces/hang-dataloader-lock), and the reading of one stack."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aftertrace.analysis import stacks
+from aftertrace.server.service import Service
+from aftertrace.server.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "sample_traces" / "hang-dataloader-lock"
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    svc = Service(Settings.from_env(home=tmp_path_factory.mktemp("stacks") / "home"))
+    iid = svc.submit_path(SAMPLE).incident_id
+    return svc, iid, svc.analyze(iid)
+
+
+def test_positions_of_the_worked_example(analysed):
+    svc, iid, _ = analysed
+    pos = stacks.positions(svc.store, iid)
+    rank1, rank0 = pos[("", 12580)], pos[("", 12579)]
+    assert rank1.waits_for == "dataloader" and not rank1.worker
+    assert rank0.waits_for == "collective" and rank0.words() == \
+        "waited in _engine_run_backward (torch/autograd/graph.py:979)"
+    for w in (12677, 12678):        # rank 1's workers: inside the dataset, in a futex wait
+        p = pos[("", w)]
+        assert (p.worker, p.waits_for, p.where, p.idle) == (True, None, "Shards.__getitem__ (hang_job.py:37)", True)
+        assert p.syscall == "futex() (a lock or condition wait)"
+        assert p.syscall_ev.source == f"vm/strace/strace-{w}.txt" and p.syscall_ev.line == 1
+    for w in (12668, 12669):        # rank 0's: idle in their loop, waiting for work
+        assert (pos[("", w)].worker, pos[("", w)].waits_for) == (True, "work")
+
+
+def test_the_stall_names_where_the_rank_was_stuck(analysed):
+    _, _, rep = analysed
+    first = rep["chains"][0]["links"][0]
+    assert (first["kind"], first["rank"], first["pid"]) == ("rank_stalled", 1, 12580)
+    assert first["summary"].endswith(
+        "its main thread waited for its DataLoader workers (Queue.get in _MultiProcessingDataLoaderIter); its "
+        "workers (pids 12677, 12678) were inside Shards.__getitem__ (hang_job.py:37), blocked in futex() (a lock "
+        "or condition wait) (py-spy and strace)")
+    sources = [e["source"] for e in first["evidence"]]
+    assert sources[:2] == ["vm/logs/torchrun.log", "vm/stacks/py-spy-12580.txt"]
+    assert "vm/stacks/py-spy-12677.txt" in sources and "vm/strace/strace-12677.txt" in sources
+    assert "its DataLoader workers blocked inside Shards.__getitem__ (hang_job.py:37)" in rep["summary"]
+
+
+@pytest.mark.parametrize("frames, want", [
+    # a worker idle in its loop (py-spy 0.3+: Class.method; short file names)
+    (["_PollLikeSelector.select (selectors.py:415)", "Queue.get (multiprocessing/queues.py:113)",
+      "_worker_loop (torch/utils/data/_utils/worker.py:334)"], ("work", None, True)),
+    # the same with an older py-spy's bare names and absolute paths
+    (["select (/usr/lib/python3.8/selectors.py:415)", "get (/usr/lib/python3.8/multiprocessing/queues.py:107)",
+      "_worker_loop (/opt/venv/lib/python3.8/site-packages/torch/utils/data/_utils/worker.py:302)"],
+     ("work", None, True)),
+    # a worker inside user code that itself waits on a queue is not idle
+    (["Queue.get (multiprocessing/queues.py:113)", "load (data.py:12)",
+      "_worker_loop (torch/utils/data/_utils/worker.py:374)"], (None, "load (data.py:12)", True)),
+    (["wait (threading.py:295)", "result (_base.py:427)", "_snapshot (main.py:278)"],
+     (None, "result (_base.py:427)", False)),
+])
+def test_classify(frames, want):
+    assert stacks._classify(frames) == want
+
+
+def test_a_bundle_taken_while_the_job_hung(tmp_path):
+    """``aftertrace collect --hang-after 8s`` around the same job (sample_traces/
+    collected-hang-dataloader-lock): no failure yet, no timeout, both ranks silent; the dumps
+    alone say which rank holds the other up, and the hang watchdog is the end."""
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    rep = svc.analyze(svc.submit_path(ROOT / "sample_traces" / "collected-hang-dataloader-lock").incident_id)
+    assert rep["failure"]["kind"] == "job_hang"
+    (chain, *_) = rep["chains"]
+    assert [l["kind"] for l in chain["links"]] == ["rank_stalled", "job_hang"]
+    first = chain["links"][0]
+    assert (first["rank"], first["pid"], first["host"]) == (1, 17730, "vm")
+    assert "when the stacks were dumped, rank 0 waited in a collective (_engine_run_backward " in first["summary"]
+    assert "its workers (pids 17889, 17890) were inside Shards.__getitem__ (hang_job.py:37)" in first["summary"]
+    assert rep["summary"].startswith("It started with rank 1 (pid 17730) stopping (no progress after that; its "
+                                     "DataLoader workers blocked inside Shards.__getitem__ (hang_job.py:37))")
+    assert "The job was found hanging at 16:51:06.297 UTC" in rep["summary"]
