@@ -119,6 +119,8 @@ def _rank_stalled(l: Link, r: str) -> str:
     where = ""
     if l.attr("blocked_workers"):
         where = f"; its DataLoader workers blocked inside {l.attr('blocked_in')}"
+        if l.attr("shm_used_bytes"):
+            where += f", /dev/shm full ({l.attr('shm_used_bytes') >> 20} MiB of {l.attr('shm_size_bytes') >> 20} MiB)"
     elif l.attr("blocked_in"):
         where = f"; blocked in {l.attr('blocked_in')}"
     return f"{who(l)} stopping (no progress after that{'; ' + st if st else ''}{where})"

@@ -7,7 +7,8 @@ one: they are explained by it and are never an origin, however final they look.
 
 A process is one pid on one host; a finding that names only a rank is mapped to that rank's
 pid when the bundle tells it (``pids``: rank -> pid). The findings of one process are ordered
-by their earliest possible time (:meth:`Link.timing_ns`), ties by their point time. The first
+by their earliest possible time (:meth:`Link.timing_ns`), ties by their point time, then an
+exception that re-raises another process's error after that error. The first
 one whose kind can start a process's end (:data:`STARTS`) explains every later finding of the
 same process whose kind belongs to an end (:data:`AFTERMATH`), provided the explainer may have
 happened first (its earliest time is not after the later one's latest time).
@@ -64,7 +65,9 @@ def aftermath(links: list[Link], pids: dict[int, int]) -> list[tuple[Link, Link]
             by_proc.setdefault(k, []).append(l)
     pairs = []
     for ls in by_proc.values():
-        ls.sort(key=lambda l: (l.timing_ns()[0], l.ts_ns))
+        # (at one time, an exception that raises another process's error again comes after that
+        # error: a DataLoader re-raises what its worker printed below it)
+        ls.sort(key=lambda l: (l.timing_ns()[0], l.ts_ns, l.attr("reraised_from") is not None))
         starts = [l for l in ls if l.kind in STARTS and not is_launcher_stop(l)]
         if not starts:
             continue

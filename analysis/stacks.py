@@ -201,8 +201,31 @@ def stalls(pos: dict[tuple[str, int], Position], ranks: dict, links: list[Link])
     return out
 
 
+SHM_FULL = 0.9      # /dev/shm this full (of its size) is worth saying next to blocked workers
+
+
+def shm_usage(store, incident_id: str) -> dict[str, tuple[int, int, Evidence]]:
+    """host -> (used bytes, size bytes, evidence) of ``/dev/shm`` as the bundle's ``df`` output says."""
+    out = {}
+    for r in store.query(
+            """SELECT COALESCE(e.host, s.host, '') AS host, e.line, e.text, s.path,
+                      TRY_CAST(json_extract_string(e.attrs, '$.used_bytes') AS BIGINT) AS used,
+                      TRY_CAST(json_extract_string(e.attrs, '$.size_bytes') AS BIGINT) AS size
+               FROM events e JOIN sources s USING (incident_id, source_id)
+               WHERE e.incident_id = ? AND e.category = 'filesystem' AND e.name = 'df'
+                 AND json_extract_string(e.attrs, '$.mount') = '/dev/shm'
+               ORDER BY s.path, e.line""", [incident_id]):
+        if r["used"] is not None and r["size"]:
+            out[r["host"]] = (r["used"], r["size"], Evidence(r["path"], r["line"], r["text"] or ""))
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
 def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: int,
-                   children: Children) -> tuple[str, tuple[Evidence, ...], dict] | None:
+                   children: Children, shm: dict | None = None) -> tuple[str, tuple[Evidence, ...], dict] | None:
     """Where the process ``pid`` (a rank) was stuck, in words, with the evidence and attrs; None
     where no dump of it is in the bundle."""
     p = lookup(pos, host, pid)
@@ -230,6 +253,11 @@ def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: 
                 if w.syscall_ev:
                     ev.append(w.syscall_ev)
             attrs.update(blocked_in=" and ".join(at), blocked_workers=",".join(str(w.pid) for w in busy))
+            full = (shm or {}).get(p.host) or (shm or {}).get("")
+            if full and full[0] >= SHM_FULL * full[1]:
+                text += f"; /dev/shm was full ({_mib(full[0])} of {_mib(full[1])}, df)"
+                ev.append(full[2])
+                attrs["shm_used_bytes"], attrs["shm_size_bytes"] = full[0], full[1]
         elif workers:
             text += f"; its {len(workers)} worker(s) were idle, waiting for work"
     elif p.waits_for is None and p.where:
@@ -282,9 +310,10 @@ def explain_stalls(store, incident_id: str, ranks: dict, links: list[Link], chil
         return links
     attach(pos, ranks, children)
     links = links + stalls(pos, ranks, links)
+    shm = shm_usage(store, incident_id)
     out = []
     for l in links:
-        got = blocking_point(pos, l.host, l.pid, children) if l.kind == LinkKind.RANK_STALLED and l.pid else None
+        got = blocking_point(pos, l.host, l.pid, children, shm) if l.kind == LinkKind.RANK_STALLED and l.pid else None
         if got is None:
             out.append(l)
             continue

@@ -29,7 +29,10 @@ Rows (``events``, category ``syscall``), bounded: not every call, only those tha
   counted.
 * ``syscall_error``: a call that failed for want of a resource (:data:`RESOURCE_ERRNOS`:
   ENOSPC, ENOMEM, EMFILE...); attrs ``syscall``, ``args``, ``errno``, ``error`` (strace's words),
-  ``path`` (the first quoted path among the arguments, when there is one).
+  ``path`` (the first quoted path among the arguments; for a call on a file descriptor, the path
+  its thread opened it with earlier in the trace). ENOSPC on a file under ``/dev/shm/`` is kind
+  ``shm_exhausted`` (a DataLoader worker's ``fallocate`` of its batch), on another file
+  ``disk_full``.
 * ``signal`` (a ``--- SIG... ---`` delivery) and ``thread_exit`` (``+++ exited with N +++`` or
   ``+++ killed by SIG... +++``); attrs ``signal``, ``code``.
 
@@ -71,6 +74,11 @@ UNFINISHED = " <unfinished ...>"
 DETACHED = " <detached ...>"
 PATH = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
+OPENS = {"open", "openat", "openat2", "creat"}
+FD_CALLS = {"fallocate", "ftruncate", "write", "pwrite64", "writev", "pwritev", "pwritev2", "fsync", "fdatasync",
+            "copy_file_range", "sendfile", "read", "pread64"}
+SHM = "/dev/shm/"
+MAX_FDS = 100_000
 SLOW_S = 1.0
 MIN_MTIME = 946684800          # 2000-01-01: a modification time before it is not a date
 MAX_SLOW = 200
@@ -135,6 +143,7 @@ class _Day:
 class StraceParser(Parser):
     name = "strace"
     kind = "syscall_trace"
+    emits = frozenset({"shm_exhausted", "disk_full"})
     priority = 35
     clock_domain = CLOCK_WALL
     description = "strace output (-f, -t/-tt/-ttt, -T; unfinished and resumed calls)"
@@ -153,6 +162,7 @@ class StraceParser(Parser):
         sink = ctx.sink
         day = _Day(ctx.path, ctx.time_zone)
         open_calls: dict[int | None, tuple] = {}    # tid -> (ts, lineno, name, args, text)
+        fds: dict[tuple, str] = {}                  # (tid, fd) -> the path it was opened with
         slow: list[tuple] = []                      # a heap of the longest finished calls
         n_slow = 0
         counts: dict[str, int] = {}
@@ -207,14 +217,21 @@ class StraceParser(Parser):
                     continue
                 dur = float(res["dur"]) if res["dur"] else None
                 errno = res["errno"]
+                path = _path(name, args, tid, fds)
+                if name in OPENS and path is not None and res["ret"].isdigit() and len(fds) < MAX_FDS:
+                    fds[(tid, int(res["ret"]))] = path
+                elif name == "close":
+                    fds.pop((tid, _first_int(args)), None)
                 if errno in RESOURCE_ERRNOS:
-                    pm = PATH.search(args)
+                    kind = None
+                    if errno == "ENOSPC" and path is not None:
+                        kind = "shm_exhausted" if path.startswith(SHM) else "disk_full"
                     sink.event(pid=tid, tid=tid, ts_raw_ns=start, dur_ns=int(dur * 1e9) if dur is not None else None,
-                               category="syscall", name="syscall_error", severity="error", line=lineno, text=line,
-                               attrs={"syscall": name, "args": _args(args), "errno": errno,
-                                      "error": res["error"], "path": pm.group(1) if pm else None,
-                                      "summary": f"{name}() failed: {errno} ({res['error']})"
-                                                 + (f" on {pm.group(1)}" if pm else "")})
+                               category="syscall", name="syscall_error", kind=kind, severity="error", line=lineno,
+                               text=line, attrs={"syscall": name, "args": _args(args), "errno": errno,
+                                                 "error": res["error"], "path": path,
+                                                 "summary": f"{name}() failed: {errno} ({res['error']})"
+                                                            + _on(path)})
                 if dur is not None and dur >= SLOW_S:
                     n_slow += 1
                     item = (dur, -lineno, tid, start, name, _args(args), line)
@@ -258,6 +275,31 @@ class StraceParser(Parser):
                 ctx.attrs["date_from"] = "file modification time"
         if timed is None:
             ctx.clock_domain = CLOCK_NONE
+
+
+def _on(path: str | None) -> str:
+    """Where, in a summary: the file, or for shared memory its folder (its files are named per
+    allocation, and a summary names what copies of one failure share)."""
+    if not path:
+        return ""
+    return " in /dev/shm" if path.startswith(SHM) else f" on {path}"
+
+
+def _first_int(args: str) -> int | None:
+    head = args.split(",", 1)[0].strip()
+    return int(head) if head.isdigit() else None
+
+
+def _path(name: str, args: str, tid, fds: dict) -> str | None:
+    """The file a call is about: the first quoted path among its arguments, else (a call on a
+    file descriptor) the path that thread opened it with earlier in the trace."""
+    m = PATH.search(args)
+    if m:
+        return m.group(1)
+    if name in FD_CALLS:
+        fd = _first_int(args)
+        return fds.get((tid, fd)) if fd is not None else None
+    return None
 
 
 def _args(text: str) -> str:

@@ -85,3 +85,20 @@ def test_a_bundle_taken_while_the_job_hung(tmp_path):
     assert rep["summary"].startswith("It started with rank 1 (pid 17730) stopping (no progress after that; its "
                                      "DataLoader workers blocked inside Shards.__getitem__ (hang_job.py:37))")
     assert "The job was found hanging at 16:51:06.297 UTC" in rep["summary"]
+
+
+def test_a_full_dev_shm_is_said_next_to_blocked_workers(tmp_path):
+    """The recorded deadlock with a real ``df -B1 /dev/shm`` of a full 64 MiB /dev/shm added (two
+    real recordings put together: this tests the telling, it is not an incident)."""
+    import shutil
+    b = tmp_path / "bundle"
+    shutil.copytree(SAMPLE, b)
+    (b / "vm" / "host").mkdir()
+    shutil.copyfile(ROOT / "tests" / "data" / "df" / "df-B1.txt", b / "vm" / "host" / "df-dev-shm.txt")
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    rep = svc.analyze(svc.submit_path(b).incident_id)
+    first = rep["chains"][0]["links"][0]
+    assert first["summary"].endswith("blocked in futex() (a lock or condition wait); /dev/shm was full "
+                                     "(64 MiB of 64 MiB, df) (py-spy and strace)")
+    assert "vm/host/df-dev-shm.txt" in [e["source"] for e in first["evidence"]]
+    assert "/dev/shm full (64 MiB of 64 MiB)" in rep["summary"]

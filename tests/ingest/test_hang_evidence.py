@@ -164,7 +164,9 @@ def test_resource_errors_and_deaths_are_rows(tmp_path):
     assert [e["name"] for e in ev] == ["syscall_error", "signal", "thread_exit"]
     err = ev[0]
     assert err["ts_raw_ns"] == 1796661683100200000 and err["attrs"]["errno"] == "ENOSPC"
-    assert err["attrs"]["summary"] == "fallocate() failed: ENOSPC (No space left on device)"
+    # (fd 7 is the file that thread opened under /dev/shm just before)
+    assert err["attrs"]["summary"] == "fallocate() failed: ENOSPC (No space left on device) in /dev/shm"
+    assert err["kind"] == "shm_exhausted" and err["attrs"]["path"] == "/dev/shm/torch_1_2"
     assert ev[2]["attrs"] == {"signal": "SIGBUS", "code": None, "core_dumped": True}
 
 
@@ -188,3 +190,30 @@ def test_a_word_is_a_wchan_only_where_its_path_says_so():
     word = (STACKS / "12677" / "wchan").read_bytes()
     assert reg.detect(Head.from_bytes("proc/12677/wchan", word)).parser.name == "proc_wchan"
     assert not reg.detect(Head.from_bytes("notes.txt", word)).recognized
+
+
+# -- df -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, block", [("df-B1.txt", "1B"), ("df-h.txt", "-h"), ("df-T.txt", "1K, -T")])
+def test_df_of_a_full_dev_shm(tmp_path, name, block):
+    r, (e,) = parse(tmp_path, DATA / "df" / name)
+    assert (r.format, r.status, r.issues, r.clock_domain) == ("df", "parsed", 0, "none")
+    a = e["attrs"]
+    assert (a["mount"], a["filesystem"], a["used_bytes"], a["size_bytes"], a["avail_bytes"], a["use_pct"]) == \
+        ("/dev/shm", "tmpfs", 64 << 20, 64 << 20, 0, 100)
+
+
+# -- the DataLoader out of shared memory, traced ---------------------------------------------------
+def test_strace_of_dataloader_workers_out_of_shared_memory(tmp_path):
+    f = tmp_path / "strace-shm-job-tail.txt.gz"
+    shutil.copyfile(STRACE / "strace-shm-job-tail.txt.gz", f)
+    os.utime(f, (1796662830, 1796662830))       # 2026-12-07 17:00:30 UTC
+    r, ev = parse(tmp_path, f)
+    assert (r.format, r.status, r.issues) == ("strace_tod", "parsed", 0)
+    errs = [e for e in ev if e["name"] == "syscall_error"]
+    # each worker's fallocate() of its 24 MiB batch in a file it opened under /dev/shm
+    assert len(errs) == 6 and {e["tid"] for e in errs} == {23522, 23523, 23524}
+    first = errs[0]
+    assert (first["kind"], first["line"], first["ts_raw_ns"]) == ("shm_exhausted", 2163, 1796662819218982000)
+    assert first["attrs"]["path"] == "/dev/shm/torch_23523_3549452442_0"
+    assert first["attrs"]["summary"] == "fallocate() failed: ENOSPC (No space left on device) in /dev/shm"
+    assert r.attrs["calls"]["fallocate"] == 8

@@ -11,6 +11,7 @@ which are the grammar's reference: a test holds the two to the same blocks."""
 from __future__ import annotations
 
 import os
+import re
 
 import polars as pl
 
@@ -340,6 +341,9 @@ def block_rows(blocks: list[dict], block_pids: set, zone: str | None) -> list[di
         if cfe is None:
             summary = f"{b['exc'] or 'Python traceback'}: {b['exc_msg']}".strip().rstrip(":")[:300] + where
             kind, name = "python_exception", "traceback"
+            again = REPOSTED.match(b["exc_msg"] or "")
+            if again:       # another process's error raised again here: its own lines follow in the message
+                attrs["reraised_from"] = again.group(1)
             said = message_in(b["exc_msg"] or "")
             if said and said[1]:      # e.g. a gloo timeout or a collective mismatch raised as an exception
                 name, kind, fields = said
@@ -395,6 +399,11 @@ def block_rows(blocks: list[dict], block_pids: set, zone: str | None) -> list[di
                              rank=f.get("rank"), pid=f.get("pid"), attrs=fa))
     return rows
 
+
+# An exception that raises again an error of another process, whose own traceback follows in its
+# message: torch's DataLoader ("Caught RuntimeError in DataLoader worker process 2.", then "Original
+# Traceback (most recent call last):" and the worker's lines).
+REPOSTED = re.compile(r"^Caught \w[\w.]* in (DataLoader worker process \d+)")
 
 # How a typed exception is named in its summary.
 # Exceptions whose class says what happened, message or not: (event name, kind, summary).
