@@ -122,7 +122,7 @@ def _rank_stalled(l: Link, r: str) -> str:
         if l.attr("shm_used_bytes"):
             where += f", /dev/shm full ({l.attr('shm_used_bytes') >> 20} MiB of {l.attr('shm_size_bytes') >> 20} MiB)"
     elif l.attr("blocked_in"):
-        where = f"; blocked in {l.attr('blocked_in')}"
+        where = f"; blocked in {l.attr('blocked_in')}" + (f", in {l.attr('waiting_in')}" if l.attr("waiting_in") else "")
     return f"{who(l)} stopping (no progress after that{'; ' + st if st else ''}{where})"
 
 

@@ -24,7 +24,7 @@ and the status copies give both workers ``PPid: 12580``. Rank 1 waits for its Da
 (``waits_for = "dataloader"``); of its workers none is idle in ``Queue.get``, both are inside
 ``Shards.__getitem__ (hang_job.py:37)``, blocked in ``futex()``: the stall is explained as "its main
 thread waited for its DataLoader workers (pids 12677, 12678), which were inside
-Shards.__getitem__ (hang_job.py:37), blocked in futex()", with the dumps' and the trace's lines as
+Shards.__getitem__ (hang_job.py:37), waiting in futex()", with the dumps' and the trace's lines as
 evidence. A stack is a reading at one moment (a dump carries no time): it explains a stall, it is
 not a cause placed before it.
 """
@@ -143,7 +143,8 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
     for r in store.query(
             """SELECT COALESCE(e.host, s.host, '') AS host, e.tid, e.line, e.text, s.path,
                       json_extract_string(e.attrs, '$.syscall') AS syscall,
-                      json_extract_string(e.attrs, '$.args') AS args
+                      json_extract_string(e.attrs, '$.args') AS args,
+                      json_extract_string(e.attrs, '$.path') AS call_path
                FROM events e JOIN sources s USING (incident_id, source_id)
                WHERE e.incident_id = ? AND e.category = 'syscall' AND e.name = 'syscall_blocked'
                ORDER BY s.path, e.line""", [incident_id]):
@@ -151,7 +152,8 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
         p = out.get(key)
         if p is not None and p.syscall is None:
             call = f"{r['syscall']}()" + (" (a lock or condition wait)" if r["syscall"] == "futex"
-                                          and "FUTEX_WAIT" in (r["args"] or "") else "")
+                                          and "FUTEX_WAIT" in (r["args"] or "") else
+                                          f" of {r['call_path']}" if r["call_path"] else "")
             out[key] = dataclasses.replace(p, syscall=call, syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""))
     for r in store.query(
             """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.line, e.text, s.path,
@@ -245,7 +247,7 @@ def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: 
             text += (f"; its worker{'s' if len(busy) > 1 else ''} (pid{'s' if len(busy) > 1 else ''} {pids}) "
                      f"{'were' if len(busy) > 1 else 'was'} inside {' and '.join(at)}")
             if calls:
-                text += f", blocked in {' and '.join(calls)}"
+                text += f", waiting in {' and '.join(calls)}"
             if len(busy) < len(workers):
                 text += f" ({len(workers) - len(busy)} other worker(s) idle, waiting for work)"
             for w in busy[:MAX_WORKERS_NAMED]:
@@ -262,8 +264,9 @@ def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: 
             text += f"; its {len(workers)} worker(s) were idle, waiting for work"
     elif p.waits_for is None and p.where:
         attrs["blocked_in"] = p.where
+        attrs["waiting_in"] = p.syscall
     if p.syscall and p.waits_for != "dataloader":
-        text += f", blocked in {p.syscall}"
+        text += f", waiting in {p.syscall}"
     traced = p.syscall_ev is not None or any(w.syscall_ev is not None for w in pos.values() if w.evidence in ev)
     return text + (" (py-spy and strace)" if traced else " (py-spy)"), tuple(ev), attrs
 

@@ -22,8 +22,9 @@ resumed before the file ends).
 Rows (``events``, category ``syscall``), bounded: not every call, only those that tell something:
 
 * ``syscall_blocked``: a call still running when the trace ended (unfinished, detached), one per
-  thread, at its start; attrs ``syscall``, ``args``, ``blocked_s`` (at least: the trace's last
-  time less the call's start), ``wait`` (the call is one that waits by design: futex, poll...).
+  thread, at its start; attrs ``syscall``, ``args``, ``path`` (as for ``syscall_error`` below),
+  ``blocked_s`` (at least: the trace's last time less the call's start), ``wait`` (the call is one
+  that waits by design: futex, poll...).
 * ``syscall_slow``: a finished call of at least :data:`SLOW_S` seconds (``-T``); attrs
   ``syscall``, ``args``, ``dur_s``; at most :data:`MAX_SLOW` per file (the longest), the rest
   counted.
@@ -258,6 +259,7 @@ class StraceParser(Parser):
             blocked = (last_ts - ts) / 1e9 if ts is not None and last_ts is not None else None
             sink.event(pid=tid, tid=tid, ts_raw_ns=ts, category="syscall", name="syscall_blocked", line=lineno,
                        text=text, attrs={"syscall": name, "args": _args(args), "wait": name in WAITS,
+                                         "path": _path(name, args, tid, fds),
                                          "blocked_s": round(blocked, 6) if blocked is not None else None,
                                          "summary": f"{name}() still running when the trace ended"
                                                     + (f" ({blocked:.1f} s or more)" if blocked else "")})

@@ -7,6 +7,10 @@ DataLoader forks its workers at the start of each epoch (no persistent workers):
 while the lock is held inherits it held, and blocks forever on its first sample. Nothing is
 logged: the rank's main thread waits for the worker's data, its peer waits in the gradients'
 all_reduce until the process group's timeout (AFTERTRACE_PG_TIMEOUT_S, default 600 s).
+
+AFTERTRACE_FAULT=fifo instead makes that rank's main thread open a FIFO that nobody writes
+(AFTERTRACE_FIFO, default /tmp/aftertrace-shard.fifo) at that epoch's start: a read that never
+returns, as from a hung network file system.
 """
 
 import datetime
@@ -56,6 +60,7 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     fault_epoch = int(os.environ.get("AFTERTRACE_FAULT_EPOCH", "2"))
     fault_rank = int(os.environ.get("AFTERTRACE_FAULT_RANK", "1"))
+    fault = os.environ.get("AFTERTRACE_FAULT", "lock")
     timeout_s = float(os.environ.get("AFTERTRACE_PG_TIMEOUT_S", "600"))
     torch.set_num_threads(1)
     torch.manual_seed(1234 + rank)
@@ -73,7 +78,15 @@ def main():
     stop = threading.Event()
     step = 0
     for epoch in range(int(os.environ.get("AFTERTRACE_EPOCHS", "6"))):
-        if epoch == fault_epoch and rank == fault_rank:
+        if epoch == fault_epoch and rank == fault_rank and fault == "fifo":
+            # a read that never returns (a hung network file system): a FIFO nobody writes
+            path = os.environ.get("AFTERTRACE_FIFO", "/tmp/aftertrace-shard.fifo")
+            if not os.path.exists(path):
+                os.mkfifo(path)
+            log.info("epoch=%d reading %s", epoch, path)
+            with open(path, "rb") as f:
+                f.read()
+        elif epoch == fault_epoch and rank == fault_rank:
             threading.Thread(target=refresh, args=(ds, stop), name="cache-refresh", daemon=True).start()
             time.sleep(0.05)
         for x, y in loader:

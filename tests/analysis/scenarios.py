@@ -97,6 +97,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("collected-hang-dataloader-lock", "sample_traces/collected-hang-dataloader-lock",
              "the same deadlock recorded by aftertrace collect --hang-after 8s, while the job hung",
              ("rank_stalled",), 1, "vm", None, failure_kind="job_hang"),
+    Scenario("collected-hang-fifo", "sample_traces/collected-hang-fifo",
+             "rank 1's main thread blocked opening a FIFO nobody writes (a hung file system), recorded by "
+             "aftertrace collect --hang-after 8s while the job hung",
+             ("rank_stalled",), 1, "vm", None, failure_kind="job_hang"),
     Scenario("logs-dataloader-shm", "sample_traces/logs-dataloader-shm",
              "a DataLoader worker could not allocate its batch in a full /dev/shm; the main process re-raised it",
              ("shm_exhausted",), 0, None, None, failure_kind="shm_exhausted"),

@@ -43,7 +43,7 @@ def test_the_stall_names_where_the_rank_was_stuck(analysed):
     assert (first["kind"], first["rank"], first["pid"]) == ("rank_stalled", 1, 12580)
     assert first["summary"].endswith(
         "its main thread waited for its DataLoader workers (Queue.get in _MultiProcessingDataLoaderIter); its "
-        "workers (pids 12677, 12678) were inside Shards.__getitem__ (hang_job.py:37), blocked in futex() (a lock "
+        "workers (pids 12677, 12678) were inside Shards.__getitem__ (hang_job.py:37), waiting in futex() (a lock "
         "or condition wait) (py-spy and strace)")
     sources = [e["source"] for e in first["evidence"]]
     assert sources[:2] == ["vm/logs/torchrun.log", "vm/stacks/py-spy-12580.txt"]
@@ -98,7 +98,20 @@ def test_a_full_dev_shm_is_said_next_to_blocked_workers(tmp_path):
     svc = Service(Settings.from_env(home=tmp_path / "home"))
     rep = svc.analyze(svc.submit_path(b).incident_id)
     first = rep["chains"][0]["links"][0]
-    assert first["summary"].endswith("blocked in futex() (a lock or condition wait); /dev/shm was full "
+    assert first["summary"].endswith("waiting in futex() (a lock or condition wait); /dev/shm was full "
                                      "(64 MiB of 64 MiB, df) (py-spy and strace)")
     assert "vm/host/df-dev-shm.txt" in [e["source"] for e in first["evidence"]]
     assert "/dev/shm full (64 MiB of 64 MiB)" in rep["summary"]
+
+
+def test_a_rank_blocked_in_a_read_that_never_returns(tmp_path):
+    """``collected-hang-fifo`` (recorded after this module was written, analysed before any change
+    for it): rank 1's main thread opens a FIFO nobody writes; no DataLoader is involved."""
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    rep = svc.analyze(svc.submit_path(ROOT / "sample_traces" / "collected-hang-fifo").incident_id)
+    first = rep["chains"][0]["links"][0]
+    assert (first["kind"], first["rank"], first["pid"]) == ("rank_stalled", 1, 29990)
+    assert first["summary"].endswith("its main thread was blocked in main (hang_job.py:87), waiting in openat() of "
+                                     "/tmp/aftertrace-shard.fifo (py-spy and strace)")
+    (r1,) = [p for p in rep["progress"] if p["rank"] == 1]
+    assert r1["stack"]["elsewhere"] is True and r1["stack"]["workers"] == []
