@@ -566,7 +566,7 @@ def terminal_failure(links: list[Link]) -> Link | None:
 
 # Kinds that end a process or a job, the most final last (ties at the same time go to it); a
 # collector's hang watchdog ends what a bundle saw of a job that stopped without failing.
-FATAL_KINDS = (LinkKind.JOB_HANG, LinkKind.PYTHON_EXCEPTION, LinkKind.DISK_FULL, LinkKind.SHM_EXHAUSTED,
+FATAL_KINDS = (LinkKind.JOB_HANG, LinkKind.HANG_DUMP, LinkKind.PYTHON_EXCEPTION, LinkKind.DISK_FULL, LinkKind.SHM_EXHAUSTED,
                LinkKind.DATALOADER_WORKER_KILLED, LinkKind.RENDEZVOUS_FAILURE, LinkKind.COLLECTIVE_MISMATCH,
                LinkKind.COLLECTIVE_TIMEOUT, LinkKind.NCCL_INIT_FAILURE, LinkKind.OOM_KILL, LinkKind.SEGFAULT,
                LinkKind.PROCESS_EXIT, LinkKind.SIGNAL_KILL, LinkKind.KERNEL_PANIC)

@@ -216,6 +216,12 @@ KINDS: tuple[FindingKind, ...] = (
        lambda l, r: f"the DataLoader of {who(l)} no longer delivering batches", condition=True),
     _K("python_exception", "a Python exception ended a process", _python_exception),
     _K("job_failure", "the launcher reported the job failed", lambda l, r: "the job failing"),
+    _K("hang_dump", "a process's own hang watchdog (faulthandler.dump_traceback_later) found it without "
+                    "progress and dumped its threads",
+       lambda l, r: f"{who(l)} finding itself stuck"
+                    + (f" for {l.attr('after_s')} s" if l.attr("after_s") is not None else "")
+                    + " (its faulthandler watchdog"
+                    + (f"; main thread in {l.attr('main_frame')})" if l.attr("main_frame") else ")")),
     _K("job_hang", "the collector's hang watchdog found the job silent (no output for a while)",
        lambda l, r: "the job hanging (no output)", origin=False),
     _K("clock_skew", "two clocks disagreed beyond their stated uncertainty",

@@ -27,7 +27,7 @@ from .links import Link, LinkKind as K
 # Kinds that can start the end of a process (its first fatal thing).
 STARTS = frozenset({
     K.PYTHON_EXCEPTION, K.COLLECTIVE_TIMEOUT, K.COLLECTIVE_MISMATCH, K.NCCL_INIT_FAILURE, K.OOM_KILL,
-    K.SEGFAULT, K.SIGNAL_KILL, K.RANK_STALLED, K.HUNG_TASK,
+    K.SEGFAULT, K.SIGNAL_KILL, K.RANK_STALLED, K.HUNG_TASK, K.HANG_DUMP,
     K.DISK_FULL, K.SHM_EXHAUSTED, K.DATALOADER_WORKER_KILLED, K.RENDEZVOUS_FAILURE, K.PROCESS_EXIT,
 })
 # A process's death as reported: the last thing it does. It explains what follows it only when it

@@ -2,7 +2,9 @@
 its processes were blocked in (strace), read together with who started whom.
 
 A hang leaves no error line. What an engineer takes while it hangs says where every process
-was: ``py-spy dump`` of each rank and of its DataLoader workers (``ingest.formats.pyspy``),
+was: ``py-spy dump`` of each rank and of its DataLoader workers (``ingest.formats.pyspy``), or
+the dump Python's own watchdog prints into the log (``faulthandler.dump_traceback_later``, read
+by the log engine),
 ``strace -p`` of the stuck ones (``ingest.formats.strace``), ``/proc/<pid>/status`` copies (whose
 ``PPid`` says which worker is whose, :func:`.attribution.children_of`). This module reads each
 process's main thread as one :class:`Position` (what it waits for, in words) and, for a rank that
@@ -70,6 +72,8 @@ class Position:
     evidence: Evidence
     syscall: str | None = None          # the call strace saw it blocked in, when a trace has it
     syscall_ev: Evidence | None = None
+    tool: str = "py-spy"                # what dumped it: py-spy, or faulthandler's watchdog in the log
+    syscall_tool: str | None = None     # what saw that call: strace, or /proc's wchan
 
     def words(self) -> str:
         if self.waits_for == "dataloader":
@@ -139,7 +143,8 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
         text = "\n".join((r["text"] or "").split("\n")[:2])
         out[key] = Position(host=r["host"], pid=int(r["pid"]), frames=tuple(frames), idle=bool(a.get("idle")),
                             waits_for=waits, where=where, worker=worker,
-                            evidence=Evidence(r["path"], r["line"], text))
+                            evidence=Evidence(r["path"], r["line"], text),
+                            tool="faulthandler" if a.get("from") == "faulthandler" else "py-spy")
     for r in store.query(
             """SELECT COALESCE(e.host, s.host, '') AS host, e.tid, e.line, e.text, s.path,
                       json_extract_string(e.attrs, '$.syscall') AS syscall,
@@ -154,7 +159,8 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
             call = f"{r['syscall']}()" + (" (a lock or condition wait)" if r["syscall"] == "futex"
                                           and "FUTEX_WAIT" in (r["args"] or "") else
                                           f" of {r['call_path']}" if r["call_path"] else "")
-            out[key] = dataclasses.replace(p, syscall=call, syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""))
+            out[key] = dataclasses.replace(p, syscall=call, syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""),
+                                           syscall_tool="strace")
     for r in store.query(
             """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.line, e.text, s.path,
                       json_extract_string(e.attrs, '$.wchan') AS wchan
@@ -165,7 +171,8 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
         p = out.get(key)
         if p is not None and p.syscall is None and r["wchan"]:
             out[key] = dataclasses.replace(p, syscall=f"the kernel's {r['wchan']}",
-                                           syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""))
+                                           syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""),
+                                           syscall_tool="/proc wchan")
     return out
 
 
@@ -267,8 +274,10 @@ def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: 
         attrs["waiting_in"] = p.syscall
     if p.syscall and p.waits_for != "dataloader":
         text += f", waiting in {p.syscall}"
-    traced = p.syscall_ev is not None or any(w.syscall_ev is not None for w in pos.values() if w.evidence in ev)
-    return text + (" (py-spy and strace)" if traced else " (py-spy)"), tuple(ev), attrs
+    seen = [q for q in pos.values() if q.evidence in ev]
+    tools = sorted({q.tool for q in seen}) + sorted({q.syscall_tool for q in seen
+                                                    if q.syscall_ev is not None and q.syscall_ev in ev})
+    return text + f" ({' and '.join(tools)})", tuple(ev), attrs
 
 
 SHOWN_FRAMES = 12

@@ -11,9 +11,14 @@ all_reduce until the process group's timeout (AFTERTRACE_PG_TIMEOUT_S, default 6
 AFTERTRACE_FAULT=fifo instead makes that rank's main thread open a FIFO that nobody writes
 (AFTERTRACE_FIFO, default /tmp/aftertrace-shard.fifo) at that epoch's start: a read that never
 returns, as from a hung network file system.
+
+AFTERTRACE_WATCHDOG_S=N arms Python's own hang watchdog in every rank, re-armed at each step:
+``faulthandler.dump_traceback_later(N, exit=True)`` prints every thread's stack ("Timeout
+(0:00:N)!") and ends the process with exit code 1 when a step takes N seconds.
 """
 
 import datetime
+import faulthandler
 import logging
 import os
 import threading
@@ -61,6 +66,7 @@ def main():
     fault_epoch = int(os.environ.get("AFTERTRACE_FAULT_EPOCH", "2"))
     fault_rank = int(os.environ.get("AFTERTRACE_FAULT_RANK", "1"))
     fault = os.environ.get("AFTERTRACE_FAULT", "lock")
+    watchdog_s = float(os.environ.get("AFTERTRACE_WATCHDOG_S", "0"))
     timeout_s = float(os.environ.get("AFTERTRACE_PG_TIMEOUT_S", "600"))
     torch.set_num_threads(1)
     torch.manual_seed(1234 + rank)
@@ -96,6 +102,8 @@ def main():
             loss.backward()
             opt.step()
             log.info("epoch=%d step=%d loss=%.4f step_time=%.3f", epoch, step, loss.item(), time.perf_counter() - t0)
+            if watchdog_s:      # re-armed every step: it fires only when a step takes that long
+                faulthandler.dump_traceback_later(watchdog_s, exit=True)
             step += 1
             time.sleep(0.05)
     stop.set()

@@ -101,6 +101,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              "rank 1's main thread blocked opening a FIFO nobody writes (a hung file system), recorded by "
              "aftertrace collect --hang-after 8s while the job hung",
              ("rank_stalled",), 1, "vm", None, failure_kind="job_hang"),
+    Scenario("logs-faulthandler-watchdog", "sample_traces/logs-faulthandler-watchdog",
+             "rank 1's DataLoader deadlocked; both ranks' faulthandler watchdogs dumped their threads and exited; "
+             "torchrun blamed rank 0",
+             ("rank_stalled", "hang_dump"), 1, None, None),
     Scenario("logs-dataloader-shm", "sample_traces/logs-dataloader-shm",
              "a DataLoader worker could not allocate its batch in a full /dev/shm; the main process re-raised it",
              ("shm_exhausted",), 0, None, None, failure_kind="shm_exhausted"),

@@ -217,3 +217,21 @@ def test_strace_of_dataloader_workers_out_of_shared_memory(tmp_path):
     assert first["attrs"]["path"] == "/dev/shm/torch_23523_3549452442_0"
     assert first["attrs"]["summary"] == "fallocate() failed: ENOSPC (No space left on device) in /dev/shm"
     assert r.attrs["calls"]["fallocate"] == 8
+
+
+# -- faulthandler's watchdog in a log ---------------------------------------------------------------
+def test_faulthandler_timeout_dumps_in_a_torchrun_log(tmp_path):
+    r, ev = parse(tmp_path, DATA / "app_log" / "faulthandler_watchdog.log")
+    assert (r.format, r.status) == ("app_log", "parsed")
+    dumps = [e for e in ev if e["name"] == "faulthandler_timeout"]
+    assert [(e["line"], e["kind"], e["attrs"]["after_s"], e["attrs"]["threads"]) for e in dumps] == \
+        [(39, "hang_dump", 10, 4), (73, "hang_dump", 10, 3)]
+    stacks = [e for e in ev if e["name"] == "thread_stack"]
+    assert [e["line"] for e in stacks] == [40, 47, 54, 60, 74, 81, 88]
+    main1 = next(e for e in stacks if e["line"] == 60)
+    assert main1["attrs"]["thread"] == "MainThread" and main1["attrs"]["from"] == "faulthandler"
+    assert main1["attrs"]["frames"][5] == ("_try_get_data (/opt/torchenv/lib/python3.11/site-packages/torch/utils/"
+                                           "data/dataloader.py:1291)")
+    assert main1["attrs"]["frames"][-1] == "<module> (/work/main/sample_traces/scripts/hang_job.py:115)"
+    assert dumps[1]["attrs"]["main_frame"] == ("_engine_run_backward (/opt/torchenv/lib/python3.11/site-packages/"
+                                               "torch/autograd/graph.py:979)")

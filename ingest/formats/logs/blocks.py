@@ -18,7 +18,8 @@ import polars as pl
 from ... import native
 from ...timeparse import NS
 from .grammar import (BLOCK_ROW, CFE_ENTRY, CFE_EXIT, CFE_HEAD, CFE_KV, CFE_RANK, CFE_TIME, EXC, FATAL_SIGNALS,
-                      FATAL_START, FRAME, LOCAL_HOSTS, MAX_BLOCK_LINES, TB_CHAIN, TB_START, message_in, signame,
+                      FATAL_START, FRAME, LOCAL_HOSTS, MAX_BLOCK_LINES, TB_CHAIN, TB_START, TIMEOUT_DUMP,
+                      TIMEOUT_START, message_in, signame,
                       timeout_summary)
 
 
@@ -31,7 +32,8 @@ def group_blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int],
     # (a logger's message may lead into the traceback on the header's line: "... hit an exception: Traceback
     # ..."; not a DataLoader's "Original Traceback ...", which is the message of the exception above it)
     is_start = (pl.col("body") == TB_START) | pl.col("body").str.ends_with(": " + TB_START) | \
-        pl.col("body").str.starts_with(FATAL_START) | pl.col("body").str.contains(CFE_HEAD)
+        pl.col("body").str.starts_with(FATAL_START) | pl.col("body").str.contains(CFE_HEAD) | \
+        pl.col("body").str.contains(TIMEOUT_DUMP.pattern)
     starts = base.filter(is_start)
     if starts.is_empty():
         return [], set(), None
@@ -52,7 +54,8 @@ def group_blocks(base: pl.DataFrame, final: bool) -> tuple[list[dict], set[int],
         # only the block starts are visited (not every row in Python)
         body = pl.col("body")
         heads = rows.with_row_index("_i").filter(is_start).select("_i", pl.when(body.str.ends_with(TB_START)).then(
-            native.BT_TRACEBACK).when(body.str.starts_with(FATAL_START)).then(native.BT_FATAL).otherwise(
+            native.BT_TRACEBACK).when(body.str.starts_with(FATAL_START) | body.str.starts_with(TIMEOUT_START)).then(
+            native.BT_FATAL).otherwise(
             native.BT_CFE_ALONE).alias("_k"))
         at, kinds = heads["_i"].to_list(), heads["_k"].to_list()
         kind_at = dict(zip(at, kinds))
@@ -121,7 +124,7 @@ def _block_of(rec, bodies: list[str], walk) -> dict:
     fatal = kind == native.BT_FATAL
     frames = {"nframes": hi - lo, "frame": _frame(bodies[walk.frames[lo if fatal else hi - 1]]) if hi > lo else None}
     if fatal:
-        return {"type": "fatal", "what": bodies[i][len(FATAL_START):].strip(), **frames}
+        return _fatal(bodies, i, None if rec[_END] < 0 else rec[_END], frames)
     if kind == native.BT_CFE_ALONE:
         m = EXC.match(bodies[i])
         blk = {"type": "traceback", "exc": m["exc"] if m else "ChildFailedError",
@@ -292,7 +295,6 @@ def _cfe_result(title: str | None, failures: list[dict]) -> dict:
 
 def _walk_fatal(bodies: list[str], i: int):
     n = len(bodies)
-    what = bodies[i][len(FATAL_START):].strip()
     frames, j = [], i + 1
     while j < n:
         b = bodies[j]
@@ -307,8 +309,30 @@ def _walk_fatal(bodies: list[str], i: int):
             continue
         break
     else:
-        return None, {"type": "fatal", "what": what, **_shown(frames, True)}
-    return j, {"type": "fatal", "what": what, **_shown(frames, True)}
+        return None, _fatal(bodies, i, None, _shown(frames, True))
+    return j, _fatal(bodies, i, j, _shown(frames, True))
+
+
+def _fatal(bodies: list[str], i: int, end: int | None, frames: dict) -> dict:
+    """A faulthandler dump's block: a fatal error's (``Fatal Python error: ...``), or its
+    watchdog's (``Timeout (0:00:10)!``, :func:`faulthandler.dump_traceback_later`) with every
+    thread's stack: ``threads``, (offset in the block of its header, header, frames innermost
+    first)."""
+    t = TIMEOUT_DUMP.match(bodies[i])
+    if t is None:
+        return {"type": "fatal", "what": bodies[i][len(FATAL_START):].strip(), **frames}
+    threads, cur = [], None
+    for k in range(i + 1, len(bodies) if end is None else end):
+        b = bodies[k]
+        if b.startswith(("Thread 0x", "Current thread 0x")):
+            cur = (k - i, b.strip(), [])
+            threads.append(cur)
+        elif cur is not None:
+            f = FRAME.match(b)
+            if f:
+                cur[2].append((f["file"], int(f["line"]), f["func"]))
+    h, m, s = map(int, t.groups())
+    return {"type": "timeout_dump", "after_s": h * 3600 + m * 60 + s, "threads": threads, **frames}
 
 
 _WALKERS = {native.BT_TRACEBACK: _walk_traceback, native.BT_FATAL: _walk_fatal, native.BT_CFE_ALONE: _walk_cfe_alone}
@@ -326,6 +350,9 @@ def block_rows(blocks: list[dict], block_pids: set, zone: str | None) -> list[di
         if b["frame"]:
             f = b["frame"]
             where = f" at {os.path.basename(f[0])}:{f[1]} in {f[2]}"
+        if b["type"] == "timeout_dump":
+            rows.extend(_timeout_rows(b, common, rank, where))
+            continue
         if b["type"] == "fatal":
             what = b["what"]
             sig, kind = next((v for k, v in FATAL_SIGNALS.items() if what.startswith(k)), ("SIGABRT", "signal_kill"))
@@ -397,6 +424,31 @@ def block_rows(blocks: list[dict], block_pids: set, zone: str | None) -> list[di
                              res=NS if fts is not None else None,
                              host=None if (host or "").lower() in LOCAL_HOSTS else host,
                              rank=f.get("rank"), pid=f.get("pid"), attrs=fa))
+    return rows
+
+
+def _timeout_rows(b: dict, common: dict, rank: int | None, where: str) -> list[dict]:
+    """A faulthandler watchdog's dump: the finding (``hang_dump``: the process saw itself make no
+    progress for ``after_s``) and one ``thread_stack`` row per thread, as a py-spy dump's
+    (frames ``function (file:line)``, innermost first), at its header's line. Which thread is
+    the main one the dump does not say: the one whose outermost frame is a ``<module>``."""
+    threads = b["threads"]
+    stacks = [[f"{fn} ({file}:{ln})" for file, ln, fn in fr] for _, _, fr in threads]
+    main = next((k for k, fr in enumerate(stacks) if fr and fr[-1].startswith("<module> (")), None)
+    at = stacks[main][0] if main is not None and stacks[main] else None
+    who = f"rank {rank}: " if rank is not None else ""
+    summary = (f"{who}Python's hang watchdog (faulthandler) found no progress for {b['after_s']} s and dumped "
+               f"{len(threads)} thread(s)" + (f"; the main thread was in {at}" if at else ""))
+    rows = [dict(common, category="traceback", name="faulthandler_timeout", kind="hang_dump", severity="error",
+                 attrs={"after_s": b["after_s"], "threads": len(threads), "main_frame": at, "summary": summary})]
+    for k, (off, head, _fr) in enumerate(threads):
+        end = threads[k + 1][0] if k + 1 < len(threads) else b["nlines"]
+        rows.append(dict(line=b["linenos"][off], text="\n".join(b["lines"][off:end]).rstrip(), stream=b["stream"],
+                         rank=rank, category="stack", name="thread_stack", kind=None, severity=None,
+                         attrs={"thread": "MainThread" if k == main else None, "thread_id": head.split()[1]
+                                if head.startswith("Thread") else head.split()[2],
+                                "state": None, "idle": None, "gil": None, "frames": stacks[k][:64],
+                                "depth": len(stacks[k]), "process": None, "python": None, "from": "faulthandler"}))
     return rows
 
 

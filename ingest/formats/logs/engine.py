@@ -118,7 +118,7 @@ MAX_CARRY_ROWS = 200_000
 KINDS_WRITTEN = frozenset({m.kind for m in MESSAGES if m.kind} | {k for _, k in FATAL_SIGNALS.values()}
                           | {u[1] for u in UNDERLYING} | {k for _, k, _ in EXC_KINDS.values()}
                           | {"python_exception", "job_failure", "signal_kill", "process_exit", "nccl_warn",
-                             "nccl_init_failure"})
+                             "nccl_init_failure", "hang_dump"})
 
 _INFO_ENTRY = {lit: i for i, (_n, lit, _rx, _ints) in enumerate(INFO_GRAMMAR)}
 assert len(_INFO_ENTRY) == len(INFO_GRAMMAR), "INFO_GRAMMAR literals must be distinct"

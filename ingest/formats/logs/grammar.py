@@ -350,6 +350,10 @@ TB_START = "Traceback (most recent call last):"
 TB_CHAIN = ("During handling of the above exception, another exception occurred:",
             "The above exception was the direct cause of the following exception:")
 FATAL_START = "Fatal Python error: "
+# faulthandler.dump_traceback_later's watchdog: "Timeout (0:00:10)!", then every thread's stack as
+# in a fatal error's dump (the process made no progress for that long; with exit=True it then exits)
+TIMEOUT_START = "Timeout ("
+TIMEOUT_DUMP = re.compile(r"^Timeout \((\d+):(\d\d):(\d\d)\)!$")
 # faulthandler's words for the fatal signals it catches (Modules/faulthandler.c), and the kind of
 # each; any other "Fatal Python error" is the interpreter's own (Py_FatalError), which ends the
 # process with abort()
@@ -357,7 +361,7 @@ FATAL_SIGNALS = {"Segmentation fault": ("SIGSEGV", "segfault"), "Bus error": ("S
                  "Aborted": ("SIGABRT", "signal_kill"), "Floating-point exception": ("SIGFPE", "signal_kill"),
                  "Illegal instruction": ("SIGILL", "signal_kill")}
 CFE_HEAD = r"^(?:[a-z_]\w*\.)*ChildFailedError:?\s*$"
-BLOCK_ROW = (r"^(?:$|\s|Traceback \(|Fatal Python error|Current thread|Thread 0x|Extension modules|Stack \(most"
+BLOCK_ROW = (r"^(?:$|\s|Traceback \(|Fatal Python error|Timeout \(\d|Current thread|Thread 0x|Extension modules|Stack \(most"
              r"|During handling|The above exception|=+$|-+$|Failures:|Root Cause|\[\d+\]:$"
              r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b)")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in | in )(?P<func>.*)$')
