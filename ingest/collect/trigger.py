@@ -13,7 +13,8 @@ kernel wait channels and /dev/shm usage (``live.py``).
 
 A trigger while the job runs starts a short *linger* (``--linger``, default 5 s) so that the
 bundle also holds what happens right after (the launcher tearing the job down); triggers
-during the linger join the same bundle. The job's end always writes a bundle without
+during the linger join the same bundle. A hang does not linger: its bundle is written at once,
+while the processes are as the watchdog found them. The job's end always writes a bundle without
 waiting. A watchdog pattern fires once per pattern per run (a hang prints its timeout
 line many times).
 """
@@ -87,7 +88,9 @@ class TriggerState:
         with self.lock:
             if not self.reasons:
                 return False
-            if job_ended or any(r.kind in ("exit", "signal", "pid_gone") for r in self.reasons):
+            # (a hang: nothing is coming that a linger would catch, and its processes' stacks are
+            # what the bundle is for: now, while they are as the watchdog found them)
+            if job_ended or any(r.kind in ("exit", "signal", "pid_gone", "hang") for r in self.reasons):
                 return True
             now = now_ns if now_ns is not None else time.time_ns()
             return now - self.first_ns >= self.linger_ns

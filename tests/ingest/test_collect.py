@@ -434,7 +434,8 @@ def test_a_silent_job_triggers_a_bundle_with_what_its_processes_were_doing(tmp_p
     runs, holds its processes' py-spy dumps and strace (or says why not: the tool is missing),
     their wait channels and /dev/shm's usage."""
     job = [sys.executable, "-c", "import time; print('step 1', flush=True); time.sleep(4)"]
-    rc, rec, _ = _record(tmp_path, job, hang_after_s=1.0, strace_s=1.0, linger_s=0.2)
+    # (a hang does not wait out the linger: the processes are still there when the bundle is written)
+    rc, rec, _ = _record(tmp_path, job, hang_after_s=1.0, strace_s=1.0, linger_s=5.0)
     assert rc == 0 and len(rec.bundles) == 1
     man = _manifest(rec.bundles[0])
     (r,) = man["trigger"]["reasons"]

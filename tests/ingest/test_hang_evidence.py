@@ -72,6 +72,12 @@ def test_older_py_spy_without_process_header_and_hex_thread_ids(tmp_path):
     assert ev[0]["attrs"]["frames"][:2] == ["wait (threading.py:295)", "result (_base.py:427)"]
 
 
+def test_py_spy_dump_of_a_thread_without_a_name(tmp_path):
+    r, (t,) = parse(tmp_path, STACKS / "py-spy-python-c.txt")
+    assert (r.format, r.status, t["pid"], t["tid"], t["attrs"]["thread"]) == ("py_spy_dump", "parsed", 29596, 29596, None)
+    assert t["attrs"]["frames"] == ["<module> (<string>:1)"]
+
+
 def test_py_spy_dump_of_another_program(tmp_path):
     r, (t,) = parse(tmp_path, STACKS / "home-assistant-38120-py-spy-dump.txt")
     assert (r.format, r.pid, t["pid"], t["tid"]) == ("py_spy_dump", 208, 208, 208)
