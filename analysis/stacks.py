@@ -36,9 +36,12 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
+from aftertrace.ingest.sink import attrs_of
+
 from .attribution import Children
 from .links import Evidence, Link, LinkKind
 from .present import has_rows
+from .progress import stall_link
 
 # the finding kinds it makes (the catalogue: analysis/kinds.py): a stall only the dumps show
 EMITS = frozenset({LinkKind.RANK_STALLED})
@@ -130,10 +133,9 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
            ORDER BY s.format <> 'py_spy_dump', s.path, e.line""", [incident_id])
     if not rows:
         return {}
-    import json
     out: dict[tuple[str, int], Position] = {}
     for r in rows:
-        a = json.loads(r["attrs"] or "{}")
+        a = attrs_of(r["attrs"])
         main = r["tid"] == r["pid"] or a.get("thread") == "MainThread"
         key = (r["host"], int(r["pid"]))
         if not main or key in out:
@@ -192,7 +194,6 @@ def stalls(pos: dict[tuple[str, int], Position], ranks: dict, links: list[Link])
     """A rank stalled, read from the dumps alone, where nothing else said so (a bundle taken while
     the job hung, before any timeout): ranks whose main thread waits in a collective are held up
     by a rank whose main thread is elsewhere (in its DataLoader, in its own code)."""
-    from .progress import stall_link
     if any(l.kind == LinkKind.RANK_STALLED for l in links):
         return []
     at = {r: lookup(pos, p.host, p.pid) for r, p in ranks.items()}

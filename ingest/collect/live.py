@@ -45,7 +45,8 @@ def find_tool(name: str, near: list[str] = ()) -> str | None:
     return None
 
 
-def _first_line(b: bytes) -> str:
+def _last_line(b: bytes) -> str:
+    """A tool's last line of output (where it says why it failed), cut short."""
     t = b.decode("utf-8", "replace").strip().splitlines()
     return t[-1][:300] if t else ""
 
@@ -83,7 +84,7 @@ def capture(procs: list, dest: str, host: str, strace_s: float = 3.0) -> tuple[l
                     f.write(r.stdout)
                 ok += 1
             else:
-                refused.append(f"{p.pid} ({p.comm}): {_first_line(r.stderr or r.stdout)}")
+                refused.append(f"{p.pid} ({p.comm}): {_last_line(r.stderr or r.stdout)}")
         if ok:
             captured.append({"what": "py-spy dumps", "path": f"{host}/stacks/", "count": ok, "time_ns": t0,
                              "tool": pyspy})
@@ -141,7 +142,7 @@ def capture(procs: list, dest: str, host: str, strace_s: float = 3.0) -> tuple[l
                 r.kill()
                 _, err = r.communicate()
             if not os.path.exists(out) or os.path.getsize(out) == 0:
-                failed.append(f"{p.pid} ({p.comm}): {_first_line(err or b'') or 'no output'}")
+                failed.append(f"{p.pid} ({p.comm}): {_last_line(err or b'') or 'no output'}")
                 if os.path.exists(out):
                     os.remove(out)
         ok = len(running) - len(failed)

@@ -98,7 +98,7 @@ class PySpyDumpParser(Parser):
         sink = ctx.sink
         pid = process = python = None
         cur: _Thread | None = None
-        threads = pids = 0
+        threads = 0
         seen_pids = set()
         for lineno, raw in ctx.lines():
             line = raw.rstrip("\r")
@@ -140,10 +140,9 @@ class PySpyDumpParser(Parser):
                        lineno, line)
         if cur is not None:
             _event(sink, cur)
-        pids = len(seen_pids)
-        if pids == 1:
+        if len(seen_pids) == 1:
             ctx.pid = next(iter(seen_pids))
-        ctx.attrs.update(threads=threads, processes=pids)
+        ctx.attrs.update(threads=threads, processes=len(seen_pids))
 
 
 class PySpyJsonParser(Parser):
