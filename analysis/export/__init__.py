@@ -3,8 +3,10 @@
 Both exporters are pure functions over the store (``write(store, incident_id, out, progress)``);
 this module holds what they share: which track a row lands on, the ids tracks get, the order
 rows are read in, how spans that do not nest are laid out, and the walk itself (:class:`Walk`:
-progress, the time range written, the metrics as counter tracks), which each format's writer
-extends with how it writes a span, an instant or a counter value.
+every row as a :class:`Mark` on its track and lane, each span's :class:`End` in time order for
+formats that write ends apart, the metrics as counter values, the report's findings as
+:class:`FindingMark`, the progress and the time range written), which each format's writer
+extends with how it writes a span, an instant, a counter value or a finding.
 
 Clock
 -----
@@ -83,6 +85,7 @@ inline), and for the Perfetto samples one parent array per perf source's stack t
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import math
 from dataclasses import dataclass, field
@@ -199,11 +202,61 @@ class CounterTrack:
     series: str
 
 
+@dataclass(slots=True)
+class Mark:
+    """A row of a span table (events, steps, collectives) as the walk lays it out: a span on
+    ``lane`` from ``ts`` to ``end`` (its end clamped where it overshot its parent), or, with
+    ``lane`` None, an instant on ``track`` (``end``: ``ts`` plus its duration when it had one).
+    ``values`` are the row's annotations in the order every format writes them, after the
+    source: ``args`` is the attrs JSON text as stored, ``dur_ns`` the real duration of a
+    clamped span or of a span written as an instant."""
+    ts: int
+    end: int
+    track: "Track"
+    lane: "Track | None"
+    name: str
+    category: str | None
+    source: str
+    values: list
+
+
+@dataclass(slots=True)
+class End:
+    """Where a span of the walk ends (formats that write the begin and the end of a slice apart
+    ask the walk for these: they come in time order, before any row that starts at or after them)."""
+    ts: int
+    lane: "Track"
+
+
+@dataclass(slots=True)
+class FindingMark:
+    """A finding of the report (an anomaly, the failure or a chain's link) on its track, with the
+    values every format writes (``summary``, the link's scalar fields, ``time_window`` as the
+    report has it, ``because``, ``chain``) and its evidence lines ({source, line, text});
+    ``last``: it ends its chain."""
+    finding: "Finding"
+    track: "Track"
+    values: list
+    evidence: list
+    last: bool
+
+
+# the link fields a finding carries into a trace, in order
+FINDING_FIELDS = ("role", "time", "host", "rank", "pid", "source", "lead_s", "provenance", "confidence",
+                  "uncertainty_s", "entity", "time_window")
+
+
 class Walk:
     """What an exporter keeps while it walks an incident's rows: the cursor and sources, the
     tracks (``on_track`` writes a new track's description), the progress over every row read, and
-    the first start, last start and last end written (the trace's time range). The formats'
-    writers are subclasses; the walks they share are methods here."""
+    the first start, last start and last end written (the trace's time range).
+
+    The walk itself is here, once for every format: :meth:`spans` lays out each row of a span
+    table on its track and lane (a :class:`Mark`, and with ``ends`` each span's :class:`End` in
+    time order), :meth:`counters` gives the metrics as counter values, :meth:`findings_marks`
+    the report on its tracks, :meth:`sample_thread` a sample's thread. A format's writer is a
+    subclass that only says how it writes a track, a span, an instant, a counter value, a
+    finding and a sample."""
 
     def __init__(self, store, incident_id: str, progress: Callable[[int, int], None] | None,
                  on_track: Callable[["Track"], None]):
@@ -218,6 +271,7 @@ class Walk:
         self.t_end = None     # last end
         self.done = 0
         self.total = 0
+        self._findings: tuple | None = None
 
     @classmethod
     def write(cls, store, incident_id: str, out, progress: Callable[[int, int], None] | None = None) -> dict:
@@ -252,6 +306,151 @@ class Walk:
         time range written (ns, UTC)."""
         return {"pids_remapped": self.layout.remapped, "first_ts_ns": self.t_min, "last_ts_ns": self.t_max,
                 "end_ts_ns": self.t_end, "time_range_ns": None if self.t_min is None else [self.t_min, self.t_end]}
+
+    # -- the span tables
+    def spans(self, table: str, stats: dict, ends: bool = False) -> Iterator["Mark | End"]:
+        """The rows of ``table`` (``events``, ``steps`` or ``collectives``) in export order as
+        :class:`Mark`, and with ``ends`` an :class:`End` for each span, in time order before the
+        first row that starts at or after it (the last ones after the last row). Counts spans,
+        instants and rows exported in ``stats``; widens the time range."""
+        rows, laid = {"events": (iter_events, self._event_row), "steps": (iter_steps, self._step_row),
+                      "collectives": (iter_collectives, self._collective_row)}[table]
+        place = self.lanes.place
+        heap: list = []
+        n = 0                  # (ties between equal ends: first pushed, first out)
+        pop, push = heapq.heappop, heapq.heappush
+        first = last = end_max = None
+        spans = instants = 0
+        for batch in rows(self.cur, self.iid):
+            if not batch:
+                continue
+            for row in batch:
+                ts, dur = row[0], row[1]
+                if ends:
+                    while heap and heap[0][0] <= ts:
+                        e, _, lane = pop(heap)
+                        yield End(e, lane)
+                track, name, category, source, values = laid(row)
+                # a span on the first lane of its track where it nests; an instant where it has
+                # no duration (or a negative one) or every lane of its track is taken
+                lane = None
+                if dur is not None and dur >= 0:
+                    lane, end = place(track, ts, ts + dur)
+                    if lane is None or end != ts + dur:
+                        values.append(("dur_ns", dur))
+                if lane is None:
+                    end = ts + (dur if dur is not None and dur > 0 else 0)
+                    instants += 1
+                else:
+                    spans += 1
+                    if ends:
+                        n += 1
+                        push(heap, (end, n, lane))
+                if end_max is None or end > end_max:
+                    end_max = end
+                yield Mark(ts, end, track, lane, name, category, source, values)
+            if first is None:
+                first = batch[0][0]
+            last = batch[-1][0]
+            self.tick(len(batch))
+        while heap:
+            e, _, lane = pop(heap)
+            yield End(e, lane)
+        stats["spans"] += spans
+        stats["instants"] += instants
+        stats["exported"] += spans + instants
+        if first is not None:
+            self.seen(first, last, end_max)
+
+    # each row of a span table as (track, name, category, source path, values)
+    def _event_row(self, row: tuple) -> tuple:
+        (ts, dur, sid, host, rank, pid, tid, category, name, kind, severity, line, text, attrs, device, stream,
+         interp) = row
+        src = self.sources[sid]
+        track = self.layout.event_track(src, host, rank, pid, tid, category, device, stream)
+        values = []             # (appends: this runs for every event of the incident)
+        if line is not None:
+            values.append(("line", line))
+        if kind is not None:
+            values.append(("kind", kind))
+        if severity is not None:
+            values.append(("severity", severity))
+        if text is not None:
+            values.append(("text", text))
+        if attrs is not None:
+            values.append(("args", attrs))
+        if interp:
+            values.append(("interpolated", True))
+        return track, name if name is not None else "(unnamed)", category, src.path, values
+
+    def _step_row(self, row: tuple) -> tuple:
+        ts, dur, sid, host, rank, pid, side, step, name = row
+        src = self.sources[sid]
+        layout = self.layout
+        track = layout.child(layout.process_or_host(src, host, rank, pid), "steps", f"steps ({side})",
+                             sort_index=1 << 43)
+        return track, f"step {step}", "step", src.path, [("marker", name)]
+
+    def _collective_row(self, row: tuple) -> tuple:
+        (ts, dur, sid, host, rank, pid, role, backend, coll, op, pg, cseq, ordinal, nbytes, gsize, device,
+         stream) = row
+        src = self.sources[sid]
+        layout = self.layout
+        track = layout.child(layout.process_or_host(src, host, rank, pid), "collectives", f"collectives ({role})",
+                             sort_index=1 << 43)
+        values = [(k, v) for k, v in (("op", op), ("backend", backend), ("pg", pg), ("seq", cseq),
+                                      ("ordinal", ordinal), ("bytes", nbytes), ("group_size", gsize),
+                                      ("device", device), ("stream", stream)) if v is not None]
+        return track, coll if coll is not None else "(unnamed)", "collective", src.path, values
+
+    # -- the report
+    def findings_marks(self, stats: dict) -> Iterator[FindingMark]:
+        """The report's anomalies, failure and chain links in time order, each on the findings
+        track or its chain's (``chain N: <origin> (score S)``); counts them in ``stats``."""
+        items, chains, unplaced = self._report_findings()
+        stats["unplaced"] = unplaced
+        if not items:
+            return
+        root = self.layout.findings()
+        tracks = {}
+        for ci, ch in enumerate(chains):
+            label = f"chain {ci + 1}: {ch.get('origin') or 'chain'}"
+            score = ch.get("score")
+            if isinstance(score, (int, float)) and not isinstance(score, bool):
+                label += f" (score {score:g})"
+            tracks[ci] = self.layout.child(root, "chain", label, ci, sort_index=ci)
+        last_link = {f.chain: i for i, f in enumerate(items) if f.chain is not None}
+        for i, f in enumerate(items):
+            link = f.link
+            values: list = [("summary", f.summary)]
+            values += [(k, link[k]) for k in FINDING_FIELDS if link.get(k) is not None]
+            if f.because:
+                values.append(("because", f.because))
+            if f.chain is not None:
+                values.append(("chain", f"{f.chain + 1}: {chains[f.chain].get('summary') or ''}"))
+            evidence = [{k: e[k] for k in ("source", "line", "text") if e.get(k) is not None}
+                        for e in link.get("evidence") or [] if isinstance(e, dict)]
+            yield FindingMark(f, root if f.chain is None else tracks[f.chain], values, evidence,
+                              f.chain is not None and i == last_link[f.chain])
+            stats["chain_links" if f.chain is not None else "findings"] += 1
+        self.tick(len(items))
+        self.seen(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
+
+    def findings_total(self) -> int:
+        """How many findings :meth:`findings_marks` walks (for the progress's total)."""
+        return len(self._report_findings()[0])
+
+    def _report_findings(self) -> tuple[list, list, int]:
+        if self._findings is None:
+            self._findings = load_findings(self.cur, self.iid)
+        return self._findings
+
+    # -- samples
+    def sample_thread(self, sid: int, host: str | None, pid: int | None, tid: int | None) -> Track | None:
+        """The thread track a perf sample of (source, host, pid, tid) goes on (None: no pid known)."""
+        h = host if host is not None else (self.sources[sid].host or "")
+        p = self.layout.pid_of(h, pid, tid)
+        return self.layout.thread(h, p, tid if tid is not None and tid >= 0 else p) if p is not None else None
 
     def counters(self, stats: dict) -> Iterator[tuple[int, float, CounterTrack]]:
         """The metric rows as (ts, value, counter), in time order, one counter track per (source,

@@ -65,8 +65,7 @@ from typing import BinaryIO, Callable
 
 import orjson
 
-from . import (Track, Walk, arrow_reader, count_rows, cut, iter_collectives, iter_events,
-               iter_samples, iter_steps, load_findings)
+from . import Track, Walk, arrow_reader, count_rows, cut, iter_samples
 
 LINES_PER_WRITE = 4096
 
@@ -177,100 +176,25 @@ class _Exporter(Walk):
             self._meta("thread_name", t.json_pid, t.json_tid, {"name": t.name})
             self._meta("thread_sort_index", t.json_pid, t.json_tid, {"sort_index": t.sort_index})
 
-    def _span(self, track: Track, ts: int, dur: int | None, body: dict, args: dict) -> tuple[bool, int]:
-        """Write an ``X`` (on the span's lane) or an ``i``; returns (is_span, end)."""
-        if dur is not None and dur >= 0:
-            lane, end = self.lanes.place(track, ts, ts + dur)
-            if lane is not None:
-                if end != ts + dur:
-                    args["dur_ns"] = dur
+    def _spans(self, table: str) -> None:
+        """A span table's rows: ``X`` events on their lanes, ``i`` events for instants."""
+        for m in self.spans(table, self.rows[table]):
+            args: dict = {"source": m.source}
+            args.update(m.values)
+            if "args" in args:
+                args["args"] = _attrs_value(args["args"])
+            body: dict = {"name": m.name, "args": args}
+            if m.category:
+                body["cat"] = m.category
+            if m.lane is not None:
                 body["ph"] = "X"
-                body["pid"], body["tid"] = lane.json_pid, lane.json_tid
-                self._event(b'"ts":' + _us(ts) + b',"dur":' + _us(end - ts), body)
-                return True, end
-            args["dur_ns"] = dur
-        body["ph"] = "i"
-        body["s"] = "t"
-        body["pid"], body["tid"] = track.json_pid, track.json_tid
-        self._event(b'"ts":' + _us(ts), body)
-        return False, ts + (dur if dur is not None and dur > 0 else 0)
-
-    def _table(self, batches, one, stats: dict) -> None:
-        first = last = end_max = None
-        for batch in batches:
-            if not batch:
-                continue
-            for row in batch:
-                is_span, end = one(row)
-                stats["spans" if is_span else "instants"] += 1
-                if end_max is None or end > end_max:
-                    end_max = end
-            stats["exported"] += len(batch)
-            if first is None:
-                first = batch[0][0]
-            last = batch[-1][0]
-            self.tick(len(batch))
-        if first is not None:
-            self.seen(first, last, end_max)
-
-    def events(self) -> None:
-        srcs, event_track = self.sources, self.layout.event_track
-
-        def one(row):
-            (ts, dur, sid, host, rank, pid, tid, category, name, kind, severity, line, text, attrs, device, stream,
-             interp) = row
-            src = srcs[sid]
-            track = event_track(src, host, rank, pid, tid, category, device, stream)
-            args: dict = {"source": src.path}
-            if line is not None:
-                args["line"] = line
-            if kind is not None:
-                args["kind"] = kind
-            if severity is not None:
-                args["severity"] = severity
-            if text is not None:
-                args["text"] = text
-            if attrs is not None:
-                args["args"] = _attrs_value(attrs)
-            if interp:
-                args["interpolated"] = True
-            body = {"name": name if name is not None else "(unnamed)", "args": args}
-            if category:
-                body["cat"] = category
-            return self._span(track, ts, dur, body, args)
-
-        self._table(iter_events(self.cur, self.iid), one, self.rows["events"])
-
-    def steps(self) -> None:
-        srcs, layout = self.sources, self.layout
-
-        def one(row):
-            ts, dur, sid, host, rank, pid, side, step, name = row
-            src = srcs[sid]
-            track = layout.child(layout.process_or_host(src, host, rank, pid), "steps", f"steps ({side})",
-                                 sort_index=1 << 43)
-            args = {"source": src.path, "marker": name}
-            return self._span(track, ts, dur, {"name": f"step {step}", "cat": "step", "args": args}, args)
-
-        self._table(iter_steps(self.cur, self.iid), one, self.rows["steps"])
-
-    def collectives(self) -> None:
-        srcs, layout = self.sources, self.layout
-
-        def one(row):
-            (ts, dur, sid, host, rank, pid, role, backend, coll, op, pg, cseq, ordinal, nbytes, gsize, device,
-             stream) = row
-            src = srcs[sid]
-            track = layout.child(layout.process_or_host(src, host, rank, pid), "collectives",
-                                 f"collectives ({role})", sort_index=1 << 43)
-            args = {"source": src.path}
-            for k, v in (("op", op), ("backend", backend), ("pg", pg), ("seq", cseq), ("ordinal", ordinal),
-                         ("bytes", nbytes), ("group_size", gsize), ("device", device), ("stream", stream)):
-                if v is not None:
-                    args[k] = v
-            return self._span(track, ts, dur, {"name": coll, "cat": "collective", "args": args}, args)
-
-        self._table(iter_collectives(self.cur, self.iid), one, self.rows["collectives"])
+                body["pid"], body["tid"] = m.lane.json_pid, m.lane.json_tid
+                self._event(b'"ts":' + _us(m.ts) + b',"dur":' + _us(m.end - m.ts), body)
+            else:
+                body["ph"] = "i"
+                body["s"] = "t"
+                body["pid"], body["tid"] = m.track.json_pid, m.track.json_tid
+                self._event(b'"ts":' + _us(m.ts), body)
 
     def metrics(self) -> None:
         for ts, value, c in self.counters(self.rows["metrics"]):
@@ -278,37 +202,14 @@ class _Exporter(Walk):
                                              "args": {c.series: value}})
 
     def findings(self) -> None:
-        items, chains, unplaced = self._findings
-        st = self.rows["findings"]
-        st["unplaced"] = unplaced
-        if not items:
-            return
-        root = self.layout.findings()
-        tracks = {}
-        for ci, ch in enumerate(chains):
-            label = f"chain {ci + 1}: {ch.get('origin') or 'chain'}"
-            tracks[ci] = self.layout.child(root, "chain", label, ci, sort_index=ci)
-        for f in items:
-            track = root if f.chain is None else tracks[f.chain]
-            link = f.link
-            args = {"summary": f.summary}
-            for k in ("role", "time", "host", "rank", "pid", "source", "lead_s", "provenance", "confidence",
-                      "uncertainty_s", "entity", "time_window"):
-                if link.get(k) is not None:
-                    args[k] = link[k]
-            if f.because:
-                args["because"] = f.because
-            if f.chain is not None:
-                args["chain"] = f"{f.chain + 1}: {chains[f.chain].get('summary') or ''}"
-            ev = [e for e in link.get("evidence") or [] if isinstance(e, dict)]
-            if ev:
-                args["evidence"] = [{k: (cut(str(e[k])) if k == "text" else e[k]) for k in ("source", "line", "text")
-                                     if e.get(k) is not None} for e in ev]
-            self._event(b'"ts":' + _us(f.ts_ns), {"ph": "i", "s": "t", "name": f.kind, "cat": "aftertrace.finding",
-                                                  "pid": track.json_pid, "tid": track.json_tid, "args": args})
-            st["chain_links" if f.chain is not None else "findings"] += 1
-        self.tick(len(items))
-        self.seen(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
+        for fm in self.findings_marks(self.rows["findings"]):
+            args = dict(fm.values)
+            if fm.evidence:
+                args["evidence"] = [{k: (cut(str(v)) if k == "text" else v) for k, v in e.items()}
+                                    for e in fm.evidence]
+            self._event(b'"ts":' + _us(fm.finding.ts_ns),
+                        {"ph": "i", "s": "t", "name": fm.finding.kind, "cat": "aftertrace.finding",
+                         "pid": fm.track.json_pid, "tid": fm.track.json_tid, "args": args})
 
     def sample_threads(self) -> dict:
         """Create (with their metadata, while ``traceEvents`` is open) the threads of the samples."""
@@ -316,12 +217,10 @@ class _Exporter(Walk):
             SELECT DISTINCT source_id, host, pid, tid FROM samples
             WHERE incident_id = ? AND ts_utc_ns >= 0 ORDER BY ALL""", [self.iid]).fetchall()
         threads = {}
-        for sid, host, pid, tid in rows:
-            src = self.sources[sid]
-            h = host if host is not None else (src.host or "")
-            p = self.layout.pid_of(h, pid, tid)
-            if p is not None:
-                threads[(sid, host, pid, tid)] = self.layout.thread(h, p, tid if tid is not None and tid >= 0 else p)
+        for key in rows:
+            th = self.sample_thread(*key)
+            if th is not None:
+                threads[key] = th
         return threads
 
     def samples(self, threads: dict) -> None:
@@ -379,15 +278,13 @@ class _Exporter(Walk):
             "samples": {"exported": 0, "no_stack": 0, "unplaced": counts["samples"][1]},
             "findings": {"findings": 0, "chain_links": 0, "unplaced": 0},
         }
-        self._findings = load_findings(self.cur, self.iid)
-        self.total = sum(v[0] for v in counts.values()) + len(self._findings[0])
+        self.total = sum(v[0] for v in counts.values()) + self.findings_total()
         other = {"generator": "aftertrace", "incident_id": self.iid,
                  "clock": "ts: microseconds since the Unix epoch, UTC (aligned across hosts)"}
         self.lines.raw(b'{"displayTimeUnit":"ns","otherData":' + _dumps(other) + b',"traceEvents":[')
         self.lines.first = True
-        self.events()
-        self.steps()
-        self.collectives()
+        for table in ("events", "steps", "collectives"):
+            self._spans(table)
         self.metrics()
         self.findings()
         threads = self.sample_threads()

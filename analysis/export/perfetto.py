@@ -67,7 +67,6 @@ a total order); the returned stats count packets per kind, tracks per kind, rows
 """
 from __future__ import annotations
 
-import heapq
 import math
 from array import array
 from collections import Counter
@@ -77,8 +76,8 @@ import orjson
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from . import (MAX_INTERNED, TEXT_MAX, Track, Walk, arrow_table, clean, count_rows, cut,
-               iter_collectives, iter_events, iter_samples, iter_steps, load_findings, parse_attrs, stable_uuid)
+from . import (MAX_INTERNED, TEXT_MAX, End, Track, Walk, arrow_table, clean, count_rows, cut, iter_samples,
+               parse_attrs, stable_uuid)
 
 PACKETS_PER_WRITE = 2048
 SEQ_EVENTS = 1
@@ -369,19 +368,20 @@ class _Exporter(Walk):
 
     def _annotate(self, te: pb.TrackEvent, values: list[tuple[str, object]]) -> None:
         """Append ``(name, value)`` annotations (names from ``ANNOTATION_NAMES``; ``args`` is the
-        attrs). Strings no encoder takes (lone surrogates) are replaced, never fatal."""
+        attrs JSON text, written as its object). Strings no encoder takes (lone surrogates) are
+        replaced, never fatal."""
         add = te.debug_annotations.add
         n = len(te.debug_annotations)
         try:
             for k, v in values:
                 if k == "args":
-                    _add_args(add, _A[k], v)
+                    _add_args(add, _A[k], parse_attrs(v))
                 else:
                     _add(add, _A[k], None, v)
         except (UnicodeEncodeError, ValueError):
             del te.debug_annotations[n:]
             for k, v in values:
-                v = _deep_clean(v)
+                v = _deep_clean(parse_attrs(v) if k == "args" else v)
                 if k == "args":
                     _add_args(add, _A[k], v)
                 else:
@@ -395,140 +395,21 @@ class _Exporter(Walk):
         te.track_uuid = uuid
         self.w.write_packet(pk, "slice_end")
 
-    # -- spans of one table, in time order, with their ends
-    def _spans(self, batches, row_fn, stats: dict) -> None:
-        """Feed each row to ``row_fn(row, push_end) -> (is_span, end)``; slice ends are written
-        in time order before any row that starts at or after them."""
-        heap: list = []
-        seq = [0]
-        pop, push = heapq.heappop, heapq.heappush
-        first = last = end_max = None
-
-        def push_end(end: int, uuid: int) -> None:
-            seq[0] += 1
-            push(heap, (end, seq[0], uuid))
-
-        spans = instants = 0
-        for batch in batches:
-            if not batch:
-                continue
-            for row in batch:
-                ts = row[0]
-                while heap and heap[0][0] <= ts:
-                    e, _, uuid = pop(heap)
-                    self._end(e, uuid)
-                is_span, end = row_fn(row, push_end)
-                if is_span:
-                    spans += 1
-                else:
-                    instants += 1
-                if end_max is None or end > end_max:
-                    end_max = end
-            if first is None:
-                first = batch[0][0]
-            last = batch[-1][0]
-            self.tick(len(batch))
-        while heap:
-            e, _, uuid = pop(heap)
-            self._end(e, uuid)
-        stats["spans"] += spans
-        stats["instants"] += instants
-        stats["exported"] += spans + instants
-        if first is not None:
-            self.seen(first, last, end_max)
-
-    def _place(self, track: Track, ts: int, dur: int | None):
-        """(lane, end, odd): the lane of a span and its (clamped) end, ``odd`` the real duration
-        when the span was clamped or has to be written as an instant; (None, ts, None) for an
-        instant."""
-        if dur is None or dur < 0:
-            return None, ts, None
-        lane, end = self.lanes.place(track, ts, ts + dur)
-        if lane is None:
-            return None, ts, dur
-        return lane, end, (dur if end != ts + dur else None)
-
-    def events(self) -> None:
-        srcs = self.sources
-        event_track = self.layout.event_track
-        place = self._place
+    # -- a span table's rows, in time order, each slice's end before the rows that start after it
+    def _spans(self, table: str) -> None:
         write = self.w.write_packet
-
-        def one(row, push_end):
-            (ts, dur, sid, host, rank, pid, tid, category, name, kind, severity, line, text, attrs, device, stream,
-             interp) = row
-            src = srcs[sid]
-            track = event_track(src, host, rank, pid, tid, category, device, stream)
-            lane, end, odd = place(track, ts, dur)
-            if lane is None:
-                pk, te = self._event(ts, _INSTANT, track.uuid, name, category)
+        for m in self.spans(table, self.stats_rows[table], ends=True):
+            if isinstance(m, End):
+                self._end(m.ts, m.lane.uuid)
+                continue
+            if m.lane is None:
+                pk, te = self._event(m.ts, _INSTANT, m.track.uuid, m.name, m.category)
             else:
-                pk, te = self._event(ts, _BEGIN, lane.uuid, name, category)
-                push_end(end, lane.uuid)
-            self._source(te, pk, src.path)
-            vals = []
-            if line is not None:
-                vals.append(("line", line))
-            if kind is not None:
-                vals.append(("kind", kind))
-            if severity is not None:
-                vals.append(("severity", severity))
-            if text is not None:
-                vals.append(("text", text))
-            if attrs is not None:
-                vals.append(("args", parse_attrs(attrs)))
-            if interp:
-                vals.append(("interpolated", True))
-            if odd is not None:
-                vals.append(("dur_ns", odd))
-            if vals:
-                self._annotate(te, vals)
-            write(pk, "instant" if lane is None else "slice_begin")
-            return lane is not None, (end if lane is not None else ts + (odd or 0))
-
-        self._spans(iter_events(self.cur, self.iid), one, self.stats_rows["events"])
-
-    def steps(self) -> None:
-        srcs, layout, write = self.sources, self.layout, self.w.write_packet
-
-        def one(row, push_end):
-            ts, dur, sid, host, rank, pid, side, step, name = row
-            src = srcs[sid]
-            parent = layout.process_or_host(src, host, rank, pid)
-            track = layout.child(parent, "steps", f"steps ({side})", sort_index=1 << 43)
-            lane, end, odd = self._place(track, ts, dur)
-            pk, te = self._event(ts, _INSTANT if lane is None else _BEGIN, (lane or track).uuid, f"step {step}", "step")
-            if lane is not None:
-                push_end(end, lane.uuid)
-            self._source(te, pk, src.path)
-            self._annotate(te, [("marker", name)] + ([("dur_ns", odd)] if odd is not None else []))
-            write(pk, "instant" if lane is None else "slice_begin")
-            return lane is not None, end
-
-        self._spans(iter_steps(self.cur, self.iid), one, self.stats_rows["steps"])
-
-    def collectives(self) -> None:
-        srcs, layout, write = self.sources, self.layout, self.w.write_packet
-
-        def one(row, push_end):
-            (ts, dur, sid, host, rank, pid, role, backend, coll, op, pg, cseq, ordinal, nbytes, gsize, device,
-             stream) = row
-            src = srcs[sid]
-            parent = layout.process_or_host(src, host, rank, pid)
-            track = layout.child(parent, "collectives", f"collectives ({role})", sort_index=1 << 43)
-            lane, end, odd = self._place(track, ts, dur)
-            pk, te = self._event(ts, _INSTANT if lane is None else _BEGIN, (lane or track).uuid, coll, "collective")
-            if lane is not None:
-                push_end(end, lane.uuid)
-            self._source(te, pk, src.path)
-            vals = [(k, v) for k, v in (("op", op), ("backend", backend), ("pg", pg), ("seq", cseq),
-                                        ("ordinal", ordinal), ("bytes", nbytes), ("group_size", gsize),
-                                        ("device", device), ("stream", stream), ("dur_ns", odd)) if v is not None]
-            self._annotate(te, vals)
-            write(pk, "instant" if lane is None else "slice_begin")
-            return lane is not None, end
-
-        self._spans(iter_collectives(self.cur, self.iid), one, self.stats_rows["collectives"])
+                pk, te = self._event(m.ts, _BEGIN, m.lane.uuid, m.name, m.category)
+            self._source(te, pk, m.source)
+            if m.values:
+                self._annotate(te, m.values)
+            write(pk, "instant" if m.lane is None else "slice_begin")
 
     def metrics(self) -> None:
         write = self.w.write_packet
@@ -542,52 +423,28 @@ class _Exporter(Walk):
             write(pk, "counter")
 
     def findings(self) -> None:
-        items, chains, unplaced = self._findings
-        st = self.stats_rows["findings"]
-        st["unplaced"] = unplaced
-        if not items:
-            return
-        root = self.layout.findings()
-        chain_tracks = {}
-        flows = {}
-        for ci, ch in enumerate(chains):
-            label = f"chain {ci + 1}: {ch.get('origin') or 'chain'}"
-            score = ch.get("score")
-            if isinstance(score, (int, float)) and not isinstance(score, bool):
-                label += f" (score {score:g})"
-            chain_tracks[ci] = self.layout.child(root, "chain", label, ci, sort_index=ci)
-            flows[ci] = stable_uuid("chain-flow", self.iid, ci)
-        last_link = {f.chain: i for i, f in enumerate(items) if f.chain is not None}
-        for i, f in enumerate(items):
-            track = root if f.chain is None else chain_tracks[f.chain]
-            pk, te = self._event(f.ts_ns, _INSTANT, track.uuid, f.kind, "aftertrace.finding")
-            link = f.link
-            vals: list = [("summary", f.summary)]
-            for k in ("role", "time", "host", "rank", "pid", "source", "lead_s", "provenance", "confidence",
-                      "uncertainty_s", "entity"):
-                v = link.get(k)
-                if v is not None and not isinstance(v, (dict, list)):
+        flows: dict[int, int] = {}
+        for fm in self.findings_marks(self.stats_rows["findings"]):
+            f = fm.finding
+            pk, te = self._event(f.ts_ns, _INSTANT, fm.track.uuid, f.kind, "aftertrace.finding")
+            vals = []
+            for k, v in fm.values:
+                if k == "time_window":
+                    if isinstance(v, list):
+                        vals.append((k, _json(v)))
+                elif not isinstance(v, (dict, list)):
                     vals.append((k, v))
-            if isinstance(link.get("time_window"), list):
-                vals.append(("time_window", _json(link["time_window"])))
-            if f.because:
-                vals.append(("because", f.because))
             if f.chain is not None:
-                vals.append(("chain", f"{f.chain + 1}: {chains[f.chain].get('summary') or ''}"))
-                (te.terminating_flow_ids if i == last_link[f.chain] else te.flow_ids).append(flows[f.chain])
+                flow = flows.setdefault(f.chain, stable_uuid("chain-flow", self.iid, f.chain))
+                (te.terminating_flow_ids if fm.last else te.flow_ids).append(flow)
             self._annotate(te, vals)
-            ev = [e for e in link.get("evidence") or [] if isinstance(e, dict)]
-            if ev:
+            if fm.evidence:
                 a = te.debug_annotations.add(name_iid=_A["evidence"])
-                for e in ev:
+                for e in fm.evidence:
                     item = a.array_values.add()
-                    for k in ("source", "line", "text"):
-                        if e.get(k) is not None:
-                            _add(item.dict_entries.add, None, k, _deep_clean(e[k]))
+                    for k, v in e.items():
+                        _add(item.dict_entries.add, None, k, _deep_clean(v))
             self.w.write_packet(pk, "instant")
-            st["chain_links" if f.chain is not None else "findings"] += 1
-        self.tick(len(items))
-        self.seen(items[0].ts_ns, items[-1].ts_ns, items[-1].ts_ns)
 
     @staticmethod
     def _intern_stack(idata, tree: "_StackTree", path: list[int], cs_iid: int, fnames: _Interner,
@@ -624,13 +481,9 @@ class _Exporter(Walk):
             "AND ts_utc_ns >= 0 ORDER BY 1", [self.iid]).fetchall()]
         trees = {sid: _StackTree(cur, self.iid, sid) for sid in sids}
         fnames, mpaths, maps, frames, stacks = (_Interner(1 << 62) for _ in range(5))
-        layout, srcs = self.layout, self.sources
         for batch in iter_samples(cur, self.iid):
             for ts, sid, host, pid, tid, cpu, _comm, _event, _period, stack_id in batch:
-                src = srcs[sid]
-                h = host if host is not None else (src.host or "")
-                p = layout.pid_of(h, pid, tid)
-                th = layout.thread(h, p, tid if tid is not None and tid >= 0 else p) if p is not None else None
+                th = self.sample_thread(sid, host, pid, tid)
                 cs_iid, new_stack, path = None, False, None
                 if stack_id is None:
                     st["no_stack"] += 1
@@ -676,8 +529,7 @@ class _Exporter(Walk):
             "samples": dict(zero, no_stack=0, bad_stack=0, unplaced=counts["samples"][1]),
             "findings": {"findings": 0, "chain_links": 0, "unplaced": 0},
         }
-        self._findings = load_findings(self.cur, self.iid)
-        self.total = sum(v[0] for v in counts.values()) + len(self._findings[0])
+        self.total = sum(v[0] for v in counts.values()) + self.findings_total()
         first = self.cur.execute("""
             SELECT MIN(t) FROM (
                 SELECT MIN(ts_utc_ns) FILTER (ts_utc_ns >= 0) AS t FROM events WHERE incident_id = $i
@@ -685,9 +537,8 @@ class _Exporter(Walk):
                 UNION ALL SELECT MIN(ts_utc_ns) FILTER (ts_utc_ns >= 0) FROM metrics WHERE incident_id = $i)""",
                                  {"i": self.iid}).fetchall()[0][0]
         self._first_packet(first if first is not None and first >= 0 else 0)
-        self.events()
-        self.steps()
-        self.collectives()
+        for table in ("events", "steps", "collectives"):
+            self._spans(table)
         self.metrics()
         self.findings()
         self.samples()
