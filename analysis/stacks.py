@@ -2,9 +2,9 @@
 its processes were blocked in (strace), read together with who started whom.
 
 A hang leaves no error line. What an engineer takes while it hangs says where every process
-was: ``py-spy dump`` of each rank and of its DataLoader workers (``ingest.formats.pyspy``), or
+was: ``py-spy dump`` of each rank and of its DataLoader workers (``ingest.formats.pyspy``),
 the dump Python's own watchdog prints into the log (``faulthandler.dump_traceback_later``, read
-by the log engine),
+by the log engine), or gdb's native backtraces (``ingest.formats.gdb_backtrace``),
 ``strace -p`` of the stuck ones (``ingest.formats.strace``), ``/proc/<pid>/status`` copies (whose
 ``PPid`` says which worker is whose, :func:`.attribution.children_of`). This module reads each
 process's main thread as one :class:`Position` (what it waits for, in words) and, for a rank that
@@ -29,6 +29,15 @@ thread waited for its DataLoader workers (pids 12677, 12678), which were inside
 Shards.__getitem__ (hang_job.py:37), waiting in futex()", with the dumps' and the trace's lines as
 evidence. A stack is a reading at one moment (a dump carries no time): it explains a stall, it is
 not a cause placed before it.
+
+Native stacks (gdb, no Python frames: ``sample_traces/hang-gdb-dataloader-lock``) are read by
+what the runtime's own names say: a collective by the process group's frames
+(``c10d::Reducer::finalize_backward()``), a DataLoader worker by the name torch gives its process
+(``pt_data_worker``, idle when only the runtime is on its stack and it polls its index queue),
+what the interpreter was doing by CPython's C function (``lock_PyThread_acquire_lock``: a Python
+lock's acquire), the call a thread blocks in by the C library's (``__libc_open64`` with its file:
+``open() of /tmp/aftertrace-shard.fifo``). A rank whose main thread polls inside the interpreter
+while its children are DataLoader workers waits for them, as a Python stack's ``Queue.get`` says.
 """
 from __future__ import annotations
 
@@ -60,6 +69,15 @@ LIBRARY_DIRS = ("multiprocessing/", "torch/", "concurrent/", "asyncio/", "site-p
                 "importlib/", "json/", "logging/")
 LIBRARY_FILES = ("threading.py", "selectors.py", "queue.py", "socket.py", "runpy.py", "ssl.py", "subprocess.py")
 MAX_WORKERS_NAMED = 8
+# native frames (gdb): a collective waits in the process group's code, the runtime is the C
+# library, the C++ library and the interpreter; the first frame past them is where the thread was
+NATIVE_COLLECTIVE = ("c10d::", "gloo::", "ProcessGroup", "nccl", "Nccl", "NCCL", "Reducer::")
+NATIVE_RUNTIME_FILES = ("./nptl/", "../sysdeps/", "./Modules/", "Modules/", "Objects/", "Python/", "./Include/",
+                        "Include/", "../csu/", "./Objects/", "./Python/", "./Parser/")
+NATIVE_RUNTIME_LIBS = ("libc.so", "libpthread", "ld-linux", "libstdc++", "libpython", "libgcc_s")
+NATIVE_RUNTIME_FUNCS = ("_Py", "Py", "_io_", "cfunction_", "method_vectorcall", "type_call", "do_call_core",
+                        "slot_tp_", "vectorcall", "run_", "pymain_", "pyrun_", "__libc_start", "_start", "start_thread",
+                        "clone", "??", "<signal handler called>", "std::")
 
 
 @dataclass(frozen=True)
@@ -79,10 +97,12 @@ class Position:
     syscall_tool: str | None = None     # what saw that call: strace, or /proc's wchan
 
     def words(self) -> str:
+        if self.waits_for == "dataloader" and self.tool == "gdb":
+            return f"waited for its DataLoader workers (in {self.syscall or self.where}, its workers alive)"
         if self.waits_for == "dataloader":
             return "waited for its DataLoader workers (Queue.get in _MultiProcessingDataLoaderIter)"
         if self.waits_for == "collective":
-            return f"waited in {next((f for f in self.frames if _is(f, ('', 'torch/autograd/graph.py')) or 'distributed' in f), self.frames[0])}"
+            return f"waited in {_collective_frame(self.frames)}"
         if self.waits_for == "work":
             return "was idle, waiting for work"
         return f"was {'blocked' if self.idle else 'running'} in {self.where}"
@@ -121,6 +141,73 @@ def _classify(frames: list[str]) -> tuple[str | None, str | None, bool]:
     return None, user or (frames[0] if frames else None), loop is not None
 
 
+# a CPython built from source names its files under the build's folder (``/tmp/python-build.X/
+# Python-3.11.7/Modules/selectmodule.c``)
+CPYTHON_TREE = ("/Modules/", "/Objects/", "/Python/", "/Include/", "/Parser/")
+# what torch names a DataLoader worker process (its main thread, as gdb shows it)
+NATIVE_WORKER_NAME = "pt_data_worker"
+# the calls a process waits in when it waits for another process's data (a pipe, a socket, a queue)
+WAITS_FOR_DATA = ("poll()", "select()", "epoll_wait()", "read()", "recv()")
+
+
+def _native_runtime(frame: str) -> bool:
+    func, file = _split(frame)
+    return (any(file.startswith(d) for d in NATIVE_RUNTIME_FILES) or any(lib in file for lib in NATIVE_RUNTIME_LIBS)
+            or (file.endswith((".c", ".h")) and any(d in file for d in CPYTHON_TREE))
+            or func.startswith(NATIVE_RUNTIME_FUNCS) or func.lstrip("_").startswith(("GI_", "libc_", "pthread_",
+                                                                                       "futex", "lll_")))
+
+
+# what the interpreter was doing, by the C function of CPython that does it (a Python process's
+# native stack without Python's own frames, as gdb shows it without python-gdb)
+PY_CALLS = (("lock_PyThread_acquire_lock", "a Python lock's acquire() (threading.Lock)"),
+            ("rlock_acquire", "a Python lock's acquire() (threading.RLock)"),
+            ("select_poll_poll", "select.poll()"), ("select_select", "select.select()"),
+            ("select_epoll_poll", "select.epoll.poll()"), ("_io_FileIO___init__", "open() of a file (io.FileIO)"),
+            ("_io_FileIO_read", "a file's read()"), ("sock_recv", "a socket's recv()"),
+            ("sock_accept", "a socket's accept()"), ("sock_connect", "a socket's connect()"),
+            ("time_sleep", "time.sleep()"), ("os_waitpid", "os.waitpid()"), ("os_read", "os.read()"))
+
+
+def _python_call(frames: list[str]) -> str | None:
+    """What a native stack shows the interpreter doing (the first of :data:`PY_CALLS` on it)."""
+    for f in frames[:40]:
+        func = _split(f)[0]
+        for name, words in PY_CALLS:
+            if func.startswith(name):
+                return f"{words} ({func})"
+    return None
+
+
+def _classify_native(frames: list[str], thread: str | None, call: str | None) -> tuple[str | None, str | None, bool]:
+    """(waits_for, where, worker) of a main thread's native frames (gdb), innermost first: in a
+    collective when the process group's code is on the stack; a DataLoader worker by the name
+    torch gives it, idle when nothing but the runtime is on its stack and it waits for data (its
+    index queue); else where the first frame past the C library, the C++ library and the
+    interpreter is (the innermost frame when there is none: a Python process blocked in a call)."""
+    if any(any(c in _split(f)[0] for c in NATIVE_COLLECTIVE) for f in frames[:24]):
+        return "collective", None, False
+    user = next((f for f in frames if not _native_runtime(f)), None)
+    worker = thread == NATIVE_WORKER_NAME
+    if worker and user is None and call in WAITS_FOR_DATA:
+        return "work", None, True
+    return None, user or _python_call(frames) or (frames[0] if frames else None), worker
+
+
+def _collective_frame(frames: tuple[str, ...]) -> str:
+    """The frame a collective wait is told by: the process group's (native) or the autograd or
+    torch.distributed call (Python)."""
+    return next((f for f in frames if _is(f, ("", "torch/autograd/graph.py")) or "distributed" in f
+                 or any(c in _split(f)[0] for c in NATIVE_COLLECTIVE)), frames[0] if frames else "?")
+
+
+def _call_words(call: str, args: str | None, path: str | None) -> str:
+    """A blocked system call in words: ``futex() (a lock or condition wait)``, ``openat() of /x``."""
+    if call == "futex" and (args is None or "FUTEX_WAIT" in args):
+        return "futex() (a lock or condition wait)"
+    return f"{call}()" + (f" of {path}" if path else "")
+
+
 def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
     """(host, pid) -> its main thread's position, from the py-spy dumps of the incident (the text
     dump's thread where a process was dumped twice) with the call strace saw that thread blocked in."""
@@ -130,10 +217,12 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
         """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.tid, e.line, e.text, e.attrs, s.path, s.format
            FROM events e JOIN sources s USING (incident_id, source_id)
            WHERE e.incident_id = ? AND e.category = 'stack' AND e.name = 'thread_stack' AND e.pid IS NOT NULL
-           ORDER BY s.format <> 'py_spy_dump', s.path, e.line""", [incident_id])
+           ORDER BY CASE s.format WHEN 'py_spy_dump' THEN 0 WHEN 'py_spy_json' THEN 1 ELSE 2 END, s.path,
+                    e.line""", [incident_id])
     if not rows:
         return {}
     out: dict[tuple[str, int], Position] = {}
+    native_calls: dict[tuple[str, int], str] = {}      # the call a native stack shows its thread blocked in
     for r in rows:
         a = attrs_of(r["attrs"])
         main = r["tid"] == r["pid"] or a.get("thread") == "MainThread"
@@ -141,12 +230,18 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
         if not main or key in out:
             continue
         frames = [f for f in a.get("frames") or [] if isinstance(f, str)]
-        waits, where, worker = _classify(frames)
+        tool = a.get("from") if a.get("from") in ("faulthandler", "gdb") else "py-spy"
+        call = _call_words(str(a["blocked_call"]), None, a.get("call_path")) if a.get("blocked_call") else None
+        if tool == "gdb":
+            waits, where, worker = _classify_native(frames, a.get("thread"), call)
+        else:
+            waits, where, worker = _classify(frames)
         text = "\n".join((r["text"] or "").split("\n")[:2])
         out[key] = Position(host=r["host"], pid=int(r["pid"]), frames=tuple(frames), idle=bool(a.get("idle")),
                             waits_for=waits, where=where, worker=worker,
-                            evidence=Evidence(r["path"], r["line"], text),
-                            tool="faulthandler" if a.get("from") == "faulthandler" else "py-spy")
+                            evidence=Evidence(r["path"], r["line"], text), tool=tool)
+        if tool == "gdb" and call:
+            native_calls[key] = call
     for r in store.query(
             """SELECT COALESCE(e.host, s.host, '') AS host, e.tid, e.line, e.text, s.path,
                       json_extract_string(e.attrs, '$.syscall') AS syscall,
@@ -158,11 +253,14 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
         key = (r["host"], int(r["tid"])) if r["tid"] is not None else None
         p = out.get(key)
         if p is not None and p.syscall is None:
-            call = f"{r['syscall']}()" + (" (a lock or condition wait)" if r["syscall"] == "futex"
-                                          and "FUTEX_WAIT" in (r["args"] or "") else
-                                          f" of {r['call_path']}" if r["call_path"] else "")
+            call = _call_words(r["syscall"], r["args"] or "", r["call_path"])
             out[key] = dataclasses.replace(p, syscall=call, syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""),
                                            syscall_tool="strace")
+    # then the call a native stack shows (it names an open's file), then the kernel's wait channel
+    for key, call in native_calls.items():
+        p = out[key]
+        if p.syscall is None:
+            out[key] = dataclasses.replace(p, syscall=call, syscall_ev=p.evidence, syscall_tool="gdb")
     for r in store.query(
             """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.line, e.text, s.path,
                       json_extract_string(e.attrs, '$.wchan') AS wchan
@@ -204,7 +302,7 @@ def stalls(pos: dict[tuple[str, int], Position], ranks: dict, links: list[Link])
     out = []
     for r in elsewhere:
         why = (f"when the stacks were dumped, rank{'s' if len(waiting) > 1 else ''} "
-               f"{', '.join(map(str, waiting))} waited in a collective ({at[waiting[0]].frames[0]}) while "
+               f"{', '.join(map(str, waiting))} waited in a collective ({_collective_frame(at[waiting[0]].frames)}) while "
                f"rank {r} was not in one")
         l = stall_link(ranks[r], why, 0.7 if len(elsewhere) == 1 else 0.5, [])
         out.append(dataclasses.replace(l, evidence=l.evidence + (at[waiting[0]].evidence,)))
@@ -241,7 +339,8 @@ def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: 
     p = lookup(pos, host, pid)
     if p is None:
         return None
-    ev = [p.evidence] + ([p.syscall_ev] if p.syscall_ev else [])
+    p = _native_dataloader_wait(p, pos, children)
+    ev = [p.evidence] + ([p.syscall_ev] if p.syscall_ev and p.syscall_ev != p.evidence else [])
     attrs = {"stack_top": p.frames[0] if p.frames else None, "waits_for": p.waits_for}
     text = f"its main thread {p.words()}"
     if p.waits_for == "dataloader":
@@ -260,7 +359,7 @@ def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: 
                 text += f" ({len(workers) - len(busy)} other worker(s) idle, waiting for work)"
             for w in busy[:MAX_WORKERS_NAMED]:
                 ev.append(w.evidence)
-                if w.syscall_ev:
+                if w.syscall_ev and w.syscall_ev != w.evidence:
                     ev.append(w.syscall_ev)
             attrs.update(blocked_in=" and ".join(at), blocked_workers=",".join(str(w.pid) for w in busy))
             full = (shm or {}).get(p.host) or (shm or {}).get("")
@@ -276,9 +375,22 @@ def blocking_point(pos: dict[tuple[str, int], Position], host: str | None, pid: 
     if p.syscall and p.waits_for != "dataloader":
         text += f", waiting in {p.syscall}"
     seen = [q for q in pos.values() if q.evidence in ev]
-    tools = sorted({q.tool for q in seen}) + sorted({q.syscall_tool for q in seen
-                                                    if q.syscall_ev is not None and q.syscall_ev in ev})
+    tools = list(dict.fromkeys(sorted({q.tool for q in seen}) + sorted(
+        {q.syscall_tool for q in seen if q.syscall_ev is not None and q.syscall_ev in ev})))
     return text + f" ({' and '.join(tools)})", tuple(ev), attrs
+
+
+def _native_dataloader_wait(p: Position, pos: dict, children: Children) -> Position:
+    """A main thread gdb saw waiting for data (poll, select, read...) with nothing but the runtime
+    on its stack, whose children are DataLoader workers, waits for them (natively, the queue it
+    reads is not visible: its children are)."""
+    if p.tool != "gdb" or p.waits_for is not None or p.syscall not in WAITS_FOR_DATA or \
+            not all(_native_runtime(f) for f in p.frames):
+        return p
+    kids = children.on(p.host or None).get(p.pid, set())
+    if any((p.host, k) in pos and pos[(p.host, k)].worker for k in kids):
+        return dataclasses.replace(p, waits_for="dataloader", where=None)
+    return p
 
 
 SHOWN_FRAMES = 12
@@ -296,6 +408,7 @@ def attach(pos: dict[tuple[str, int], Position], ranks: dict, children: Children
         q = lookup(pos, p.host, p.pid)
         if q is None:
             continue
+        q = _native_dataloader_wait(q, pos, children)
         d = _shown(q)
         kids = sorted(children.on(q.host or None).get(q.pid, set()))
         d["workers"] = [_shown(pos[(q.host, k)]) for k in kids if (q.host, k) in pos and pos[(q.host, k)].worker]

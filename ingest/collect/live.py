@@ -7,6 +7,9 @@ SIGUSR1), the recorder takes what an engineer would take by hand before anyone k
   the launcher): each thread's Python stack (``<host>/stacks/py-spy-<pid>.txt``). py-spy is
   looked for on the PATH and beside the job's interpreter (a ``pip install py-spy`` in the job's
   environment); it needs ptrace rights on the process (root, or ``kernel.yama.ptrace_scope`` 0).
+* ``gdb -p P -batch -nx -ex "thread apply all bt"`` of the processes py-spy did not dump (no
+  py-spy, or it was refused): their native stacks (``<host>/stacks/gdb-<pid>.txt``), one process
+  at a time, within :data:`GDB_BUDGET_S` in all (gdb takes seconds per process to read symbols).
 * ``strace -f -tt -T -p P`` of the same processes, all at once, for ``strace_s`` seconds
   (``<host>/strace/strace-<pid>.txt``): the calls they are blocked in. strace slows what it
   traces: it runs only this long, on a job that has stopped making progress or is failing.
@@ -29,6 +32,8 @@ import time
 
 MAX_PROCS = 64
 TOOL_TIMEOUT_S = 10.0
+GDB_TIMEOUT_S = 20.0
+GDB_BUDGET_S = 60.0
 MAX_TRACE_BYTES = 8 << 20
 
 
@@ -49,6 +54,17 @@ def _last_line(b: bytes) -> str:
     """A tool's last line of output (where it says why it failed), cut short."""
     t = b.decode("utf-8", "replace").strip().splitlines()
     return t[-1][:300] if t else ""
+
+
+def _tally(captured: list, missing: list, what: str, path: str, ok: int, refused: list[str], t0: int,
+           tool: str) -> None:
+    """The manifest's entries for one tool run over the processes: what it took, and for which
+    processes it could not, with why (the first eight said)."""
+    if ok:
+        captured.append({"what": what, "path": path, "count": ok, "time_ns": t0, "tool": tool})
+    if refused:
+        missing.append({"what": f"{what} of some processes", "reason": "; ".join(refused[:8])
+                        + (f" (and {len(refused) - 8} more)" if len(refused) > 8 else "")})
 
 
 def capture(procs: list, dest: str, host: str, strace_s: float = 3.0) -> tuple[list[dict], list[dict]]:
@@ -85,12 +101,38 @@ def capture(procs: list, dest: str, host: str, strace_s: float = 3.0) -> tuple[l
                 ok += 1
             else:
                 refused.append(f"{p.pid} ({p.comm}): {_last_line(r.stderr or r.stdout)}")
-        if ok:
-            captured.append({"what": "py-spy dumps", "path": f"{host}/stacks/", "count": ok, "time_ns": t0,
-                             "tool": pyspy})
-        if refused:
-            missing.append({"what": "py-spy dumps of some processes", "reason": "; ".join(refused[:8])
-                            + (f" (and {len(refused) - 8} more)" if len(refused) > 8 else "")})
+        _tally(captured, missing, "py-spy dumps", f"{host}/stacks/", ok, refused, t0, pyspy)
+
+    # gdb, for the processes py-spy did not dump: their native stacks
+    rest = [p for p in procs if not os.path.exists(os.path.join(base, "stacks", f"py-spy-{p.pid}.txt"))]
+    gdb = find_tool("gdb") if rest else None
+    if rest and gdb is None:
+        missing.append({"what": "gdb backtraces", "reason": "gdb is not installed (the native stacks of the "
+                                                            f"{len(rest)} processes py-spy did not dump)"})
+    elif rest:
+        os.makedirs(os.path.join(base, "stacks"), exist_ok=True)
+        ok, refused = 0, []
+        t0 = time.time_ns()
+        deadline = time.monotonic() + GDB_BUDGET_S
+        for p in rest:
+            if time.monotonic() > deadline:
+                refused.append(f"{p.pid}: not taken, the {GDB_BUDGET_S:.0f} s for gdb were spent")
+                continue
+            try:
+                r = subprocess.run([gdb, "-p", str(p.pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=GDB_TIMEOUT_S,
+                                   stdin=subprocess.DEVNULL)
+            except (subprocess.TimeoutExpired, OSError) as e:
+                refused.append(f"{p.pid}: {type(e).__name__}")
+                continue
+            if b"\n#0 " in r.stdout:
+                with open(os.path.join(base, "stacks", f"gdb-{p.pid}.txt"), "wb") as f:
+                    f.write(r.stdout)
+                ok += 1
+            else:
+                why = [ln for ln in r.stdout.decode("utf-8", "replace").splitlines() if "ptrace" in ln or "denied" in ln]
+                refused.append(f"{p.pid} ({p.comm}): {(why[0] if why else _last_line(r.stdout))[:300]}")
+        _tally(captured, missing, "gdb backtraces", f"{host}/stacks/", ok, refused, t0, gdb)
 
     # /proc/<pid>/stack and wchan
     n = 0

@@ -8,9 +8,11 @@ HANG_AFTER_S seconds (default 6), it takes, for the launcher, each rank and each
 children (the DataLoader workers): ``py-spy dump`` (text and ``--json``), a bounded
 ``strace -f -tt -T -p`` (STRACE_S seconds, default 3), and copies of ``/proc/<pid>/status``,
 ``stack`` and ``wchan``; then waits for the job to end by itself (the peer's all_reduce times
-out). Layout: OUT_DIR/vm/logs/torchrun.log, vm/stacks/py-spy-<pid>.{txt,json},
-vm/strace/strace-<pid>.txt, vm/proc/<pid>/{status,stack,wchan}, and OUT_DIR/capture.json (the
-commands, the pids by role, the capture times).
+out). TOOLS (default ``py-spy,strace,proc``) chooses what is taken; ``gdb`` adds ``gdb -p PID
+-batch -ex "thread apply all bt"`` of each process (native stacks, as an engineer without py-spy
+takes them). Layout: OUT_DIR/vm/logs/torchrun.log, vm/stacks/py-spy-<pid>.{txt,json},
+vm/stacks/gdb-<pid>.txt, vm/strace/strace-<pid>.txt, vm/proc/<pid>/{status,stack,wchan}, and
+OUT_DIR/capture.json (the commands, the pids by role, the capture times).
 
 Needs root (ptrace of another process, /proc/<pid>/stack), torch and py-spy in TORCH_PY's
 environment (default /opt/torchenv/bin/python), strace on the PATH.
@@ -51,6 +53,7 @@ def main() -> int:
     log = open(log_path, "w")
     job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out)
     hang_after = float(os.environ.get("HANG_AFTER_S", "6"))
+    tools = set(os.environ.get("TOOLS", "py-spy,strace,proc").split(","))
     strace_s = float(os.environ.get("STRACE_S", "3"))
     last, last_t, steps = None, time.time(), 0
     while job.poll() is None:
@@ -71,17 +74,22 @@ def main() -> int:
            "workers": {str(k): v for k, v in workers.items()}, "captures": []}
     for pid in [agent] + ranks + [w for r in ranks for w in workers[r]]:
         t0 = time.time_ns()
-        for fmt, args in (("txt", []), ("json", ["--json"])):
-            with open(host / "stacks" / f"py-spy-{pid}.{fmt}", "w") as f:
-                subprocess.run([pyspy, "dump", "--pid", str(pid)] + args, stdout=f, stderr=subprocess.STDOUT)
-        for name in ("status", "stack", "wchan"):
+        if "py-spy" in tools:
+            for fmt, args in (("txt", []), ("json", ["--json"])):
+                with open(host / "stacks" / f"py-spy-{pid}.{fmt}", "w") as f:
+                    subprocess.run([pyspy, "dump", "--pid", str(pid)] + args, stdout=f, stderr=subprocess.STDOUT)
+        if "gdb" in tools:
+            with open(host / "stacks" / f"gdb-{pid}.txt", "w") as f:
+                subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"], stdout=f,
+                               stderr=subprocess.STDOUT, timeout=120)
+        for name in ("status", "stack", "wchan") if "proc" in tools else ():
             (host / "proc" / str(pid)).mkdir(exist_ok=True)
             try:
                 shutil.copyfile(f"/proc/{pid}/{name}", host / "proc" / str(pid) / name)
             except OSError as e:
                 print(f"/proc/{pid}/{name}: {e}", file=sys.stderr)
-        cap["captures"].append({"pid": pid, "py_spy_ns": t0})
-    for pid in ranks + [w for r in ranks for w in workers[r]]:
+        cap["captures"].append({"pid": pid, "stacks_ns": t0})
+    for pid in ranks + [w for r in ranks for w in workers[r]] if "strace" in tools else ():
         t0 = time.time_ns()
         subprocess.run(["timeout", "-s", "INT", str(strace_s), "strace", "-f", "-tt", "-T", "-p", str(pid),
                         "-o", str(host / "strace" / f"strace-{pid}.txt")], stderr=subprocess.DEVNULL)

@@ -97,6 +97,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("collected-hang-dataloader-lock", "sample_traces/collected-hang-dataloader-lock",
              "the same deadlock recorded by aftertrace collect --hang-after 8s, while the job hung",
              ("rank_stalled",), 1, "vm", None, failure_kind="job_hang"),
+    Scenario("hang-gdb-dataloader-lock", "sample_traces/hang-gdb-dataloader-lock",
+             "the DataLoader lock deadlock again, its stacks taken with gdb (native frames only) instead of py-spy",
+             ("rank_stalled",), 1, None, None, must_include=("collective_timeout",)),
+    Scenario("hang-gdb-fifo", "sample_traces/hang-gdb-fifo",
+             "rank 1's main thread blocked opening a FIFO nobody writes; stacks taken with gdb",
+             ("rank_stalled",), 1, None, None, must_include=("collective_timeout",)),
     Scenario("collected-hang-fifo", "sample_traces/collected-hang-fifo",
              "rank 1's main thread blocked opening a FIFO nobody writes (a hung file system), recorded by "
              "aftertrace collect --hang-after 8s while the job hung",

@@ -115,3 +115,55 @@ def test_a_rank_blocked_in_a_read_that_never_returns(tmp_path):
                                      "/tmp/aftertrace-shard.fifo (py-spy and strace)")
     (r1,) = [p for p in rep["progress"] if p["rank"] == 1]
     assert r1["stack"]["elsewhere"] is True and r1["stack"]["workers"] == []
+
+
+def test_native_stacks_alone_follow_the_wait_to_the_workers(tmp_path):
+    """``hang-gdb-dataloader-lock``: the same deadlock, its stacks taken with ``gdb -batch -ex "thread
+    apply all bt"`` (no py-spy, no Python frames): the rank's main thread waits in poll() inside the
+    interpreter, its children are DataLoader workers (torch names them ``pt_data_worker``), two of
+    which wait to acquire a Python lock."""
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    iid = svc.submit_path(ROOT / "sample_traces" / "hang-gdb-dataloader-lock").incident_id
+    rep = svc.analyze(iid)
+    first = rep["chains"][0]["links"][0]
+    assert (first["kind"], first["rank"], first["pid"]) == ("rank_stalled", 1, 16138)
+    assert first["summary"].endswith(
+        "its main thread waited for its DataLoader workers (in poll(), its workers alive); its workers (pids 16190, "
+        "16191) were inside a Python lock's acquire() (threading.Lock) (lock_PyThread_acquire_lock), waiting in "
+        "futex() (a lock or condition wait) (gdb)")
+    assert [e["source"] for e in first["evidence"]][1:] == [
+        "vm/stacks/gdb-16138.txt", "vm/stacks/gdb-16190.txt", "vm/stacks/gdb-16191.txt"]
+    pos = stacks.positions(svc.store, iid)
+    rank0 = pos[("", 16137)]
+    assert (rank0.tool, rank0.waits_for) == ("gdb", "collective")
+    assert rank0.words() == ("waited in c10d::Reducer::finalize_backward() "
+                             "(/opt/torchenv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so)")
+    assert [(pos[("", w)].worker, pos[("", w)].waits_for, pos[("", w)].syscall) for w in (16182, 16183)] == \
+        [(True, "work", "poll()")] * 2          # rank 0's workers: idle, waiting for their index queue
+
+
+def test_a_native_stack_names_the_file_an_open_waits_for(tmp_path):
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    rep = svc.analyze(svc.submit_path(ROOT / "sample_traces" / "hang-gdb-fifo").incident_id)
+    first = rep["chains"][0]["links"][0]
+    assert (first["kind"], first["rank"], first["pid"]) == ("rank_stalled", 1, 15873)
+    assert first["summary"].endswith("its main thread was blocked in open() of a file (io.FileIO) "
+                                     "(_io_FileIO___init___impl), waiting in open() of /tmp/aftertrace-shard.fifo (gdb)")
+
+
+@pytest.mark.parametrize("frames, thread, call, want", [
+    (["__futex_abstimed_wait_common64 (./nptl/futex-internal.c:57)",
+      "std::condition_variable::wait(std::unique_lock<std::mutex>&) (/lib/x86_64-linux-gnu/libstdc++.so.6)",
+      "c10d::Reducer::finalize_backward() (/x/libtorch_cpu.so)"], "python3", "futex() (a lock or condition wait)",
+     ("collective", None, False)),
+    # an idle worker: only the runtime on its stack, waiting for its index queue
+    (["__GI___poll (../sysdeps/unix/sysv/linux/poll.c:29)",
+      "select_poll_poll_impl (/tmp/python-build.1/Python-3.11.7/Modules/selectmodule.c:654)",
+      "_PyEval_EvalFrameDefault (Python/ceval.c:5325)"], "pt_data_worker", "poll()", ("work", None, True)),
+    # the same worker in a user's own library: where it was
+    (["__GI___poll (../sysdeps/unix/sysv/linux/poll.c:29)", "fetch_remote (/opt/app/libfetch.so)"],
+     "pt_data_worker", "poll()", (None, "fetch_remote (/opt/app/libfetch.so)", True)),
+    (["0x00007f in ?? (/lib64/libcuda.so.1)"], "python3", None, (None, "0x00007f in ?? (/lib64/libcuda.so.1)", False)),
+])
+def test_classify_native(frames, thread, call, want):
+    assert stacks._classify_native(frames, thread, call) == want

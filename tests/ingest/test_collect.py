@@ -449,6 +449,13 @@ def test_a_silent_job_triggers_a_bundle_with_what_its_processes_were_doing(tmp_p
         assert "MainThread" in (b / f"stacks/py-spy-{pid}.txt").read_text() and got["py-spy dumps"]["count"] >= 1
     else:
         assert lacking["py-spy dumps"].startswith("py-spy is not installed")
+        # then gdb's native stacks, or why not
+        if not shutil.which("gdb"):
+            assert lacking["gdb backtraces"].startswith("gdb is not installed")
+        elif "gdb backtraces" in got:
+            assert "\n#0 " in (b / f"stacks/gdb-{pid}.txt").read_text() and got["gdb backtraces"]["count"] >= 1
+        else:       # (ptrace refused: a container without CAP_SYS_PTRACE)
+            assert "ptrace" in lacking["gdb backtraces of some processes"]
     if shutil.which("strace") and IS_ROOT:
         assert got["strace of the job's processes"]["seconds"] == 1.0
         assert "nanosleep" in (b / f"strace/strace-{pid}.txt").read_text()
