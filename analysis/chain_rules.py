@@ -204,6 +204,8 @@ RULES: tuple[Rule, ...] = (
     _R("collective_mismatch", "process_exit", P, 0.9, 120, "the mismatch error ended the process"),
     _R("collective_mismatch", PEER_ERROR, J, 0.6, 300, "the peers lost their connection to the failed rank"),
     _R("collective_mismatch", "job_failure", J, 0.9, 300, "the mismatch failed the job"),
+    _R("collective_mismatch", "collective_timeout", J, 0.8, 3600,
+       "collectives that do not match never complete: the ranks waited in them until they timed out"),
     _R("job_failure", STOPPED, J, 0.9, 300, "the launcher stopped the remaining ranks"),
     # GPU, PCIe, network.
     _R("pcie_error", "gpu_xid", H, 0.8, 600, "a PCIe error makes the GPU fall off or fault"),

@@ -131,7 +131,9 @@ class Context:
         return cp is not None and cp == ep
 
     def in_job(self, l: Link) -> bool:
-        return l.rank is not None or l.kind in (LinkKind.JOB_FAILURE, LinkKind.RENDEZVOUS_FAILURE) or (
+        # (ranks calling different collectives is about the job's ranks even where no one rank is named)
+        return l.rank is not None or l.kind in (LinkKind.JOB_FAILURE, LinkKind.RENDEZVOUS_FAILURE,
+                                                LinkKind.COLLECTIVE_MISMATCH) or (
             l.pid is not None and (l.pid in self.pids.values() or l.pid in attribution.job_on(self.job, l.host)))
 
 

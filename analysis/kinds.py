@@ -163,6 +163,13 @@ def _python_exception(l: Link, r: str) -> str:
     return f"{who(l)} raising {exc}{m}{' (it lost its peer)' if r == PEER_ERROR else ''}"
 
 
+def _collective_mismatch(l: Link, r: str) -> str:
+    ops = l.attr("ops")
+    if isinstance(ops, str) and l.attr("seq") is not None:     # (read from the Flight Recorder's dumps)
+        return f"the ranks calling different collectives as collective {l.attr('seq')} ({ops})"
+    return f"{who(l)} reporting mismatched collectives"
+
+
 def _collective_timeout(l: Link, r: str) -> str:
     ms = l.attr("wait_ms") or l.attr("timeout_ms")
     return f"{who(l)} timing out in a collective" + (f" after waiting {ms / 1000:g} s" if ms else "")
@@ -206,8 +213,7 @@ KINDS: tuple[FindingKind, ...] = (
     _K("nccl_init_failure", "NCCL could not set up a communicator",
        lambda l, r: f"NCCL failing to set up its communicator{_in(l)}{_on(l)}"),
     _K("collective_timeout", "a collective timed out (watchdog, blocking wait, gloo)", _collective_timeout),
-    _K("collective_mismatch", "ranks called different collectives",
-       lambda l, r: f"{who(l)} reporting mismatched collectives"),
+    _K("collective_mismatch", "ranks called different collectives", _collective_mismatch),
     _K("rank_stalled", "a rank stopped making progress", _rank_stalled),
     _K("step_slowdown", "a rank's training steps slowed down", _step_slowdown, condition=True),
     _K("straggler", "a rank fell behind its peers",
@@ -261,7 +267,7 @@ NOT_ORIGINS = frozenset(k.value for k in KINDS if not k.origin)
 
 # The modules of the analysis that make findings of their own (beyond the parsers' and the
 # detectors'), each with its ``EMITS``.
-PRODUCER_MODULES = ("clocks", "contention", "findings", "progress", "stacks")
+PRODUCER_MODULES = ("clocks", "contention", "findings", "flight_recorder", "progress", "stacks")
 
 
 def producers() -> dict[str, frozenset[str]]:

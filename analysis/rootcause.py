@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from . import attribution, contention, findings, narrative, progress, stacks
+from . import attribution, contention, findings, flight_recorder, narrative, progress, stacks
 from .chain_rules import role
 from .chains import Chain, find_chains
 from .kinds import PEER_ERROR, STOPPED
@@ -69,6 +69,7 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     links = attribution.annotate(store, incident_id, links, pids, job, children, hosts)
     links = links + progress.stalled_links(ranks, links)
     links = stacks.explain_stalls(store, incident_id, ranks, links, children)
+    links = flight_recorder.explain(store, incident_id, ranks, links)
     links = links + progress.observed_end(store, incident_id, ranks, links, children)
     links = links + contention.detect(store, incident_id, links, pids, job)
     links.sort(key=lambda l: (l.ts_ns is None, l.ts_ns or 0))

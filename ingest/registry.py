@@ -85,6 +85,20 @@ class ParseContext:
             self._stream = open_unwrapped(self._stream, self.unwrap)
         return self._stream
 
+    def json_document(self, max_bytes: int, what: str):
+        """The file as one JSON document (at most ``max_bytes``: larger is an error naming ``what``),
+        or None after a ``bad_json`` issue where it does not parse."""
+        with self.open() as f:
+            data = f.read(max_bytes + 1)
+        self.bytes_read = len(data)
+        if len(data) > max_bytes:
+            raise ValueError(f"{what} larger than {max_bytes >> 20} MiB")
+        try:
+            return json.loads(data.decode("utf-8", "replace"))
+        except json.JSONDecodeError as e:
+            self.sink.issue("bad_json", f"not JSON: {e.msg}", e.lineno, None)
+            return None
+
     def line_frames(self, chunk_bytes: int | None = None, blank_as_null: bool = False):
         """Polars frames of (lineno, line, bad_utf8, nul) over the decompressed file (see ingest.lines).
 
@@ -168,6 +182,8 @@ class Parser:
     # reads the file as lines (``line_frames``/``lines``), so a terminal's cut can be joined back for
     # it; a parser of a document (JSON) reads the bytes as they are
     reads_lines: ClassVar[bool] = True
+    # its files are binary (the head is not text): only such parsers are asked of a binary head
+    reads_binary: ClassVar[bool] = False
 
     @classmethod
     def detect(cls, head: Head) -> bool:  # pragma: no cover - abstract
@@ -271,6 +287,9 @@ class Registry:
         if not head.data:
             return Detection(None, "empty file")
         if head.binary:
+            for p in self.parsers:
+                if p.reads_binary and p.detect(head):
+                    return Detection(p, tried=(p.name,))
             if head.data[:2] in (b"\xff\xfe", b"\xfe\xff"):
                 return Detection(None, "UTF-16 text (it starts with a byte-order mark); aftertrace reads UTF-8 "
                                        "text: convert it with iconv -f UTF-16 -t UTF-8")

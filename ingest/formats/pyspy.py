@@ -35,7 +35,6 @@ Real samples: tests/data/stacks/ (PROVENANCE.md).
 """
 from __future__ import annotations
 
-import json
 import re
 
 from ..model import CLOCK_NONE
@@ -161,15 +160,8 @@ class PySpyJsonParser(Parser):
 
     def parse(self, ctx: ParseContext) -> None:
         sink = ctx.sink
-        with ctx.open() as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-        ctx.bytes_read = len(data)
-        if len(data) > MAX_JSON_BYTES:
-            raise ValueError(f"py-spy JSON larger than {MAX_JSON_BYTES >> 20} MiB")
-        try:
-            doc = json.loads(data.decode("utf-8", "replace"))
-        except json.JSONDecodeError as e:
-            sink.issue("bad_json", f"not JSON: {e.msg}", e.lineno, None)
+        doc = ctx.json_document(MAX_JSON_BYTES, "py-spy JSON")
+        if doc is None:
             return
         if not isinstance(doc, list):
             sink.issue("bad_json", "not a list of threads", 1, None)

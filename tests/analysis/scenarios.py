@@ -103,6 +103,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("hang-gdb-fifo", "sample_traces/hang-gdb-fifo",
              "rank 1's main thread blocked opening a FIFO nobody writes; stacks taken with gdb",
              ("rank_stalled",), 1, None, None, must_include=("collective_timeout",)),
+    Scenario("fr-gloo-stall", "sample_traces/fr-gloo-stall",
+             "rank 1 stopped before a collective its peer entered; both ranks' Flight Recorders dumped as JSON (and "
+             "pickled) by a hang handler; rank 0 timed out",
+             ("rank_stalled",), 1, None, None, must_include=("collective_timeout",)),
+    Scenario("fr-gloo-mismatch", "sample_traces/fr-gloo-mismatch",
+             "rank 1 called all_gather where rank 0 called all_reduce; both timed out; the Flight Recorders show it",
+             ("collective_mismatch",), None, None, None),
     Scenario("collected-hang-fifo", "sample_traces/collected-hang-fifo",
              "rank 1's main thread blocked opening a FIFO nobody writes (a hung file system), recorded by "
              "aftertrace collect --hang-after 8s while the job hung",
