@@ -97,12 +97,13 @@ def markdown(rep: dict) -> str:
                 st = p["stack"]
                 line = (f"- rank {p['rank']} (pid {st['pid']}){' **(not where its peers are)**' if st.get('elsewhere') else ''}: "
                         f"{md_escape(st['doing'])}")
-                if st.get("syscall"):
+                if st.get("syscall") and st["syscall"] not in st["doing"]:
                     line += f", waiting in {md_escape(st['syscall'])}"
                 out.append(line)
                 for w in st.get("workers") or []:
                     out.append(f"  - worker pid {w['pid']}: {md_escape(w['doing'])}"
-                               + (f", waiting in {md_escape(w['syscall'])}" if w.get("syscall") else ""))
+                               + (f", waiting in {md_escape(w['syscall'])}"
+                                  if w.get("syscall") and w["syscall"] not in w["doing"] else ""))
             out.append("")
     out += [f"## Findings ({len(rep['anomalies'])})", ""]
     for a in rep["anomalies"]:

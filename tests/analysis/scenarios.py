@@ -110,6 +110,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("fr-gloo-mismatch", "sample_traces/fr-gloo-mismatch",
              "rank 1 called all_gather where rank 0 called all_reduce; both timed out; the Flight Recorders show it",
              ("collective_mismatch",), None, None, None),
+    Scenario("fr-gloo-stall-3rank", "sample_traces/fr-gloo-stall-3rank",
+             "rank 2 of 3 stopped before its 11th collective (recorded after the Flight Recorder reading was "
+             "written; right at first sight)", ("rank_stalled",), 2, None, None, must_include=("collective_timeout",)),
+    Scenario("fr-gloo-mismatch-3rank", "sample_traces/fr-gloo-mismatch-3rank",
+             "rank 1 of 3 called all_gather as the 8th collective where ranks 0 and 2 called all_reduce (recorded "
+             "after the desync reading was written; right at first sight)", ("collective_mismatch",), 1, None, None),
     Scenario("collected-hang-fifo", "sample_traces/collected-hang-fifo",
              "rank 1's main thread blocked opening a FIFO nobody writes (a hung file system), recorded by "
              "aftertrace collect --hang-after 8s while the job hung",
