@@ -21,6 +21,18 @@ import polars as pl
 from .native import split_lines
 
 CHUNK_BYTES = 32 * 1024 * 1024
+# Polars' ``str.find`` counted bytes until 2.1 and counts characters from 2.2: a cut at an offset it
+# gave counts what it counts (the two agree on ASCII text, where a line's non-ASCII is what differs)
+FIND_COUNTS_BYTES = pl.select(pl.lit("\u00e9/").str.find("/", literal=True)).item() == 2
+
+
+def cut_found(text: pl.Expr, start, length=None) -> pl.Expr:
+    """The text from ``start`` (``length`` long, else to its end), offsets as ``str.find`` gives
+    them on this Polars (see :data:`FIND_COUNTS_BYTES`). The offsets must be those of a match's
+    start or of ASCII text, so that a cut in bytes falls between characters."""
+    if FIND_COUNTS_BYTES:
+        return text.cast(pl.Binary).bin.slice(start, length).cast(pl.String)
+    return text.str.slice(start, length)
 FIRST_READ = 64 * 1024       # the read buffer's size until a file proves larger (see line_frames)
 
 

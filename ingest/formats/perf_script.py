@@ -58,6 +58,7 @@ import re
 import polars as pl
 
 from .. import native
+from ..lines import cut_found
 from ..model import CLOCK_BOOT, CLOCK_NONE, CLOCK_WALL
 from ..reader import Head
 from ..registry import ParseContext, Parser
@@ -135,10 +136,9 @@ _SWITCH_SEPS = ["prev_comm=", " prev_pid=", " prev_prio=", " prev_state=", " ==>
 
 
 def _cut(text: pl.Expr, start, length=None) -> pl.Expr:
-    """The text between byte offsets, as ``str.find`` gives them (``str.slice`` counts
-    characters: the two differ once a comm or a payload holds non-ASCII text). The offsets are
-    those of ASCII separators or of a match's start, so the cut falls between characters."""
-    return text.cast(pl.Binary).bin.slice(start, length).cast(pl.String)
+    """The text between offsets as ``str.find`` gives them (a comm or a payload may hold non-ASCII
+    text; the compiled reader's offsets are of ASCII lines, where bytes and characters agree)."""
+    return cut_found(text, start, length)
 
 
 def _switch_fields(payload: pl.Expr) -> list[pl.Expr]:
@@ -658,7 +658,8 @@ class _State:
                 self.first_switch.setdefault(cpu, ts)
         if self.switch_carry is not None:
             sw = pl.concat([self.switch_carry, sw])
-        sw = sw.sort("cpu", "ts_raw_ns").with_columns(
+        # (switches of one CPU at one time follow each other in the file's order)
+        sw = sw.sort("cpu", "ts_raw_ns", "lineno").with_columns(
             end=pl.col("ts_raw_ns").shift(-1).over("cpu"))
         self.switch_carry = sw.filter(pl.col("end").is_null()).drop("end")
         done = sw.filter(pl.col("end").is_not_null() & (pl.col("tid") != 0))
