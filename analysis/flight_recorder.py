@@ -107,19 +107,21 @@ def mismatch(store, incident_id: str) -> Link | None:
     the majority's)."""
     if not has_rows(store, incident_id, "collectives"):
         return None
-    rows = store.query(
-        """SELECT COALESCE(c.rank, s.rank) AS rank, c.pg, c.seq, c.op, c.ts_utc_ns AS ts, s.path
-           FROM collectives c JOIN sources s USING (incident_id, source_id)
-           WHERE c.incident_id = ? AND s.kind = 'flight_recorder' AND c.seq IS NOT NULL
-             AND COALESCE(c.rank, s.rank) IS NOT NULL
-           ORDER BY c.pg, c.seq, rank""", [incident_id])
-    calls: dict[tuple[str, int], dict[int, dict]] = {}
-    for r in rows:
-        calls.setdefault((str(r["pg"]), int(r["seq"])), {}).setdefault(int(r["rank"]), r)
-    for (pg, seq), by_rank in sorted(calls.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    # (the first such collective found in SQL: a job's dumps hold ranks x their ring buffer of entries)
+    calls = """SELECT COALESCE(c.rank, s.rank) AS rank, c.pg, c.seq, c.op, c.ts_utc_ns AS ts, s.path
+               FROM collectives c JOIN sources s USING (incident_id, source_id)
+               WHERE c.incident_id = ? AND s.kind = 'flight_recorder' AND c.seq IS NOT NULL
+                 AND COALESCE(c.rank, s.rank) IS NOT NULL"""
+    found = store.query(f"""SELECT pg, seq FROM ({calls}) GROUP BY pg, seq
+                            HAVING count(DISTINCT op) > 1 AND count(DISTINCT rank) > 1
+                            ORDER BY seq, pg LIMIT 1""", [incident_id])
+    for f in found:
+        by_rank: dict[int, dict] = {}
+        for r in store.query(f"SELECT * FROM ({calls}) WHERE pg IS NOT DISTINCT FROM ? AND seq = ? ORDER BY rank, path",
+                             [incident_id, f["pg"], f["seq"]]):
+            by_rank.setdefault(int(r["rank"]), r)
+        pg, seq = str(f["pg"]), int(f["seq"])
         ops = {r["op"] for r in by_rank.values()}
-        if len(by_rank) < 2 or len(ops) < 2:
-            continue
         count = {op: sum(1 for r in by_rank.values() if r["op"] == op) for op in ops}
         odd = [rk for rk, r in by_rank.items() if count[r["op"]] == 1 and max(count.values()) > 1]
         who = ", ".join(f"rank {rk} {r['op']}" for rk, r in sorted(by_rank.items()))
