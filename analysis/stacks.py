@@ -46,6 +46,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from aftertrace.ingest.sink import attrs_of
+from aftertrace.ingest.timeparse import fmt_utc
 
 from .attribution import Children
 from .links import Evidence, Link, LinkKind
@@ -94,6 +95,7 @@ class Position:
     syscall: str | None = None          # the call strace saw it blocked in, when a trace has it
     syscall_ev: Evidence | None = None
     tool: str = "py-spy"                # what dumped it: py-spy, or faulthandler's watchdog in the log
+    taken_ns: int | None = None         # when it was dumped (UTC ns), where the collector's manifest says
     syscall_tool: str | None = None     # what saw that call: strace, or /proc's wchan
 
     def words(self) -> str:
@@ -273,6 +275,19 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
             out[key] = dataclasses.replace(p, syscall=f"the kernel's {r['wchan']}",
                                            syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""),
                                            syscall_tool="/proc wchan")
+    # when each was dumped: the collector's capture of the files under a path (a dump carries no time)
+    taken = [(r["path"], r["ts"], r["host"]) for r in store.query(
+        """SELECT COALESCE(e.host, s.host, '') AS host, e.ts_utc_ns AS ts,
+                  json_extract_string(e.attrs, '$.path') AS path
+           FROM events e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND e.category = 'collector' AND e.name = 'capture' AND e.ts_utc_ns IS NOT NULL""",
+        [incident_id]) if r["path"]]
+    if taken:
+        for key, p in out.items():
+            at = [ts for path, ts, host in taken if p.evidence.source.startswith(path) and (not host or host == p.host
+                                                                                          or not p.host)]
+            if at:
+                out[key] = dataclasses.replace(p, taken_ns=min(at))
     return out
 
 
@@ -398,7 +413,8 @@ SHOWN_FRAMES = 12
 
 def _shown(p: Position) -> dict:
     return {"pid": p.pid, "doing": p.words(), "waits_for": p.waits_for, "frames": list(p.frames[:SHOWN_FRAMES]),
-            "depth": len(p.frames), "syscall": p.syscall, "source": p.evidence.source, "line": p.evidence.line}
+            "depth": len(p.frames), "syscall": p.syscall, "source": p.evidence.source, "line": p.evidence.line,
+            "taken_time": fmt_utc(p.taken_ns)}
 
 
 def attach(pos: dict[tuple[str, int], Position], ranks: dict, children: Children) -> None:

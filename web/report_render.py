@@ -99,6 +99,8 @@ def markdown(rep: dict) -> str:
                         f"{md_escape(st['doing'])}")
                 if st.get("syscall") and st["syscall"] not in st["doing"]:
                     line += f", waiting in {md_escape(st['syscall'])}"
+                if st.get("taken_time"):
+                    line += f" (dumped {md_escape(st['taken_time'])})"
                 out.append(line)
                 for w in st.get("workers") or []:
                     out.append(f"  - worker pid {w['pid']}: {md_escape(w['doing'])}"

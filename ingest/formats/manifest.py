@@ -14,6 +14,9 @@ service also reads it before the parse for host attribution and the time zone
   - ``trigger`` per ``trigger.reasons[]`` (kind ``job_hang`` for the hang watchdog's, ``hang``:
     no output from the job for ``--hang-after``): attrs kind, detail, line (the output line that
     matched, when one did); text: that line or the detail.
+  - ``capture`` per ``captured[]`` entry taken at a moment (``time_ns``: stack dumps, traces of a
+    few seconds, /proc copies, df): attrs what, path, count, tool, seconds (a trace's length, its
+    duration); text: what and where.
   - per rank: ``proc_seen_alive`` at ``ranks.<r>.last_seen_alive``, and ``proc_ended`` when
     ``ranks.<r>.ended`` is true, at the collector's ``processes[].ended_ns`` of that pid (null
     time when it did not record one; attrs.after then holds last_seen_alive).
@@ -288,13 +291,14 @@ class CollectManifestParser(Parser):
         ranks = self._ranks(r, man, only, procs)
         n_job = self._job(r, man, only)
         n_trig = self._triggers(r, man, only)
+        n_cap = self._captures(r, man, hosts, only)
         cgroups = self._cgroups(r, man, hosts, only)
         n_members = self._members(r, cgroups, procs, ranks)
         col = r.get(man, "collector", dict, ())
         if col and isinstance(col.get("version"), str):
             ctx.sink.fact("collector_version", col["version"][:100], line=r.line(("collector", "version")))
         ctx.attrs.update({"schema": SCHEMA, "hosts": sorted(hosts)[:100], "ranks": len(ranks),
-                          "processes": len(procs), "job_events": n_job, "triggers": n_trig,
+                          "processes": len(procs), "job_events": n_job, "triggers": n_trig, "captures": n_cap,
                           "cgroups": [f"{c}:{g}" for _, c, g in cgroups][:100], "members_rows": n_members})
 
     # -- parts -------------------------------------------------------------------------
@@ -425,6 +429,34 @@ class CollectManifestParser(Parser):
             r.ctx.sink.event(host=only, ts_raw_ns=ts, category="collector", name="trigger", line=r.line(path),
                              kind="job_hang" if kind == "hang" else None,
                              text=(line or detail or json.dumps(x, default=str))[:MAX_TEXT], attrs=attrs)
+            n += 1
+        return n
+
+    def _captures(self, r: _Reader, man: dict, hosts: dict, only: str | None) -> int:
+        """A ``capture`` event for each of ``captured[]`` taken at a moment (a dump of the live
+        processes' stacks, a trace of some seconds, a copy of /proc): when the files under its path
+        show the job as it was."""
+        n = 0
+        for i, c in enumerate((r.get(man, "captured", list, ()) or [])[:1000]):
+            if not isinstance(c, dict) or "time_ns" not in c:
+                continue
+            path = ("captured", i)
+            ts = r.time(c, "time_ns", path)
+            what, where = r.get(c, "what", str, path), r.get(c, "path", str, path)
+            if ts is None or not what:
+                continue
+            count, secs = c.get("count"), c.get("seconds")
+            secs = secs if isinstance(secs, (int, float)) and not isinstance(secs, bool) and 0 <= secs < 86400 else None
+            host = next((h for h, v in hosts.items() if isinstance(v.get("paths"), list) and any(
+                isinstance(p, str) and p and (where or "").startswith(p) for p in v["paths"])), only)
+            r.ctx.sink.event(host=host, ts_raw_ns=ts, dur_ns=int(secs * 1e9) if secs is not None else None,
+                             category="collector", name="capture", line=r.line(path),
+                             text=f"{what[:200]} taken ({where or '?'}"
+                                  + (f", {count}" if isinstance(count, int) and not isinstance(count, bool) else "") + ")",
+                             attrs={"what": what[:200], "path": where and where[:MAX_TEXT],
+                                    "count": count if isinstance(count, int) and not isinstance(count, bool) else None,
+                                    "tool": c.get("tool") if isinstance(c.get("tool"), str) else None,
+                                    "seconds": secs})
             n += 1
         return n
 

@@ -85,6 +85,10 @@ def test_a_bundle_taken_while_the_job_hung(tmp_path):
     assert rep["summary"].startswith("It started with rank 1 (pid 17730) stopping (no progress after that; its "
                                      "DataLoader workers blocked inside Shards.__getitem__ (hang_job.py:37))")
     assert "The job was found hanging at 16:51:06.297 UTC" in rep["summary"]
+    # when the stacks were dumped: the collector's capture of vm/stacks/ (a dump carries no time)
+    (r1,) = [p for p in rep["progress"] if p["rank"] == 1]
+    assert r1["stack"]["taken_time"] == "2026-12-07T16:51:12.307388Z"
+    assert {w["taken_time"] for w in r1["stack"]["workers"]} == {"2026-12-07T16:51:12.307388Z"}
 
 
 def test_a_full_dev_shm_is_said_next_to_blocked_workers(tmp_path):

@@ -309,3 +309,17 @@ def test_manifests_too_deep_unsafe_paths_bad_json_and_zone_conflicts_are_noted(t
         "y/aftertrace-manifest.json: not valid JSON (Expecting property name enclosed in double quotes: line 1 "
         "column 36 (char 35)); its hosts and time zone are not used",
         "z/aftertrace-manifest.json: not a JSON object; its hosts and time zone are not used"]
+
+
+def test_live_captures_are_dated(tmp_path):
+    """A bundle written while the job hung (sample_traces/collected-hang-fifo): each capture taken at a
+    moment is a ``capture`` event at its time (a trace of some seconds lasts them)."""
+    r = parse(ROOT / "sample_traces" / "collected-hang-fifo" / "aftertrace-manifest.json", tmp_path)
+    cap = table(r, "events").filter(pl.col("name") == "capture").sort("ts_raw_ns")
+    man = json.loads((ROOT / "sample_traces" / "collected-hang-fifo" / "aftertrace-manifest.json").read_text())
+    timed = [c for c in man["captured"] if "time_ns" in c]
+    assert r.attrs["captures"] == len(timed) == cap.height >= 3
+    assert cap["ts_raw_ns"].to_list() == sorted(c["time_ns"] for c in timed)
+    strace = cap.filter(pl.col("text").str.starts_with("strace"))
+    assert strace["dur_ns"].to_list() == [3_000_000_000] and strace["host"].to_list() == ["vm"]
+    assert json.loads(cap["attrs"][0])["path"] == "vm/stacks/"
