@@ -42,6 +42,7 @@ while its children are DataLoader workers waits for them, as a Python stack's ``
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -70,6 +71,8 @@ LIBRARY_DIRS = ("multiprocessing/", "torch/", "concurrent/", "asyncio/", "site-p
                 "importlib/", "json/", "logging/")
 LIBRARY_FILES = ("threading.py", "selectors.py", "queue.py", "socket.py", "runpy.py", "ssl.py", "subprocess.py")
 MAX_WORKERS_NAMED = 8
+_SHARED_OBJECT = re.compile(r"\.so(?:\.[\d.]+)?$")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 # native frames (gdb): a collective waits in the process group's code, the runtime is the C
 # library, the C++ library and the interpreter; the first frame past them is where the thread was
 NATIVE_COLLECTIVE = ("c10d::", "gloo::", "ProcessGroup", "nccl", "Nccl", "NCCL", "Reducer::")
@@ -124,9 +127,11 @@ def _is(frame: str, pattern: tuple[str, str]) -> bool:
 
 
 def _library(frame: str) -> bool:
-    file = _split(frame)[1]
+    func, file = _split(frame)
     return (file.startswith("<") or any(file.startswith(d) or f"/{d}" in file for d in LIBRARY_DIRS)
-            or any(file == f or file.endswith("/" + f) for f in LIBRARY_FILES))
+            or any(file == f or file.endswith("/" + f) for f in LIBRARY_FILES)
+            # a native frame (py-spy --native): a shared library's, or an address without a symbol
+            or _SHARED_OBJECT.search(file) is not None or _ADDRESS.fullmatch(func) is not None)
 
 
 def _classify(frames: list[str]) -> tuple[str | None, str | None, bool]:

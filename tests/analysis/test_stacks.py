@@ -64,6 +64,10 @@ def test_the_stall_names_where_the_rank_was_stuck(analysed):
       "_worker_loop (torch/utils/data/_utils/worker.py:374)"], (None, "load (data.py:12)", True)),
     (["wait (threading.py:295)", "result (_base.py:427)", "_snapshot (main.py:278)"],
      (None, "result (_base.py:427)", False)),
+    # py-spy --native (tests/data/stacks/py-spy-native.txt): C frames are the runtime's, not user code
+    (["0x7f11dfea3f16 (libc.so.6)", "PyThread_acquire_lock_timed (libpython3.11.so.1.0)",
+      "lock_PyThread_acquire_lock (libpython3.11.so.1.0)", "load_shard (sleeper.py:7)", "<module> (sleeper.py:11)"],
+     (None, "load_shard (sleeper.py:7)", False)),
 ])
 def test_classify(frames, want):
     assert stacks._classify(frames) == want

@@ -241,3 +241,21 @@ def test_faulthandler_timeout_dumps_in_a_torchrun_log(tmp_path):
     assert main1["attrs"]["frames"][-1] == "<module> (/work/main/sample_traces/scripts/hang_job.py:115)"
     assert dumps[1]["attrs"]["main_frame"] == ("_engine_run_backward (/opt/torchenv/lib/python3.11/site-packages/"
                                                "torch/autograd/graph.py:979)")
+
+
+def test_py_spy_native_and_locals_dumps(tmp_path):
+    """py-spy 0.4.3's ``--native`` (C frames between the Python ones: a symbol or an address, and
+    its library) and ``--locals`` (each frame's arguments, kept as the thread's text) of a thread
+    blocked on a lock another thread holds, recorded here."""
+    r, ev = parse(tmp_path / "n", STACKS / "py-spy-native.txt")
+    assert (r.status, r.issues, r.pid) == ("parsed", 0, 8184)
+    main, other = ev
+    assert main["attrs"]["frames"] == [
+        "0x7f11dfea3f16 (libc.so.6)", "0x7f11dfeaed90 (libc.so.6)", "PyThread_acquire_lock_timed (libpython3.11.so.1.0)",
+        "lock_PyThread_acquire_lock (libpython3.11.so.1.0)", "load_shard (sleeper.py:7)", "<module> (sleeper.py:11)",
+        "0x7f11dfe4524a (libc.so.6)"]
+    assert other["attrs"]["thread"] == "cache-refresh" and other["attrs"]["frames"][0] == "clock_nanosleep (libc.so.6)"
+    r, ev = parse(tmp_path / "l", STACKS / "py-spy-locals.txt")
+    assert (r.status, r.issues) == ("parsed", 0)
+    assert ev[0]["attrs"]["frames"] == ["load_shard (sleeper.py:7)", "<module> (sleeper.py:11)"]
+    assert '            path: "/data/shard-0007.bin"' in ev[0]["text"].split("\n")
