@@ -222,14 +222,16 @@ def rank_progress(store, incident_id: str) -> dict[int, RankProgress]:
         p = get(r["rank"])
         p.last_line_ns = r["ts"]
         p.last_line_ev = Evidence(r["path"], r["line"], r["text"] or "")
-    for r in q("collectives", f"""SELECT rank, op, ts FROM (
-                     SELECT co.rank, co.op, co.ts_raw_ns + COALESCE(co.dur_ns, 0) + c.offset_ns AS ts,
+    for r in q("collectives", f"""SELECT rank, op, seq, ts FROM (
+                     SELECT co.rank, co.op, co.seq, co.ts_raw_ns + COALESCE(co.dur_ns, 0) + c.offset_ns AS ts,
                             row_number() OVER (PARTITION BY co.rank ORDER BY co.ts_raw_ns DESC) AS n
                      FROM collectives co JOIN sources s USING (incident_id, source_id) {_UTC}
                      WHERE co.incident_id = ? AND co.rank IS NOT NULL AND c.offset_ns IS NOT NULL)
                    WHERE n = 1""", [incident_id]):
         p = get(r["rank"])
-        p.last_collective, p.last_collective_ns = r["op"], r["ts"]
+        # (its sequence number, where the trace gives one, shows which rank is behind its peers)
+        p.last_collective = r["op"] if r["seq"] is None else f"{r['op']} #{r['seq']}"
+        p.last_collective_ns = r["ts"]
     pids = {p.pid: p for p in ranks.values() if p.pid is not None}
     if pids:
         _perf_life(store, incident_id, pids)

@@ -40,7 +40,8 @@ def test_the_dumps_alone_say_which_rank_is_behind(tmp_path):
     _, _, rep = _analysed(tmp_path, b)
     (stall,) = [a for a in rep["anomalies"] if a["kind"] == "rank_stalled"]
     assert stall["rank"] == 1
-    assert stall["summary"].startswith("rank 1 stopped making progress: last collective gloo:all_reduce at 19:46:52.557; "
+    assert stall["summary"].startswith("rank 1 stopped making progress: last collective gloo:all_reduce #13 at "
+                                       "19:46:52.557; "
                                        "the Flight Recorder dumps say rank 0 enqueued collective 14")
 
 
