@@ -39,7 +39,9 @@ Faults that happen *inside* the job start when the recorder creates the flag fil
               torch's default handling is changed
 
 Faults from outside (SIGSTOP, the freezer cgroup, SIGKILL, CPU quota, other tenants) need
-nothing from the job. Other settings: AFTERTRACE_PG_TIMEOUT_S (collective timeout, default
+nothing from the job. Other settings: AFTERTRACE_WATCHDOG_S (every rank runs a thread that logs
+a warning each N seconds while its last step is more than N seconds old, as training scripts'
+own "no progress" watchdogs do; unset: none), AFTERTRACE_PG_TIMEOUT_S (collective timeout, default
 30), AFTERTRACE_HIDDEN, AFTERTRACE_BATCH, AFTERTRACE_PROFILER_DIR (Kineto traces of two steps
 every ``AFTERTRACE_PROFILE_EVERY`` steps; unset: no profiler), AFTERTRACE_MAX_STEPS.
 """
@@ -206,6 +208,16 @@ def main():
     dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
     log.info("initialized process group backend=gloo world_size=%d local_rank=%d pid=%d",
              world, local_rank, os.getpid())
+    last_step = [time.monotonic()]
+    watch_s = float(os.environ.get("AFTERTRACE_WATCHDOG_S", "0"))
+    if watch_s > 0:
+        def watchdog():
+            while True:
+                time.sleep(watch_s)
+                idle = time.monotonic() - last_step[0]
+                if idle > watch_s:
+                    log.warning("watchdog: no step for %.0f s", idle)
+        threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
 
     dim, classes = 512, 10
     hidden = int(os.environ.get("AFTERTRACE_HIDDEN", "1024"))
@@ -313,6 +325,7 @@ def main():
             if prof is not None:
                 prof.step()
             step += 1
+            last_step[0] = time.monotonic()
     except BaseException as e:
         side(f"exit_rank{rank}", exc=type(e).__name__, msg=str(e)[:500], step=step)
         raise

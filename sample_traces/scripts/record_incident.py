@@ -65,6 +65,9 @@ Scenarios (the rank at fault is ``--rank``, default 1):
   worker-kill    batches come from 2 DataLoader workers per rank; SIGKILL to one of the rank's workers
   silent-exit    the rank calls os._exit(3): no traceback, no message
   deadlock       the rank takes a lock it already holds and sleeps forever
+  watchdog-deadlock  the same, in a job whose ranks each run a "no progress" watchdog thread
+                 (AFTERTRACE_WATCHDOG_S=5): the stuck rank's watchdog keeps logging a warning
+                 every 5 s until the job ends
   segv           the rank reads through a null pointer in native code (ctypes): SIGSEGV
   worker-hang    the rank's 2 DataLoader workers block for good reading a sample; the DataLoader's
                  own timeout (10 s) raises in the rank
@@ -130,7 +133,7 @@ SYS_PY = sys.executable
 SCENARIOS = ("sigstop", "freezer", "sigkill", "hung-io", "exception", "mismatch", "leak", "throttle-leak",
              "shm", "disk-full", "tenant", "cpu-hog", "launcher-kill", "sigterm", "worker-kill",
              "silent-exit", "deadlock", "worker-oom", "segv", "stale-lock", "uneven", "rank-quota", "spin", "worker-hang", "abort",
-             "rt-hog", "worker-segv", "fd-limit", "worker-exception")
+             "rt-hog", "worker-segv", "fd-limit", "worker-exception", "watchdog-deadlock")
 DECOYS = ("throttled-cgroup", "oom-other", "segv-other")
 
 
@@ -605,7 +608,7 @@ FAULTS = {"sigstop": fault_sigstop, "freezer": fault_freezer, "sigkill": fault_s
           "leak": fault_flag, "hung-io": fault_hung_io, "throttle-leak": fault_throttle,
           "tenant": fault_tenant, "cpu-hog": fault_cpu_hog, "shm": fault_flag, "disk-full": None,
           "sigterm": fault_sigterm, "worker-kill": fault_worker_kill, "silent-exit": fault_flag,
-          "deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
+          "deadlock": fault_flag, "watchdog-deadlock": fault_flag, "worker-oom": fault_worker_leak, "segv": fault_flag, "stale-lock": None,
           "uneven": fault_flag, "rank-quota": fault_rank_quota, "spin": fault_flag,
           "worker-hang": fault_flag, "abort": fault_flag, "rt-hog": fault_rt_hog,
           "worker-segv": fault_worker_segv, "fd-limit": fault_fd_limit,
@@ -726,11 +729,13 @@ def record(r: Recording) -> int:
                AFTERTRACE_FAULT_RANK=str(a.rank), AFTERTRACE_PG_TIMEOUT_S=str(a.pg_timeout),
                AFTERTRACE_PROFILER_DIR=str(r.work / "profiler"), AFTERTRACE_PROFILE_EVERY="40",
                TORCH_DISTRIBUTED_DEBUG="DETAIL" if a.scenario == "mismatch" else "INFO")
-    fault_env = {"worker-exception": "worker_exception", "worker-segv": "worker_segv", "abort": "abort", "worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
+    fault_env = {"worker-exception": "worker_exception", "worker-segv": "worker_segv", "abort": "abort", "worker-hang": "worker_hang", "spin": "spin", "uneven": "uneven", "stale-lock": "stale_lock", "segv": "segv", "worker-oom": "worker_leak", "deadlock": "deadlock", "watchdog-deadlock": "deadlock", "silent-exit": "exit", "exception": "exception", "mismatch": "mismatch", "leak": "leak", "throttle-leak": "leak",
                  "hung-io": "io", "disk-full": "ckpt", "shm": "loader"}
     env["AFTERTRACE_FAULT"] = fault_env.get(a.scenario, "none")
     if a.scenario in ("leak", "throttle-leak"):
         env.update(AFTERTRACE_LEAK_MB="256", AFTERTRACE_BATCH="512")
+    if a.scenario == "watchdog-deadlock":
+        env["AFTERTRACE_WATCHDOG_S"] = "5"
     if a.scenario == "rt-hog":
         # heavy steps (~8 s here): at the 5 % RT throttling leaves, the gap between two of the
         # rank's all-reduces outlasts the peer's timeout; Kineto every 4 steps, as there are few
@@ -943,12 +948,12 @@ def write_truth(r: Recording, rc: int, pids: dict) -> None:
     a = r.a
     side = {Path(p).stem: json.loads(Path(p).read_text()) for p in glob.glob(str(r.side / "*.json"))}
     t = r.truth
-    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "segv", "stale-lock", "uneven", "spin", "worker-hang", "abort") or (
+    if a.scenario in ("exception", "mismatch", "leak", "silent-exit", "deadlock", "watchdog-deadlock", "segv", "stale-lock", "uneven", "spin", "worker-hang", "abort") or (
             a.scenario == "throttle-leak" and "origin" not in t):
         f = side.get("fault")
         if f:
             kinds = {"abort": ["signal_kill", "process_exit"], "worker-hang": ["dataloader_stall", "rank_stalled", "python_exception"],
-                     "spin": ["rank_stalled"], "uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
+                     "spin": ["rank_stalled"], "uneven": ["process_exit", "rank_stalled"], "stale-lock": ["rank_stalled", "rendezvous_failure"], "segv": ["segfault", "signal_kill", "process_exit"], "deadlock": ["rank_stalled"], "watchdog-deadlock": ["rank_stalled"], "silent-exit": ["process_exit"], "exception": ["python_exception"], "mismatch": ["collective_mismatch", "python_exception"],
                      "leak": ["memory_growth"], "throttle-leak": ["memory_growth"]}[a.scenario]
             t["origin"] = {"kinds": kinds, "rank": f["rank"], "pid": f["pid"], "start_ns": [f["ts_ns"], f["ts_ns"]],
                            "what": f["what"]}
