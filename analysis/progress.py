@@ -23,8 +23,8 @@ does. With several candidates the earliest last sign of life wins, with lower co
 Without any waiting rank, a rank whose last sign of life is more than ``GAP_NS`` (and ten of
 its own step times) before every peer's is reported as stalled too.
 
-When did it stop? Never before its last sign of life (``lo``). Upper bounds (``hi``), the
-tightest that applies:
+When did it stop? Never before its last sign of progress (``lo``): a step, a collective, the end
+of its trace, a line it printed. Upper bounds (``hi``), the tightest that applies:
 
 * a waiting peer's timeout names its wait: that peer entered the collective at its timeout time
   minus the wait, and the stalled rank would have arrived within about two of its own step
@@ -38,6 +38,12 @@ every 0.035 s) and never again; rank 0 raises "Timed out waiting 30000ms for rec
 10:00:30.200 (window 10:00:30.1-10:00:30.3). Rank 0 entered the collective by 10:00:00.300; rank 1
 would have arrived by 10:00:00.370. ``rank_stalled`` for rank 1: window [10:00:00.000,
 10:00:00.370], stamped at its last sign of life.
+
+A line is progress only until such a bound: had rank 1 also printed "no progress for 6 s" (its own
+watchdog) at 10:00:06.000, it was alive then, yet it had not arrived where rank 0 had waited since
+10:00:00.300, as a running rank would have by 10:00:00.370; the window stays [10:00:00.000,
+10:00:00.370] (its last step, not its last line), and the summary says that line was not progress.
+Its last step, collective and trace event always are (a bound before them is no bound).
 """
 from __future__ import annotations
 
@@ -572,7 +578,9 @@ def after_last_sign_of_life(ranks: dict[int, RankProgress], links: list[Link]) -
 def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple[int, int, list[str]]:
     """It stopped after its last sign of progress (or of life, when it left none) and before the
     first bound the bundle gives: a peer's stated wait, a stuck status, the hung-task watchdog;
-    without one, a few steps after it was last seen alive."""
+    without one, a few steps after it was last seen alive. A line it printed after such a bound
+    was not progress (see the module's worked example): its last step, collective or trace
+    event is then where it stopped."""
     lo = p.last_progress_ns or p.last_alive_ns
     if p.last_progress_ns is None and lo is not None and lo == p.last_cpu_ns:
         # the last CPU sample is only placed on the wall clock within its clock's uncertainty:
@@ -595,6 +603,15 @@ def _stall_window(p: RankProgress, waits: list[Link], hung: list[Link]) -> tuple
             bounds.append((h.timing_ns()[1] - int(s * 1e9),
                            f"the kernel reported it blocked for more than {s:g} s at {fmt_hms(h.ts_ns)}"))
     valid = [(b, why) for b, why in bounds if b >= lo]
+    hard = max((t for t in (p.last_step_ns, p.last_collective_ns, p.last_trace_ns) if t is not None), default=None)
+    if bounds and lo == p.last_line_ns and hard is not None and hard < lo:
+        # A bound before its last line that its last step, collective or trace event respects:
+        # by then it would have arrived where its peers waited, had it been getting anywhere, so
+        # what it printed afterwards (a watchdog of its own, a "still waiting") was not progress.
+        early = [(b, why) for b, why in bounds if hard <= b < lo]
+        if early:
+            hi, why = min(early)
+            return hard, hi, [why, f"its last line, at {fmt_hms(lo)}, came after that: not progress"]
     if valid:
         hi, why = min(valid)
         return lo, hi, [why]
@@ -633,7 +650,7 @@ def stall_link(p: RankProgress, why: str, conf: float, waits: list[Link], hung: 
     pid = f" (pid {p.pid})" if p.pid else ""
     summary = f"rank {p.rank}{pid} stopped making progress: {', '.join(bits)}; {why}"
     if bound:
-        summary += f"; it stopped before {fmt_hms(hi)} ({bound[0]})"
+        summary += f"; it stopped before {fmt_hms(hi)} ({bound[0]})" + "".join(f"; {b}" for b in bound[1:])
     ev = tuple(e for e in (p.last_step_ev, p.last_line_ev, p.stuck_ev) if e is not None)
     ev = tuple(dict.fromkeys(ev))
     prov = Provenance.READ if p.stuck_state else Provenance.INFERRED

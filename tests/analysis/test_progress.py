@@ -30,6 +30,24 @@ def test_worked_example():
     assert "stopped before 10:00:00.370" in stall.summary and "waited 30 s" in stall.summary
 
 
+def test_worked_example_a_line_after_the_peers_wait_is_not_progress():
+    p0 = progress.RankProgress(0, "vm", 100, last_step=91, last_step_ns=at(0.03), step_time_s=0.035)
+    p1 = progress.RankProgress(1, "vm", 101, last_step=90, last_step_ns=at(0), step_time_s=0.035,
+                               last_step_ev=Evidence("torchrun.log", 400, "step=90"),
+                               last_line_ns=at(6), last_line_ev=Evidence("torchrun.log", 401, "no progress for 6 s"))
+    timeout = link(K.COLLECTIVE_TIMEOUT, at(30.2), rank=0, pid=100, wait_ms=30000, ts_lo_ns=at(30.1),
+                   ts_hi_ns=at(30.3), ts_bound="between")
+    p0.ended = [timeout]
+    (stall,) = progress.stalled_links({0: p0, 1: p1}, [timeout])
+    assert stall.ts_ns == at(0) and stall.timing_ns() == (at(0), at(0.37))
+    assert "last line at 10:00:06.000" in stall.summary
+    assert "its last line, at 10:00:06.000, came after that: not progress" in stall.summary
+    # a bound before its last step is no bound: the step was progress, whatever came after it
+    p1.last_step_ns = at(0.5)
+    (stall,) = progress.stalled_links({0: p0, 1: p1}, [timeout])
+    assert stall.ts_ns == at(6) and "not progress" not in stall.summary
+
+
 def test_a_status_snapshot_or_a_hung_task_report_bounds_it_tighter():
     p0 = progress.RankProgress(0, "vm", 100, last_step_ns=at(0.03), step_time_s=0.035)
     p1 = progress.RankProgress(1, "vm", 101, last_step_ns=at(0), step_time_s=0.035,
