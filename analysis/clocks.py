@@ -1449,7 +1449,8 @@ def _place_rows(store, incident_id: str, counted: list[dict], native: bool) -> N
     :func:`analysis.clock_match.counted_kill_windows`): the counter's snapshots are on the host's wall
     clock, so they place the kill also where its kernel log's clock is not placed (records printed
     before a step of the wall clock) or is placed more loosely; where the kill is placed, the two
-    windows intersect. Then each record of a log dmesg converted to wall time that is also in the raw
+    windows intersect. Then the records of the files the collector captured that carry no time of
+    their own (:func:`_captured_rows`). Then each record of a log dmesg converted to wall time that is also in the raw
     log takes the placed time of its raw copy, and that copy's uncertainty, where narrower: the
     converted second says only that the record lies somewhere in a window of up to two seconds, the
     raw stamp where. A copy is taken only where its window and the converted record's own window
@@ -1488,6 +1489,8 @@ def _place_rows(store, incident_id: str, counted: list[dict], native: bool) -> N
             store.insert_rows("row_times", list({(r["source_id"], r["line"]): r for r in rows}.values()))
             if native:
                 cur.execute(update, [incident_id])
+    if _captured_rows(store, incident_id) and native:
+        cur.execute(update, [incident_id])
     if not _has_kernel_twins(store, incident_id):
         return
     unc = row_uncertainty_sql()
@@ -1505,6 +1508,38 @@ def _place_rows(store, incident_id: str, counted: list[dict], native: bool) -> N
         [incident_id, incident_id, incident_id])
     if native:
         cur.execute(update, [incident_id])
+
+
+def _captured_rows(store, incident_id: str) -> int:
+    """``row_times`` of the records that carry no time of their own (a stack dump, a ``df``) in a
+    file the collector captured: its manifest dates each capture (``capture`` events, naming the
+    folder or file it wrote), so they are placed at that time, with that clock's uncertainty.
+    Returns the number of records placed."""
+    if not store.query("""SELECT 1 FROM events WHERE incident_id = ? AND category = 'collector' AND name = 'capture'
+                          AND ts_utc_ns IS NOT NULL LIMIT 1""", [incident_id]):
+        return 0
+    cur = store.cursor()
+    before = cur.execute("SELECT count(*) FROM row_times WHERE incident_id = ?", [incident_id]).fetchone()[0]
+    cur.execute(
+        f"""INSERT OR IGNORE INTO row_times (incident_id, source_id, line, ts_utc_ns, uncertainty_ns, by_source_id,
+                                             by_line)
+            WITH cap AS (
+                SELECT e.source_id AS by_sid, e.line AS by_line, COALESCE(e.host, s.host, '') AS host,
+                       e.ts_utc_ns AS ts, {row_uncertainty_sql()} AS unc,
+                       json_extract_string(e.attrs, '$.path') AS path
+                FROM events e JOIN sources s USING (incident_id, source_id)
+                LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
+                     AND c.domain = s.clock_domain
+                WHERE e.incident_id = ? AND e.category = 'collector' AND e.name = 'capture'
+                  AND e.ts_utc_ns IS NOT NULL)
+            SELECT ?, e.source_id, e.line, cap.ts, COALESCE(cap.unc, 0), cap.by_sid, cap.by_line
+            FROM events e JOIN sources s USING (incident_id, source_id)
+                 JOIN cap ON COALESCE(cap.path, '') <> '' AND starts_with(s.path, cap.path)
+                      AND (cap.host = '' OR s.host IS NULL OR s.host = cap.host)
+            WHERE e.incident_id = ? AND e.ts_utc_ns IS NULL AND e.line IS NOT NULL AND e.source_id <> cap.by_sid
+            QUALIFY row_number() OVER (PARTITION BY e.source_id, e.line ORDER BY cap.ts, cap.by_sid, cap.by_line) = 1""",
+        [incident_id, incident_id, incident_id])
+    return cur.execute("SELECT count(*) FROM row_times WHERE incident_id = ?", [incident_id]).fetchone()[0] - before
 
 
 def _place(cur, table: str, incident_id: str) -> None:

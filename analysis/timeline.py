@@ -118,7 +118,10 @@ def bounds(store, incident_id: str) -> tuple[int | None, int | None]:
 def _label(row: dict, path: str | None, comm: str | None) -> str:
     """What a track is called: a log track by its file, a thread by what it is."""
     if row["source_id"] >= 0:
-        return (path or "?").rsplit("/", 1)[-1] or (path or "?")
+        parts = (path or "?").rsplit("/", 2)
+        if row["kind"] == "stack_dump" and len(parts) == 3 and parts[1].isdigit():   # /proc/<pid>/stack: whose
+            return f"{parts[2]} · pid {parts[1]}"
+        return parts[-1] or (path or "?")
     pid, tid, cat = row["pid"], row["tid"], row["category"] or ""
     if row["kind"] == "torch_trace":
         if pid < 0:

@@ -391,8 +391,9 @@ ROW_TIMES = Table(
     "Events placed by other evidence of the same instant than their source's clock, where it is "
     "narrower (written by analysis): a kernel record that dmesg -T printed in whole seconds is also "
     "in the raw kernel log, whose stamp, once placed, says where it lies; an OOM kill that a cgroup's "
-    "oom_kill counter shows lies between two of its snapshots, on the wall clock. The event's "
-    "ts_utc_ns is then this row's.",
+    "oom_kill counter shows lies between two of its snapshots, on the wall clock; a record of a file "
+    "with no time of its own (a stack dump, a df) that the collector captured is at the capture's "
+    "time in its manifest. The event's ts_utc_ns is then this row's.",
     (
         _c("incident_id", "VARCHAR", "-", "incident", False),
         _c("source_id", "INTEGER", "-", "source of the event placed this way", False),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aftertrace.analysis import stacks
+from aftertrace.analysis import stacks, timeline
 from aftertrace.server.service import Service
 from aftertrace.server.settings import Settings
 
@@ -93,6 +93,18 @@ def test_a_bundle_taken_while_the_job_hung(tmp_path):
     (r1,) = [p for p in rep["progress"] if p["rank"] == 1]
     assert r1["stack"]["taken_time"] == "2026-12-07T16:51:12.307388Z"
     assert {w["taken_time"] for w in r1["stack"]["workers"]} == {"2026-12-07T16:51:12.307388Z"}
+    # and on the timeline there: each dump's records at its capture (py-spy's, the kernel's stacks
+    # and wait channels, the df of /dev/shm), on a track of its file named by its pid
+    iid = rep["incident"]["id"]
+    placed = {(r["format"], r["ts"]) for r in svc.store.query(
+        """SELECT s.format, fmt_ts AS ts FROM (SELECT e.*, strftime(make_timestamp(e.ts_utc_ns // 1000),
+                  '%H:%M:%S.%f') AS fmt_ts FROM events e) e JOIN sources s USING (incident_id, source_id)
+           WHERE e.incident_id = ? AND s.kind IN ('stack_dump', 'host_info') AND e.category IN ('stack', 'filesystem')""",
+        [iid])}
+    assert placed == {("py_spy_dump", "16:51:12.307388"), ("proc_stack", "16:51:12.456908"),
+                      ("proc_wchan", "16:51:12.456908"), ("df", "16:51:15.497576")}
+    labels = {t["label"] for t in timeline.tracks(svc.store, iid)}
+    assert {"py-spy-17730.txt", "stack · pid 17730", "wchan · pid 17889", "df-dev-shm.txt"} <= labels
 
 
 def test_a_full_dev_shm_is_said_next_to_blocked_workers(tmp_path):
