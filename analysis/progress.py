@@ -44,6 +44,12 @@ watchdog) at 10:00:06.000, it was alive then, yet it had not arrived where rank 
 10:00:00.300, as a running rank would have by 10:00:00.370; the window stays [10:00:00.000,
 10:00:00.370] (its last step, not its last line), and the summary says that line was not progress.
 Its last step, collective and trace event always are (a bound before them is no bound).
+
+The waiting rank's own timeout is no earlier than its wait's start plus the wait: had rank 0's
+timeout line no time of its own (placed between its neighbours, 10:00:05.000-10:00:31.000), and
+its last step been 10:00:00.030, it entered the collective after that and timed out at
+10:00:30.030 at the earliest: its window becomes [10:00:30.030, 10:00:31.000]
+(:func:`after_the_wait_began`).
 """
 from __future__ import annotations
 
@@ -571,6 +577,31 @@ def after_last_sign_of_life(ranks: dict[int, RankProgress], links: list[Link]) -
         lo, hi = p.last_alive_ns, w[1] - (l.uncertainty_ns or 0)
         attrs = {k: v for k, v in l.attrs if k != "ts_resolution_ns"}
         attrs.update(ts_lo_ns=lo, ts_hi_ns=hi, ts_bound="between", ts_after="its last sign of life")
+        out.append(dataclasses.replace(l, ts_ns=(lo + hi) // 2, attrs=tuple(attrs.items())))
+    return out
+
+
+def after_the_wait_began(ranks: dict[int, RankProgress], links: list[Link]) -> list[Link]:
+    """A rank that gave up after waiting W for a peer entered that wait after its own last step and
+    its last completed collective: its failure is no earlier than that time plus W. A timeout read
+    from a line without a time of its own (placed between two lines) starts its window there when
+    that falls inside (see the module's worked example)."""
+    out = []
+    for l in links:
+        p = ranks.get(l.rank) if l.rank is not None else None
+        w = l.timing_ns()
+        ms = l.attr("wait_ms") or l.attr("timeout_ms")
+        entered = None if p is None else max(
+            (t for t in (p.last_step_ns, p.last_collective_ns) if t is not None), default=None)
+        if (entered is None or w is None or l.attr("ts_bound") != "between" or not waits_for_peer(l)
+                or not isinstance(ms, (int, float)) or not 0 < ms * 1e6 <= MAX_WAIT_NS
+                or not w[0] < entered + int(ms * 1e6) < w[1]):
+            out.append(l)
+            continue
+        lo, hi = entered + int(ms * 1e6), w[1] - (l.uncertainty_ns or 0)
+        attrs = dict(l.attrs)
+        attrs.update(ts_lo_ns=lo, ts_hi_ns=hi, ts_bound="between",
+                     ts_after=f"its own last step or collective and the {ms / 1000:g} s it waited")
         out.append(dataclasses.replace(l, ts_ns=(lo + hi) // 2, attrs=tuple(attrs.items())))
     return out
 

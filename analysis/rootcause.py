@@ -52,6 +52,7 @@ def analyze(store, incident_id: str, extra: list[Link] = ()) -> RootCause:
     links = findings.merge_duplicates(findings.anomalies(store, incident_id) + list(extra))
     ranks = progress.rank_progress(store, incident_id)
     links = progress.after_last_sign_of_life(ranks, links)
+    links = progress.after_the_wait_began(ranks, links)
     links = progress.launcher_stops(ranks, links)
     links = progress.killed_launchers(ranks, links)
     links = progress.job_end(store, incident_id, ranks, links)

@@ -134,3 +134,18 @@ def test_a_stall_seen_only_by_cpu_samples_starts_as_early_as_the_last_sample_can
     # a sign of progress is the bound as it stands (it was placed with the rows it came from)
     q = RankProgress(1, "vm", 27496, last_cpu_ns=t, last_cpu_unc_ns=300_000_000, last_line_ns=t - 10**9)
     assert _stall_window(q, [], [])[0] == t - 10**9
+
+
+def test_worked_example_a_timeout_without_a_time_of_its_own_ends_its_wait():
+    p0 = progress.RankProgress(0, "vm", 100, last_step=91, last_step_ns=at(0.03), step_time_s=0.035)
+    p1 = progress.RankProgress(1, "vm", 101, last_step=90, last_step_ns=at(0), step_time_s=0.035)
+    timeout = link(K.COLLECTIVE_TIMEOUT, at(18), rank=0, pid=100, wait_ms=30000, ts_lo_ns=at(5),
+                   ts_hi_ns=at(31), ts_bound="between")
+    (moved,) = progress.after_the_wait_began({0: p0, 1: p1}, [timeout])
+    assert moved.timing_ns() == (at(30.03), at(31)) and moved.ts_ns == at(30.515)
+    assert "30 s it waited" in moved.attr("ts_after")
+    # a window its wait's end falls outside of is left as it is, and so is a line with its own time
+    late = dataclasses.replace(timeout, ts_ns=at(30.7), attrs=tuple(dict(timeout.attrs, ts_lo_ns=at(30.5)).items()))
+    assert progress.after_the_wait_began({0: p0, 1: p1}, [late]) == [late]
+    timed = link(K.COLLECTIVE_TIMEOUT, at(30.2), rank=0, pid=100, wait_ms=30000)
+    assert progress.after_the_wait_began({0: p0, 1: p1}, [timed]) == [timed]
