@@ -1526,15 +1526,16 @@ def _captured_rows(store, incident_id: str) -> int:
             WITH cap AS (
                 SELECT e.source_id AS by_sid, e.line AS by_line, COALESCE(e.host, s.host, '') AS host,
                        e.ts_utc_ns AS ts, {row_uncertainty_sql()} AS unc,
-                       json_extract_string(e.attrs, '$.path') AS path
+                       -- (named from the manifest's folder: node bundles side by side each have one)
+                       regexp_extract(s.path, '^(.*/)', 1) || json_extract_string(e.attrs, '$.path') AS path
                 FROM events e JOIN sources s USING (incident_id, source_id)
                 LEFT JOIN clock_map c ON c.incident_id = e.incident_id AND c.host = COALESCE(s.host, '')
                      AND c.domain = s.clock_domain
                 WHERE e.incident_id = ? AND e.category = 'collector' AND e.name = 'capture'
-                  AND e.ts_utc_ns IS NOT NULL)
+                  AND e.ts_utc_ns IS NOT NULL AND COALESCE(json_extract_string(e.attrs, '$.path'), '') <> '')
             SELECT ?, e.source_id, e.line, cap.ts, COALESCE(cap.unc, 0), cap.by_sid, cap.by_line
             FROM events e JOIN sources s USING (incident_id, source_id)
-                 JOIN cap ON COALESCE(cap.path, '') <> '' AND starts_with(s.path, cap.path)
+                 JOIN cap ON cap.path IS NOT NULL AND starts_with(s.path, cap.path)
                       AND (cap.host = '' OR s.host IS NULL OR s.host = cap.host)
             WHERE e.incident_id = ? AND e.ts_utc_ns IS NULL AND e.line IS NOT NULL AND e.source_id <> cap.by_sid
             QUALIFY row_number() OVER (PARTITION BY e.source_id, e.line ORDER BY cap.ts, cap.by_sid, cap.by_line) = 1""",

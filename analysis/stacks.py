@@ -283,9 +283,10 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
     # when each was dumped: the collector's capture of the files under a path (a dump carries no time)
     taken = [(r["path"], r["ts"], r["host"]) for r in store.query(
         """SELECT COALESCE(e.host, s.host, '') AS host, e.ts_utc_ns AS ts,
-                  json_extract_string(e.attrs, '$.path') AS path
+                  regexp_extract(s.path, '^(.*/)', 1) || json_extract_string(e.attrs, '$.path') AS path
            FROM events e JOIN sources s USING (incident_id, source_id)
-           WHERE e.incident_id = ? AND e.category = 'collector' AND e.name = 'capture' AND e.ts_utc_ns IS NOT NULL""",
+           WHERE e.incident_id = ? AND e.category = 'collector' AND e.name = 'capture' AND e.ts_utc_ns IS NOT NULL
+             AND COALESCE(json_extract_string(e.attrs, '$.path'), '') <> ''""",
         [incident_id]) if r["path"]]
     if taken:
         for key, p in out.items():

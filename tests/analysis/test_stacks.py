@@ -107,6 +107,23 @@ def test_a_bundle_taken_while_the_job_hung(tmp_path):
     assert {"py-spy-17730.txt", "stack · pid 17730", "wchan · pid 17889", "df-dev-shm.txt"} <= labels
 
 
+def test_a_collected_bundle_beside_other_folders_keeps_its_capture_times(tmp_path):
+    """The same bundle one folder down, beside another (node bundles side by side, a note): its
+    manifest names its captures from its own folder, not the upload's."""
+    import shutil
+    up = tmp_path / "upload"
+    shutil.copytree(ROOT / "sample_traces" / "collected-hang-dataloader-lock", up / "bundle-a")
+    (up / "notes").mkdir()
+    (up / "notes" / "README.txt").write_text("the job hung overnight\n")
+    svc = Service(Settings.from_env(home=tmp_path / "home"))
+    rep = svc.analyze(svc.submit_path(up).incident_id)
+    assert {p["stack"]["taken_time"] for p in rep["progress"]} == {"2026-12-07T16:51:12.307388Z"}
+    (n,) = svc.store.query("""SELECT count(*) AS n FROM events e JOIN sources s USING (incident_id, source_id)
+                              WHERE e.incident_id = ? AND starts_with(s.path, 'bundle-a/vm/stacks/')
+                                AND e.ts_utc_ns IS NULL""", [rep["incident"]["id"]])
+    assert n["n"] == 0
+
+
 def test_a_full_dev_shm_is_said_next_to_blocked_workers(tmp_path):
     """The recorded deadlock with a real ``df -B1 /dev/shm`` of a full 64 MiB /dev/shm added (two
     real recordings put together: this tests the telling, it is not an incident)."""
