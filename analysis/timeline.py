@@ -209,12 +209,29 @@ def build_tracks(store, incident_id: str) -> int:
     return len(rows)
 
 
-def tracks(store, incident_id: str) -> list[dict]:
-    """The incident's tracks in order, as the viewer lists them (unknown host and rank as null)."""
+def owners(rep: dict | None) -> dict[int, str]:
+    """pid -> whose process it is, as the report's progress table says: a rank's, or one of its
+    DataLoader workers' (a dump or trace of one process is a file of the host, not of a rank)."""
+    out: dict[int, str] = {}
+    for p in (rep or {}).get("progress") or []:
+        if p.get("pid") is not None:
+            out.setdefault(p["pid"], f"rank {p['rank']}")
+        for w in (p.get("stack") or {}).get("workers") or []:
+            if w.get("pid") is not None:
+                out.setdefault(w["pid"], f"rank {p['rank']}'s worker")
+    return out
+
+
+def tracks(store, incident_id: str, rep: dict | None = None) -> list[dict]:
+    """The incident's tracks in order, as the viewer lists them (unknown host and rank as null).
+    With the incident's report, a host's track of one process's file (a stack dump, a trace) says
+    whose process it is ("py-spy-17730.txt · rank 1")."""
     out = []
+    whose = owners(rep)
     for r in store.query(
             """SELECT t.track_id, t.host, t.rank, t.kind, t.source_id, t.pid, t.tid, t.label, t.category,
-                      t.n, t.spans, t.typed, s.path, s.clock_domain, c.uncertainty_ns, c.offset_ns, c.method
+                      t.n, t.spans, t.typed, s.path, s.pid AS source_pid, s.clock_domain, c.uncertainty_ns,
+                      c.offset_ns, c.method
                FROM tracks t
                -- a thread track's clock is its recording's: that of the first file of its kind on its host
                LEFT JOIN (SELECT kind, COALESCE(host, '') AS host, min(source_id) AS sid FROM sources
@@ -233,6 +250,9 @@ def tracks(store, incident_id: str) -> list[dict]:
             r["path"] = None          # (a thread track reads every file of its recording)
         for k in ("rank", "source_id", "pid", "tid"):
             r[k] = None if r[k] < 0 else r[k]
+        owner = whose.get(r.pop("source_pid"))
+        if owner and r["rank"] is None and r["source_id"] is not None:
+            r["label"] = f"{r['label']} · {owner}"
         r["clock"] = None if domain is None else {"domain": domain, "placed": placed, "method": method,
                                                   "uncertainty_s": None if u is None else u / 1e9}
         out.append(r)

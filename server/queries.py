@@ -146,20 +146,21 @@ class Queries:
             cache[key] = tl.bounds(self.store, incident_id)
         return cache[key]
 
-    def _tracks(self, incident_id: str) -> list[dict]:
-        """The incident's track list, read once per incident and analysis."""
+    def _tracks(self, incident_id: str, rep: dict | None) -> list[dict]:
+        """The incident's track list, read once per incident and analysis (``rep``: its report,
+        which says whose process a host's file of one process is)."""
         cache = self._tracks_cache
         stamp = self.store.query("SELECT analyzed_at FROM incidents WHERE incident_id = ?", [incident_id])
         key = (incident_id, stamp[0]["analyzed_at"] if stamp else None)
         if key not in cache:
             if len(cache) > 16:
                 cache.clear()
-            cat = tl.tracks(self.store, incident_id)
+            cat = tl.tracks(self.store, incident_id, rep)
             if not cat and self.store.query("SELECT 1 AS x FROM events WHERE incident_id = ? AND ts_utc_ns IS NOT NULL "
                                             "LIMIT 1", [incident_id]):
                 # analysed by an aftertrace before tracks existed: make them now, once
                 tl.build_tracks(self.store, incident_id)
-                cat = tl.tracks(self.store, incident_id)
+                cat = tl.tracks(self.store, incident_id, rep)
             cache[key] = cat
         return cache[key]
 
@@ -194,7 +195,7 @@ class Queries:
             raise BadRequest("the window is outside the years 1970 ± 9000")
         if e_ns <= s_ns:
             e_ns = s_ns + 1_000_000_000
-        cat = self._tracks(incident_id)
+        cat = self._tracks(incident_id, rep)
         if tracks is None or tracks == "":
             ids = tl.default_tracks(cat, 400)
         else:

@@ -105,6 +105,10 @@ def test_a_bundle_taken_while_the_job_hung(tmp_path):
                       ("proc_wchan", "16:51:12.456908"), ("df", "16:51:15.497576")}
     labels = {t["label"] for t in timeline.tracks(svc.store, iid)}
     assert {"py-spy-17730.txt", "stack · pid 17730", "wchan · pid 17889", "df-dev-shm.txt"} <= labels
+    # with the report, whose process each is (the launcher's is no rank's)
+    labels = {t["label"] for t in timeline.tracks(svc.store, iid, rep)}
+    assert {"py-spy-17730.txt · rank 1", "stack · pid 17730 · rank 1", "wchan · pid 17889 · rank 1's worker",
+            "py-spy-17880.txt · rank 0's worker", "py-spy-17682.txt", "df-dev-shm.txt"} <= labels
 
 
 def test_a_collected_bundle_beside_other_folders_keeps_its_capture_times(tmp_path):
