@@ -221,7 +221,9 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
     if not has_rows(store, incident_id, "events"):
         return {}
     rows = store.query(
-        """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.tid, e.line, e.text, e.attrs, s.path, s.format
+        """SELECT COALESCE(e.host, s.host, '') AS host, e.pid, e.tid, e.line, e.text, e.attrs, s.path, s.format,
+                  -- (a dump file carries no time: its records' time is the collector's capture, see clocks)
+                  CASE WHEN s.kind = 'stack_dump' THEN e.ts_utc_ns END AS taken_ns
            FROM events e JOIN sources s USING (incident_id, source_id)
            WHERE e.incident_id = ? AND e.category = 'stack' AND e.name = 'thread_stack' AND e.pid IS NOT NULL
            ORDER BY CASE s.format WHEN 'py_spy_dump' THEN 0 WHEN 'py_spy_json' THEN 1 ELSE 2 END, s.path,
@@ -246,7 +248,7 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
         text = "\n".join((r["text"] or "").split("\n")[:2])
         out[key] = Position(host=r["host"], pid=int(r["pid"]), frames=tuple(frames), idle=bool(a.get("idle")),
                             waits_for=waits, where=where, worker=worker,
-                            evidence=Evidence(r["path"], r["line"], text), tool=tool)
+                            evidence=Evidence(r["path"], r["line"], text), tool=tool, taken_ns=r["taken_ns"])
         if tool == "gdb" and call:
             native_calls[key] = call
     for r in store.query(
@@ -280,20 +282,6 @@ def positions(store, incident_id: str) -> dict[tuple[str, int], Position]:
             out[key] = dataclasses.replace(p, syscall=f"the kernel's {r['wchan']}",
                                            syscall_ev=Evidence(r["path"], r["line"], r["text"] or ""),
                                            syscall_tool="/proc wchan")
-    # when each was dumped: the collector's capture of the files under a path (a dump carries no time)
-    taken = [(r["path"], r["ts"], r["host"]) for r in store.query(
-        """SELECT COALESCE(e.host, s.host, '') AS host, e.ts_utc_ns AS ts,
-                  regexp_extract(s.path, '^(.*/)', 1) || json_extract_string(e.attrs, '$.path') AS path
-           FROM events e JOIN sources s USING (incident_id, source_id)
-           WHERE e.incident_id = ? AND e.category = 'collector' AND e.name = 'capture' AND e.ts_utc_ns IS NOT NULL
-             AND COALESCE(json_extract_string(e.attrs, '$.path'), '') <> ''""",
-        [incident_id]) if r["path"]]
-    if taken:
-        for key, p in out.items():
-            at = [ts for path, ts, host in taken if p.evidence.source.startswith(path) and (not host or host == p.host
-                                                                                          or not p.host)]
-            if at:
-                out[key] = dataclasses.replace(p, taken_ns=min(at))
     return out
 
 
