@@ -28,35 +28,11 @@ while tearing the job down is a *stop*, never a cause of the failure.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-
-from .kinds import KILLED, NOT_ORIGINS, PEER_ERROR, SELF_ERROR, STOPPED
+from . import kinds
+from .kinds import KILLED, NOT_ORIGINS, PEER_ERROR, SELF_ERROR, STOPPED, Rule, Scope
 from .lineage import is_launcher_stop
 from .links import Link, LinkKind as K
 from .progress import waits_for_peer
-
-
-class Scope(str, Enum):
-    PROCESS = "process"
-    HOST = "host"
-    JOB = "job"
-    MEMCG = "memcg"
-    RANK = "rank"
-
-
-@dataclass(frozen=True)
-class Rule:
-    cause: str          # a LinkKind value or a role (see ``role``)
-    effect: str
-    scope: Scope
-    prior: float
-    window_s: float
-    why: str
-    min_lead_s: float = 0.0   # the cause must lead by this much (a build-up takes time)
-    lag_s: float = 30.0       # a condition's effect may start this long after the condition ended
-    cause_attr: str | None = None   # an attribute the cause must not have false for this rule to apply
-    needs: str | None = None        # an attribute the cause must have true for this rule to apply
 
 
 def role(l: Link) -> str:
@@ -109,11 +85,6 @@ RULES: tuple[Rule, ...] = (
     _R("memory_growth", "step_slowdown", H, 0.4, 900,
        "allocating and faulting in the growing memory (and reclaim near the limit) slows the steps"),
     _R("memory_pressure", "oom_kill", H, 0.6, 900, "reclaim that cannot keep up ends in an OOM kill"),
-    _R("foreign_memory", "oom_kill", H, 0.9, 900,
-       "processes outside the job took the memory, and the OOM killer then chose a process of the job"),
-    _R("foreign_memory", "memory_pressure", H, 0.6, 900, "the host ran short of memory"),
-    _R("foreign_memory", "memory_growth", H, 0.6, 900,
-       "the memory a parent cgroup gained went to processes outside the job's snapshots"),
     _R("step_slowdown", "memory_growth", H, 0.5, 900, "slow steps let queued batches and buffers pile up",
        min_lead_s=5.0),
     _R("step_slowdown", "oom_kill", H, 0.4, 900,
@@ -225,10 +196,27 @@ RULES: tuple[Rule, ...] = (
     _R("nccl_init_failure", "job_failure", J, 0.8, 600, "the communicator could not be created"),
 )
 
-# What can never be an origin: a launcher's stop, the failure report itself (unless nothing
-# else is there), clock findings.
-NEVER_ORIGIN = frozenset({STOPPED}) | NOT_ORIGINS
+_BY_EFFECT: dict = {}
 
-BY_EFFECT: dict[str, list[Rule]] = {}
-for _rule in RULES:
-    BY_EFFECT.setdefault(_rule.effect, []).append(_rule)
+
+def rules() -> tuple[Rule, ...]:
+    """Every rule: :data:`RULES`, then those the declared kinds bring (:attr:`.kinds.FindingKind.rules`)."""
+    return RULES + tuple(r for k in kinds.catalogue() for r in k.rules)
+
+
+def by_effect() -> dict[str, list[Rule]]:
+    """:func:`rules` by their effect (kept while the catalogue does not grow)."""
+    n = len(kinds.catalogue())
+    if _BY_EFFECT.get("n") != n:
+        got: dict[str, list[Rule]] = {}
+        for r in rules():
+            got.setdefault(r.effect, []).append(r)
+        _BY_EFFECT.update(n=n, rules=got)
+    return _BY_EFFECT["rules"]
+
+
+def never_origin() -> frozenset[str]:
+    """What can never be an origin: a launcher's stop, the failure report itself (unless nothing
+    else is there), clock findings."""
+    kinds.gather()
+    return frozenset({STOPPED}) | NOT_ORIGINS

@@ -63,7 +63,7 @@ import math
 from dataclasses import dataclass
 
 from . import attribution, lineage
-from .chain_rules import BY_EFFECT, NEVER_ORIGIN, Rule, Scope, role
+from .chain_rules import Rule, Scope, by_effect, never_origin, role
 from .kinds import CONDITIONS, LINEAGE
 from aftertrace.ingest.timeparse import fmt_utc
 
@@ -260,10 +260,11 @@ def build_graph(nodes: list[Link], ctx: Context) -> dict[int, list[Edge]]:
         starts[r] = [l.timing_ns()[0] for l in ls]
         widest[r] = max(l.timing_ns()[1] - l.timing_ns()[0] for l in ls)
     incoming: dict[int, list[Edge]] = {}
+    rules_to = by_effect()
     for e in nodes:
         ew = e.timing_ns()
         best: dict[int, Edge] = {}
-        for rule in BY_EFFECT.get(role(e), ()):
+        for rule in rules_to.get(role(e), ()):
             cands = by_role.get(rule.cause)
             if not cands:
                 continue
@@ -341,8 +342,10 @@ def find_chains(links: list[Link], failure: Link | None, pids: dict[int, int] | 
                 anc[id(ed.cause)] = ed.cause
                 todo.append(ed.cause)
 
+    never = never_origin()
+
     def weight(f: Link) -> float:
-        if role(f) in NEVER_ORIGIN and f is not failure:
+        if role(f) in never and f is not failure:
             return 0.0
         return 1.0 if f.timing_ns()[0] <= fw[1] else AFTER_FAILURE_W
 
@@ -353,9 +356,9 @@ def find_chains(links: list[Link], failure: Link | None, pids: dict[int, int] | 
     log_p0 = math.log(P0)
     scored = []
     for o in anc.values():
-        if role(o) in NEVER_ORIGIN or (id(o) in aftermath and o is not failure):
+        if role(o) in never or (id(o) in aftermath and o is not failure):
             continue
-        if o is failure and len(anc) > 1 and any(id(x) not in aftermath and role(x) not in NEVER_ORIGIN
+        if o is failure and len(anc) > 1 and any(id(x) not in aftermath and role(x) not in never
                                                  for x in anc.values() if x is not failure):
             continue
         tree = _tree(o, outgoing)
@@ -426,8 +429,9 @@ def _chain(o: Link, failure: Link, tree: dict, path_edges: list[Edge], nodes: li
     cons = [tree[i] for i in tree if i not in on and i in byid and tree[i] is not None]
     cons.sort(key=lambda ed: (ed.effect.ts_ns, -ed.strength))
     fw = failure.timing_ns()
+    never = never_origin()
     unexplained = tuple(sorted((l for l in nodes if id(l) not in tree and l.timing_ns()[0] <= fw[1]
-                                and role(l) not in NEVER_ORIGIN and l.kind != LinkKind.JOB_FAILURE),
+                                and role(l) not in never and l.kind != LinkKind.JOB_FAILURE),
                                key=lambda l: l.ts_ns))
     return Chain(links, tuple(path_edges), score, tuple(cons), unexplained)
 

@@ -1,30 +1,40 @@
-"""The finding kinds: each declared once, here, with everything the analysis knows of it.
+"""The finding kinds: each declared once, with everything the analysis knows of it.
 
 A :class:`FindingKind` is the kind's value (what ``events.kind`` and the report's ``kind`` hold,
-and the name of its :class:`~aftertrace.analysis.links.LinkKind` member, upper-cased), what it
-means, whether it is a *condition* (it lasts: it has a start and an end, and can cause what
-starts while it lasts, see :mod:`.chain_rules`), whether it may be a chain's origin, and its
-*phrase*: the few words the report tells it in (:func:`aftertrace.analysis.narrative.phrase`).
+and the name of its :class:`LinkKind` member, upper-cased), what it means, whether it is a
+*condition* (it lasts: it has a start and an end, and can cause what starts while it lasts, see
+:mod:`.chain_rules`), whether it may be a chain's origin, its *phrase*: the few words the report
+tells it in (:func:`aftertrace.analysis.narrative.phrase`), and the chain rules it brings (the
+relations between it and other kinds or roles, beyond :data:`.chain_rules.RULES`).
 
 Roles refine a kind where the data tells more (:func:`aftertrace.analysis.chain_rules.role`): a
 Python exception that names a lost peer is a *peer error*, a signal the launcher sent while
 tearing the job down is a *stop*. A phrase is given the finding's role with the finding.
 
-What names a kind elsewhere: the chain rules (:data:`.chain_rules.RULES`, the relations between
-two kinds or roles), and the producers that make it, each declaring what it makes: a parser its
-``emits`` (the kinds its events carry), a detector (a module of :mod:`.detectors`) and each of the
-analysis's own producers (:data:`PRODUCER_MODULES`) its ``EMITS``. :func:`producers` gathers them
-all; ``tests/analysis/test_kinds.py`` holds the rules and the producers to this catalogue (a rule
-that waits for a kind nobody makes fails it, and so does a module that makes a kind it does not
+The catalogue is open: :data:`KINDS` here holds the kinds several modules make or reason about
+(the parsers' kinds, the chain's own), and a module that alone makes a kind declares it itself,
+rules and all, with :func:`declare` (a detector's ``FOREIGN = declare(FindingKind(...))``, see
+``detectors/foreign_memory.py``). :class:`LinkKind` is the catalogue's members: ``LinkKind.X``
+and ``LinkKind("x")`` find a kind wherever it was declared, and iterating ``LinkKind`` first
+imports every producer module (:func:`gather`), so that a kind declared in one is never missed.
+
+What names a kind elsewhere: the chain rules (:func:`.chain_rules.rules`), and the producers that
+make it, each declaring what it makes: a parser its ``emits`` (the kinds its events carry), a
+detector (a module of :mod:`.detectors`) and each of the analysis's own producers
+(:data:`PRODUCER_MODULES`) its ``EMITS``. :func:`producers` gathers them all;
+``tests/analysis/test_kinds.py`` holds the rules and the producers to this catalogue (a rule that
+waits for a kind nobody makes fails it, and so does a module that makes a kind it does not
 declare).
 
-Adding a kind: one :class:`FindingKind` in :data:`KINDS` (its phrase included), the producer that
-makes it (a new detector is a new module of :mod:`.detectors`), and the rules that name it.
+Adding a kind a new detector makes: one module of :mod:`.detectors` with its
+:class:`FindingKind` (phrase and rules included), ``EMITS`` and ``detect``, and its test.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from enum import Enum
+from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
     from .links import Link
@@ -38,6 +48,30 @@ LINEAGE = "lineage"              # the process-lineage edge (analysis/lineage.py
 ROLES = frozenset({PEER_ERROR, SELF_ERROR, KILLED, STOPPED, LINEAGE})
 
 
+class Scope(str, Enum):
+    """Between which findings a rule holds (see :mod:`.chain_rules`)."""
+    PROCESS = "process"
+    HOST = "host"
+    JOB = "job"
+    MEMCG = "memcg"
+    RANK = "rank"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A finding of kind (or role) ``cause`` can lead to one of kind ``effect`` (see :mod:`.chain_rules`)."""
+    cause: str          # a LinkKind value or a role (see ``chain_rules.role``)
+    effect: str
+    scope: Scope
+    prior: float
+    window_s: float
+    why: str
+    min_lead_s: float = 0.0   # the cause must lead by this much (a build-up takes time)
+    lag_s: float = 30.0       # a condition's effect may start this long after the condition ended
+    cause_attr: str | None = None   # an attribute the cause must not have false for this rule to apply
+    needs: str | None = None        # an attribute the cause must have true for this rule to apply
+
+
 @dataclass(frozen=True)
 class FindingKind:
     value: str
@@ -45,6 +79,121 @@ class FindingKind:
     phrase: Callable[["Link", str], str]        # (finding, its role) -> the report's few words (no time)
     condition: bool = False                     # it lasts (a start and an end): see chain_rules
     origin: bool = True                         # it may be a chain's origin (a clock's disagreement never is)
+    rules: tuple[Rule, ...] = ()                # the chain rules it brings (each names it as cause or effect)
+
+
+# -- the catalogue's members --------------------------------------------------------------------
+_MEMBERS: dict[str, "LinkKind"] = {}            # value -> member, in the order declared
+BY_VALUE: dict[str, FindingKind] = {}           # value -> its declaration
+CONDITIONS: set[str] = set()                    # the values of the kinds that last
+NOT_ORIGINS: set[str] = set()                   # the values of the kinds never a chain's origin
+
+
+class _Catalogue(type):
+    """What ``LinkKind`` answers as a class: its members by name, by value, in order."""
+
+    def __iter__(cls) -> Iterator["LinkKind"]:
+        gather()
+        return iter(tuple(_MEMBERS.values()))
+
+    def __len__(cls) -> int:
+        gather()
+        return len(_MEMBERS)
+
+    def __getitem__(cls, name: str) -> "LinkKind":
+        m = _member(name.lower()) if name.isupper() else None
+        if m is None:
+            raise KeyError(name)
+        return m
+
+    def __getattr__(cls, name: str) -> "LinkKind":
+        # (only a member not declared yet gets here: a declared one is a class attribute)
+        m = _member(name.lower()) if name.isupper() else None
+        if m is None:
+            raise AttributeError(f"no finding kind {name.lower()!r} is declared (kinds.declare)")
+        return m
+
+    def __call__(cls, value) -> "LinkKind":
+        if type(value) is cls:
+            return value
+        m = _member(value) if isinstance(value, str) else None
+        if m is None:
+            raise ValueError(f"{value!r} is not a declared finding kind")
+        return m
+
+
+class LinkKind(str, metaclass=_Catalogue):
+    """A finding kind as the findings carry it: its value, a string (``LinkKind.OOM_KILL ==
+    "oom_kill"``), one object per declared kind."""
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+    @property
+    def name(self) -> str:
+        return self.value.upper()
+
+    def __repr__(self) -> str:
+        return f"<LinkKind.{self.name}: {self.value!r}>"
+
+    def __reduce__(self):
+        return LinkKind, (self.value,)
+
+
+def _member(value: str) -> "LinkKind | None":
+    m = _MEMBERS.get(value)
+    if m is None:
+        gather()
+        m = _MEMBERS.get(value)
+    return m
+
+
+def declare(kind: FindingKind) -> LinkKind:
+    """Add ``kind`` to the catalogue and give its member (``LinkKind.<VALUE>`` from now on)."""
+    if kind.value in _MEMBERS:
+        raise ValueError(f"the finding kind {kind.value!r} is declared twice")
+    if kind.value in ROLES or not kind.value.isidentifier() or kind.value != kind.value.lower():
+        raise ValueError(f"{kind.value!r} cannot be a finding kind's value (lower-case, not a role's name)")
+    if not kind.about or kind.about != kind.about.strip():
+        raise ValueError(f"{kind.value!r}: say what it means in 'about'")
+    for r in kind.rules:
+        if kind.value not in (r.cause, r.effect):
+            raise ValueError(f"{kind.value!r} brings a rule that does not name it: {r}")
+    m = str.__new__(LinkKind, kind.value)
+    _MEMBERS[kind.value] = m
+    BY_VALUE[kind.value] = kind
+    type.__setattr__(LinkKind, kind.value.upper(), m)
+    if kind.condition:
+        CONDITIONS.add(kind.value)
+    if not kind.origin:
+        NOT_ORIGINS.add(kind.value)
+    return m
+
+
+def catalogue() -> tuple[FindingKind, ...]:
+    """Every declared kind, those of :data:`KINDS` first."""
+    gather()
+    return tuple(BY_VALUE.values())
+
+
+_GATHER = {"done": False, "running": False}
+
+
+def gather() -> None:
+    """Import every module that makes findings (the detectors, :data:`PRODUCER_MODULES`), so that
+    the kinds they declare are in the catalogue. Once; a call made while it runs returns."""
+    if _GATHER["done"] or _GATHER["running"]:
+        return
+    _GATHER["running"] = True
+    try:
+        importlib.import_module(f"{__package__}.detectors")
+        for m in PRODUCER_MODULES:
+            importlib.import_module(f"{__package__}.{m}")
+        _GATHER["done"] = True
+    finally:
+        _GATHER["running"] = False
 
 
 # -- the words the phrases share --------------------------------------------------------------
@@ -255,15 +404,10 @@ KINDS: tuple[FindingKind, ...] = (
     _K("dataloader_worker_killed", "a DataLoader worker died", _worker_killed),
     _K("cpu_contention", "processes outside the job took the CPUs a rank needed",
        lambda l, r: f"{l.attr('hog') or 'another process'} taking the CPU {who(l)} needed", condition=True),
-    _K("foreign_memory", "host memory was taken by processes outside the job",
-       lambda l, r: f"memory on {l.host or 'the host'} taken by processes outside the job's cgroups", condition=True),
     _K("rendezvous_failure", "ranks or nodes could not connect to form the job", _rendezvous),
 )
-BY_VALUE: dict[str, FindingKind] = {k.value: k for k in KINDS}
-assert len(BY_VALUE) == len(KINDS), "a finding kind is declared twice"
-assert not ROLES & set(BY_VALUE), "a role has a kind's name"
-CONDITIONS = frozenset(k.value for k in KINDS if k.condition)
-NOT_ORIGINS = frozenset(k.value for k in KINDS if not k.origin)
+for _kind in KINDS:
+    declare(_kind)
 
 # The modules of the analysis that make findings of their own (beyond the parsers' and the
 # detectors'), each with its ``EMITS``.
@@ -274,8 +418,6 @@ def producers() -> dict[str, frozenset[str]]:
     """Every producer of findings and the kinds it makes, by name: the parsers (``parser
     app_log``), the detectors (``detector cpu_throttle``) and :data:`PRODUCER_MODULES`
     (``analysis findings``)."""
-    import importlib
-
     from aftertrace.ingest.registry import default_registry
 
     from .detectors import DETECTORS

@@ -6,13 +6,9 @@ from enum import Enum
 
 from aftertrace.ingest.timeparse import fmt_utc
 
-from .kinds import KINDS
-
-
-# The kinds of finding, one member per :data:`.kinds.KINDS` entry (its value, upper-cased): the
-# catalogue declares each kind once, with its phrase and whether it lasts.
-LinkKind = Enum("LinkKind", [(k.value.upper(), k.value) for k in KINDS], type=str, module=__name__,
-                qualname="LinkKind")
+# The kinds of finding: the catalogue's members (each declared once, with its phrase, whether it
+# lasts and its rules; see :mod:`.kinds`).
+from .kinds import LinkKind  # noqa: F401
 
 
 # A time known only as "after this line" (no later timestamped line in the file): how late it may be.

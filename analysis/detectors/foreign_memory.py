@@ -13,12 +13,23 @@ Stamped at the first rising snapshot (the growth began within the interval that 
 """
 from __future__ import annotations
 
-from aftertrace.analysis.links import Link, LinkKind, Provenance
+from aftertrace.analysis.kinds import FindingKind, Rule, Scope, declare
+from aftertrace.analysis.links import Link, Provenance
 
 from ._series import by_entity, episodes, evidence, fmt_bytes, hms, load, onset_window, threshold
 
-# the finding kinds it makes (the catalogue: analysis/kinds.py)
-EMITS = frozenset({LinkKind.FOREIGN_MEMORY})
+# The kind it makes, declared here with all the analysis knows of it: only this module makes it.
+FOREIGN_MEMORY = declare(FindingKind(
+    "foreign_memory", "host memory was taken by processes outside the job",
+    lambda l, r: f"memory on {l.host or 'the host'} taken by processes outside the job's cgroups", condition=True,
+    rules=(
+        Rule("foreign_memory", "oom_kill", Scope.HOST, 0.9, 900,
+             "processes outside the job took the memory, and the OOM killer then chose a process of the job"),
+        Rule("foreign_memory", "memory_pressure", Scope.HOST, 0.6, 900, "the host ran short of memory"),
+        Rule("foreign_memory", "memory_growth", Scope.HOST, 0.6, 900,
+             "the memory a parent cgroup gained went to processes outside the job's snapshots"),
+    )))
+EMITS = frozenset({FOREIGN_MEMORY})
 
 K, ABS_MIN = 4.0, 16 * 1024 * 1024
 MIN_GAIN = 1024 * 1024 * 1024
@@ -79,7 +90,7 @@ def detect(store, incident_id: str, zone: str | None) -> list[Link]:
                     f"from {hms(utc[i0 + 1])} while the snapshotted cgroups grew by {fmt_bytes(watched)}: "
                     f"processes outside them took it")
             wanted = [(ts[i0], "host", "meminfo.MemAvailable_bytes"), (ts[i1], "host", "meminfo.MemAvailable_bytes")]
-            out.append(Link(kind=LinkKind.FOREIGN_MEMORY, ts_ns=utc[i0 + 1], summary=text, source=av.source,
+            out.append(Link(kind=FOREIGN_MEMORY, ts_ns=utc[i0 + 1], summary=text, source=av.source,
                             host=host, evidence=evidence(av, wanted, zone), provenance=Provenance.INFERRED,
                             confidence=0.8, uncertainty_ns=av.uncertainty_ns, entity="host",
                             attrs=onset_window(av, i0 + 1) + (("until_ns", utc[i1]), ("gain_bytes", host_gain),
