@@ -184,20 +184,36 @@ def typed_events(store, incident_id: str, skip: tuple[str, ...] = ("oom_kill",))
 def local_ranks(links: list[Link]) -> list[Link]:
     """Give a rank to findings that only know their launcher stream's local rank (torchrun's
     ``[default1]:`` before the process printed its global rank): the launcher's failure table in
-    the same file says which rank each local rank was (``rank: 1 (local_rank: 1)``, with its pid)."""
+    the same file says which rank each local rank was (``rank: 1 (local_rank: 1)``, with its pid).
+    A worker's own error file (``error.json``) is the one that table names as that failure's
+    ``error_file``: it takes that rank and pid."""
     said: dict[tuple[str, int], tuple[int, int | None]] = {}
+    owner: dict[tuple[str, ...], tuple[int, int | None]] = {}
     for l in links:
         lr = l.attr("local_rank")
         if l.rank is not None and isinstance(lr, int):
             said.setdefault((l.source, lr), (l.rank, l.pid))
-    if not said:
+        ef = l.attr("error_file")
+        if l.rank is not None and isinstance(ef, str):
+            owner.setdefault(_run_tail(ef), (l.rank, l.pid))
+    if not said and not owner:
         return links
     out = []
     for l in links:
         lr = l.attr("local_rank")
         hit = said.get((l.source, lr)) if l.rank is None and isinstance(lr, int) else None
+        if l.attr("source_form") == "error_file" and (l.rank is None or l.pid is None):
+            by_file = owner.get(_run_tail(l.source))
+            if by_file is not None and l.rank in (None, by_file[0]):
+                hit = by_file
         out.append(l if hit is None else dataclasses.replace(l, rank=hit[0], pid=l.pid if l.pid is not None else hit[1]))
     return out
+
+
+def _run_tail(path: str) -> tuple[str, ...]:
+    """What names one worker's file of one run whichever machine's path it is given as: torchrun's
+    ``<run id>/attempt_<n>/<local rank>/<file>`` (the run id is random per job)."""
+    return tuple(path.replace("\\", "/").rsplit("/", 4)[-4:])
 
 
 def _scalar_attrs(attrs: dict) -> tuple[tuple[str, object], ...]:
@@ -228,7 +244,9 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
     better time than the other (a timestamped neighbour line vs. "somewhere after line N").
 
     Copies are the same kind, host, rank and summary with overlapping time windows
-    (:meth:`Link.timing_ns`). The merged finding keeps every copy's evidence, the pid where a
+    (:meth:`Link.timing_ns`); a summary that opens with its rank (``rank 1: RuntimeError: ...``,
+    as a line that said ``[rank1]:`` gives it) is the same as one that does not (a worker's own
+    error file, whose rank comes from its folder). The merged finding keeps every copy's evidence, the pid where a
     copy knew it, and the time of the copy with the narrowest window; when the windows overlap
     only in part, the time becomes the middle of their intersection.
     """
@@ -239,13 +257,13 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
     groups: dict[tuple, _Kept] = {}
     sizes: dict[tuple, int] = {}
     for l in links:
-        k = (l.kind, l.host, l.rank, l.summary)
+        k = _copy_key(l)
         sizes[k] = sizes.get(k, 0) + 1
     for l in links:
         if l.kind == LinkKind.OOM_KILL:     # (each kill report is its own finding: oom_kills merged them)
             out.append(l)
             continue
-        k = (l.kind, l.host, l.rank, l.summary)
+        k = _copy_key(l)
         g = groups.get(k)
         if g is None:
             g = groups[k] = _Kept(sizes[k])
@@ -268,6 +286,14 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
     for slot, ev in merged_ev.items():
         out[slot] = dataclasses.replace(out[slot], evidence=ev.result())
     return out
+
+
+def _copy_key(l: Link) -> tuple:
+    """What copies of one finding share (see :func:`merge_duplicates`)."""
+    said = l.summary
+    if l.rank is not None and said.startswith("rank ") and said.startswith(f"rank {l.rank}: "):
+        said = said[len(f"rank {l.rank}: "):]
+    return l.kind, l.host, l.rank, said
 
 
 class _Evidence:

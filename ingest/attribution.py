@@ -14,7 +14,11 @@ Evidence, strongest first:
    ``vm/dmesg.txt`` is from ``vm``); a bundle whose host-info files sit at the
    root is a single-host bundle, and so is one in which every host named
    anywhere is the one host its host-info files name. A top-level folder whose
-   name equals a host named anywhere in the contents is that host's folder.
+   name equals a host named anywhere in the contents is that host's folder;
+5. a torchrun worker's folder (``<log_dir>/<run>/attempt_<n>/<local rank>/``: one process's
+   ``stdout.log``, ``stderr.log`` and ``error.json``): a file in it with no rank of its own takes
+   the rank its siblings state, where they agree (``rank_from`` = ``worker folder``). The folder's
+   name is the *local* rank: on more than one node it is not the rank.
 
 What stays unknown is left null and shown as such; it is never guessed.
 """
@@ -29,6 +33,7 @@ HOSTISH = re.compile(
     re.IGNORECASE)
 SOSREPORT = re.compile(r"^sosreport-([A-Za-z0-9][A-Za-z0-9.]*?)(?:-[^/]*)?$")
 RANK = re.compile(r"(?<!local)(?:^|[^a-z])rank[-_=]?(\d{1,6})(?!\d)", re.IGNORECASE)
+WORKER_DIR = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/[^/]+$")     # (groups: the attempt, the local rank)
 
 
 def host_from_path(rel: str) -> str | None:
@@ -97,6 +102,17 @@ def resolve(sources: list[Attributable], manifest_hosts: dict[str, list[str]] | 
                 notes.append(f"{s.path}: the file name says rank {pr}, its contents say rank {s.content_rank}")
         elif pr is not None:
             s.rank, s.rank_from = pr, "path"
+
+    # One torchrun worker's folder is one process.
+    stated: dict[str, set[int]] = {}
+    for s in sources:
+        if s.rank is not None and WORKER_DIR.search(s.path):
+            stated.setdefault(s.path.rsplit("/", 1)[0], set()).add(s.rank)
+    for s in sources:
+        if s.rank is None and WORKER_DIR.search(s.path):
+            ranks = stated.get(s.path.rsplit("/", 1)[0], set())
+            if len(ranks) == 1:
+                s.rank, s.rank_from = next(iter(ranks)), "worker folder"
 
     # Folder inheritance from host-info files.
     named_hosts = {s.content_host for s in sources if s.content_host}

@@ -354,3 +354,36 @@ def test_an_archive_gives_the_report_of_its_folder_evidence_lines_and_all(tmp_pa
     assert keep(from_tgz) == keep(from_dir)
     assert [len(l["evidence"]) for l in from_tgz["chains"][0]["links"]][:2] == [10, 4]
     assert sorted(p.name for p in settings.incident_dir(iid).iterdir()) == ["report.json"]
+
+
+def test_a_workers_error_file_and_its_logs_give_one_finding(settings):
+    # the recorded incident as it was gathered: the launcher's log and torchrun's worker folders,
+    # each a stderr.log and an error.json (tests/data/torchelastic_error/PROVENANCE.md)
+    svc = Service(settings)
+    rep = svc.analyze(svc.submit_path(ROOT / "sample_traces" / "logs-exception").incident_id)
+    origin = rep["chains"][0]["links"][0]
+    assert (origin["kind"], origin["rank"], origin["pid"]) == ("python_exception", 1, 32259)
+    said = {e["source"].rsplit("/", 2)[-2] + "/" + e["source"].rsplit("/", 1)[-1] for e in origin["evidence"]}
+    assert {"1/error.json", "1/stderr.log"} <= said
+    files = {s["path"].rsplit("/", 2)[-2] + "/" + s["path"].rsplit("/", 1)[-1]: (s["kind"], s["rank"], s["rank_from"])
+             for s in rep["sources"] if s["path"].endswith("error.json")}
+    assert files == {"0/error.json": ("torchelastic_error", 0, "worker folder"),
+                     "1/error.json": ("torchelastic_error", 1, "worker folder")}
+
+
+def test_an_error_file_alone_is_given_the_rank_and_pid_the_launchers_table_names_it_for(tmp_path, settings):
+    # the launcher's log and one worker's error.json, no worker log: torchrun's failure table
+    # names the file (error_file: .../<run>/attempt_0/1/error.json) under rank 1, pid 32259
+    src = ROOT / "sample_traces" / "logs-exception" / "vm" / "logs"
+    b = tmp_path / "b"
+    (b / "logs").mkdir(parents=True)
+    (b / "logs" / "torchrun.log").write_bytes((src / "torchrun.log").read_bytes())
+    (ef,) = src.glob("torchrun_log_dir/*/attempt_0/1/error.json")
+    dest = b / "logs" / ef.relative_to(src)
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(ef.read_bytes())
+    svc = Service(settings)
+    rep = svc.analyze(svc.submit_path(b).incident_id)
+    (f,) = [f for f in rep["anomalies"] if f["kind"] == "python_exception" and f["rank"] == 1]
+    assert (f["pid"], {e["source"].rsplit("/", 1)[-1] for e in f["evidence"]}) == (32259, {"error.json", "torchrun.log"})
+    assert [s["rank"] for s in rep["sources"] if s["path"].endswith("error.json")] == [None]
