@@ -71,16 +71,6 @@ class _DelayedProgress:
             self.bar.stop()
 
 
-def _fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
-
-
 MAX_SOURCE_ROWS = 60     # more rows than this (after grouping alike files): one row per kind and status
 MAX_FINDINGS = 40        # findings listed in the terminal (in time order; the chains follow them)
 

@@ -298,13 +298,6 @@ class Ring:
         except OSError:
             pass
 
-    def read_state(self, name: str) -> bytes | None:
-        try:
-            with open(os.path.join(self.root, "state", name), "rb") as f:
-                return f.read()
-        except OSError:
-            return None
-
     def total_bytes(self) -> int:
         n = 0
         for s in self.streams.values():
