@@ -18,7 +18,8 @@ Rows: one ``events`` row, the exception, read as the log engine reads a tracebac
 (:func:`.logs.blocks.block_rows`: the same exception types and messages give the same kinds:
 ``python_exception``, ``disk_full``, ``collective_timeout`` from a gloo timeout, ...), at
 ``timestamp`` (whole seconds: ``ts_resolution_ns`` says the exception came within that second),
-with its last frame. The rank is not in the file: the folder it sits in is the worker's local
+with its last frame; its message is the exception's first line, as a log's traceback gives it (a
+longer message is kept whole in ``message``). The rank is not in the file: the folder it sits in is the worker's local
 rank (``local_rank`` in the attrs), and :mod:`ingest.attribution` gives the file the rank its
 sibling logs state.
 
@@ -107,9 +108,11 @@ class TorchelasticErrorParser(Parser):
         elif stamp is not None:
             sink.issue("bad_field", f"timestamp {str(stamp)[:40]!r} is not seconds since the epoch", 1, None)
         said = m["message"].strip()
+        # (a log's traceback gives the exception's first line: the same words here, so that the
+        # two copies of one exception are one finding; the whole message is kept beside them)
         first = said.splitlines()[0] if said else ""
         e = EXC.match(first)
-        exc, exc_msg = (e["exc"], said[len(e["exc"]) + 1:].strip()) if e else (None, said)
+        exc, exc_msg = (e["exc"], first[len(e["exc"]) + 1:].strip()) if e else (None, first)
         frames = _frames(callstack)
         worker = WORKER_DIR.search(ctx.rel)
         block = {"type": "traceback", "exc": exc, "exc_msg": exc_msg, "nframes": len(frames),
@@ -119,6 +122,8 @@ class TorchelasticErrorParser(Parser):
         row.pop("stream", None)
         attrs = row["attrs"]
         attrs["source_form"] = "error_file"
+        if said != first:
+            attrs["message"] = said[:4000]
         if worker:
             attrs.update(attempt=int(worker.group(1)), local_rank=int(worker.group(2)))
         code = m.get("errorCode")

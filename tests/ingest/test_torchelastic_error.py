@@ -78,12 +78,16 @@ def test_the_launchers_copy_and_the_message_only_form(tmp_path):
     # the form whose message is a string: no traceback, no time
     q = tmp_path / "w" / "attempt_2" / "3" / "error.json"
     q.parent.mkdir(parents=True)
-    q.write_text(json.dumps({"message": "RuntimeError: CUDA error: an illegal memory access was encountered"}))
+    said = ("RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+            "asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n")
+    q.write_text(json.dumps({"message": said}))
     r, t = parse(tmp_path / "q", q, "vm/w/attempt_2/3/error.json")
     (ev,) = t["events"]
     a = json.loads(ev["attrs"])
+    # (the exception's first line, as a log's traceback gives it; the whole message beside it)
     assert (r.format, ev["ts_raw_ns"], a["exc_type"], a["exc_msg"], a["local_rank"], a["attempt"], a["frames"]) == \
         ("torchelastic_error", None, "RuntimeError", "CUDA error: an illegal memory access was encountered", 3, 2, 0)
+    assert a["message"] == said.strip()
 
 
 def test_a_bad_timestamp_is_said_and_the_exception_kept(tmp_path):
