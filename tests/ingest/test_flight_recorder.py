@@ -4,28 +4,21 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from aftertrace.ingest.formats.flight_recorder import FlightRecorderJsonParser, rank_of
-from aftertrace.ingest.parse import ParseJob, parse_file
 from aftertrace.ingest.reader import Head
 from aftertrace.ingest.registry import default_registry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parsed import parse_tables  # noqa: E402
 
 FR = Path(__file__).resolve().parents[1] / "data" / "flight_recorder"
 
 
 def parse(tmp_path, path: Path, rel: str | None = None):
-    out = tmp_path / "out"
-    r = parse_file(ParseJob(str(path), rel or f"vm/fr/{path.name}", str(out)), default_registry())
-    tables = {}
-    for t in ("collectives", "events", "parse_issues"):
-        rows = []
-        for f in sorted(out.rglob(f"{t}*.parquet")):
-            rows += pq.read_table(f).to_pylist()
-        tables[t] = rows
-    return r, tables
+    return parse_tables(tmp_path, path, rel or f"vm/fr/{path.name}", ("collectives", "events", "parse_issues"))
 
 
 def test_the_rank_that_waited(tmp_path):

@@ -4,17 +4,17 @@ worker folder's local rank, and the rank the folder's sibling logs state."""
 from __future__ import annotations
 
 import json
-import shutil
+import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from aftertrace.ingest.attribution import Attributable, resolve
 from aftertrace.ingest.formats.torchelastic_error import TorchelasticErrorParser
-from aftertrace.ingest.parse import ParseJob, parse_file
 from aftertrace.ingest.reader import Head
-from aftertrace.ingest.registry import default_registry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parsed import parse_tables  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TE = DATA / "torchelastic_error"
@@ -22,15 +22,7 @@ WORKER = "vm/logs/torchrun_log_dir/2b9c4a11_m5wnj9zt/attempt_0/{}/error.json"
 
 
 def parse(tmp_path, path: Path, rel: str):
-    out = tmp_path / "out"
-    r = parse_file(ParseJob(str(path), rel, str(out)), default_registry())
-    tables = {}
-    for t in ("events", "parse_issues"):
-        rows = []
-        for f in sorted(out.rglob(f"{t}*.parquet")):
-            rows += pq.read_table(f).to_pylist()
-        tables[t] = rows
-    return r, tables
+    return parse_tables(tmp_path, path, rel, ("events", "parse_issues"))
 
 
 def test_the_root_cause_workers_exception(tmp_path):
