@@ -213,7 +213,7 @@ def local_ranks(links: list[Link]) -> list[Link]:
 def _run_tail(path: str) -> tuple[str, ...]:
     """What names one worker's file of one run whichever machine's path it is given as: torchrun's
     ``<run id>/attempt_<n>/<local rank>/<file>`` (the run id is random per job)."""
-    return tuple(path.replace("\\", "/").rsplit("/", 4)[-4:])
+    return tuple(path.rsplit("/", 4)[-4:])
 
 
 def _scalar_attrs(attrs: dict) -> tuple[tuple[str, object], ...]:
@@ -290,9 +290,7 @@ def merge_duplicates(links: list[Link]) -> list[Link]:
 
 def _copy_key(l: Link) -> tuple:
     """What copies of one finding share (see :func:`merge_duplicates`)."""
-    said = l.summary
-    if l.rank is not None and said.startswith("rank ") and said.startswith(f"rank {l.rank}: "):
-        said = said[len(f"rank {l.rank}: "):]
+    said = l.summary if l.rank is None else l.summary.removeprefix(f"rank {l.rank}: ")
     return l.kind, l.host, l.rank, said
 
 
