@@ -12,7 +12,9 @@ each worker at ``<log_dir>/<run id>/attempt_<n>/<local rank>/error.json``, besid
 
 The launcher copies the root-cause worker's file to its own error file with the worker's exit code
 added (``"errorCode": 1``); a file whose ``message`` is a string (the newer form the launcher also
-accepts) has no traceback and no time.
+accepts) has no traceback and no time. A file cut off while it was written (a full disk, a kill)
+is said as ``bad_json``, and the message it opens with is still the event (``cut_off`` in the
+attrs; what came after it, the traceback and the time, is lost).
 
 Rows: one ``events`` row, the exception, read as the log engine reads a traceback in a log
 (:func:`.logs.blocks.block_rows`: the same exception types and messages give the same kinds:
@@ -56,6 +58,25 @@ def _message(doc) -> dict | None:
     return None
 
 
+# what an error file opens with: the message, as a string or as the object form (group 1)
+OPENING = re.compile(r'\s*\{\s*"message"\s*:\s*(\{\s*"message"\s*:\s*)?"')
+
+
+def _cut_off(ctx: ParseContext) -> dict | None:
+    """The message of a file cut off after it (the writer stopped mid-file: a full disk, a kill):
+    the JSON string the file opens with, as the object form's message, and the rest left."""
+    with ctx.open() as f:
+        t = f.read(1 << 20).decode("utf-8", "replace")
+    start = OPENING.match(t)
+    if start is None:
+        return None
+    try:
+        said, _ = json.JSONDecoder().raw_decode(t, start.end() - 1)
+    except json.JSONDecodeError:
+        return None
+    return {"message": {"message": said, "cut_off": True}}
+
+
 def _frames(callstack: str) -> list[tuple[str, int, str]]:
     out = []
     for ln in callstack.splitlines():
@@ -77,24 +98,29 @@ class TorchelasticErrorParser(Parser):
 
     @classmethod
     def detect(cls, head: Head) -> bool:
-        t = head.text.lstrip()
-        if not t.startswith("{") or '"message"' not in t[:4000]:
+        t = head.text
+        start = OPENING.match(t)
+        if start is None:
             return False
         if head.complete:
             try:
-                # (the form with a string message has nothing else: only where torchrun puts it)
-                return _message(json.loads(t)) is not None and (
-                    '"extraInfo"' in t or '"errorCode"' in t
-                    or (head.path.endswith(".json") and WORKER_DIR.search(head.path) is not None))
+                doc = json.loads(t)
             except json.JSONDecodeError:
-                return False
-        return '"py_callstack"' in t and '"extraInfo"' in t
+                # (a file cut off while it was written: its opening is the object form's)
+                return start.group(1) is not None
+            # (the form with a string message has nothing else: only where torchrun puts it)
+            return _message(doc) is not None and (
+                '"extraInfo"' in t or '"errorCode"' in t
+                or (head.path.endswith(".json") and WORKER_DIR.search(head.path) is not None))
+        return start.group(1) is not None or ('"py_callstack"' in t and '"extraInfo"' in t)
 
     def parse(self, ctx: ParseContext) -> None:
         sink = ctx.sink
         doc = ctx.json_document(MAX_JSON_BYTES, "a torchelastic error file")
-        if doc is None:
-            return
+        if doc is None:         # (said as bad_json: what the file opens with may still be read)
+            doc = _cut_off(ctx)
+            if doc is None:
+                return
         m = _message(doc)
         if m is None:
             sink.issue("bad_json", "not a torchelastic error file (no message)", 1, None)
@@ -122,6 +148,8 @@ class TorchelasticErrorParser(Parser):
         row.pop("stream", None)
         attrs = row["attrs"]
         attrs["source_form"] = "error_file"
+        if m.get("cut_off"):
+            attrs["cut_off"] = True
         if said != first:
             attrs["message"] = said[:4000]
         if worker:
@@ -132,8 +160,8 @@ class TorchelasticErrorParser(Parser):
         if ts is not None:
             attrs["ts_resolution_ns"] = NS
         sink.event(ts_raw_ns=ts, **row)
-        ctx.attrs.update(error_file=True, has_time=ts is not None, **({"local_rank": int(worker.group(2))}
-                                                                      if worker else {}))
+        if worker:
+            ctx.attrs["local_rank"] = int(worker.group(2))
 
 
 PARSERS = (TorchelasticErrorParser,)

@@ -94,6 +94,25 @@ def test_a_bad_timestamp_is_said_and_the_exception_kept(tmp_path):
     assert "'yesterday' is not seconds since the epoch" in iss["message"]
 
 
+def test_a_file_cut_off_keeps_the_message_it_opens_with(tmp_path):
+    whole = (TE / "exception_local1.error.json").read_bytes()
+    p = tmp_path / "error.json"
+    p.write_bytes(whole[:300])          # (cut in the traceback)
+    r, t = parse(tmp_path, p, WORKER.format(1))
+    (ev,) = t["events"]
+    (iss,) = t["parse_issues"]
+    a = json.loads(ev["attrs"])
+    assert (r.format, r.status, ev["kind"], ev["ts_raw_ns"], a["exc_msg"], a["cut_off"], iss["kind"]) == \
+        ("torchelastic_error", "partial", "python_exception", None, "injected failure on rank 1 at step 5", True,
+         "bad_json")
+    # cut inside the message itself: nothing to read, said as such
+    q = tmp_path / "q" / "error.json"
+    q.parent.mkdir()
+    q.write_bytes(whole[:40])
+    r, t = parse(tmp_path / "q", q, WORKER.format(1))
+    assert (r.format, t["events"], [i["kind"] for i in t["parse_issues"]]) == ("torchelastic_error", [], ["bad_json"])
+
+
 @pytest.mark.parametrize("path", [
     DATA / "flight_recorder" / "stall" / "fr_trace_rank_0.json",
     *sorted((DATA / "stacks").glob("*.json"))[:3],
